@@ -1,0 +1,153 @@
+// Formulas: immutable, hash-consed expressions of i-, j- and parameter variables, and the C++ builder.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tessel {
+
+struct Node;  // defined in the library; users only hold Formula handles
+
+// Which index a variable follows: i (rows of the output for a reduction over j), j, or none.
+enum class Category : uint8_t { I = 0, J = 1, Param = 2 };
+
+// A stable 128-bit structural hash: equal formulas have equal hashes across runs and machines.
+struct Hash128 {
+  uint64_t lo = 0, hi = 0;
+  bool operator==(const Hash128&) const = default;
+  std::string hex() const;
+};
+
+class Formula {
+ public:
+  Formula() = default;  // a null formula; most functions reject it
+  explicit Formula(std::shared_ptr<const Node> n) : node_(std::move(n)) {}
+
+  bool valid() const { return node_ != nullptr; }
+  int dim() const;
+  Hash128 hash() const;
+  // Printing gives KeOps-style text that parses back to the same hash.
+  std::string str() const;
+  const Node& node() const { return *node_; }
+  const std::shared_ptr<const Node>& ptr() const { return node_; }
+  // Hash-consing makes structural equality a pointer comparison.
+  bool same(const Formula& o) const { return node_ == o.node_; }
+
+  Formula operator[](int m) const;  // Elem(f, m)
+
+ private:
+  std::shared_ptr<const Node> node_;
+};
+
+// ---- leaves -------------------------------------------------------------------------------------
+Formula vi(int index, int dim);
+Formula vj(int index, int dim);
+Formula pm(int index, int dim);
+Formula var(int index, int dim, Category cat);
+Formula constant(double value);            // a floating constant
+Formula int_cst(int64_t value);            // IntCst(n)
+Formula rational(int64_t num, int64_t den);  // Rat(p, q), reduced
+Formula zero(int dim);                     // Zero(d)
+
+// ---- arithmetic (dim-1 operands broadcast) -------------------------------------------------------
+Formula operator+(const Formula& a, const Formula& b);
+Formula operator-(const Formula& a, const Formula& b);
+Formula operator*(const Formula& a, const Formula& b);
+Formula operator/(const Formula& a, const Formula& b);
+Formula operator-(const Formula& a);
+Formula operator+(const Formula& a, double b);
+Formula operator+(double a, const Formula& b);
+Formula operator-(const Formula& a, double b);
+Formula operator-(double a, const Formula& b);
+Formula operator*(const Formula& a, double b);
+Formula operator*(double a, const Formula& b);
+Formula operator/(const Formula& a, double b);
+Formula operator/(double a, const Formula& b);
+Formula operator|(const Formula& a, const Formula& b);  // Scalprod
+
+// ---- elementwise math ----------------------------------------------------------------------------
+Formula exp(const Formula& a);
+Formula log(const Formula& a);
+Formula xlogx(const Formula& a);
+Formula sqrt(const Formula& a);
+Formula rsqrt(const Formula& a);
+Formula inv(const Formula& a);
+Formula pow(const Formula& a, int n);
+Formula powf(const Formula& a, const Formula& b);
+Formula square(const Formula& a);
+Formula abs(const Formula& a);
+Formula sign(const Formula& a);
+Formula step(const Formula& a);
+Formula relu(const Formula& a);
+Formula sin(const Formula& a);
+Formula cos(const Formula& a);
+Formula asin(const Formula& a);
+Formula acos(const Formula& a);
+Formula atan(const Formula& a);
+Formula atan2(const Formula& y, const Formula& x);
+Formula floor(const Formula& a);
+Formula round(const Formula& a);  // half away from zero
+Formula mod(const Formula& a, const Formula& n, const Formula& d);  // a - n*floor((a-d)/n)
+Formula clamp(const Formula& a, const Formula& lo, const Formula& hi);
+Formula clampint(const Formula& a, int lo, int hi);
+Formula ifelse(const Formula& c, const Formula& a, const Formula& b);  // c >= 0 ? a : b
+Formula elem_min(const Formula& a, const Formula& b);
+Formula elem_max(const Formula& a, const Formula& b);
+// comparisons give 1 or 0
+Formula less(const Formula& a, const Formula& b);
+Formula less_eq(const Formula& a, const Formula& b);
+Formula greater(const Formula& a, const Formula& b);
+Formula greater_eq(const Formula& a, const Formula& b);
+Formula equal(const Formula& a, const Formula& b);
+Formula not_equal(const Formula& a, const Formula& b);
+
+// ---- vector ops ----------------------------------------------------------------------------------
+Formula sum(const Formula& a);
+Formula max(const Formula& a);
+Formula min(const Formula& a);
+Formula argmax(const Formula& a);
+Formula argmin(const Formula& a);
+Formula elem(const Formula& a, int m);
+Formula extract(const Formula& a, int start, int len);
+Formula concat(const Formula& a, const Formula& b);
+Formula one_hot(const Formula& a, int dim);
+Formula sqnorm2(const Formula& a);
+Formula norm2(const Formula& a);
+Formula normalize(const Formula& a);
+Formula sqdist(const Formula& a, const Formula& b);
+Formula scalprod(const Formula& a, const Formula& b);
+Formula weighted_sqnorm(const Formula& w, const Formula& a);
+Formula weighted_sqdist(const Formula& w, const Formula& a, const Formula& b);
+Formula sym_sqnorm(const Formula& s, const Formula& a);  // s: full d×d matrix, row-major
+Formula sqnorm_iso(const Formula& s, const Formula& a);  // s: scalar
+Formula sqnorm_diag(const Formula& s, const Formula& a);  // s: diagonal, dim d
+
+// ---- tensor ops (row-major matrices stored as flat vectors) --------------------------------------
+Formula matvecmult(const Formula& a, const Formula& v);  // a: (m×n), v: n -> m
+Formula vecmatmult(const Formula& v, const Formula& a);  // v: m, a: (m×n) -> n
+Formula tensorprod(const Formula& a, const Formula& b);  // outer product, dim(a)*dim(b)
+// KeOps TensorDot: contract dims_a[contr_a[k]] with dims_b[contr_b[k]].
+Formula tensordot(const Formula& a, const Formula& b, const std::vector<int>& dims_a,
+                  const std::vector<int>& dims_b, const std::vector<int>& contr_a,
+                  const std::vector<int>& contr_b);
+
+// ---- calculus on formulas ------------------------------------------------------------------------
+// Reverse mode: the gradient of <f, cot> with respect to variable `v` (a leaf made by var()).
+Formula grad(const Formula& f, const Formula& v, const Formula& cot);
+// Forward mode: the directional derivative of f along `tangent` for variable `v`.
+Formula jvp(const Formula& f, const Formula& v, const Formula& tangent);
+
+// Variables that occur in f, sorted by (index), each once.
+std::vector<Formula> variables(const Formula& f);
+// Replace variables: every leaf `from[k]` becomes `to[k]` (dims must match).
+Formula substitute(const Formula& f, const std::vector<Formula>& from,
+                   const std::vector<Formula>& to);
+
+// ---- text -----------------------------------------------------------------------------------------
+// Parse KeOps syntax, e.g. parse("Exp(-G*SqDist(X,Y)) * B", {"G = Pm(1)", "X = Vi(3)", ...}).
+// Aliases without an explicit index are numbered in the order given.
+Formula parse(const std::string& text, const std::vector<std::string>& aliases = {});
+
+}  // namespace tessel

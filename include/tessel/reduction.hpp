@@ -1,0 +1,110 @@
+// Reductions a_i = Red_j F(x_i, y_j) (or over i), their gradients (which are reductions) and evaluation.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tessel/array.hpp"
+#include "tessel/formula.hpp"
+
+namespace tessel {
+
+enum class ReductionOp : uint8_t {
+  Sum,
+  Min,
+  Max,
+  ArgMin,
+  ArgMax,
+  MinArgMin,
+  MaxArgMax,
+  KMin,
+  ArgKMin,
+  KMinArgKMin,
+  LogSumExp,         // log sum_j exp(F)  or, with a weight w, log sum_j exp(F) w
+  SumSoftMaxWeight,  // sum_j exp(F) G / sum_j exp(F)
+  // Produced by differentiation of Min/Max/KMin: sums over a few gathered indices, O(N K) work.
+  GatherSum,   // out[o] = sum_k G(o, inner = idx[o, k], slot k)
+  ScatterSum,  // out[inner] += G(o, inner, slot k) for every (o, k) with idx[o, k] == inner
+};
+
+const char* reduction_name(ReductionOp op);
+ReductionOp reduction_from_name(const std::string& name);  // KeOps names, e.g. "Min_ArgMin"
+
+enum class SumScheme : uint8_t { Block, Kahan, Direct };
+enum class Backend : uint8_t { Auto, Compiled, Interpreter };
+
+struct Options {
+  Backend backend = Backend::Auto;
+  SumScheme sum_scheme = SumScheme::Block;
+  bool accumulate_f64 = false;  // float32 inputs, float64 accumulators
+  int threads = 0;              // 0: TESSEL_NUM_THREADS, else all cores
+};
+
+struct ReductionImpl;  // defined in the library
+
+// How an input slot of a reduction is filled: by the caller, or by another reduction on the same
+// inputs (a gradient of LogSumExp needs the forward value, one of Min needs the argmin, ...).
+struct VarSlot {
+  int index = 0;
+  Category cat = Category::I;
+  int dim = 1;
+  DType kind = DType::Float32;      // Int64 for gathered indices
+  bool computed = false;
+};
+
+class Reduction {
+ public:
+  Reduction() = default;
+  // axis = 1: reduce over j, output indexed by i (KeOps convention); axis = 0: over i.
+  // `k` is K for the KMin family; `weight` is the LogSumExp weight or the SoftMax G formula.
+  Reduction(ReductionOp op, Formula f, int axis = 1, int k = 0, Formula weight = {});
+
+  ReductionOp op() const;
+  int axis() const;
+  int k() const;
+  const Formula& formula() const;
+  const Formula& weight() const;
+  // Number of outputs (2 for Min_ArgMin, ...) and their dims (columns) and dtypes.
+  int num_outputs() const;
+  int output_dim(int out) const;
+  bool output_is_index(int out) const;
+  // True for gradients with respect to a parameter: the result is also summed over the outer index.
+  bool full_sum() const;
+  // The slots the caller fills, by variable index (computed ones are filled automatically).
+  std::vector<VarSlot> inputs() const;
+  std::string str() const;
+  Hash128 hash() const;
+  const ReductionImpl& impl() const { return *impl_; }
+  explicit Reduction(std::shared_ptr<const ReductionImpl> impl) : impl_(std::move(impl)) {}
+
+ private:
+  std::shared_ptr<const ReductionImpl> impl_;
+};
+
+// Reverse mode: the vector-Jacobian product with respect to variable `var_index`, as a new reduction
+// whose inputs are those of `r` followed by one new variable holding the cotangent of output 0
+// (shape: that output's shape). Its output has the shape of the variable.
+Reduction grad(const Reduction& r, int var_index);
+// Forward mode: the derivative along a tangent for `var_index`, appended as a new input variable
+// of the same category and dim as that variable. The output has the shape of output 0.
+Reduction jvp(const Reduction& r, int var_index);
+
+// The sizes the inputs imply. Sizes only matter where no input of that category exists.
+struct Sizes {
+  int64_t ni = -1, nj = -1;
+};
+
+// Evaluate into caller-provided outputs (shapes checked). Inputs are indexed by variable index.
+void evaluate(const Reduction& r, std::span<const ArrayView> inputs,
+              std::span<const ArrayView> outputs, const Options& opt = {}, Sizes sizes = {});
+// Convenience: allocate and return the outputs.
+std::vector<Array> evaluate(const Reduction& r, std::span<const ArrayView> inputs,
+                            const Options& opt = {}, Sizes sizes = {});
+std::vector<Array> evaluate(const Reduction& r, const std::vector<Array>& inputs,
+                            const Options& opt = {}, Sizes sizes = {});
+
+}  // namespace tessel

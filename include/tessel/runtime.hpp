@@ -1,0 +1,32 @@
+// Run-time facts and controls: compiler, SIMD level, threads, kernel cache.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tessel {
+
+struct CompilerInfo {
+  bool usable = false;
+  std::string path;     // e.g. /usr/bin/c++
+  std::string version;  // first line of --version
+  std::string problem;  // why it is not usable, in plain words
+};
+
+CompilerInfo compiler_info();
+std::string simd_level();  // "avx512", "avx2", "sse2" or "scalar": what generated code targets
+int num_threads();         // TESSEL_NUM_THREADS, else all cores
+
+struct CacheEntry {
+  std::string key;
+  std::string path;
+  int64_t bytes = 0;
+};
+std::string cache_dir();  // TESSEL_CACHE_DIR, else $XDG_CACHE_HOME/tessel, else ~/.cache/tessel
+std::vector<CacheEntry> cache_list();
+int64_t cache_clear();  // returns the number of entries removed
+// Drop the in-memory kernel table (the disk cache stays): lets tests measure disk hits.
+void cache_forget_loaded();
+
+}  // namespace tessel

@@ -1,0 +1,29 @@
+// Straight-line code emission: operations on Expr append `const V tN = ...;` to the active Emitter.
+#pragma once
+
+#include <string>
+
+#include "ops/op.hpp"
+
+namespace tessel {
+
+class Emitter {
+ public:
+  // Installs this emitter as the target of Expr operations on this thread until destroyed.
+  Emitter();
+  ~Emitter();
+  Emitter(const Emitter&) = delete;
+  Emitter& operator=(const Emitter&) = delete;
+
+  Expr assign(const std::string& rhs);  // a new temporary
+  const std::string& code() const { return code_; }
+  void raw(const std::string& line) { code_ += line; }
+  static Emitter& current();
+
+ private:
+  std::string code_;
+  int next_ = 0;
+  Emitter* prev_ = nullptr;
+};
+
+}  // namespace tessel

@@ -1,0 +1,110 @@
+// The IR node: one immutable, interned DAG node per distinct sub-formula.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "tessel/formula.hpp"
+
+namespace tessel {
+
+enum class OpCode : uint16_t {
+  Var,
+  Const,
+  Zero,
+  // arithmetic
+  Add,
+  Sub,
+  Mul,
+  Div,
+  Neg,
+  // elementwise math
+  Exp,
+  Log,
+  XLogX,
+  Sqrt,
+  Rsqrt,
+  Inv,
+  Pow,
+  Powf,
+  Square,
+  Abs,
+  Sign,
+  Step,
+  ReLU,
+  Sin,
+  Cos,
+  Asin,
+  Acos,
+  Atan,
+  Atan2,
+  Floor,
+  Round,
+  Mod,
+  Clamp,
+  ClampInt,
+  IfElse,
+  ElemMin,
+  ElemMax,
+  Less,
+  LessEq,
+  Greater,
+  GreaterEq,
+  Equal,
+  NotEqual,
+  // vector
+  Sum,
+  Max,
+  Min,
+  ArgMax,
+  ArgMin,
+  Elem,
+  Extract,
+  Concat,
+  OneHot,
+  SqNorm2,
+  Norm2,
+  Normalize,
+  SqDist,
+  Scalprod,
+  SymSqNorm,
+  SqNormIso,
+  SqNormDiag,
+  // tensor
+  MatVecMult,
+  VecMatMult,
+  TensorProd,
+  TensorDot,
+  Count_
+};
+
+using NodePtr = std::shared_ptr<const Node>;
+
+// Const nodes remember how they were written so that printing round-trips.
+enum class ConstKind : int64_t { Float = 0, Int = 1, Rational = 2 };
+
+struct Node {
+  OpCode op;
+  int dim;
+  std::vector<NodePtr> args;
+  std::vector<int64_t> ip;  // integer parameters: Var {index, category}, Elem {m}, Pow {n}, ...
+  double value = 0;         // Const only
+  Hash128 hash;
+
+  bool is_var() const { return op == OpCode::Var; }
+  int var_index() const { return static_cast<int>(ip[0]); }
+  Category var_cat() const { return static_cast<Category>(ip[1]); }
+  bool is_const() const { return op == OpCode::Const; }
+  bool is_zero() const { return op == OpCode::Zero || (op == OpCode::Const && value == 0.0); }
+};
+
+// Interns a node whose fields are already validated (dims computed, simplification done).
+Formula intern(OpCode op, int dim, std::vector<NodePtr> args, std::vector<int64_t> ip,
+               double value = 0);
+
+// Nodes of f in an order where every node follows its arguments; each node once.
+std::vector<NodePtr> topo_order(const NodePtr& root);
+
+}  // namespace tessel

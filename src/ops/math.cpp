@@ -1,0 +1,421 @@
+// Elementwise math ops (transcendental, rounding, comparisons, conditionals) and their VJPs.
+#include <cmath>
+
+#include "ops/op.hpp"
+
+namespace tessel {
+
+namespace {
+
+// CRTP bases: an op supplies `f` (the scalar function) and its vjp; the base does broadcasting.
+template <class D>
+struct Unary {
+  static constexpr int arity = 1;
+  static int dim(std::span<const Formula> a, std::span<const int64_t>) { return a[0].dim(); }
+  template <class S>
+  static void apply(const Node& n, const S* const* a, S* out) {
+    ew1(n, a, out, [&](const S& x) { return D::f(n, x); });
+  }
+};
+template <class D>
+struct Binary {
+  static constexpr int arity = 2;
+  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
+    return broadcast_dim(D::name, a[0].dim(), a[1].dim());
+  }
+  template <class S>
+  static void apply(const Node& n, const S* const* a, S* out) {
+    ew2(n, a, out, [&](const S& x, const S& y) { return D::f(n, x, y); });
+  }
+};
+template <class D>
+struct Ternary {
+  static constexpr int arity = 3;
+  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
+    return broadcast_dim(D::name, broadcast_dim(D::name, a[0].dim(), a[1].dim()), a[2].dim());
+  }
+  template <class S>
+  static void apply(const Node& n, const S* const* a, S* out) {
+    ew3(n, a, out, [&](const S& x, const S& y, const S& z) { return D::f(n, x, y, z); });
+  }
+};
+std::vector<Formula> no_grad(const Formula& self, const Formula&) {
+  return std::vector<Formula>(self.node().args.size());
+}
+Formula x0(const Formula& self) { return arg(self, 0); }
+Formula x1(const Formula& self) { return arg(self, 1); }
+Formula x2(const Formula& self) { return arg(self, 2); }
+
+#define TESSEL_NAME(s) static constexpr const char* name = s
+
+struct ExpOp : Unary<ExpOp> {
+  TESSEL_NAME("Exp");
+  template <class S> static S f(const Node&, const S& x) { return t_exp(x); }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) { return {g * s}; }
+};
+struct LogOp : Unary<LogOp> {
+  TESSEL_NAME("Log");
+  template <class S> static S f(const Node&, const S& x) { return t_log(x); }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) { return {g / x0(s)}; }
+};
+struct XLogXOp : Unary<XLogXOp> {
+  TESSEL_NAME("XLogX");
+  static constexpr bool zero_preserving = true;
+  template <class S> static S f(const Node&, const S& x) {
+    return t_eq(x, S(0.0), S(0.0), x * t_log(x));
+  }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    return {g * (log(x0(s)) + 1.0)};
+  }
+};
+struct SqrtOp : Unary<SqrtOp> {
+  TESSEL_NAME("Sqrt");
+  static constexpr bool zero_preserving = true;
+  template <class S> static S f(const Node&, const S& x) { return t_sqrt(x); }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    return {(0.5 * g) / s};
+  }
+};
+struct RsqrtOp : Unary<RsqrtOp> {
+  TESSEL_NAME("Rsqrt");
+  template <class S> static S f(const Node&, const S& x) { return t_rsqrt(x); }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    return {(-0.5 * g) * (s / x0(s))};
+  }
+};
+struct InvOp : Unary<InvOp> {
+  TESSEL_NAME("Inv");
+  template <class S> static S f(const Node&, const S& x) { return S(1.0) / x; }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    return {-(g * square(s))};
+  }
+};
+struct PowOp : Unary<PowOp> {
+  TESSEL_NAME("Pow");
+  static constexpr int n_ip = 1;
+  static Formula simplify(std::span<const Formula> a, std::span<const int64_t> ip) {
+    if (ip[0] == 0) return a[0].dim() == 1 ? int_cst(1) : zero(a[0].dim()) + 1.0;
+    if (ip[0] == 1) return a[0];
+    if (ip[0] == 2) return square(a[0]);
+    if (ip[0] == -1) return inv(a[0]);
+    return {};
+  }
+  template <class S> static S f(const Node& n, const S& x) {
+    int64_t e = n.ip[0];
+    const bool neg = e < 0;
+    if (neg) e = -e;
+    S r(1.0), b = x;
+    bool first = true;
+    while (e > 0) {  // square-and-multiply keeps the emitted code short
+      if (e & 1) r = first ? b : r * b, first = false;
+      e >>= 1;
+      if (e) b = b * b;
+    }
+    return neg ? S(1.0) / r : r;
+  }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    const int64_t n = s.node().ip[0];
+    return {(static_cast<double>(n) * g) * pow(x0(s), static_cast<int>(n - 1))};
+  }
+};
+struct PowfOp : Binary<PowfOp> {
+  TESSEL_NAME("Powf");
+  template <class S> static S f(const Node&, const S& x, const S& y) {
+    return t_exp(y * t_log(x));
+  }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    const Formula x = x0(s), y = x1(s);
+    return {unbroadcast(g * y * (s / x), x.dim()), unbroadcast(g * s * log(x), y.dim())};
+  }
+};
+struct SquareOp : Unary<SquareOp> {
+  TESSEL_NAME("Square");
+  static constexpr bool zero_preserving = true;
+  template <class S> static S f(const Node&, const S& x) { return x * x; }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    return {2.0 * (g * x0(s))};
+  }
+};
+struct AbsOp : Unary<AbsOp> {
+  TESSEL_NAME("Abs");
+  static constexpr bool zero_preserving = true;
+  template <class S> static S f(const Node&, const S& x) { return t_abs(x); }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    return {g * sign(x0(s))};
+  }
+};
+struct SignOp : Unary<SignOp> {
+  TESSEL_NAME("Sign");
+  static constexpr bool zero_preserving = true;
+  template <class S> static S f(const Node&, const S& x) {
+    return t_lt(S(0.0), x, S(1.0), t_lt(x, S(0.0), S(-1.0), S(0.0)));
+  }
+  static constexpr auto vjp = no_grad;
+};
+struct StepOp : Unary<StepOp> {
+  TESSEL_NAME("Step");
+  template <class S> static S f(const Node&, const S& x) {
+    return t_lt(x, S(0.0), S(0.0), S(1.0));
+  }
+  static constexpr auto vjp = no_grad;
+};
+struct ReluOp : Unary<ReluOp> {
+  TESSEL_NAME("ReLU");
+  static constexpr bool zero_preserving = true;
+  template <class S> static S f(const Node&, const S& x) { return t_lt(x, S(0.0), S(0.0), x); }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    return {g * step(x0(s))};
+  }
+};
+struct SinOp : Unary<SinOp> {
+  TESSEL_NAME("Sin");
+  static constexpr bool zero_preserving = true;
+  template <class S> static S f(const Node&, const S& x) { return t_sin(x); }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    return {g * cos(x0(s))};
+  }
+};
+struct CosOp : Unary<CosOp> {
+  TESSEL_NAME("Cos");
+  template <class S> static S f(const Node&, const S& x) { return t_cos(x); }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    return {-(g * sin(x0(s)))};
+  }
+};
+struct AsinOp : Unary<AsinOp> {
+  TESSEL_NAME("Asin");
+  static constexpr bool zero_preserving = true;
+  template <class S> static S f(const Node&, const S& x) { return t_asin(x); }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    return {g * rsqrt(1.0 - square(x0(s)))};
+  }
+};
+struct AcosOp : Unary<AcosOp> {
+  TESSEL_NAME("Acos");
+  template <class S> static S f(const Node&, const S& x) { return t_acos(x); }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    return {-(g * rsqrt(1.0 - square(x0(s))))};
+  }
+};
+struct AtanOp : Unary<AtanOp> {
+  TESSEL_NAME("Atan");
+  static constexpr bool zero_preserving = true;
+  template <class S> static S f(const Node&, const S& x) { return t_atan(x); }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    return {g / (1.0 + square(x0(s)))};
+  }
+};
+struct Atan2Op : Binary<Atan2Op> {
+  TESSEL_NAME("Atan2");
+  template <class S> static S f(const Node&, const S& y, const S& x) { return t_atan2(y, x); }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    const Formula y = x0(s), x = x1(s);
+    const Formula r = g / (square(x) + square(y));
+    return {unbroadcast(r * x, y.dim()), unbroadcast(-(r * y), x.dim())};
+  }
+};
+struct FloorOp : Unary<FloorOp> {
+  TESSEL_NAME("Floor");
+  static constexpr bool zero_preserving = true;
+  template <class S> static S f(const Node&, const S& x) { return t_floor(x); }
+  static constexpr auto vjp = no_grad;
+};
+struct RoundOp : Unary<RoundOp> {
+  TESSEL_NAME("Round");  // Round(x, d): to d decimal places, halves away from zero
+  static constexpr int n_ip = 1;
+  static constexpr bool zero_preserving = true;
+  template <class S> static S f(const Node& n, const S& x) {
+    if (n.ip[0] == 0) return t_round(x);
+    const double scale = std::pow(10.0, static_cast<double>(n.ip[0]));
+    return t_round(x * S(scale)) * S(1.0 / scale);
+  }
+  static constexpr auto vjp = no_grad;
+};
+struct ModOp : Ternary<ModOp> {
+  TESSEL_NAME("Mod");  // Mod(a, n, d) = a - n * floor((a - d) / n), as in KeOps
+  template <class S> static S f(const Node&, const S& a, const S& n, const S& d) {
+    return a - n * t_floor((a - d) / n);
+  }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    const Formula a = x0(s), n = x1(s), d = x2(s);
+    return {unbroadcast(g, a.dim()), unbroadcast(-(g * floor((a - d) / n)), n.dim()), Formula{}};
+  }
+};
+struct ClampOp : Ternary<ClampOp> {
+  TESSEL_NAME("Clamp");
+  template <class S> static S f(const Node&, const S& x, const S& lo, const S& hi) {
+    return t_lt(x, lo, lo, t_lt(hi, x, hi, x));
+  }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    const Formula x = x0(s), lo = x1(s), hi = x2(s);
+    const Formula glo = g * less(x, lo), ghi = g * (greater(x, hi) * (1.0 - less(x, lo)));
+    return {unbroadcast(g - glo - ghi, x.dim()), unbroadcast(glo, lo.dim()),
+            unbroadcast(ghi, hi.dim())};
+  }
+};
+struct ClampIntOp : Unary<ClampIntOp> {
+  TESSEL_NAME("ClampInt");
+  static constexpr int n_ip = 2;
+  template <class S> static S f(const Node& n, const S& x) {
+    const S lo(static_cast<double>(n.ip[0])), hi(static_cast<double>(n.ip[1]));
+    return t_lt(x, lo, lo, t_lt(hi, x, hi, x));
+  }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    const Formula x = x0(s);
+    const double lo = static_cast<double>(s.node().ip[0]), hi = static_cast<double>(s.node().ip[1]);
+    return {g * (1.0 - less(x, constant(lo)) - greater(x, constant(hi)))};
+  }
+};
+struct IfElseOp : Ternary<IfElseOp> {
+  TESSEL_NAME("IfElse");  // IfElse(c, a, b) = c >= 0 ? a : b
+  template <class S> static S f(const Node&, const S& c, const S& a, const S& b) {
+    return t_lt(c, S(0.0), b, a);
+  }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    const Formula c = x0(s), a = x1(s), b = x2(s);
+    const Formula ga = g * step(c);
+    return {Formula{}, unbroadcast(ga, a.dim()), unbroadcast(g - ga, b.dim())};
+  }
+};
+struct ElemMinOp : Binary<ElemMinOp> {
+  TESSEL_NAME("ElemMin");
+  template <class S> static S f(const Node&, const S& a, const S& b) { return t_lt(a, b, a, b); }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    const Formula a = x0(s), b = x1(s), ga = g * less(a, b);
+    return {unbroadcast(ga, a.dim()), unbroadcast(g - ga, b.dim())};
+  }
+};
+struct ElemMaxOp : Binary<ElemMaxOp> {
+  TESSEL_NAME("ElemMax");
+  template <class S> static S f(const Node&, const S& a, const S& b) { return t_lt(b, a, a, b); }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    const Formula a = x0(s), b = x1(s), ga = g * less(b, a);
+    return {unbroadcast(ga, a.dim()), unbroadcast(g - ga, b.dim())};
+  }
+};
+struct LessOp : Binary<LessOp> {
+  TESSEL_NAME("Less");
+  template <class S> static S f(const Node&, const S& a, const S& b) {
+    return t_lt(a, b, S(1.0), S(0.0));
+  }
+  static constexpr auto vjp = no_grad;
+};
+struct LessEqOp : Binary<LessEqOp> {
+  TESSEL_NAME("LessEq");
+  template <class S> static S f(const Node&, const S& a, const S& b) {
+    return t_le(a, b, S(1.0), S(0.0));
+  }
+  static constexpr auto vjp = no_grad;
+};
+struct GreaterOp : Binary<GreaterOp> {
+  TESSEL_NAME("Greater");
+  template <class S> static S f(const Node&, const S& a, const S& b) {
+    return t_lt(b, a, S(1.0), S(0.0));
+  }
+  static constexpr auto vjp = no_grad;
+};
+struct GreaterEqOp : Binary<GreaterEqOp> {
+  TESSEL_NAME("GreaterEq");
+  template <class S> static S f(const Node&, const S& a, const S& b) {
+    return t_le(b, a, S(1.0), S(0.0));
+  }
+  static constexpr auto vjp = no_grad;
+};
+struct EqualOp : Binary<EqualOp> {
+  TESSEL_NAME("Equal");
+  template <class S> static S f(const Node&, const S& a, const S& b) {
+    return t_eq(a, b, S(1.0), S(0.0));
+  }
+  static constexpr auto vjp = no_grad;
+};
+struct NotEqualOp : Binary<NotEqualOp> {
+  TESSEL_NAME("NotEqual");
+  template <class S> static S f(const Node&, const S& a, const S& b) {
+    return t_eq(a, b, S(0.0), S(1.0));
+  }
+  static constexpr auto vjp = no_grad;
+};
+#undef TESSEL_NAME
+
+}  // namespace
+
+void register_math(std::vector<OpInfo>& t) {
+  t.push_back(describe<ExpOp>(OpCode::Exp));
+  t.push_back(describe<LogOp>(OpCode::Log));
+  t.push_back(describe<XLogXOp>(OpCode::XLogX));
+  t.push_back(describe<SqrtOp>(OpCode::Sqrt));
+  t.push_back(describe<RsqrtOp>(OpCode::Rsqrt));
+  t.push_back(describe<InvOp>(OpCode::Inv));
+  t.push_back(describe<PowOp>(OpCode::Pow));
+  t.push_back(describe<PowfOp>(OpCode::Powf));
+  t.push_back(describe<SquareOp>(OpCode::Square));
+  t.push_back(describe<AbsOp>(OpCode::Abs));
+  t.push_back(describe<SignOp>(OpCode::Sign));
+  t.push_back(describe<StepOp>(OpCode::Step));
+  t.push_back(describe<ReluOp>(OpCode::ReLU));
+  t.push_back(describe<SinOp>(OpCode::Sin));
+  t.push_back(describe<CosOp>(OpCode::Cos));
+  t.push_back(describe<AsinOp>(OpCode::Asin));
+  t.push_back(describe<AcosOp>(OpCode::Acos));
+  t.push_back(describe<AtanOp>(OpCode::Atan));
+  t.push_back(describe<Atan2Op>(OpCode::Atan2));
+  t.push_back(describe<FloorOp>(OpCode::Floor));
+  t.push_back(describe<RoundOp>(OpCode::Round));
+  t.push_back(describe<ModOp>(OpCode::Mod));
+  t.push_back(describe<ClampOp>(OpCode::Clamp));
+  t.push_back(describe<ClampIntOp>(OpCode::ClampInt));
+  t.push_back(describe<IfElseOp>(OpCode::IfElse));
+  t.push_back(describe<ElemMinOp>(OpCode::ElemMin));
+  t.push_back(describe<ElemMaxOp>(OpCode::ElemMax));
+  t.push_back(describe<LessOp>(OpCode::Less));
+  t.push_back(describe<LessEqOp>(OpCode::LessEq));
+  t.push_back(describe<GreaterOp>(OpCode::Greater));
+  t.push_back(describe<GreaterEqOp>(OpCode::GreaterEq));
+  t.push_back(describe<EqualOp>(OpCode::Equal));
+  t.push_back(describe<NotEqualOp>(OpCode::NotEqual));
+}
+
+Formula exp(const Formula& a) { return make(OpCode::Exp, {a}); }
+Formula log(const Formula& a) { return make(OpCode::Log, {a}); }
+Formula xlogx(const Formula& a) { return make(OpCode::XLogX, {a}); }
+Formula sqrt(const Formula& a) { return make(OpCode::Sqrt, {a}); }
+Formula rsqrt(const Formula& a) { return make(OpCode::Rsqrt, {a}); }
+Formula inv(const Formula& a) { return make(OpCode::Inv, {a}); }
+Formula pow(const Formula& a, int n) { return make(OpCode::Pow, {a}, {n}); }
+Formula powf(const Formula& a, const Formula& b) { return make(OpCode::Powf, {a, b}); }
+Formula square(const Formula& a) { return make(OpCode::Square, {a}); }
+Formula abs(const Formula& a) { return make(OpCode::Abs, {a}); }
+Formula sign(const Formula& a) { return make(OpCode::Sign, {a}); }
+Formula step(const Formula& a) { return make(OpCode::Step, {a}); }
+Formula relu(const Formula& a) { return make(OpCode::ReLU, {a}); }
+Formula sin(const Formula& a) { return make(OpCode::Sin, {a}); }
+Formula cos(const Formula& a) { return make(OpCode::Cos, {a}); }
+Formula asin(const Formula& a) { return make(OpCode::Asin, {a}); }
+Formula acos(const Formula& a) { return make(OpCode::Acos, {a}); }
+Formula atan(const Formula& a) { return make(OpCode::Atan, {a}); }
+Formula atan2(const Formula& y, const Formula& x) { return make(OpCode::Atan2, {y, x}); }
+Formula floor(const Formula& a) { return make(OpCode::Floor, {a}); }
+Formula round(const Formula& a) { return make(OpCode::Round, {a}, {0}); }
+Formula mod(const Formula& a, const Formula& n, const Formula& d) {
+  return make(OpCode::Mod, {a, n, d});
+}
+Formula clamp(const Formula& a, const Formula& lo, const Formula& hi) {
+  return make(OpCode::Clamp, {a, lo, hi});
+}
+Formula clampint(const Formula& a, int lo, int hi) {
+  if (lo > hi) detail::fail("ClampInt", "lower bound ", lo, " is above upper bound ", hi);
+  return make(OpCode::ClampInt, {a}, {lo, hi});
+}
+Formula ifelse(const Formula& c, const Formula& a, const Formula& b) {
+  return make(OpCode::IfElse, {c, a, b});
+}
+Formula elem_min(const Formula& a, const Formula& b) { return make(OpCode::ElemMin, {a, b}); }
+Formula elem_max(const Formula& a, const Formula& b) { return make(OpCode::ElemMax, {a, b}); }
+Formula less(const Formula& a, const Formula& b) { return make(OpCode::Less, {a, b}); }
+Formula less_eq(const Formula& a, const Formula& b) { return make(OpCode::LessEq, {a, b}); }
+Formula greater(const Formula& a, const Formula& b) { return make(OpCode::Greater, {a, b}); }
+Formula greater_eq(const Formula& a, const Formula& b) { return make(OpCode::GreaterEq, {a, b}); }
+Formula equal(const Formula& a, const Formula& b) { return make(OpCode::Equal, {a, b}); }
+Formula not_equal(const Formula& a, const Formula& b) { return make(OpCode::NotEqual, {a, b}); }
+
+}  // namespace tessel

@@ -1,0 +1,166 @@
+// The op table, the generic node builder (checks, simplification, folding) and the leaf builders.
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+#include <numeric>
+#include <unordered_map>
+
+#include "ops/op.hpp"
+
+namespace tessel {
+
+namespace {
+
+std::vector<OpInfo> build_table() {
+  std::vector<OpInfo> t(static_cast<size_t>(OpCode::Count_));
+  auto leaf = [&](OpCode c, const char* name) {
+    t[static_cast<size_t>(c)].code = c;
+    t[static_cast<size_t>(c)].name = name;
+  };
+  leaf(OpCode::Var, "Var");
+  leaf(OpCode::Const, "Const");
+  leaf(OpCode::Zero, "Zero");
+  std::vector<OpInfo> reg;
+  register_arith(reg);
+  register_math(reg);
+  register_vector(reg);
+  register_tensor(reg);
+  for (auto& o : reg) t[static_cast<size_t>(o.code)] = o;
+  for (size_t k = 0; k < t.size(); ++k)
+    if (!t[k].name) throw std::logic_error("tessel: op " + std::to_string(k) + " not registered");
+  return t;
+}
+
+const std::vector<OpInfo>& table() {
+  static const std::vector<OpInfo> t = build_table();
+  return t;
+}
+
+}  // namespace
+
+const OpInfo& op_info(OpCode code) { return table()[static_cast<size_t>(code)]; }
+
+const OpInfo* op_by_name(const std::string& name) {
+  static const auto by_name = [] {
+    std::unordered_map<std::string, const OpInfo*> m;
+    for (const auto& o : table())
+      if (o.apply_d) m.emplace(o.name, &o);
+    return m;
+  }();
+  auto it = by_name.find(name);
+  return it == by_name.end() ? nullptr : it->second;
+}
+
+void dim_error(const char* op, const std::string& what) { detail::fail(op, what); }
+
+int broadcast_dim(const char* op, int a, int b) {
+  if (a == b || b == 1) return a;
+  if (a == 1) return b;
+  dim_error(op, "operands have dims " + std::to_string(a) + " and " + std::to_string(b) +
+                    "; expected equal dims or one of them 1");
+}
+
+int same_dim(const char* op, int a, int b) {
+  if (a != b)
+    dim_error(op, "operands have dims " + std::to_string(a) + " and " + std::to_string(b) +
+                      "; expected equal dims");
+  return a;
+}
+
+bool is_const(const Formula& f, double* value) {
+  if (!f.valid() || f.node().op != OpCode::Const) return false;
+  if (value) *value = f.node().value;
+  return true;
+}
+bool is_zero(const Formula& f) { return f.valid() && f.node().is_zero(); }
+bool is_one(const Formula& f) {
+  double v;
+  return is_const(f, &v) && v == 1.0;
+}
+
+Formula unbroadcast(const Formula& g, int target_dim) {
+  if (!g.valid() || g.dim() == target_dim) return g;
+  if (target_dim == 1) return sum(g);
+  detail::fail("unbroadcast", "internal: gradient dim ", g.dim(), " vs ", target_dim);
+}
+
+Formula make(OpCode code, std::vector<Formula> args, std::vector<int64_t> ip) {
+  const OpInfo& o = op_info(code);
+  if (static_cast<int>(args.size()) != o.arity)
+    detail::fail(o.name, "expected ", o.arity, " arguments, got ", args.size());
+  for (size_t k = 0; k < args.size(); ++k)
+    if (!args[k].valid()) detail::fail(o.name, "argument ", k + 1, " is a null formula");
+  const int d = o.dim(args, ip);
+  if (o.simplify) {
+    Formula s = o.simplify(args, ip);
+    if (s.valid()) return s;
+  }
+  if (o.zero_preserving && is_zero(args[0])) return zero(d);
+  // Fold operations on constants when the result is an ordinary finite number.
+  if (d == 1 && !args.empty() &&
+      std::all_of(args.begin(), args.end(), [](const Formula& a) { return is_const(a); })) {
+    std::vector<double> vals(args.size());
+    std::vector<const double*> ptrs(args.size());
+    for (size_t k = 0; k < args.size(); ++k) {
+      vals[k] = args[k].node().value;
+      ptrs[k] = &vals[k];
+    }
+    std::vector<NodePtr> nodes;
+    for (auto& a : args) nodes.push_back(a.ptr());
+    Node tmp{code, d, nodes, ip, 0, {}};
+    double r = 0;
+    o.apply_d(tmp, ptrs.data(), &r);
+    if (std::isfinite(r)) return constant(r);
+  }
+  std::vector<NodePtr> nodes;
+  nodes.reserve(args.size());
+  for (auto& a : args) nodes.push_back(a.ptr());
+  return intern(code, d, std::move(nodes), std::move(ip));
+}
+
+// ---- Formula members and leaves --------------------------------------------------------------------
+
+int Formula::dim() const {
+  if (!node_) detail::fail("Formula::dim", "null formula");
+  return node_->dim;
+}
+Hash128 Formula::hash() const {
+  if (!node_) detail::fail("Formula::hash", "null formula");
+  return node_->hash;
+}
+Formula Formula::operator[](int m) const { return elem(*this, m); }
+
+Formula var(int index, int dim, Category cat) {
+  const char* fn = cat == Category::I ? "Vi" : cat == Category::J ? "Vj" : "Pm";
+  if (index < 0) detail::fail(fn, "index must be >= 0, got ", index);
+  if (dim < 1) detail::fail(fn, "dim must be >= 1, got ", dim);
+  return intern(OpCode::Var, dim, {}, {index, static_cast<int64_t>(cat)});
+}
+Formula vi(int index, int dim) { return var(index, dim, Category::I); }
+Formula vj(int index, int dim) { return var(index, dim, Category::J); }
+Formula pm(int index, int dim) { return var(index, dim, Category::Param); }
+
+Formula constant(double value) {
+  if (!std::isfinite(value)) detail::fail("constant", "value must be finite, got ", value);
+  if (value == 0.0) value = 0.0;  // one zero: -0.0 and 0.0 hash alike
+  return intern(OpCode::Const, 1, {}, {static_cast<int64_t>(ConstKind::Float)}, value);
+}
+Formula int_cst(int64_t value) {
+  return intern(OpCode::Const, 1, {}, {static_cast<int64_t>(ConstKind::Int), value},
+                static_cast<double>(value));
+}
+Formula rational(int64_t num, int64_t den) {
+  if (den == 0) detail::fail("Rat", "denominator must be non-zero");
+  if (den < 0) num = -num, den = -den;
+  int64_t g = std::gcd(num, den);
+  if (g > 1) num /= g, den /= g;
+  if (den == 1) return int_cst(num);
+  return intern(OpCode::Const, 1, {}, {static_cast<int64_t>(ConstKind::Rational), num, den},
+                static_cast<double>(num) / static_cast<double>(den));
+}
+Formula zero(int dim) {
+  if (dim < 1) detail::fail("Zero", "dim must be >= 1, got ", dim);
+  return intern(OpCode::Zero, dim, {}, {dim});
+}
+
+}  // namespace tessel

@@ -1,0 +1,125 @@
+// Tensor ops on row-major matrices stored as flat vectors: MatVecMult, VecMatMult, TensorProd, TensorDot.
+#include <numeric>
+
+#include "ops/op.hpp"
+#include "ops/tensordot.hpp"
+
+namespace tessel {
+
+namespace {
+#define TESSEL_NAME(s) static constexpr const char* name = s
+
+struct MatVecOp {
+  TESSEL_NAME("MatVecMult");  // (m×n) · n -> m
+  static constexpr int arity = 2;
+  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
+    const int da = a[0].dim(), dv = a[1].dim();
+    if (da % dv != 0)
+      dim_error(name, "matrix dim " + std::to_string(da) + " is not a multiple of vector dim " +
+                          std::to_string(dv));
+    return da / dv;
+  }
+  template <class S> static void apply(const Node& n, const S* const* a, S* out) {
+    const int cols = n.args[1]->dim;
+    for (int r = 0; r < n.dim; ++r) {
+      S acc = a[0][r * cols] * a[1][0];
+      for (int c = 1; c < cols; ++c) acc = acc + a[0][r * cols + c] * a[1][c];
+      out[r] = acc;
+    }
+  }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    const Formula m = arg(s, 0), v = arg(s, 1);
+    return {tensorprod(g, v), vecmatmult(g, m)};
+  }
+};
+struct VecMatOp {
+  TESSEL_NAME("VecMatMult");  // m · (m×n) -> n
+  static constexpr int arity = 2;
+  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
+    const int dv = a[0].dim(), dm = a[1].dim();
+    if (dm % dv != 0)
+      dim_error(name, "matrix dim " + std::to_string(dm) + " is not a multiple of vector dim " +
+                          std::to_string(dv));
+    return dm / dv;
+  }
+  template <class S> static void apply(const Node& n, const S* const* a, S* out) {
+    const int rows = n.args[0]->dim, cols = n.dim;
+    for (int c = 0; c < cols; ++c) {
+      S acc = a[0][0] * a[1][c];
+      for (int r = 1; r < rows; ++r) acc = acc + a[0][r] * a[1][r * cols + c];
+      out[c] = acc;
+    }
+  }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    const Formula v = arg(s, 0), m = arg(s, 1);
+    return {matvecmult(m, g), tensorprod(v, g)};
+  }
+};
+struct TensorProdOp {
+  TESSEL_NAME("TensorProd");  // outer product, row-major
+  static constexpr int arity = 2;
+  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
+    return a[0].dim() * a[1].dim();
+  }
+  template <class S> static void apply(const Node& n, const S* const* a, S* out) {
+    const int da = n.args[0]->dim, db = n.args[1]->dim;
+    for (int r = 0; r < da; ++r)
+      for (int c = 0; c < db; ++c) out[r * db + c] = a[0][r] * a[1][c];
+  }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    const Formula x = arg(s, 0), y = arg(s, 1);
+    return {matvecmult(g, y), vecmatmult(x, g)};
+  }
+};
+struct TensorDotOp {
+  TESSEL_NAME("TensorDot");
+  static constexpr int arity = 2;
+  static int dim(std::span<const Formula> a, std::span<const int64_t> ip) {
+    TensorDotSpec t = TensorDotSpec::decode(ip);
+    t.check(a[0].dim(), a[1].dim());
+    return t.out_size();
+  }
+  template <class S> static void apply(const Node& n, const S* const* a, S* out) {
+    const TensorDotSpec t = TensorDotSpec::decode(n.ip);
+    t.for_each_term([&](int64_t o, int64_t ia, int64_t ib, bool first) {
+      const S p = a[0][ia] * a[1][ib];
+      out[o] = first ? p : out[o] + p;
+    });
+  }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    const TensorDotSpec t = TensorDotSpec::decode(s.node().ip);
+    const Formula x = arg(s, 0), y = arg(s, 1);
+    return {make(OpCode::TensorDot, {g, y}, t.vjp_a().encode()),
+            make(OpCode::TensorDot, {x, g}, t.vjp_b().encode())};
+  }
+};
+#undef TESSEL_NAME
+
+}  // namespace
+
+void register_tensor(std::vector<OpInfo>& t) {
+  t.push_back(describe<MatVecOp>(OpCode::MatVecMult));
+  t.push_back(describe<VecMatOp>(OpCode::VecMatMult));
+  t.push_back(describe<TensorProdOp>(OpCode::TensorProd));
+  t.push_back(describe<TensorDotOp>(OpCode::TensorDot));
+}
+
+Formula matvecmult(const Formula& a, const Formula& v) { return make(OpCode::MatVecMult, {a, v}); }
+Formula vecmatmult(const Formula& v, const Formula& a) { return make(OpCode::VecMatMult, {v, a}); }
+Formula tensorprod(const Formula& a, const Formula& b) { return make(OpCode::TensorProd, {a, b}); }
+Formula tensordot(const Formula& a, const Formula& b, const std::vector<int>& dims_a,
+                  const std::vector<int>& dims_b, const std::vector<int>& contr_a,
+                  const std::vector<int>& contr_b) {
+  TensorDotSpec t;
+  t.dims_a.assign(dims_a.begin(), dims_a.end());
+  t.dims_b.assign(dims_b.begin(), dims_b.end());
+  t.contr_a.assign(contr_a.begin(), contr_a.end());
+  t.contr_b.assign(contr_b.begin(), contr_b.end());
+  t.perm.resize(t.dims_a.size() + t.dims_b.size() - 2 * t.contr_a.size());
+  if (t.contr_a.size() > std::min(t.dims_a.size(), t.dims_b.size()))
+    detail::fail("TensorDot", "more contracted axes than the tensors have");
+  std::iota(t.perm.begin(), t.perm.end(), 0);
+  return make(OpCode::TensorDot, {a, b}, t.encode());
+}
+
+}  // namespace tessel

@@ -1,0 +1,358 @@
+// Vector ops: component reductions, indexing, norms, distances and quadratic forms, with VJPs.
+#include "ops/op.hpp"
+
+namespace tessel {
+
+namespace {
+
+// g (dim 1) repeated to dim d: the VJP of every "sum over components".
+Formula spread(const Formula& g, int d) { return g.dim() == d ? g : zero(d) + g; }
+int need_dim1(const char* op, const Formula& a, const char* what) {
+  if (a.dim() != 1) dim_error(op, std::string(what) + " must have dim 1, got " + std::to_string(a.dim()));
+  return 1;
+}
+std::vector<Formula> no_grad(const Formula& self, const Formula&) {
+  return std::vector<Formula>(self.node().args.size());
+}
+template <class S>
+S sum_of(const S* a, int d) {
+  S r = a[0];
+  for (int c = 1; c < d; ++c) r = r + a[c];
+  return r;
+}
+template <class S>
+S dot_of(const S* a, const S* b, int d) {
+  S r = a[0] * b[0];
+  for (int c = 1; c < d; ++c) r = r + a[c] * b[c];
+  return r;
+}
+#define TESSEL_NAME(s) static constexpr const char* name = s
+
+struct SumOp {
+  TESSEL_NAME("Sum");
+  static constexpr int arity = 1;
+  static constexpr bool zero_preserving = true;
+  static constexpr auto dim = dim_scalar;
+  template <class S> static void apply(const Node& n, const S* const* a, S* out) {
+    out[0] = sum_of(a[0], n.args[0]->dim);
+  }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    return {spread(g, arg(s, 0).dim())};
+  }
+};
+// Max/Min/ArgMax/ArgMin over components; the first extreme component wins ties.
+template <bool IsMax, bool IsArg>
+struct Extreme {
+  static constexpr int arity = 1;
+  static constexpr auto dim = dim_scalar;
+  template <class S> static void apply(const Node& n, const S* const* a, S* out) {
+    S best = a[0][0], idx(0.0);
+    for (int c = 1; c < n.args[0]->dim; ++c) {
+      const S& v = a[0][c];
+      if constexpr (IsMax) {
+        idx = t_lt(best, v, S(static_cast<double>(c)), idx);
+        best = t_lt(best, v, v, best);
+      } else {
+        idx = t_lt(v, best, S(static_cast<double>(c)), idx);
+        best = t_lt(v, best, v, best);
+      }
+    }
+    out[0] = IsArg ? idx : best;
+  }
+};
+struct MaxOp : Extreme<true, false> {
+  TESSEL_NAME("Max");
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    const Formula a = arg(s, 0);
+    return {g * one_hot(argmax(a), a.dim())};
+  }
+};
+struct MinOp : Extreme<false, false> {
+  TESSEL_NAME("Min");
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    const Formula a = arg(s, 0);
+    return {g * one_hot(argmin(a), a.dim())};
+  }
+};
+struct ArgMaxOp : Extreme<true, true> {
+  TESSEL_NAME("ArgMax");
+  static constexpr auto vjp = no_grad;
+};
+struct ArgMinOp : Extreme<false, true> {
+  TESSEL_NAME("ArgMin");
+  static constexpr auto vjp = no_grad;
+};
+struct ElemOp {
+  TESSEL_NAME("Elem");
+  static constexpr int arity = 1, n_ip = 1;
+  static constexpr bool zero_preserving = true;
+  static int dim(std::span<const Formula> a, std::span<const int64_t> ip) {
+    if (ip[0] < 0 || ip[0] >= a[0].dim())
+      dim_error(name, "index " + std::to_string(ip[0]) + " is out of range for dim " +
+                          std::to_string(a[0].dim()));
+    return 1;
+  }
+  static Formula simplify(std::span<const Formula> a, std::span<const int64_t>) {
+    return a[0].dim() == 1 ? a[0] : Formula{};
+  }
+  template <class S> static void apply(const Node& n, const S* const* a, S* out) {
+    out[0] = a[0][n.ip[0]];
+  }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    const int d = arg(s, 0).dim();
+    return {g * one_hot(int_cst(s.node().ip[0]), d)};
+  }
+};
+struct ExtractOp {
+  TESSEL_NAME("Extract");
+  static constexpr int arity = 1, n_ip = 2;
+  static constexpr bool zero_preserving = true;
+  static int dim(std::span<const Formula> a, std::span<const int64_t> ip) {
+    if (ip[0] < 0 || ip[1] < 1 || ip[0] + ip[1] > a[0].dim())
+      dim_error(name, "range [" + std::to_string(ip[0]) + ", " + std::to_string(ip[0] + ip[1]) +
+                          ") does not fit in dim " + std::to_string(a[0].dim()));
+    return static_cast<int>(ip[1]);
+  }
+  static Formula simplify(std::span<const Formula> a, std::span<const int64_t> ip) {
+    return ip[0] == 0 && ip[1] == a[0].dim() ? a[0] : Formula{};
+  }
+  template <class S> static void apply(const Node& n, const S* const* a, S* out) {
+    for (int c = 0; c < n.dim; ++c) out[c] = a[0][n.ip[0] + c];
+  }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    const int d = arg(s, 0).dim(), start = static_cast<int>(s.node().ip[0]), len = s.dim();
+    Formula r = g;
+    if (start > 0) r = concat(zero(start), r);
+    if (start + len < d) r = concat(r, zero(d - start - len));
+    return {r};
+  }
+};
+struct ConcatOp {
+  TESSEL_NAME("Concat");
+  static constexpr int arity = 2;
+  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
+    return a[0].dim() + a[1].dim();
+  }
+  static Formula simplify(std::span<const Formula> a, std::span<const int64_t>) {
+    if (is_zero(a[0]) && is_zero(a[1])) return zero(a[0].dim() + a[1].dim());
+    return {};
+  }
+  template <class S> static void apply(const Node& n, const S* const* a, S* out) {
+    const int da = n.args[0]->dim;
+    for (int c = 0; c < da; ++c) out[c] = a[0][c];
+    for (int c = 0; c < n.args[1]->dim; ++c) out[da + c] = a[1][c];
+  }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    const int da = arg(s, 0).dim(), db = arg(s, 1).dim();
+    return {extract(g, 0, da), extract(g, da, db)};
+  }
+};
+struct OneHotOp {
+  TESSEL_NAME("OneHot");  // OneHot(x, d): x holds a float-encoded integer
+  static constexpr int arity = 1, n_ip = 1;
+  static int dim(std::span<const Formula> a, std::span<const int64_t> ip) {
+    need_dim1(name, a[0], "the index argument");
+    if (ip[0] < 1) dim_error(name, "dim must be >= 1, got " + std::to_string(ip[0]));
+    return static_cast<int>(ip[0]);
+  }
+  template <class S> static void apply(const Node& n, const S* const* a, S* out) {
+    const S r = t_round(a[0][0]);
+    for (int c = 0; c < n.dim; ++c) out[c] = t_eq(r, S(static_cast<double>(c)), S(1.0), S(0.0));
+  }
+  static constexpr auto vjp = no_grad;
+};
+struct SqNorm2Op {
+  TESSEL_NAME("SqNorm2");
+  static constexpr int arity = 1;
+  static constexpr bool zero_preserving = true;
+  static constexpr auto dim = dim_scalar;
+  template <class S> static void apply(const Node& n, const S* const* a, S* out) {
+    out[0] = dot_of(a[0], a[0], n.args[0]->dim);
+  }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    return {(2.0 * g) * arg(s, 0)};
+  }
+};
+struct Norm2Op {
+  TESSEL_NAME("Norm2");
+  static constexpr int arity = 1;
+  static constexpr bool zero_preserving = true;
+  static constexpr auto dim = dim_scalar;
+  template <class S> static void apply(const Node& n, const S* const* a, S* out) {
+    out[0] = t_sqrt(dot_of(a[0], a[0], n.args[0]->dim));
+  }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    return {(g / s) * arg(s, 0)};
+  }
+};
+struct NormalizeOp {
+  TESSEL_NAME("Normalize");
+  static constexpr int arity = 1;
+  static constexpr auto dim = dim_same_as_arg;
+  template <class S> static void apply(const Node& n, const S* const* a, S* out) {
+    const S r = t_rsqrt(dot_of(a[0], a[0], n.dim));
+    for (int c = 0; c < n.dim; ++c) out[c] = a[0][c] * r;
+  }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    const Formula a = arg(s, 0);
+    return {(g - (s | g) * s) * rsqrt(sqnorm2(a))};
+  }
+};
+struct SqDistOp {
+  TESSEL_NAME("SqDist");
+  static constexpr int arity = 2;
+  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
+    same_dim(name, a[0].dim(), a[1].dim());
+    return 1;
+  }
+  template <class S> static void apply(const Node& n, const S* const* a, S* out) {
+    S r;
+    for (int c = 0; c < n.args[0]->dim; ++c) {
+      const S d = a[0][c] - a[1][c];
+      r = c == 0 ? d * d : r + d * d;
+    }
+    out[0] = r;
+  }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    const Formula d = (2.0 * g) * (arg(s, 0) - arg(s, 1));
+    return {d, -d};
+  }
+};
+struct ScalprodOp {
+  TESSEL_NAME("Scalprod");
+  static constexpr const char* infix = "|";
+  static constexpr int arity = 2;
+  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
+    same_dim(name, a[0].dim(), a[1].dim());
+    return 1;
+  }
+  static Formula simplify(std::span<const Formula> a, std::span<const int64_t>) {
+    return is_zero(a[0]) || is_zero(a[1]) ? zero(1) : Formula{};
+  }
+  template <class S> static void apply(const Node& n, const S* const* a, S* out) {
+    out[0] = dot_of(a[0], a[1], n.args[0]->dim);
+  }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    return {g * arg(s, 1), g * arg(s, 0)};
+  }
+};
+// Quadratic forms a^T S a with S isotropic (dim 1), diagonal (dim d) or full (dim d*d).
+struct SqNormIsoOp {
+  TESSEL_NAME("SqNormIso");
+  static constexpr int arity = 2;
+  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
+    return need_dim1(name, a[0], "the weight (first argument)");
+  }
+  template <class S> static void apply(const Node& n, const S* const* a, S* out) {
+    out[0] = a[0][0] * dot_of(a[1], a[1], n.args[1]->dim);
+  }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    const Formula w = arg(s, 0), x = arg(s, 1);
+    return {g * sqnorm2(x), (2.0 * g * w) * x};
+  }
+};
+struct SqNormDiagOp {
+  TESSEL_NAME("SqNormDiag");
+  static constexpr int arity = 2;
+  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
+    same_dim(name, a[0].dim(), a[1].dim());
+    return 1;
+  }
+  template <class S> static void apply(const Node& n, const S* const* a, S* out) {
+    S r;
+    for (int c = 0; c < n.args[1]->dim; ++c) {
+      const S t = a[0][c] * (a[1][c] * a[1][c]);
+      r = c == 0 ? t : r + t;
+    }
+    out[0] = r;
+  }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    const Formula w = arg(s, 0), x = arg(s, 1);
+    return {g * square(x), (2.0 * g) * (w * x)};
+  }
+};
+struct SymSqNormOp {
+  TESSEL_NAME("SymSqNorm");
+  static constexpr int arity = 2;
+  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
+    const int d = a[1].dim();
+    if (a[0].dim() != d * d)
+      dim_error(name, "the matrix has dim " + std::to_string(a[0].dim()) + "; expected " +
+                          std::to_string(d * d) + " for a vector of dim " + std::to_string(d));
+    return 1;
+  }
+  template <class S> static void apply(const Node& n, const S* const* a, S* out) {
+    const int d = n.args[1]->dim;
+    S r;
+    for (int p = 0; p < d; ++p)
+      for (int q = 0; q < d; ++q) {
+        const S t = a[0][p * d + q] * (a[1][p] * a[1][q]);
+        r = (p == 0 && q == 0) ? t : r + t;
+      }
+    out[0] = r;
+  }
+  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    const Formula w = arg(s, 0), x = arg(s, 1);
+    return {g * tensorprod(x, x), g * (matvecmult(w, x) + vecmatmult(x, w))};
+  }
+};
+#undef TESSEL_NAME
+
+}  // namespace
+
+void register_vector(std::vector<OpInfo>& t) {
+  t.push_back(describe<SumOp>(OpCode::Sum));
+  t.push_back(describe<MaxOp>(OpCode::Max));
+  t.push_back(describe<MinOp>(OpCode::Min));
+  t.push_back(describe<ArgMaxOp>(OpCode::ArgMax));
+  t.push_back(describe<ArgMinOp>(OpCode::ArgMin));
+  t.push_back(describe<ElemOp>(OpCode::Elem));
+  t.push_back(describe<ExtractOp>(OpCode::Extract));
+  t.push_back(describe<ConcatOp>(OpCode::Concat));
+  t.push_back(describe<OneHotOp>(OpCode::OneHot));
+  t.push_back(describe<SqNorm2Op>(OpCode::SqNorm2));
+  t.push_back(describe<Norm2Op>(OpCode::Norm2));
+  t.push_back(describe<NormalizeOp>(OpCode::Normalize));
+  t.push_back(describe<SqDistOp>(OpCode::SqDist));
+  t.push_back(describe<ScalprodOp>(OpCode::Scalprod));
+  t.push_back(describe<SqNormIsoOp>(OpCode::SqNormIso));
+  t.push_back(describe<SqNormDiagOp>(OpCode::SqNormDiag));
+  t.push_back(describe<SymSqNormOp>(OpCode::SymSqNorm));
+}
+
+Formula sum(const Formula& a) { return make(OpCode::Sum, {a}); }
+Formula max(const Formula& a) { return make(OpCode::Max, {a}); }
+Formula min(const Formula& a) { return make(OpCode::Min, {a}); }
+Formula argmax(const Formula& a) { return make(OpCode::ArgMax, {a}); }
+Formula argmin(const Formula& a) { return make(OpCode::ArgMin, {a}); }
+Formula elem(const Formula& a, int m) { return make(OpCode::Elem, {a}, {m}); }
+Formula extract(const Formula& a, int start, int len) {
+  return make(OpCode::Extract, {a}, {start, len});
+}
+Formula concat(const Formula& a, const Formula& b) { return make(OpCode::Concat, {a, b}); }
+Formula one_hot(const Formula& a, int dim) { return make(OpCode::OneHot, {a}, {dim}); }
+Formula sqnorm2(const Formula& a) { return make(OpCode::SqNorm2, {a}); }
+Formula norm2(const Formula& a) { return make(OpCode::Norm2, {a}); }
+Formula normalize(const Formula& a) { return make(OpCode::Normalize, {a}); }
+Formula sqdist(const Formula& a, const Formula& b) { return make(OpCode::SqDist, {a, b}); }
+Formula scalprod(const Formula& a, const Formula& b) { return make(OpCode::Scalprod, {a, b}); }
+Formula operator|(const Formula& a, const Formula& b) { return scalprod(a, b); }
+Formula sqnorm_iso(const Formula& s, const Formula& a) { return make(OpCode::SqNormIso, {s, a}); }
+Formula sqnorm_diag(const Formula& s, const Formula& a) {
+  return make(OpCode::SqNormDiag, {s, a});
+}
+Formula sym_sqnorm(const Formula& s, const Formula& a) { return make(OpCode::SymSqNorm, {s, a}); }
+Formula weighted_sqnorm(const Formula& w, const Formula& a) {
+  if (!w.valid() || !a.valid()) detail::fail("WeightedSqNorm", "null formula argument");
+  const int d = a.dim();
+  if (w.dim() == 1) return sqnorm_iso(w, a);
+  if (w.dim() == d) return sqnorm_diag(w, a);
+  if (w.dim() == d * d) return sym_sqnorm(w, a);
+  detail::fail("WeightedSqNorm", "the weight has dim ", w.dim(), "; expected 1, ", d, " or ", d * d,
+               " for a vector of dim ", d);
+}
+Formula weighted_sqdist(const Formula& w, const Formula& a, const Formula& b) {
+  return weighted_sqnorm(w, a - b);
+}
+
+}  // namespace tessel

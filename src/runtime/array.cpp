@@ -1,0 +1,60 @@
+// Array views and the small owning Array type.
+#include <cstring>
+
+#include "tessel/array.hpp"
+#include "tessel/error.hpp"
+
+namespace tessel {
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::Float32: return "float32";
+    case DType::Float64: return "float64";
+    case DType::Int64: return "int64";
+  }
+  return "?";
+}
+
+size_t dtype_size(DType t) { return t == DType::Float32 ? 4 : 8; }
+
+int64_t ArrayView::size() const {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+int64_t ArrayView::stride(int axis) const {
+  if (!strides.empty()) return strides.at(axis);
+  int64_t s = 1;
+  for (size_t k = axis + 1; k < shape.size(); ++k) s *= shape[k];
+  return s;
+}
+
+Array::Array(DType dtype, std::vector<int64_t> shape) : dtype_(dtype), shape_(std::move(shape)) {
+  for (int64_t s : shape_)
+    if (s < 0) detail::fail("Array", "negative size ", s, " in shape");
+  const size_t bytes = static_cast<size_t>(size()) * dtype_size(dtype_);
+  storage_ = std::shared_ptr<uint8_t[]>(new uint8_t[bytes > 0 ? bytes : 1]());
+}
+
+int64_t Array::size() const {
+  int64_t n = 1;
+  for (int64_t s : shape_) n *= s;
+  return n;
+}
+
+ArrayView Array::view() const {
+  return ArrayView{const_cast<uint8_t*>(storage_.get()), dtype_, shape_, {}, {}};
+}
+
+double Array::at(int64_t k) const {
+  if (k < 0 || k >= size()) detail::fail("Array::at", "index ", k, " out of range for size ", size());
+  switch (dtype_) {
+    case DType::Float32: return as<float>()[k];
+    case DType::Float64: return as<double>()[k];
+    case DType::Int64: return static_cast<double>(as<int64_t>()[k]);
+  }
+  return 0;
+}
+
+}  // namespace tessel
