@@ -78,7 +78,8 @@ class Reduction {
   std::vector<VarSlot> inputs() const;
   std::string str() const;
   Hash128 hash() const;
-  const ReductionImpl& impl() const { return *impl_; }
+  const ReductionImpl& impl() const;
+  const std::shared_ptr<const ReductionImpl>& impl_ptr() const { return impl_; }
   explicit Reduction(std::shared_ptr<const ReductionImpl> impl) : impl_(std::move(impl)) {}
 
  private:

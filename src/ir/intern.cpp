@@ -60,6 +60,13 @@ std::string Hash128::hex() const {
   return buf;
 }
 
+Hash128 hash_words(const std::vector<int64_t>& words) {
+  Hasher h;
+  h.add(words.size());
+  for (int64_t w : words) h.add(static_cast<uint64_t>(w));
+  return Hash128{h.a, h.b};
+}
+
 Formula intern(OpCode op, int dim, std::vector<NodePtr> args, std::vector<int64_t> ip,
                double value) {
   Hasher h;

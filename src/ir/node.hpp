@@ -104,6 +104,9 @@ struct Node {
 Formula intern(OpCode op, int dim, std::vector<NodePtr> args, std::vector<int64_t> ip,
                double value = 0);
 
+// The same stable 128-bit mixing, for other structures (reductions, kernel keys).
+Hash128 hash_words(const std::vector<int64_t>& words);
+
 // Nodes of f in an order where every node follows its arguments; each node once.
 std::vector<NodePtr> topo_order(const NodePtr& root);
 

@@ -1,0 +1,53 @@
+// A validated evaluation request: the reduction, each variable's data, the sizes, the options.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "ir/reduction_impl.hpp"
+#include "tessel/array.hpp"
+
+namespace tessel {
+
+// One variable's data as rows × dim with element strides (any layout, any float dtype).
+struct Bound {
+  int index = -1;
+  Category cat = Category::I;
+  const void* data = nullptr;
+  DType dtype = DType::Float32;
+  int64_t rows = 0;
+  int dim = 0;
+  int64_t s_row = 0, s_col = 1;
+
+  double at(int64_t row, int c) const {
+    const int64_t off = row * s_row + c * s_col;
+    switch (dtype) {
+      case DType::Float32: return static_cast<const float*>(data)[off];
+      case DType::Float64: return static_cast<const double*>(data)[off];
+      case DType::Int64: return static_cast<double>(static_cast<const int64_t*>(data)[off]);
+    }
+    return 0;
+  }
+  int64_t index_at(int64_t row, int c) const {
+    return static_cast<const int64_t*>(data)[row * s_row + c * s_col];
+  }
+};
+
+struct Problem {
+  const ReductionImpl* r = nullptr;
+  std::vector<Bound> vars;  // sorted by index
+  int64_t n_outer = 0, n_inner = 0;
+  DType dtype = DType::Float32;  // of the float inputs and value outputs
+  Options opt;
+  int threads = 1;
+
+  const Bound& var(int index) const;
+};
+
+// Outputs are C-contiguous (n_outer, dim) arrays of the problem's dtype, or Int64 for indices.
+void run_interpreter(const Problem& p, std::span<const ArrayView> outs);
+// Returns false when no compiled kernel applies (then the caller interprets).
+bool run_compiled(const Problem& p, std::span<const ArrayView> outs);
+
+}  // namespace tessel

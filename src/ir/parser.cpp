@@ -1,0 +1,516 @@
+// KeOps text -> Formula: aliases and formulas, the inverse of the printer (src/ir/printer.cpp).
+//
+// The formula parser is an iterative operator-precedence parser with an explicit stack of open
+// groups and calls: printed formulas nest one parenthesis per node, so recursion would tie the
+// depth of a formula that can be parsed to the size of the caller's stack.
+#include <cctype>
+#include <charconv>
+#include <climits>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ops/op.hpp"
+#include "ops/tensordot.hpp"
+
+namespace tessel {
+
+namespace {
+
+// Thrown inside the parser; only parse() knows which text (formula or alias) the column is in.
+struct ParseError {
+  size_t pos;
+  std::string what;
+};
+
+[[noreturn]] void fail_at(size_t pos, std::string what) { throw ParseError{pos, std::move(what)}; }
+
+// Builder errors (dims, ranges) are re-thrown at the column of the call or operator that failed.
+template <class F>
+Formula build_at(size_t pos, F&& f) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    std::string w = e.what();
+    if (w.rfind("tessel::", 0) == 0) w.erase(0, 8);  // parse()'s own prefix comes back on top
+    fail_at(pos, w);
+  }
+}
+
+[[noreturn]] void report(const std::string& context, const std::string& text, const ParseError& e) {
+  std::string shown = text;
+  for (char& c : shown)
+    if (std::isspace(static_cast<unsigned char>(c))) c = ' ';  // keeps the caret under its column
+  detail::fail("parse", context, e.what, " at column ", e.pos, "\n  ", shown, "\n  ",
+               std::string(e.pos, ' '), "^");
+}
+
+bool ident_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
+bool ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+bool digit(char c) { return std::isdigit(static_cast<unsigned char>(c)); }
+
+// Tokens are read on demand: which token comes next depends on the grammar position (an integer
+// parameter, a tuple and a formula all start with a digit or '(').
+class Cursor {
+ public:
+  explicit Cursor(const std::string& s) : s_(s) {}
+
+  size_t pos() {
+    skip();
+    return pos_;
+  }
+  bool done() { return pos() >= s_.size(); }
+  char peek() { return done() ? '\0' : s_[pos_]; }
+  bool accept(char c) {
+    if (done() || s_[pos_] != c) return false;
+    ++pos_;
+    return true;
+  }
+  void expect(char c) {
+    if (accept(c)) return;
+    const std::string want = std::string("'") + c + "'";
+    fail_at(pos(), done() ? "missing " + want : "expected " + want + ", found " + next());
+  }
+  // The next token quoted for a message, or "the end".
+  std::string next() {
+    if (done()) return "the end";
+    size_t e = pos_;
+    while (e < s_.size() && (ident_char(s_[e]) || s_[e] == '.')) ++e;
+    return "'" + s_.substr(pos_, std::max(e, pos_ + 1) - pos_) + "'";
+  }
+  std::string ident() {
+    if (done() || !ident_start(s_[pos_])) return {};
+    const size_t b = pos_;
+    while (pos_ < s_.size() && ident_char(s_[pos_])) ++pos_;
+    return s_.substr(b, pos_ - b);
+  }
+  int64_t integer(const std::string& what) {
+    const size_t b = pos();
+    size_t p = b;
+    if (p < s_.size() && (s_[p] == '-' || s_[p] == '+')) ++p;
+    const size_t d = p;
+    while (p < s_.size() && digit(s_[p])) ++p;
+    if (p == d || (p < s_.size() && (ident_char(s_[p]) || s_[p] == '.')))
+      fail_at(b, "expected an integer " + what + ", found " + next());
+    int64_t v = 0;
+    if (std::from_chars(s_.data() + (s_[b] == '+' ? d : b), s_.data() + p, v).ec != std::errc())
+      fail_at(b, "integer " + s_.substr(b, p - b) + " is out of range");
+    pos_ = p;
+    return v;
+  }
+  // An integer literal is IntCst(n); '.', 'e' or 'E' make it a float constant, as in C++.
+  Formula number() {
+    const size_t b = pos();
+    size_t p = b, nd = 0;
+    auto digits = [&] {
+      for (; p < s_.size() && digit(s_[p]); ++p) ++nd;
+    };
+    bool is_float = false;
+    digits();
+    if (p < s_.size() && s_[p] == '.') ++p, is_float = true, digits();
+    if (nd > 0 && p < s_.size() && (s_[p] == 'e' || s_[p] == 'E')) {
+      is_float = true, nd = 0, ++p;
+      if (p < s_.size() && (s_[p] == '+' || s_[p] == '-')) ++p;
+      digits();
+    }
+    if (nd == 0 || (p < s_.size() && (ident_char(s_[p]) || s_[p] == '.')))
+      fail_at(b, "malformed number " + next());
+    pos_ = p;
+    const std::string tok = s_.substr(b, p - b);
+    if (!is_float) {
+      int64_t v = 0;
+      if (std::from_chars(tok.data(), tok.data() + tok.size(), v).ec != std::errc())
+        fail_at(b, "integer " + tok + " is out of range");
+      return int_cst(v);
+    }
+    double v = 0;  // from_chars, not strtod: the text must not depend on the C locale
+    if (std::from_chars(tok.data(), tok.data() + tok.size(), v).ec != std::errc())
+      fail_at(b, "number " + tok + " is out of range");
+    return constant(v);
+  }
+
+ private:
+  void skip() {
+    while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+  }
+  const std::string& s_;
+  size_t pos_ = 0;
+};
+
+// ---- what a function name means -----------------------------------------------------------------
+enum class Form { TableOp, Var, VarCat, IntCst, Rat, Zero, TensorDot, WSqNorm, WSqDist };
+
+struct Callee {
+  Form form = Form::TableOp;
+  const OpInfo* op = nullptr;
+  Category cat = Category::I;
+  size_t n_f = 0;                   // formula arguments
+  size_t n_p_min = 0, n_p_max = 0;  // then integer parameters (TensorDot: tuples)
+};
+
+std::optional<Callee> callee(const std::string& name) {
+  static const std::unordered_map<std::string, Callee> special = {
+      {"Vi", {Form::Var, nullptr, Category::I, 0, 2, 2}},
+      {"Vx", {Form::Var, nullptr, Category::I, 0, 2, 2}},
+      {"Vj", {Form::Var, nullptr, Category::J, 0, 2, 2}},
+      {"Vy", {Form::Var, nullptr, Category::J, 0, 2, 2}},
+      {"Pm", {Form::Var, nullptr, Category::Param, 0, 2, 2}},
+      {"Var", {Form::VarCat, nullptr, Category::I, 0, 3, 3}},
+      {"IntCst", {Form::IntCst, nullptr, Category::I, 0, 1, 1}},
+      {"Rat", {Form::Rat, nullptr, Category::I, 0, 2, 2}},
+      {"Zero", {Form::Zero, nullptr, Category::I, 0, 1, 1}},
+      {"TensorDot", {Form::TensorDot, nullptr, Category::I, 2, 4, 5}},
+      {"WeightedSqNorm", {Form::WSqNorm, nullptr, Category::I, 2, 0, 0}},
+      {"WeightedSqDist", {Form::WSqDist, nullptr, Category::I, 3, 0, 0}},
+  };
+  if (auto it = special.find(name); it != special.end()) return it->second;
+  const OpInfo* o = op_by_name(name);
+  if (!o) return std::nullopt;
+  Callee c;
+  c.op = o;
+  c.n_f = static_cast<size_t>(o->arity);
+  c.n_p_max = static_cast<size_t>(o->n_ip);
+  c.n_p_min = o->code == OpCode::Round ? 0 : c.n_p_max;  // Round(x) is Round(x, 0)
+  return c;
+}
+
+std::string plural(size_t n, const char* what) {
+  return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
+}
+std::string range(size_t lo, size_t hi, const char* what) {
+  return lo == hi ? plural(lo, what) : std::to_string(lo) + " or " + plural(hi, what);
+}
+std::string signature(const std::string& name, const Callee& c) {
+  std::string s = "'" + name + "' takes " + range(c.n_f + c.n_p_min, c.n_f + c.n_p_max, "argument");
+  if (c.n_f > 0 && c.n_p_max > 0)
+    s += ": " + plural(c.n_f, "formula") + ", then " +
+         range(c.n_p_min, c.n_p_max, c.form == Form::TensorDot ? "tuple" : "integer");
+  else if (c.n_f == 0)
+    s += ", all integers";
+  return s;
+}
+
+// ---- the formula parser -------------------------------------------------------------------------
+// Negation ('n') binds tightest, then * /, then + -, then | (scalar product): C++ precedence.
+int prec(char op) {
+  return op == 'n' ? 4 : op == '*' || op == '/' ? 3 : op == '+' || op == '-' ? 2 : 1;
+}
+
+struct PendingOp {
+  char op;
+  size_t pos;
+};
+
+// An open '(' group, an open call, or the whole formula (bottom of the stack).
+struct Frame {
+  size_t at = 0;     // column of the '(' or of the call's name
+  std::string name;  // the called function; empty for groups and the whole formula
+  Callee callee;
+  std::vector<Formula> args;  // a call's finished formula arguments
+  std::vector<Formula> vals;  // operands and operators of the expression being read
+  std::vector<PendingOp> ops;
+};
+
+class Parser {
+ public:
+  Parser(const std::string& text, const std::unordered_map<std::string, Formula>& names)
+      : cur_(text), names_(names) {}
+
+  Formula run() {
+    if (cur_.done()) fail_at(0, "empty formula");
+    std::vector<Frame> stack(1);
+    bool operand = true;  // the grammar position: an operand next, or an operator
+    while (true) {
+      Frame& f = stack.back();
+      const size_t at = cur_.pos();
+      const char c = cur_.peek();
+      if (operand) {
+        if (cur_.accept('-')) {
+          f.ops.push_back({'n', at});
+        } else if (cur_.accept('(')) {
+          stack.push_back(Frame{at});
+        } else if (digit(c) || c == '.') {
+          f.vals.push_back(cur_.number());
+          operand = false;
+        } else {
+          operand = !start_name(stack, at);
+        }
+        continue;
+      }
+      const bool in_call = !f.name.empty();
+      if (cur_.done()) {
+        if (stack.size() > 1) fail_at(at, "missing ')'");
+        return finish(f);
+      }
+      if (cur_.accept('[')) {  // x[m] is Elem(x, m)
+        const int64_t m = checked_int(cur_.integer("index"), at);
+        cur_.expect(']');
+        f.vals.back() = build_at(at, [&] { return elem(f.vals.back(), static_cast<int>(m)); });
+      } else if (c == '+' || c == '-' || c == '*' || c == '/' || c == '|') {
+        cur_.accept(c);
+        while (!f.ops.empty() && prec(f.ops.back().op) >= prec(c)) reduce(f);
+        f.ops.push_back({c, at});
+        operand = true;
+      } else if (in_call && (c == ',' || c == ')')) {
+        f.args.push_back(finish(f));
+        if (f.args.size() < f.callee.n_f && cur_.accept(',')) {
+          operand = true;
+          continue;
+        }
+        if (f.args.size() < f.callee.n_f) fail_at(f.at, signature(f.name, f.callee));
+        const auto params = close_call(f, true);
+        Formula r = build_call(f, params);
+        stack.pop_back();
+        stack.back().vals.push_back(std::move(r));
+      } else if (c == ')' && stack.size() > 1) {
+        cur_.accept(')');
+        Formula r = finish(f);
+        stack.pop_back();
+        stack.back().vals.push_back(std::move(r));
+      } else {
+        const char* want = in_call            ? "an operator, ',' or ')'"
+                           : stack.size() > 1 ? "an operator or ')'"
+                                              : "an operator or the end of the formula";
+        fail_at(at, (c == ')' ? std::string("unmatched ')'") : "unexpected " + cur_.next()) +
+                        "; expected " + want);
+      }
+    }
+  }
+
+ private:
+  // A name in operand position: an alias, a variable/constant leaf, or the start of a call.
+  // Returns whether a complete operand was read.
+  bool start_name(std::vector<Frame>& stack, size_t at) {
+    const std::string name = cur_.ident();
+    if (name.empty())
+      fail_at(at, cur_.done() ? "unexpected end of the formula; expected a formula"
+                              : "unexpected " + cur_.next() + "; expected a formula");
+    if (cur_.peek() != '(') {
+      auto it = names_.find(name);
+      if (it == names_.end()) fail_at(at, "unknown name '" + name + "'");
+      stack.back().vals.push_back(it->second);
+      return true;
+    }
+    const std::optional<Callee> ce = callee(name);
+    if (!ce)
+      fail_at(at, names_.count(name) ? "'" + name + "' is an alias, not a function"
+                                     : "unknown function '" + name + "'");
+    cur_.accept('(');
+    Frame call{at, name, *ce};
+    if (ce->n_f > 0) {
+      stack.push_back(std::move(call));
+      return false;
+    }
+    const auto params = close_call(call, false);
+    stack.back().vals.push_back(build_call(call, params));
+    return true;
+  }
+
+  int64_t checked_int(int64_t v, size_t at) {
+    if (v < INT_MIN || v > INT_MAX)
+      fail_at(at, "integer " + std::to_string(v) + " is out of range");
+    return v;
+  }
+
+  std::vector<int64_t> tuple() {
+    const size_t at = cur_.pos();
+    const std::string word = cur_.ident();  // "(2,3)", or KeOps's C++ spelling "Ind(2,3)"
+    if ((!word.empty() && word != "Ind") || cur_.peek() != '(')
+      fail_at(at, "expected a tuple like (2,3), found " +
+                      (word.empty() ? cur_.next() : "'" + word + "'"));
+    cur_.accept('(');
+    std::vector<int64_t> t;
+    while (!cur_.accept(')')) {  // a trailing comma is fine: Python writes (2,)
+      const size_t p = cur_.pos();
+      t.push_back(checked_int(cur_.integer("in a tuple"), p));
+      if (!cur_.accept(',')) {
+        cur_.expect(')');
+        break;
+      }
+    }
+    return t;
+  }
+
+  // Reads a call's integer parameters (TensorDot: tuples) and its ')'. Each is one vector.
+  std::vector<std::vector<int64_t>> close_call(const Frame& f, bool after_formulas) {
+    const Callee& c = f.callee;
+    std::vector<std::vector<int64_t>> out;
+    auto param = [&] {
+      const size_t p = cur_.pos();
+      if (c.form == Form::TensorDot) {
+        out.push_back(tuple());
+      } else {
+        // Only IntCst and Rat hold 64-bit values; every other parameter is an int in the builder.
+        const int64_t v = cur_.integer("parameter of '" + f.name + "'");
+        out.push_back({c.form == Form::IntCst || c.form == Form::Rat ? v : checked_int(v, p)});
+      }
+    };
+    if (!after_formulas && c.n_p_max > 0) param();
+    while (out.size() < c.n_p_max && cur_.accept(',')) param();
+    if (out.size() < c.n_p_min || cur_.peek() == ',') fail_at(f.at, signature(f.name, c));
+    cur_.expect(')');
+    return out;
+  }
+
+  Formula build_call(const Frame& f, const std::vector<std::vector<int64_t>>& ps) {
+    std::vector<int64_t> ip;
+    if (f.callee.form != Form::TensorDot)
+      for (const auto& p : ps) ip.push_back(p[0]);
+    const std::vector<Formula>& a = f.args;
+    return build_at(f.at, [&]() -> Formula {
+      switch (f.callee.form) {
+        case Form::Var:
+          return var(static_cast<int>(ip[0]), static_cast<int>(ip[1]), f.callee.cat);
+        case Form::VarCat:
+          if (ip[2] < 0 || ip[2] > 2)
+            detail::fail("Var", "category must be 0 (i), 1 (j) or 2 (parameter), got ", ip[2]);
+          return var(static_cast<int>(ip[0]), static_cast<int>(ip[1]),
+                     static_cast<Category>(ip[2]));
+        case Form::IntCst:
+          return int_cst(ip[0]);
+        case Form::Rat:
+          return rational(ip[0], ip[1]);
+        case Form::Zero:
+          return zero(static_cast<int>(ip[0]));
+        case Form::WSqNorm:
+          return weighted_sqnorm(a[0], a[1]);
+        case Form::WSqDist:
+          return weighted_sqdist(a[0], a[1], a[2]);
+        case Form::TensorDot:
+          return tensor_dot(a, ps);
+        case Form::TableOp:
+          if (f.callee.op->code == OpCode::Round && ip.empty()) ip.push_back(0);
+          return make(f.callee.op->code, a, ip);
+      }
+      return {};
+    });
+  }
+
+  // TensorDot(a, b, dims_a, dims_b, contr_a, contr_b[, perm]); the permutation defaults to the
+  // identity, as in the builder, so both spellings give one node.
+  static Formula tensor_dot(const std::vector<Formula>& a,
+                            const std::vector<std::vector<int64_t>>& ps) {
+    TensorDotSpec t{ps[0], ps[1], ps[2], ps[3], {}};
+    if (t.contr_a.size() != t.contr_b.size())
+      detail::fail("TensorDot", "the contracted axis lists have lengths ", t.contr_a.size(),
+                   " and ", t.contr_b.size());
+    const size_t axes = t.dims_a.size() + t.dims_b.size();
+    if (2 * t.contr_a.size() > axes)
+      detail::fail("TensorDot", "more contracted axes than the tensors have");
+    if (ps.size() == 5) {
+      t.perm = ps[4];
+    } else {
+      t.perm.resize(axes - 2 * t.contr_a.size());
+      std::iota(t.perm.begin(), t.perm.end(), 0);
+    }
+    return make(OpCode::TensorDot, {a[0], a[1]}, t.encode());
+  }
+
+  void reduce(Frame& f) {
+    const PendingOp o = f.ops.back();
+    f.ops.pop_back();
+    const Formula b = std::move(f.vals.back());
+    f.vals.pop_back();
+    if (o.op == 'n') {
+      f.vals.push_back(build_at(o.pos, [&] { return -b; }));
+      return;
+    }
+    Formula& a = f.vals.back();
+    a = build_at(o.pos, [&] {
+      if (o.op == '+') return a + b;
+      if (o.op == '-') return a - b;
+      if (o.op == '*') return a * b;
+      return o.op == '/' ? a / b : (a | b);
+    });
+  }
+
+  Formula finish(Frame& f) {
+    while (!f.ops.empty()) reduce(f);
+    Formula r = std::move(f.vals.back());
+    f.vals.clear();
+    return r;
+  }
+
+  Cursor cur_;
+  const std::unordered_map<std::string, Formula>& names_;
+};
+
+// ---- aliases ------------------------------------------------------------------------------------
+struct AliasDef {
+  std::string name;
+  size_t name_pos = 0, kind_pos = 0;
+  Formula var;
+};
+
+// "X = Vi(3)" (index = position in the alias list) or "X = Vi(0, 3)"; Vx/Vy are old Vi/Vj.
+AliasDef parse_alias(const std::string& text, int position) {
+  Cursor c(text);
+  AliasDef d;
+  d.name_pos = c.pos();
+  if (c.done()) fail_at(0, "empty alias");
+  d.name = c.ident();
+  if (d.name.empty()) fail_at(d.name_pos, "expected an alias name, found " + c.next());
+  c.expect('=');
+  d.kind_pos = c.pos();
+  const std::string kind = c.ident();
+  Category cat;
+  if (kind == "Vi" || kind == "Vx") {
+    cat = Category::I;
+  } else if (kind == "Vj" || kind == "Vy") {
+    cat = Category::J;
+  } else if (kind == "Pm") {
+    cat = Category::Param;
+  } else {
+    fail_at(d.kind_pos,
+            "expected Vi, Vj, Pm, Vx or Vy, found " + (kind.empty() ? c.next() : "'" + kind + "'"));
+  }
+  c.expect('(');
+  const size_t first_pos = c.pos();
+  const int64_t first = c.integer("(the dim, or the index then the dim)");
+  int64_t index = position, dim = first;
+  size_t dim_pos = first_pos;
+  if (c.accept(',')) {
+    index = first;
+    dim_pos = c.pos();
+    dim = c.integer("(the dim)");
+    if (index < 0 || index > INT_MAX)
+      fail_at(first_pos, "index must be >= 0, got " + std::to_string(index));
+  }
+  if (dim < 1 || dim > INT_MAX) fail_at(dim_pos, "dim must be >= 1, got " + std::to_string(dim));
+  c.expect(')');
+  if (!c.done()) fail_at(c.pos(), "unexpected " + c.next() + " after the alias");
+  d.var = var(static_cast<int>(index), static_cast<int>(dim), cat);
+  return d;
+}
+
+}  // namespace
+
+Formula parse(const std::string& text, const std::vector<std::string>& aliases) {
+  std::unordered_map<std::string, Formula> names;
+  std::map<int, std::string> owner;  // variable index -> the alias that claimed it
+  for (size_t k = 0; k < aliases.size(); ++k) {
+    try {
+      const AliasDef d = parse_alias(aliases[k], static_cast<int>(k));
+      if (names.count(d.name)) fail_at(d.name_pos, "duplicate alias '" + d.name + "'");
+      auto [it, fresh] = owner.try_emplace(d.var.node().var_index(), d.name);
+      const Formula& prev = fresh ? d.var : names.at(it->second);
+      if (!prev.same(d.var))
+        fail_at(d.kind_pos, "'" + d.name + "' is " + d.var.str() + " but alias '" + it->second +
+                                "' already gave index " + std::to_string(d.var.node().var_index()) +
+                                " to " + prev.str());
+      names.emplace(d.name, d.var);
+    } catch (const ParseError& e) {
+      report("in aliases[" + std::to_string(k) + "]: ", aliases[k], e);
+    }
+  }
+  try {
+    return Parser(text, names).run();
+  } catch (const ParseError& e) {
+    report("", text, e);
+  }
+}
+
+}  // namespace tessel

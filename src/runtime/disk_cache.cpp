@@ -1,0 +1,369 @@
+// Content-addressed on-disk kernel cache: flock()ed builds, atomic publish, checksummed entries.
+#include "runtime/disk_cache.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+
+#include "tessel/error.hpp"
+
+namespace tessel {
+
+namespace {
+
+constexpr const char* kManifestHeader = "tessel-kernel-manifest 1";
+constexpr const char* kDirHint = " (set TESSEL_CACHE_DIR to a writable folder)";
+
+bool is_key(const std::string& s) {
+  if (s.size() != 32) return false;
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+void check_key(const char* function, const std::string& key) {
+  if (!is_key(key))
+    detail::fail(function, "key '", key, "' is not a kernel cache key (expected 32 lowercase hex ",
+                 "characters)");
+}
+
+// Every failure to create or write inside the cache is most likely a bad cache location, so the
+// message always says which folder and how to pick another one.
+[[noreturn]] void fail_folder(const char* function, const char* what, const std::string& path,
+                              int err) {
+  detail::fail(function, what, " '", path, "': ", std::strerror(err), kDirHint);
+}
+
+// mkdir -p with 0755; an existing folder is fine, an existing non-folder is not.
+void make_dirs(const char* function, const std::string& dir) {
+  for (size_t pos = 1; pos <= dir.size(); ++pos) {
+    if (pos != dir.size() && dir[pos] != '/') continue;
+    std::string prefix = dir.substr(0, pos);
+    if (::mkdir(prefix.c_str(), 0755) == 0) continue;
+    int err = errno;
+    struct stat st;
+    if (err == EEXIST && ::stat(prefix.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) continue;
+    if (err == EEXIST) err = ENOTDIR;
+    fail_folder(function, "cannot create the kernel cache folder", prefix, err);
+  }
+}
+
+void unlink_quietly(const std::string& path) { ::unlink(path.c_str()); }
+
+// fsync a folder so that a rename() done in it survives a power cut.
+void sync_dir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+struct FileDigest {
+  int64_t size = 0;
+  uint64_t fnv1a = 0;
+};
+
+// Size and FNV-1a 64 of a file's bytes; `sync` also fsyncs it (used before publishing).
+std::optional<FileDigest> digest_file(const std::string& path, bool sync) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  FileDigest d;
+  d.fnv1a = 14695981039346656037ull;
+  char buf[1 << 16];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      ::close(fd);
+      return std::nullopt;
+    }
+    if (n == 0) break;
+    for (ssize_t k = 0; k < n; ++k) {
+      d.fnv1a ^= static_cast<unsigned char>(buf[k]);
+      d.fnv1a *= 1099511628211ull;
+    }
+    d.size += n;
+  }
+  if (sync && ::fsync(fd) != 0) {
+    ::close(fd);
+    return std::nullopt;
+  }
+  ::close(fd);
+  return d;
+}
+
+std::string manifest_text(const std::string& key, const FileDigest& d) {
+  char line[64];
+  std::snprintf(line, sizeof line, "%016" PRIx64, d.fnv1a);
+  return std::string(kManifestHeader) + "\nkey " + key + "\nsize " + std::to_string(d.size) +
+         "\nfnv1a64 " + line + "\n";
+}
+
+std::optional<std::string> read_small_file(const std::string& path, size_t limit) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0 || out.size() + n > limit) {
+      ::close(fd);
+      if (n == 0) return out;
+      return std::nullopt;
+    }
+    out.append(buf, n);
+  }
+}
+
+// True when the .so exists and matches its manifest exactly. Safe without the lock: both files
+// are only ever replaced by rename(), and a stale manifest can only match identical bytes.
+bool entry_valid(const std::string& key, const CacheFiles& f, const std::string& manifest_path) {
+  std::optional<std::string> manifest = read_small_file(manifest_path, 1024);
+  if (!manifest) return false;
+  struct stat st;
+  if (::stat(f.so_path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  std::optional<FileDigest> d = digest_file(f.so_path, false);
+  if (!d || d->size == 0 || d->size != static_cast<int64_t>(st.st_size)) return false;
+  return *manifest == manifest_text(key, *d);
+}
+
+// Writes `data` to `path` via a temp file + fsync + rename, so readers never see half of it.
+void write_atomic(const char* function, const std::string& dir, const std::string& path,
+                  const std::string& data) {
+  static std::atomic<uint64_t> counter{0};
+  std::string tmp = path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(++counter);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail_folder(function, "cannot write in the kernel cache folder", dir, errno);
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      unlink_quietly(tmp);
+      fail_folder(function, "cannot write in the kernel cache folder", dir, err);
+    }
+    done += n;
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    int err = errno;
+    unlink_quietly(tmp);
+    fail_folder(function, "cannot write in the kernel cache folder", dir, err);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    unlink_quietly(tmp);
+    fail_folder(function, "cannot write in the kernel cache folder", dir, err);
+  }
+}
+
+// Exclusive flock() on <key>.lock, held for the object's lifetime. flock() locks belong to an
+// open file description, so two threads of one process exclude each other as well (each opens
+// the file itself). clear() unlinks lock files while holding them; a waiter that then gets the
+// lock on the unlinked inode notices (inode differs from the path's) and locks the new file.
+class KeyLock {
+ public:
+  KeyLock(const char* function, const std::string& dir, const std::string& path) {
+    for (;;) {
+      fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      if (fd_ < 0) fail_folder(function, "cannot write in the kernel cache folder", dir, errno);
+      while (::flock(fd_, LOCK_EX) != 0) {
+        if (errno == EINTR) continue;
+        int err = errno;
+        ::close(fd_);
+        fail_folder(function, "cannot lock a file in the kernel cache folder", dir, err);
+      }
+      struct stat held, now;
+      if (::fstat(fd_, &held) == 0 && ::stat(path.c_str(), &now) == 0 &&
+          held.st_dev == now.st_dev && held.st_ino == now.st_ino)
+        return;
+      ::close(fd_);
+    }
+  }
+  ~KeyLock() {
+    // Explicit unlock: a child forked between open() and exec() may still share the description.
+    ::flock(fd_, LOCK_UN);
+    ::close(fd_);
+  }
+  KeyLock(const KeyLock&) = delete;
+  KeyLock& operator=(const KeyLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+std::vector<std::string> dir_names(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return names;
+  while (struct dirent* e = ::readdir(d)) {
+    std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Leftovers of a builder that died: only called while holding the key's lock, when nobody else
+// can be writing them.
+void remove_temps(const std::string& dir, const std::string& key) {
+  for (const std::string& name : dir_names(dir))
+    if (name.compare(0, key.size(), key) == 0 && name.find(".tmp-") != std::string::npos)
+      unlink_quietly(dir + "/" + name);
+}
+
+std::string dir_of(const std::string& path) { return path.substr(0, path.rfind('/')); }
+std::string manifest_of(const std::string& so_path) {
+  return so_path.substr(0, so_path.size() - 3) + ".manifest";
+}
+std::string lock_of(const std::string& so_path) {
+  return so_path.substr(0, so_path.size() - 3) + ".lock";
+}
+
+}  // namespace
+
+DiskCache& DiskCache::instance() {
+  // One object per root, never destroyed: references handed out stay valid for the process.
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<DiskCache>>* caches =
+      new std::map<std::string, std::unique_ptr<DiskCache>>();
+  std::string root = cache_dir();
+  std::lock_guard<std::mutex> lock(mu);
+  std::unique_ptr<DiskCache>& slot = (*caches)[root];
+  if (!slot) slot = std::make_unique<DiskCache>(root);
+  return *slot;
+}
+
+DiskCache::DiskCache(std::string root) : root_(std::move(root)) {
+  while (root_.size() > 1 && root_.back() == '/') root_.pop_back();
+  if (root_.empty()) detail::fail("DiskCache", "root is empty (expected a folder path)", kDirHint);
+}
+
+std::string DiskCache::kernels_dir() const { return root_ + "/kernels"; }
+
+CacheFiles DiskCache::files(const std::string& key) const {
+  check_key("DiskCache::files", key);
+  std::string stem = kernels_dir() + "/" + key.substr(0, 2) + "/" + key;
+  return CacheFiles{stem + ".so", stem + ".cpp"};
+}
+
+std::string DiskCache::get_or_build(
+    const std::string& key, const std::string& source,
+    const std::function<void(const std::string& source_path, const std::string& so_path)>& build) {
+  static constexpr const char* kFn = "DiskCache::get_or_build";
+  check_key(kFn, key);
+  if (!build) detail::fail(kFn, "build is empty (expected a function that writes the .so)");
+  CacheFiles f = files(key);
+  std::string dir = dir_of(f.so_path), manifest = manifest_of(f.so_path);
+  // Fast path without the lock: the common case is a warm cache.
+  if (entry_valid(key, f, manifest)) return f.so_path;
+
+  make_dirs(kFn, dir);
+  KeyLock lock(kFn, dir, lock_of(f.so_path));
+  // Someone may have built it while we waited for the lock.
+  if (entry_valid(key, f, manifest)) return f.so_path;
+
+  // Absent, half-written or corrupt: drop what is there (manifest first, so a lock-free reader
+  // never pairs the old manifest with new bytes and a mismatch just sends it to the lock).
+  unlink_quietly(manifest);
+  unlink_quietly(f.so_path);
+  remove_temps(dir, key);
+  write_atomic(kFn, dir, f.source_path, source);
+
+  static std::atomic<uint64_t> counter{0};
+  // Same folder as the final name, so rename() is atomic; ends in .so for compilers that care.
+  std::string tmp = dir + "/" + key + ".tmp-" + std::to_string(::getpid()) + "-" +
+                    std::to_string(++counter) + ".so";
+  try {
+    build(f.source_path, tmp);
+  } catch (...) {
+    unlink_quietly(tmp);
+    throw;
+  }
+  struct stat st;
+  if (::stat(tmp.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
+    unlink_quietly(tmp);
+    detail::fail(kFn, "building key ", key, " produced no shared library at '", tmp,
+                 "' (expected build(source_path, so_path) to write a non-empty file there)");
+  }
+  std::optional<FileDigest> digest = digest_file(tmp, true);
+  if (!digest) {
+    int err = errno;
+    unlink_quietly(tmp);
+    fail_folder(kFn, "cannot read back a built kernel in the kernel cache folder", dir, err);
+  }
+  if (::rename(tmp.c_str(), f.so_path.c_str()) != 0) {
+    int err = errno;
+    unlink_quietly(tmp);
+    fail_folder(kFn, "cannot write in the kernel cache folder", dir, err);
+  }
+  // The manifest goes last: until it exists the entry reads as absent, never as valid.
+  write_atomic(kFn, dir, manifest, manifest_text(key, *digest));
+  sync_dir(dir);
+  return f.so_path;
+}
+
+std::vector<CacheEntry> DiskCache::list() const {
+  std::vector<CacheEntry> out;
+  for (const std::string& sub : dir_names(kernels_dir())) {
+    std::string dir = kernels_dir() + "/" + sub;
+    for (const std::string& name : dir_names(dir)) {
+      if (!ends_with(name, ".so") || !is_key(name.substr(0, name.size() - 3))) continue;
+      struct stat st;
+      std::string path = dir + "/" + name;
+      if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      out.push_back(CacheEntry{name.substr(0, 32), path, static_cast<int64_t>(st.st_size)});
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const CacheEntry& a, const CacheEntry& b) { return a.key < b.key; });
+  return out;
+}
+
+int64_t DiskCache::clear() {
+  static constexpr const char* kFn = "DiskCache::clear";
+  int64_t removed = 0;
+  for (const std::string& sub : dir_names(kernels_dir())) {
+    std::string dir = kernels_dir() + "/" + sub;
+    std::set<std::string> keys;
+    for (const std::string& name : dir_names(dir))
+      if (name.size() >= 32 && is_key(name.substr(0, 32))) keys.insert(name.substr(0, 32));
+    for (const std::string& key : keys) {
+      std::string stem = dir + "/" + key;
+      // Under the key's lock, so an entry is never removed in the middle of its build.
+      KeyLock lock(kFn, dir, stem + ".lock");
+      struct stat st;
+      if (::stat((stem + ".so").c_str(), &st) == 0) ++removed;
+      unlink_quietly(stem + ".manifest");
+      unlink_quietly(stem + ".so");
+      unlink_quietly(stem + ".cpp");
+      remove_temps(dir, key);
+      unlink_quietly(stem + ".lock");
+    }
+    // Folders stay: removing them would race with a builder about to create its lock file.
+  }
+  return removed;
+}
+
+}  // namespace tessel

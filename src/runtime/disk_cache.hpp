@@ -1,0 +1,52 @@
+// Content-addressed on-disk cache of compiled kernels, safe across threads and processes.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tessel/runtime.hpp"
+
+namespace tessel {
+
+// Where one key's files live; filled by DiskCache so callers never build paths themselves.
+struct CacheFiles {
+  std::string so_path;
+  std::string source_path;
+};
+
+// Layout: <root>/kernels/<key[0:2]>/<key>.so   the published shared library
+//                                   <key>.manifest  size + FNV-1a 64 checksum of the .so
+//                                   <key>.cpp   the generated source (kept for debugging)
+//                                   <key>.lock  flock()ed while the key is built or removed
+// An entry counts as present only when the manifest matches the .so byte for byte, so a
+// crash half-way through a publish or a damaged file is rebuilt instead of dlopen()ed.
+class DiskCache {
+ public:
+  // The cache rooted at cache_dir(); one object per distinct root, so a test that changes
+  // TESSEL_CACHE_DIR gets a cache at the new place.
+  static DiskCache& instance();
+  explicit DiskCache(std::string root);
+
+  const std::string& root() const { return root_; }
+  // Paths for `key` (32 lowercase hex chars); creates nothing.
+  CacheFiles files(const std::string& key) const;
+
+  // Returns the path of a valid shared library for `key`, calling build(source_path, so_tmp_path)
+  // to make it when it is absent or corrupt. Exactly one caller builds a key at a time (others
+  // wait on the key's lock file, then use the result). Exceptions from `build` propagate
+  // unchanged and publish nothing.
+  std::string get_or_build(
+      const std::string& key, const std::string& source,
+      const std::function<void(const std::string& source_path, const std::string& so_path)>& build);
+
+  std::vector<CacheEntry> list() const;  // published entries, sorted by key
+  int64_t clear();                       // removes every entry; returns how many had a .so
+
+ private:
+  std::string kernels_dir() const;
+  std::string root_;
+};
+
+}  // namespace tessel

@@ -1,0 +1,287 @@
+// evaluate(): validates inputs and outputs, fills computed variables, and dispatches to a backend.
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "backend/cpu/problem.hpp"
+#include "tessel/runtime.hpp"
+
+namespace tessel {
+
+namespace {
+
+const char* cat_word(Category c) { return c == Category::I ? "Vi" : c == Category::J ? "Vj" : "Pm"; }
+
+// Checks one input against its slot and returns its rows × dim view.
+Bound bind(const VarSlot& v, const ArrayView& a) {
+  const char* fn = "evaluate";
+  Bound b;
+  b.index = v.index;
+  b.cat = v.cat;
+  b.dim = v.dim;
+  b.dtype = a.dtype;
+  b.data = a.data;
+  const std::string who = std::string("input ") + std::to_string(v.index) + " (" +
+                          cat_word(v.cat) + "(" + std::to_string(v.index) + "," +
+                          std::to_string(v.dim) + "))";
+  if (a.device.kind != DeviceKind::CPU)
+    detail::fail(fn, who, " is on a CUDA device; this build evaluates CPU arrays only");
+  if (a.dtype != DType::Float32 && a.dtype != DType::Float64)
+    detail::fail(fn, who, " has dtype ", dtype_name(a.dtype), "; expected float32 or float64");
+  if (!a.strides.empty() && a.strides.size() != a.shape.size())
+    detail::fail(fn, who, " has ", a.strides.size(), " strides for ", a.shape.size(), " dims");
+  for (int64_t s : a.shape)
+    if (s < 0) detail::fail(fn, who, " has a negative size in its shape");
+  if (v.cat == Category::Param) {
+    const bool ok = (a.shape.size() == 1 && a.shape[0] == v.dim) ||
+                    (a.shape.size() == 2 && a.shape[0] == 1 && a.shape[1] == v.dim);
+    if (!ok) detail::fail(fn, who, " must have shape (", v.dim, ") or (1, ", v.dim, ")");
+    b.rows = 1;
+    b.s_row = 0;
+    b.s_col = a.stride(static_cast<int>(a.shape.size()) - 1);
+  } else if (a.shape.size() == 2 && a.shape[1] == v.dim) {
+    b.rows = a.shape[0];
+    b.s_row = a.stride(0);
+    b.s_col = a.stride(1);
+  } else if (a.shape.size() == 1 && v.dim == 1) {
+    b.rows = a.shape[0];
+    b.s_row = a.stride(0);
+    b.s_col = 1;
+  } else {
+    std::string got = "(";
+    for (size_t k = 0; k < a.shape.size(); ++k) got += (k ? ", " : "") + std::to_string(a.shape[k]);
+    detail::fail(fn, who, " has shape ", got, "); expected (n, ", v.dim, ")",
+                 v.dim == 1 ? " or (n)" : "");
+  }
+  if (a.data == nullptr && b.rows * v.dim > 0) detail::fail(fn, who, " has a null data pointer");
+  return b;
+}
+
+void check_output(const ReductionImpl& r, int k, const ArrayView& o, int64_t rows, DType dtype) {
+  const char* fn = "evaluate";
+  const int dim = r.output_dim(k);
+  const DType want = r.output_is_index(k) ? DType::Int64 : dtype;
+  const std::string who = "output " + std::to_string(k);
+  if (o.device.kind != DeviceKind::CPU) detail::fail(fn, who, " must be a CPU array");
+  if (o.dtype != want)
+    detail::fail(fn, who, " has dtype ", dtype_name(o.dtype), "; expected ", dtype_name(want));
+  const bool ok = (o.shape.size() == 2 && o.shape[0] == rows && o.shape[1] == dim) ||
+                  (o.shape.size() == 1 && ((dim == 1 && o.shape[0] == rows) ||
+                                           (rows == 1 && o.shape[0] == dim)));
+  if (!ok) detail::fail(fn, who, " must have shape (", rows, ", ", dim, ")");
+  if (o.data == nullptr && rows * dim > 0) detail::fail(fn, who, " has a null data pointer");
+}
+
+bool contiguous(const ArrayView& a) {
+  if (a.strides.empty()) return true;
+  int64_t expect = 1;
+  for (int k = static_cast<int>(a.shape.size()) - 1; k >= 0; --k) {
+    if (a.shape[k] != 1 && a.strides[k] != expect) return false;
+    expect *= a.shape[k];
+  }
+  return true;
+}
+
+void copy_rows(const Array& src, const ArrayView& dst) {
+  // dst may be strided; src is contiguous with the same logical shape.
+  const int64_t n = src.size();
+  const int64_t cols = dst.shape.size() == 2 ? dst.shape[1] : 1;
+  for (int64_t q = 0; q < n; ++q) {
+    const int64_t r = q / cols, c = q % cols;
+    const int64_t off = dst.shape.size() == 2 ? r * dst.stride(0) + c * dst.stride(1) : q * dst.stride(0);
+    const size_t es = dtype_size(dst.dtype);
+    std::memcpy(static_cast<uint8_t*>(dst.data) + off * es,
+                static_cast<const uint8_t*>(src.data()) + q * es, es);
+  }
+}
+
+// dst += src, elementwise over the same logical (rows, dim) shape; dst may be strided.
+void add_rows(const Array& src, const ArrayView& dst) {
+  const int64_t n = src.size();
+  const int64_t cols = dst.shape.size() == 2 ? dst.shape[1] : 1;
+  for (int64_t q = 0; q < n; ++q) {
+    const int64_t r = q / cols, c = q % cols;
+    const int64_t off =
+        dst.shape.size() == 2 ? r * dst.stride(0) + c * dst.stride(1) : q * dst.stride(0);
+    if (dst.dtype == DType::Float32) static_cast<float*>(dst.data)[off] += static_cast<float>(src.at(q));
+    else static_cast<double*>(dst.data)[off] += src.at(q);
+  }
+}
+
+struct Context {
+  std::span<const ArrayView> inputs;
+  Options opt;
+  Sizes sizes;
+  std::map<std::pair<uint64_t, uint64_t>, std::vector<Array>> computed;  // by source hash
+};
+
+std::vector<Array> eval_impl(const ReductionImpl& r, Context& ctx, bool top);
+
+void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> outputs,
+               bool top) {
+  const char* fn = "evaluate";
+  Problem p;
+  p.r = &r;
+  p.opt = ctx.opt;
+  p.threads = ctx.opt.threads > 0 ? ctx.opt.threads : num_threads();
+  const int n_in = r.next_input_index();
+  if (static_cast<int>(ctx.inputs.size()) < n_in)
+    detail::fail(fn, "expected ", n_in, " inputs (variables 0..", n_in - 1, "), got ",
+                 ctx.inputs.size());
+  if (top && static_cast<int>(ctx.inputs.size()) > n_in)
+    detail::fail(fn, "expected ", n_in, " inputs (variables 0..", n_in - 1, "), got ",
+                 ctx.inputs.size(), ": the reduction does not use the extra ones");
+  // Bind the caller's inputs and learn the sizes and the dtype.
+  int64_t rows[2] = {ctx.sizes.ni, ctx.sizes.nj};
+  int from[2] = {-1, -1};
+  bool have_dtype = false;
+  int dtype_from = -1;
+  for (const VarSlot& v : r.vars) {
+    if (v.computed) continue;
+    Bound b = bind(v, ctx.inputs[v.index]);
+    if (!have_dtype) {
+      p.dtype = b.dtype, have_dtype = true, dtype_from = v.index;
+    } else if (b.dtype != p.dtype) {
+      detail::fail(fn, "input ", v.index, " has dtype ", dtype_name(b.dtype), " but input ",
+                   dtype_from, " has ", dtype_name(p.dtype), "; all inputs must share one dtype");
+    }
+    if (v.cat != Category::Param) {
+      const int c = static_cast<int>(v.cat);
+      if (from[c] >= 0 && rows[c] != b.rows)
+        detail::fail(fn, "input ", v.index, " has ", b.rows, " rows but input ", from[c], " has ",
+                     rows[c], "; all ", cat_word(v.cat), " variables must have the same length");
+      if (from[c] < 0 && rows[c] >= 0 && rows[c] != b.rows)
+        detail::fail(fn, "input ", v.index, " has ", b.rows, " rows but sizes say ", rows[c]);
+      rows[c] = b.rows, from[c] = v.index;
+    }
+    p.vars.push_back(b);
+  }
+  if (!have_dtype) p.dtype = outputs.empty() ? DType::Float32 : outputs[0].dtype;
+  if (p.dtype == DType::Int64) p.dtype = DType::Float32;
+  for (int c = 0; c < 2; ++c)
+    if (rows[c] < 0)
+      detail::fail(fn, "cannot tell the number of ", c == 0 ? "i" : "j", " rows: no ",
+                   c == 0 ? "Vi" : "Vj", " input; pass it in Sizes{", c == 0 ? "ni" : "nj", "}");
+  p.n_outer = rows[static_cast<int>(r.outer())];
+  p.n_inner = rows[static_cast<int>(r.inner())];
+  if ((r.op == ReductionOp::KMin || r.op == ReductionOp::ArgKMin ||
+       r.op == ReductionOp::KMinArgKMin) &&
+      r.k > p.n_inner)
+    detail::fail(fn, reduction_name(r.op), ": K = ", r.k, " is larger than the number of ",
+                 r.axis == 1 ? "j" : "i", " rows (", p.n_inner, ")");
+  // Computed variables: sub-reductions on the same inputs, each evaluated once per call.
+  for (const ComputedVar& c : r.computed) {
+    const auto key = std::make_pair(c.source->hash.lo, c.source->hash.hi);
+    auto it = ctx.computed.find(key);
+    if (it == ctx.computed.end()) it = ctx.computed.emplace(key, eval_impl(*c.source, ctx, false)).first;
+    const Array& a = it->second.at(c.output);
+    const VarSlot* v = r.find_var(c.index);
+    Bound b;
+    b.index = c.index;
+    b.cat = v->cat;
+    b.dim = v->dim;
+    b.dtype = a.dtype();
+    b.data = a.data();
+    b.rows = c.source->full_sum ? 1 : a.shape()[0];
+    b.s_row = c.source->full_sum ? 0 : v->dim;
+    b.s_col = 1;
+    p.vars.push_back(b);
+  }
+  std::sort(p.vars.begin(), p.vars.end(), [](const Bound& a, const Bound& b) {
+    return a.index < b.index;
+  });
+  // Outputs: checked, then computed into contiguous row-major buffers.
+  const int64_t out_rows = r.full_sum ? 1 : p.n_outer;
+  if (static_cast<int>(outputs.size()) != r.num_outputs())
+    detail::fail(fn, reduction_name(r.op), " has ", r.num_outputs(), " outputs, got ",
+                 outputs.size());
+  for (int k = 0; k < r.num_outputs(); ++k) check_output(r, k, outputs[k], out_rows, p.dtype);
+
+  std::vector<Array> tmp;
+  std::vector<ArrayView> views;
+  for (int k = 0; k < r.num_outputs(); ++k) {
+    const DType t = r.output_is_index(k) ? DType::Int64 : p.dtype;
+    if (!r.full_sum && contiguous(outputs[k])) {
+      ArrayView v = outputs[k];
+      v.shape = {p.n_outer, r.output_dim(k)};
+      v.strides.clear();
+      views.push_back(v);
+    } else {
+      tmp.emplace_back(t, std::vector<int64_t>{p.n_outer, r.output_dim(k)});
+      views.push_back(tmp.back().view());
+    }
+  }
+  const bool interpret = ctx.opt.backend == Backend::Interpreter ||
+                         r.op == ReductionOp::GatherSum || r.op == ReductionOp::ScatterSum;
+  if (interpret || !run_compiled(p, views)) {
+    if (ctx.opt.backend == Backend::Compiled && !interpret)
+      detail::fail(fn, "the compiled backend was requested but cannot run this reduction");
+    run_interpreter(p, views);
+  }
+  // Copy back what went through temporaries (strided outputs, and sums over all rows).
+  size_t t = 0;
+  for (int k = 0; k < r.num_outputs(); ++k) {
+    if (!r.full_sum && contiguous(outputs[k])) continue;
+    const Array& src = tmp[t++];
+    if (r.full_sum) {
+      const int d = r.output_dim(k);
+      Array total(p.dtype, {1, d});
+      for (int c = 0; c < d; ++c) {
+        double s = 0;
+        for (int64_t q = 0; q < p.n_outer; ++q) s += src.at(q * d + c);
+        if (p.dtype == DType::Float32) total.as<float>()[c] = static_cast<float>(s);
+        else total.as<double>()[c] = s;
+      }
+      copy_rows(total, outputs[k]);
+    } else {
+      copy_rows(src, outputs[k]);
+    }
+  }
+  for (const auto& a : r.addends) add_rows(eval_impl(*a, ctx, false).at(0), outputs[0]);
+}
+
+std::vector<Array> eval_impl(const ReductionImpl& r, Context& ctx, bool top) {
+  // Learn the dtype and row counts from the inputs, allocate, and evaluate.
+  DType dtype = DType::Float32;
+  int64_t rows[2] = {ctx.sizes.ni, ctx.sizes.nj};
+  for (const VarSlot& v : r.vars) {
+    if (v.computed || v.index >= static_cast<int>(ctx.inputs.size())) continue;
+    const ArrayView& a = ctx.inputs[v.index];
+    dtype = a.dtype;
+    if (v.cat != Category::Param && !a.shape.empty()) rows[static_cast<int>(v.cat)] = a.shape[0];
+  }
+  if (dtype == DType::Int64) dtype = DType::Float32;
+  const int64_t n = r.full_sum ? 1 : std::max<int64_t>(0, rows[static_cast<int>(r.outer())]);
+  std::vector<Array> outs;
+  std::vector<ArrayView> views;
+  for (int k = 0; k < r.num_outputs(); ++k) {
+    outs.emplace_back(r.output_is_index(k) ? DType::Int64 : dtype,
+                      std::vector<int64_t>{n, r.output_dim(k)});
+    views.push_back(outs.back().view());
+  }
+  eval_into(r, ctx, views, top);
+  return outs;
+}
+
+}  // namespace
+
+void evaluate(const Reduction& r, std::span<const ArrayView> inputs,
+              std::span<const ArrayView> outputs, const Options& opt, Sizes sizes) {
+  Context ctx{inputs, opt, sizes, {}};
+  eval_into(r.impl(), ctx, outputs, true);
+}
+
+std::vector<Array> evaluate(const Reduction& r, std::span<const ArrayView> inputs,
+                            const Options& opt, Sizes sizes) {
+  Context ctx{inputs, opt, sizes, {}};
+  return eval_impl(r.impl(), ctx, true);
+}
+
+std::vector<Array> evaluate(const Reduction& r, const std::vector<Array>& inputs,
+                            const Options& opt, Sizes sizes) {
+  std::vector<ArrayView> views;
+  for (const Array& a : inputs) views.push_back(a.view());
+  return evaluate(r, std::span<const ArrayView>(views), opt, sizes);
+}
+
+}  // namespace tessel

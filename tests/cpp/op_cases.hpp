@@ -1,0 +1,633 @@
+// Shared op-test fixtures: cases per op (builder, sampling domain, independent float64 reference).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "ir/eval_ref.hpp"
+#include "ir/node.hpp"
+#include "ops/op.hpp"
+#include "ops/tensordot.hpp"
+#include "tessel/formula.hpp"
+
+namespace op_cases {
+
+using tessel::Formula;
+using tessel::OpCode;
+using Vec = std::vector<double>;
+using Point = std::vector<Vec>;  // the value of each variable; variable k has index k
+using Rng = std::mt19937_64;
+using Draw = std::function<double(Rng&)>;
+
+// ---- sampling domains
+// ------------------------------------------------------------------------------
+inline double unif(Rng& r, double lo, double hi) {
+  return std::uniform_real_distribution<double>(lo, hi)(r);
+}
+inline Draw uniform(double lo, double hi) {
+  return [=](Rng& r) { return unif(r, lo, hi); };
+}
+// |x| in [lo, hi] with a random sign: keeps away from 0.
+inline Draw away0(double lo, double hi) {
+  return [=](Rng& r) { return (r() & 1 ? 1.0 : -1.0) * unif(r, lo, hi); };
+}
+// Integers in [lo, hi], as doubles: makes ties and exact zeros likely.
+inline Draw ints(int lo, int hi) {
+  return [=](Rng& r) { return static_cast<double>(std::uniform_int_distribution<int>(lo, hi)(r)); };
+}
+// Multiples of `step` in [lo, hi] half of the time, uniform otherwise.
+inline Draw grid_or_uniform(double step, int lo, int hi) {
+  return [=](Rng& r) {
+    if (r() & 1) return step * std::uniform_int_distribution<int>(lo, hi)(r);
+    return unif(r, step * lo, step * hi);
+  };
+}
+
+// ---- cases
+// -------------------------------------------------------------------------------------------
+// Smooth: check derivatives by finite differences. Zero: the gradient must be zero. Skip: values
+// only (points on kinks or ties).
+enum class GradKind { Smooth, Zero, Skip };
+
+struct OpCase {
+  std::string name;
+  OpCode op;  // the op the case is for (the root of the built formula, unless simplified away)
+  std::vector<int> dims;  // dims of the variables
+  std::function<Formula(const std::vector<Formula>&)> build;
+  std::function<Vec(const Point&)> ref;      // independent reference; empty for composite formulas
+  std::vector<Draw> draws;                   // one per variable, or one for all
+  std::function<bool(const Point&)> accept;  // optional: rejects points near kinks
+  GradKind grad = GradKind::Smooth;
+};
+
+inline std::vector<Formula> make_vars(const OpCase& c) {
+  std::vector<Formula> v;
+  for (size_t k = 0; k < c.dims.size(); ++k)
+    v.push_back(tessel::var(static_cast<int>(k), c.dims[k], static_cast<tessel::Category>(k % 3)));
+  return v;
+}
+
+inline Point sample(const OpCase& c, Rng& rng) {
+  for (int tries = 0; tries < 10000; ++tries) {
+    Point p(c.dims.size());
+    for (size_t k = 0; k < c.dims.size(); ++k) {
+      const Draw& d = c.draws.size() == 1 ? c.draws[0] : c.draws[k];
+      for (int i = 0; i < c.dims[k]; ++i) p[k].push_back(d(rng));
+    }
+    if (!c.accept || c.accept(p)) return p;
+  }
+  throw std::runtime_error("op_cases: no acceptable point for " + c.name);
+}
+
+inline Vec eval_at(const Formula& f, const Point& p, const std::map<int, Vec>& extra = {}) {
+  std::map<int, Vec> m(extra);
+  for (size_t k = 0; k < p.size(); ++k) m[static_cast<int>(k)] = p[k];
+  return tessel::eval_point(f, m);
+}
+
+inline bool close(double got, double want, double tol) {
+  if (std::isnan(got) || std::isnan(want)) return std::isnan(got) && std::isnan(want);
+  if (std::isinf(got) || std::isinf(want)) return got == want;
+  return std::fabs(got - want) <= tol * std::max(1.0, std::fabs(want));
+}
+
+// Component c of a possibly broadcast (dim-1) operand.
+inline double bc(const Vec& v, size_t c) { return v.size() == 1 ? v[0] : v[c]; }
+inline size_t out_dim(const Point& p) {
+  size_t d = 1;
+  for (const Vec& v : p) d = std::max(d, v.size());
+  return d;
+}
+// Elementwise reference over broadcast operands.
+template <class F>
+std::function<Vec(const Point&)> ew_ref(F f) {
+  return [f](const Point& p) {
+    Vec r(out_dim(p));
+    for (size_t c = 0; c < r.size(); ++c) {
+      if constexpr (std::is_invocable_v<F, double>)
+        if (p.size() == 1) r[c] = f(p[0][c]);
+      if constexpr (std::is_invocable_v<F, double, double>)
+        if (p.size() == 2) r[c] = f(bc(p[0], c), bc(p[1], c));
+      if constexpr (std::is_invocable_v<F, double, double, double>)
+        if (p.size() == 3) r[c] = f(bc(p[0], c), bc(p[1], c), bc(p[2], c));
+    }
+    return r;
+  };
+}
+// Accept points where pred holds for every broadcast component.
+template <class F>
+std::function<bool(const Point&)> all_components(F pred) {
+  return [pred](const Point& p) {
+    for (size_t c = 0; c < out_dim(p); ++c) {
+      if constexpr (std::is_invocable_v<F, double>)
+        if (!pred(bc(p[0], c))) return false;
+      if constexpr (std::is_invocable_v<F, double, double>)
+        if (!pred(bc(p[0], c), bc(p[1], c))) return false;
+      if constexpr (std::is_invocable_v<F, double, double, double>)
+        if (!pred(bc(p[0], c), bc(p[1], c), bc(p[2], c))) return false;
+    }
+    return true;
+  };
+}
+
+// ---- TensorDot: numpy.tensordot-like loops over multi-indices, then an optional permutation
+// --------
+inline std::vector<int> unravel(int flat, const std::vector<int>& dims) {
+  std::vector<int> m(dims.size());
+  for (int k = static_cast<int>(dims.size()) - 1; k >= 0; --k)
+    m[k] = flat % dims[k], flat /= dims[k];
+  return m;
+}
+inline int ravel(const std::vector<int>& m, const std::vector<int>& dims) {
+  int flat = 0;
+  for (size_t k = 0; k < dims.size(); ++k) flat = flat * dims[k] + m[k];
+  return flat;
+}
+inline int prod(const std::vector<int>& d) {
+  int p = 1;
+  for (int v : d) p *= v;
+  return p;
+}
+struct TdConfig {
+  std::string name;
+  std::vector<int> dims_a, dims_b, contr_a, contr_b, perm;  // perm empty: identity
+};
+inline std::vector<int> free_axes(const std::vector<int>& contr, size_t rank) {
+  std::vector<int> f;
+  for (int ax = 0; ax < static_cast<int>(rank); ++ax)
+    if (std::find(contr.begin(), contr.end(), ax) == contr.end()) f.push_back(ax);
+  return f;
+}
+inline Vec tensordot_ref(const TdConfig& t, const Vec& a, const Vec& b) {
+  const auto fa = free_axes(t.contr_a, t.dims_a.size()), fb = free_axes(t.contr_b, t.dims_b.size());
+  std::vector<int> pre;
+  for (int ax : fa) pre.push_back(t.dims_a[ax]);
+  for (int ax : fb) pre.push_back(t.dims_b[ax]);
+  Vec out(prod(pre), 0.0);
+  for (int ia = 0; ia < prod(t.dims_a); ++ia) {
+    const auto ma = unravel(ia, t.dims_a);
+    for (int ib = 0; ib < prod(t.dims_b); ++ib) {
+      const auto mb = unravel(ib, t.dims_b);
+      bool match = true;
+      for (size_t k = 0; k < t.contr_a.size(); ++k) match &= ma[t.contr_a[k]] == mb[t.contr_b[k]];
+      if (!match) continue;
+      std::vector<int> mo;
+      for (int ax : fa) mo.push_back(ma[ax]);
+      for (int ax : fb) mo.push_back(mb[ax]);
+      out[ravel(mo, pre)] += a[ia] * b[ib];
+    }
+  }
+  if (t.perm.empty()) return out;
+  // output axis q holds pre-permutation axis perm[q]
+  std::vector<int> od;
+  for (int q : t.perm) od.push_back(pre[q]);
+  Vec r(out.size());
+  for (int o = 0; o < prod(od); ++o) {
+    const auto mo = unravel(o, od);
+    std::vector<int> mp(pre.size());
+    for (size_t q = 0; q < t.perm.size(); ++q) mp[t.perm[q]] = mo[q];
+    r[o] = out[ravel(mp, pre)];
+  }
+  return r;
+}
+inline Formula build_tensordot(const TdConfig& t, const Formula& a, const Formula& b) {
+  if (t.perm.empty()) return tessel::tensordot(a, b, t.dims_a, t.dims_b, t.contr_a, t.contr_b);
+  tessel::TensorDotSpec s;
+  s.dims_a.assign(t.dims_a.begin(), t.dims_a.end());
+  s.dims_b.assign(t.dims_b.begin(), t.dims_b.end());
+  s.contr_a.assign(t.contr_a.begin(), t.contr_a.end());
+  s.contr_b.assign(t.contr_b.begin(), t.contr_b.end());
+  s.perm.assign(t.perm.begin(), t.perm.end());
+  return tessel::make(OpCode::TensorDot, {a, b}, s.encode());
+}
+inline std::vector<TdConfig> tensordot_configs() {
+  return {
+      {"matmul", {2, 3}, {3, 4}, {1}, {0}, {}},
+      {"matvec", {2, 3}, {3}, {1}, {0}, {}},
+      {"full", {2, 3}, {2, 3}, {0, 1}, {0, 1}, {}},
+      {"full_transposed", {2, 3}, {3, 2}, {0, 1}, {1, 0}, {}},
+      {"two_axes", {2, 3, 4}, {4, 3, 5}, {1, 2}, {1, 0}, {}},
+      {"mixed", {3, 2, 4}, {4, 5, 2}, {2, 1}, {0, 2}, {}},
+      {"middle_free", {2, 3, 2}, {2, 2}, {0, 2}, {1, 0}, {}},
+      {"outer", {2, 3}, {4}, {}, {}, {}},
+      {"perm", {2, 3, 4}, {4, 5}, {2}, {0}, {2, 0, 1}},
+      {"perm_outer", {2, 3}, {2}, {}, {}, {1, 2, 0}},
+  };
+}
+
+// ---- the case table
+// ------------------------------------------------------------------------------------
+using F1 = std::function<Formula(const Formula&)>;
+using F2 = std::function<Formula(const Formula&, const Formula&)>;
+using F3 = std::function<Formula(const Formula&, const Formula&, const Formula&)>;
+
+inline std::vector<OpCase> all_cases() {
+  using namespace tessel;
+  using GK = GradKind;
+  std::vector<OpCase> cs;
+  auto un = [&](std::string name, OpCode op, F1 f, std::function<double(double)> ref, Draw d,
+                GK g = GK::Smooth, std::function<bool(double)> ok = {}) {
+    OpCase c{name, op, {3}, [f](const auto& v) { return f(v[0]); }, ew_ref(ref), {d}, {}, g};
+    if (ok) c.accept = all_components(ok);
+    cs.push_back(c);
+  };
+  // Binary elementwise ops, each with equal dims and with either operand broadcast from dim 1.
+  auto bin = [&](std::string name, OpCode op, F2 f, std::function<double(double, double)> ref,
+                 std::vector<Draw> d, GK g = GK::Smooth,
+                 std::function<bool(double, double)> ok = {}) {
+    for (auto dims : std::vector<std::vector<int>>{{3, 3}, {1, 3}, {3, 1}}) {
+      OpCase c{name + "_" + std::to_string(dims[0]) + std::to_string(dims[1]),
+               op,
+               dims,
+               [f](const auto& v) { return f(v[0], v[1]); },
+               ew_ref(ref),
+               d,
+               {},
+               g};
+      if (ok) c.accept = all_components(ok);
+      cs.push_back(c);
+    }
+  };
+  auto ter = [&](std::string name, OpCode op, F3 f,
+                 std::function<double(double, double, double)> ref, std::vector<Draw> d,
+                 GK g = GK::Smooth, std::function<bool(double, double, double)> ok = {}) {
+    for (auto dims : std::vector<std::vector<int>>{{3, 3, 3}, {3, 1, 1}, {1, 3, 1}, {1, 1, 3}}) {
+      std::string s = name + "_";
+      for (int k : dims) s += std::to_string(k);
+      OpCase c{s,           op, dims, [f](const auto& v) { return f(v[0], v[1], v[2]); },
+               ew_ref(ref), d,  {},   g};
+      if (ok) c.accept = all_components(ok);
+      cs.push_back(c);
+    }
+  };
+  auto vec = [&](std::string name, OpCode op, std::vector<int> dims,
+                 std::function<Formula(const std::vector<Formula>&)> f,
+                 std::function<Vec(const Point&)> ref, std::vector<Draw> d, GK g = GK::Smooth,
+                 std::function<bool(const Point&)> ok = {}) {
+    cs.push_back(OpCase{name, op, dims, f, ref, d, ok, g});
+  };
+  const Draw u2 = uniform(-2, 2);
+
+  // arithmetic
+  bin(
+      "Add", OpCode::Add, [](auto& a, auto& b) { return a + b; },
+      [](double x, double y) { return x + y; }, {u2});
+  bin(
+      "Sub", OpCode::Sub, [](auto& a, auto& b) { return a - b; },
+      [](double x, double y) { return x - y; }, {u2});
+  bin(
+      "Mul", OpCode::Mul, [](auto& a, auto& b) { return a * b; },
+      [](double x, double y) { return x * y; }, {u2});
+  bin(
+      "Div", OpCode::Div, [](auto& a, auto& b) { return a / b; },
+      [](double x, double y) { return x / y; }, {u2, away0(0.3, 2)});
+  un(
+      "Neg", OpCode::Neg, [](auto& a) { return -a; }, [](double x) { return -x; }, u2);
+  // elementwise math
+  un(
+      "Exp", OpCode::Exp, [](auto& a) { return exp(a); }, [](double x) { return std::exp(x); }, u2);
+  un(
+      "Log", OpCode::Log, [](auto& a) { return log(a); }, [](double x) { return std::log(x); },
+      uniform(0.1, 3));
+  auto xlogx_ref = [](double x) { return x == 0 ? 0.0 : x * std::log(x); };
+  un(
+      "XLogX", OpCode::XLogX, [](auto& a) { return xlogx(a); }, xlogx_ref, uniform(0.1, 3));
+  un(
+      "XLogX_at0", OpCode::XLogX, [](auto& a) { return xlogx(a); }, xlogx_ref,
+      [](Rng& r) { return r() & 1 ? 0.0 : unif(r, 0, 2); }, GK::Skip);
+  un(
+      "Sqrt", OpCode::Sqrt, [](auto& a) { return sqrt(a); }, [](double x) { return std::sqrt(x); },
+      uniform(0.1, 4));
+  un(
+      "Rsqrt", OpCode::Rsqrt, [](auto& a) { return rsqrt(a); },
+      [](double x) { return 1 / std::sqrt(x); }, uniform(0.1, 4));
+  un(
+      "Inv", OpCode::Inv, [](auto& a) { return inv(a); }, [](double x) { return 1 / x; },
+      away0(0.3, 3));
+  for (int n : {-3, -1, 0, 1, 2, 3, 5})
+    un(
+        "Pow" + std::to_string(n), OpCode::Pow, [n](auto& a) { return pow(a, n); },
+        [n](double x) {
+          double r = 1;
+          for (int k = 0; k < std::abs(n); ++k) r *= x;
+          return n < 0 ? 1 / r : r;
+        },
+        away0(0.3, 2));
+  bin(
+      "Powf", OpCode::Powf, [](auto& a, auto& b) { return powf(a, b); },
+      [](double x, double y) { return std::pow(x, y); }, {uniform(0.2, 3), u2});
+  un(
+      "Square", OpCode::Square, [](auto& a) { return square(a); }, [](double x) { return x * x; },
+      u2);
+  un(
+      "Abs", OpCode::Abs, [](auto& a) { return abs(a); }, [](double x) { return x < 0 ? -x : x; },
+      away0(0.05, 2));
+  un(
+      "Abs_at0", OpCode::Abs, [](auto& a) { return abs(a); },
+      [](double x) { return x < 0 ? -x : x; }, ints(-2, 2), GK::Skip);
+  auto sign_ref = [](double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0; };
+  un(
+      "Sign", OpCode::Sign, [](auto& a) { return sign(a); }, sign_ref, grid_or_uniform(1, -2, 2),
+      GK::Zero);
+  un(
+      "Step", OpCode::Step, [](auto& a) { return step(a); },
+      [](double x) { return x < 0 ? 0.0 : 1.0; }, grid_or_uniform(1, -2, 2), GK::Zero);
+  auto relu_ref = [](double x) { return x > 0 ? x : 0.0; };
+  un(
+      "ReLU", OpCode::ReLU, [](auto& a) { return relu(a); }, relu_ref, away0(0.05, 2));
+  un(
+      "ReLU_at0", OpCode::ReLU, [](auto& a) { return relu(a); }, relu_ref, ints(-2, 2), GK::Skip);
+  un(
+      "Sin", OpCode::Sin, [](auto& a) { return sin(a); }, [](double x) { return std::sin(x); },
+      uniform(-3, 3));
+  un(
+      "Cos", OpCode::Cos, [](auto& a) { return cos(a); }, [](double x) { return std::cos(x); },
+      uniform(-3, 3));
+  un(
+      "Asin", OpCode::Asin, [](auto& a) { return asin(a); }, [](double x) { return std::asin(x); },
+      uniform(-0.9, 0.9));
+  un(
+      "Acos", OpCode::Acos, [](auto& a) { return acos(a); }, [](double x) { return std::acos(x); },
+      uniform(-0.9, 0.9));
+  un(
+      "Atan", OpCode::Atan, [](auto& a) { return atan(a); }, [](double x) { return std::atan(x); },
+      uniform(-3, 3));
+  bin(
+      "Atan2", OpCode::Atan2, [](auto& a, auto& b) { return atan2(a, b); },
+      [](double y, double x) { return std::atan2(y, x); }, {away0(0.1, 2)});
+  un(
+      "Floor", OpCode::Floor, [](auto& a) { return floor(a); },
+      [](double x) { return std::floor(x); }, grid_or_uniform(1, -3, 3), GK::Zero);
+  // Round(x, d): halves away from zero, so the grids hold exact halves at the d-th decimal.
+  for (int d : {0, 1, 2, 3}) {
+    const double s = std::pow(10.0, d);
+    un(
+        "Round" + std::to_string(d), OpCode::Round,
+        [d](auto& a) { return make(OpCode::Round, {a}, {d}); },
+        [s](double x) { return (x < 0 ? -1 : 1) * std::floor(std::fabs(x) * s + 0.5) / s; },
+        grid_or_uniform(d == 0   ? 0.5
+                        : d == 1 ? 0.25
+                        : d == 2 ? 0.125
+                                 : 0.0625,
+                        -12, 12),
+        GK::Zero);
+  }
+  auto frac_ok = [](double a, double n, double d) {
+    const double q = (a - d) / n;
+    return q - std::floor(q) > 0.01 && q - std::floor(q) < 0.99;
+  };
+  ter(
+      "Mod", OpCode::Mod, [](auto& a, auto& n, auto& d) { return mod(a, n, d); },
+      [](double a, double n, double d) { return a - n * std::floor((a - d) / n); },
+      {uniform(-5, 5), away0(0.5, 2), uniform(-1, 1)}, GK::Smooth, frac_ok);
+  auto clamp_ref = [](double x, double lo, double hi) { return x < lo ? lo : x > hi ? hi : x; };
+  ter(
+      "Clamp", OpCode::Clamp, [](auto& x, auto& lo, auto& hi) { return clamp(x, lo, hi); },
+      clamp_ref, {uniform(-2.5, 2.5), uniform(-1.5, -0.5), uniform(0.5, 1.5)}, GK::Smooth,
+      [](double x, double lo, double hi) {
+        return std::fabs(x - lo) > 1e-3 && std::fabs(x - hi) > 1e-3;
+      });
+  un(
+      "ClampInt", OpCode::ClampInt, [](auto& a) { return clampint(a, -1, 2); },
+      [](double x) { return x < -1  ? -1.0
+                            : x > 2 ? 2.0
+                                    : x; }, uniform(-3, 4), GK::Smooth,
+      [](double x) { return std::fabs(x + 1) > 1e-3 && std::fabs(x - 2) > 1e-3; });
+  un(
+      "ClampInt_edges", OpCode::ClampInt, [](auto& a) { return clampint(a, -1, 2); },
+      [](double x) { return x < -1  ? -1.0
+                            : x > 2 ? 2.0
+                                    : x; }, ints(-3, 4), GK::Skip);
+  auto ifelse_ref = [](double c, double a, double b) { return c >= 0 ? a : b; };
+  ter("IfElse", OpCode::IfElse, [](auto& c, auto& a, auto& b) { return ifelse(c, a, b); },
+      ifelse_ref, {away0(0.1, 2), u2, u2});
+  ter(
+      "IfElse_at0", OpCode::IfElse, [](auto& c, auto& a, auto& b) { return ifelse(c, a, b); },
+      ifelse_ref, {ints(-1, 1), u2, u2}, GK::Skip);
+  auto apart = [](double a, double b) { return std::fabs(a - b) > 1e-3; };
+  bin(
+      "ElemMin", OpCode::ElemMin, [](auto& a, auto& b) { return elem_min(a, b); },
+      [](double x, double y) { return x < y ? x : y; }, {u2}, GK::Smooth, apart);
+  bin(
+      "ElemMax", OpCode::ElemMax, [](auto& a, auto& b) { return elem_max(a, b); },
+      [](double x, double y) { return x > y ? x : y; }, {u2}, GK::Smooth, apart);
+  const Draw tri = ints(-1, 1);  // ties are frequent
+  bin(
+      "Less", OpCode::Less, [](auto& a, auto& b) { return less(a, b); },
+      [](double x, double y) { return x < y ? 1.0 : 0.0; }, {tri}, GK::Zero);
+  bin(
+      "LessEq", OpCode::LessEq, [](auto& a, auto& b) { return less_eq(a, b); },
+      [](double x, double y) { return x <= y ? 1.0 : 0.0; }, {tri}, GK::Zero);
+  bin(
+      "Greater", OpCode::Greater, [](auto& a, auto& b) { return greater(a, b); },
+      [](double x, double y) { return x > y ? 1.0 : 0.0; }, {tri}, GK::Zero);
+  bin(
+      "GreaterEq", OpCode::GreaterEq, [](auto& a, auto& b) { return greater_eq(a, b); },
+      [](double x, double y) { return x >= y ? 1.0 : 0.0; }, {tri}, GK::Zero);
+  bin(
+      "Equal", OpCode::Equal, [](auto& a, auto& b) { return equal(a, b); },
+      [](double x, double y) { return x == y ? 1.0 : 0.0; }, {tri}, GK::Zero);
+  bin(
+      "NotEqual", OpCode::NotEqual, [](auto& a, auto& b) { return not_equal(a, b); },
+      [](double x, double y) { return x != y ? 1.0 : 0.0; }, {tri}, GK::Zero);
+  bin(
+      "ElemMin_ties", OpCode::ElemMin, [](auto& a, auto& b) { return elem_min(a, b); },
+      [](double x, double y) { return x < y ? x : y; }, {tri}, GK::Skip);
+  bin(
+      "ElemMax_ties", OpCode::ElemMax, [](auto& a, auto& b) { return elem_max(a, b); },
+      [](double x, double y) { return x > y ? x : y; }, {tri}, GK::Skip);
+
+  // vector ops
+  auto scalar = [](double v) { return Vec{v}; };
+  vec(
+      "Sum", OpCode::Sum, {4}, [](auto& v) { return sum(v[0]); },
+      [=](const Point& p) {
+        double s = 0;
+        for (double x : p[0]) s += x;
+        return scalar(s);
+      },
+      {u2});
+  // Extremes: the first extreme component wins ties (strict comparisons while scanning).
+  auto extreme = [=](bool is_max, bool is_arg) {
+    return [=](const Point& p) {
+      size_t best = 0;
+      for (size_t c = 1; c < p[0].size(); ++c)
+        if (is_max ? p[0][c] > p[0][best] : p[0][c] < p[0][best]) best = c;
+      return scalar(is_arg ? static_cast<double>(best) : p[0][best]);
+    };
+  };
+  auto distinct = [](const Point& p) {
+    for (size_t a = 0; a < p[0].size(); ++a)
+      for (size_t b = 0; b < a; ++b)
+        if (std::fabs(p[0][a] - p[0][b]) < 1e-3) return false;
+    return true;
+  };
+  vec(
+      "Max", OpCode::Max, {4}, [](auto& v) { return max(v[0]); }, extreme(true, false), {u2},
+      GK::Smooth, distinct);
+  vec(
+      "Min", OpCode::Min, {4}, [](auto& v) { return min(v[0]); }, extreme(false, false), {u2},
+      GK::Smooth, distinct);
+  vec(
+      "Max_ties", OpCode::Max, {5}, [](auto& v) { return max(v[0]); }, extreme(true, false), {tri},
+      GK::Skip);
+  vec(
+      "Min_ties", OpCode::Min, {5}, [](auto& v) { return min(v[0]); }, extreme(false, false), {tri},
+      GK::Skip);
+  vec(
+      "ArgMax", OpCode::ArgMax, {5}, [](auto& v) { return argmax(v[0]); }, extreme(true, true),
+      {tri}, GK::Zero);
+  vec(
+      "ArgMin", OpCode::ArgMin, {5}, [](auto& v) { return argmin(v[0]); }, extreme(false, true),
+      {tri}, GK::Zero);
+  for (int m : {0, 2, 3})
+    vec(
+        "Elem" + std::to_string(m), OpCode::Elem, {4}, [m](auto& v) { return elem(v[0], m); },
+        [=](const Point& p) { return scalar(p[0][m]); }, {u2});
+  for (auto [st, len] : std::vector<std::pair<int, int>>{{0, 2}, {1, 2}, {3, 1}, {1, 3}})
+    vec(
+        "Extract" + std::to_string(st) + std::to_string(len), OpCode::Extract, {4},
+        [st, len](auto& v) { return extract(v[0], st, len); },
+        [st, len](const Point& p) { return Vec(p[0].begin() + st, p[0].begin() + st + len); },
+        {u2});
+  for (auto dims : std::vector<std::vector<int>>{{2, 3}, {1, 1}, {3, 1}})
+    vec(
+        "Concat" + std::to_string(dims[0]) + std::to_string(dims[1]), OpCode::Concat, dims,
+        [](auto& v) { return concat(v[0], v[1]); },
+        [](const Point& p) {
+          Vec r = p[0];
+          r.insert(r.end(), p[1].begin(), p[1].end());
+          return r;
+        },
+        {u2});
+  vec(
+      "OneHot", OpCode::OneHot, {1}, [](auto& v) { return one_hot(v[0], 4); },
+      [](const Point& p) {
+        Vec r(4, 0.0);
+        const long k = std::lround(p[0][0]);
+        if (k >= 0 && k < 4) r[k] = 1;
+        return r;
+      },
+      {[](Rng& r) { return std::uniform_int_distribution<int>(-1, 5)(r) + unif(r, -0.4, 0.4); }},
+      GK::Zero);
+  auto dot = [](const Vec& a, const Vec& b) {
+    double s = 0;
+    for (size_t c = 0; c < a.size(); ++c) s += a[c] * b[c];
+    return s;
+  };
+  vec(
+      "SqNorm2", OpCode::SqNorm2, {3}, [](auto& v) { return sqnorm2(v[0]); },
+      [=](const Point& p) { return scalar(dot(p[0], p[0])); }, {u2});
+  vec(
+      "Norm2", OpCode::Norm2, {3}, [](auto& v) { return norm2(v[0]); },
+      [=](const Point& p) { return scalar(std::sqrt(dot(p[0], p[0]))); }, {away0(0.2, 2)});
+  for (int d : {3, 1})
+    vec(
+        "Normalize" + std::to_string(d), OpCode::Normalize, {d},
+        [](auto& v) { return normalize(v[0]); },
+        [=](const Point& p) {
+          Vec r = p[0];
+          const double n = std::sqrt(dot(p[0], p[0]));
+          for (double& x : r) x /= n;
+          return r;
+        },
+        {away0(0.2, 2)});
+  auto sqdist_ref = [](const Vec& a, const Vec& b) {
+    double s = 0;
+    for (size_t c = 0; c < a.size(); ++c) s += (a[c] - b[c]) * (a[c] - b[c]);
+    return s;
+  };
+  vec(
+      "SqDist", OpCode::SqDist, {3, 3}, [](auto& v) { return sqdist(v[0], v[1]); },
+      [=](const Point& p) { return scalar(sqdist_ref(p[0], p[1])); }, {u2});
+  vec(
+      "Scalprod", OpCode::Scalprod, {3, 3}, [](auto& v) { return v[0] | v[1]; },
+      [=](const Point& p) { return scalar(dot(p[0], p[1])); }, {u2});
+  // Quadratic forms, directly and through WeightedSqNorm / WeightedSqDist's dispatch on the
+  // weight's dim.
+  auto quad = [](const Vec& w, const Vec& x) {
+    const size_t d = x.size();
+    double s = 0;
+    for (size_t p = 0; p < d; ++p)
+      for (size_t q = 0; q < d; ++q) {
+        const double wpq = w.size() == 1   ? (p == q ? w[0] : 0)
+                           : w.size() == d ? (p == q ? w[p] : 0)
+                                           : w[p * d + q];
+        s += x[p] * wpq * x[q];
+      }
+    return s;
+  };
+  const std::pair<OpCode, int> weights[] = {
+      {OpCode::SqNormIso, 1}, {OpCode::SqNormDiag, 3}, {OpCode::SymSqNorm, 9}};
+  for (auto [op, wd] : weights) {
+    const std::string n = std::to_string(wd);
+    F2 direct = op == OpCode::SqNormIso    ? F2(sqnorm_iso)
+                : op == OpCode::SqNormDiag ? F2(sqnorm_diag)
+                                           : F2(sym_sqnorm);
+    vec(
+        std::string(op_info(op).name), op, {wd, 3},
+        [direct](auto& v) { return direct(v[0], v[1]); },
+        [=](const Point& p) { return scalar(quad(p[0], p[1])); }, {u2});
+    vec(
+        "WeightedSqNorm" + n, op, {wd, 3}, [](auto& v) { return weighted_sqnorm(v[0], v[1]); },
+        [=](const Point& p) { return scalar(quad(p[0], p[1])); }, {u2});
+    vec(
+        "WeightedSqDist" + n, op, {wd, 3, 3},
+        [](auto& v) { return weighted_sqdist(v[0], v[1], v[2]); },
+        [=](const Point& p) {
+          Vec d(3);
+          for (int c = 0; c < 3; ++c) d[c] = p[1][c] - p[2][c];
+          return scalar(quad(p[0], d));
+        },
+        {u2});
+  }
+  // tensor ops
+  auto matvec = [](const Vec& m, const Vec& v) {
+    Vec r(m.size() / v.size(), 0.0);
+    for (size_t i = 0; i < r.size(); ++i)
+      for (size_t j = 0; j < v.size(); ++j) r[i] += m[i * v.size() + j] * v[j];
+    return r;
+  };
+  for (auto dims : std::vector<std::vector<int>>{{6, 3}, {6, 2}, {3, 1}, {3, 3}})
+    vec(
+        "MatVecMult" + std::to_string(dims[0]) + std::to_string(dims[1]), OpCode::MatVecMult, dims,
+        [](auto& v) { return matvecmult(v[0], v[1]); },
+        [=](const Point& p) { return matvec(p[0], p[1]); }, {u2});
+  for (auto dims : std::vector<std::vector<int>>{{2, 6}, {3, 6}, {1, 3}})
+    vec(
+        "VecMatMult" + std::to_string(dims[0]) + std::to_string(dims[1]), OpCode::VecMatMult, dims,
+        [](auto& v) { return vecmatmult(v[0], v[1]); },
+        [](const Point& p) {
+          const size_t m = p[0].size(), n = p[1].size() / m;
+          Vec r(n, 0.0);
+          for (size_t j = 0; j < n; ++j)
+            for (size_t i = 0; i < m; ++i) r[j] += p[0][i] * p[1][i * n + j];
+          return r;
+        },
+        {u2});
+  for (auto dims : std::vector<std::vector<int>>{{2, 3}, {3, 1}, {1, 2}})
+    vec(
+        "TensorProd" + std::to_string(dims[0]) + std::to_string(dims[1]), OpCode::TensorProd, dims,
+        [](auto& v) { return tensorprod(v[0], v[1]); },
+        [](const Point& p) {
+          Vec r;
+          for (double a : p[0])
+            for (double b : p[1]) r.push_back(a * b);
+          return r;
+        },
+        {u2});
+  for (const TdConfig& t : tensordot_configs())
+    vec(
+        "TensorDot_" + t.name, OpCode::TensorDot, {prod(t.dims_a), prod(t.dims_b)},
+        [t](auto& v) { return build_tensordot(t, v[0], v[1]); },
+        [t](const Point& p) { return tensordot_ref(t, p[0], p[1]); }, {u2});
+  return cs;
+}
+
+}  // namespace op_cases
