@@ -1,6 +1,6 @@
 // Formula -> KeOps-style text. Every form printed here is one the parser reads back to the same hash.
+#include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <string>
 #include <unordered_map>
 
@@ -12,9 +12,9 @@ namespace tessel {
 namespace {
 
 std::string number(double v) {
+  // The text of %.17g, but not subject to the C locale: a decimal comma would split call arguments.
   char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  std::string s = buf;
+  std::string s(buf, std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general, 17).ptr);
   if (s.find_first_of(".eE") == std::string::npos) s += ".0";
   return s;
 }

@@ -115,9 +115,9 @@ Formula tensordot(const Formula& a, const Formula& b, const std::vector<int>& di
   t.dims_b.assign(dims_b.begin(), dims_b.end());
   t.contr_a.assign(contr_a.begin(), contr_a.end());
   t.contr_b.assign(contr_b.begin(), contr_b.end());
-  t.perm.resize(t.dims_a.size() + t.dims_b.size() - 2 * t.contr_a.size());
   if (t.contr_a.size() > std::min(t.dims_a.size(), t.dims_b.size()))
     detail::fail("TensorDot", "more contracted axes than the tensors have");
+  t.perm.resize(t.dims_a.size() + t.dims_b.size() - 2 * t.contr_a.size());
   std::iota(t.perm.begin(), t.perm.end(), 0);
   return make(OpCode::TensorDot, {a, b}, t.encode());
 }

@@ -1,6 +1,182 @@
-// Compiled CPU kernels (work in progress in this commit: always declines, so the interpreter runs).
+// Compiled CPU kernels: generate, compile (cached in memory and on disk), pack inputs, launch.
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
 #include "backend/cpu/problem.hpp"
+#include "backend/cpu/thread_pool.hpp"
+#include "codegen/cpu_codegen.hpp"
+#include "runtime/compiler.hpp"
+#include "runtime/disk_cache.hpp"
+#include "tessel/runtime.hpp"
 
 namespace tessel {
-bool run_compiled(const Problem&, std::span<const ArrayView>) { return false; }
+
+namespace {
+
+using KernelFn = void (*)(const KernelArgs*);
+
+struct Loaded {
+  KernelFn fn = nullptr;
+  KernelLayout layout;
+  int lanes = 1;
+};
+
+struct Target {
+  int vbytes;
+  std::vector<std::string> flags;
+};
+
+Target target_for(bool f64) {
+  const std::string level = simd_level();
+  Target t;
+  if (level == "avx512") t = {64, {"-march=native"}};
+  else if (level == "avx2") t = {32, {"-march=x86-64-v3"}};
+  else if (level == "sse2") t = {16, {"-march=x86-64"}};
+  else t = {f64 ? 8 : 4, {}};
+  // -O2 keeps compile time low; the code is explicit SIMD, so -O3's vectoriser has nothing to add.
+  for (const char* f : {"-O2", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno",
+                        "-ffp-contract=fast", "-fno-semantic-interposition", "-w"})
+    t.flags.push_back(f);
+  return t;
+}
+
+struct Table {
+  std::mutex mu;
+  std::unordered_map<std::string, std::shared_ptr<Loaded>> by_spec;
+};
+Table& table() {
+  static Table* t = new Table;  // kernels stay loaded for the life of the process
+  return *t;
+}
+
+std::string spec_key(const ReductionImpl& r, const CpuKernelSpec& s) {
+  return r.hash.hex() + ":" + std::to_string(s.f64) + ":" + std::to_string(s.vbytes) + ":" +
+         std::to_string(static_cast<int>(s.scheme)) + ":" + std::to_string(s.acc_f64);
+}
+
+std::string source_key(const std::string& source, const std::vector<std::string>& flags) {
+  std::vector<int64_t> words;
+  std::string all = source + "\n";
+  for (const auto& f : flags) all += f + " ";
+  all += compiler_identity();
+  for (size_t k = 0; k < all.size(); k += 8) {
+    uint64_t w = 0;
+    std::memcpy(&w, all.data() + k, std::min<size_t>(8, all.size() - k));
+    words.push_back(static_cast<int64_t>(w));
+  }
+  return hash_words(words).hex();
+}
+
+std::shared_ptr<Loaded> load(const Problem& p, const CpuKernelSpec& spec, const Target& tgt) {
+  const std::string key = spec_key(*p.r, spec);
+  Table& t = table();
+  {
+    std::lock_guard lk(t.mu);
+    auto it = t.by_spec.find(key);
+    if (it != t.by_spec.end()) return it->second;
+  }
+  auto k = std::make_shared<Loaded>();
+  const std::string source = generate_cpu_kernel(spec, k->layout);
+  if (source.empty()) return nullptr;
+  k->lanes = lanes(spec);
+  const CompilerInfo cc = compiler_info();
+  if (!cc.usable) {
+    if (p.opt.backend == Backend::Compiled)
+      detail::fail("evaluate", "the compiled backend was requested but ", cc.problem);
+    return nullptr;
+  }
+  const std::string skey = source_key(source, tgt.flags);
+  const std::string so = DiskCache::instance().get_or_build(
+      skey, source, [&](const std::string& src_path, const std::string& so_path) {
+        std::vector<std::string> args = tgt.flags;
+        args.insert(args.end(), {"-o", so_path, src_path, "-lm"});
+        try {
+          run_compiler(cc.path, args, src_path + ".log");
+        } catch (const Error& e) {
+          throw Error(std::string(e.what()) + "\ngenerated source kept at: " + src_path);
+        }
+      });
+  void* h = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) detail::fail("evaluate", "cannot load the compiled kernel ", so, ": ", dlerror());
+  k->fn = reinterpret_cast<KernelFn>(dlsym(h, "tessel_kernel"));
+  if (!k->fn) detail::fail("evaluate", "the compiled kernel ", so, " has no tessel_kernel symbol");
+  std::lock_guard lk(t.mu);
+  return t.by_spec.emplace(key, k).first->second;
+}
+
+// Packs the variables into the kernel's layout: outer rows, inner SoA tiles, parameters.
+template <class T>
+void pack(const Problem& p, const Loaded& k, std::vector<T>& outer, std::vector<T>& inner,
+          std::vector<T>& params) {
+  const KernelLayout& L = k.layout;
+  const int W = k.lanes;
+  const int64_t tiles = (p.n_inner + W - 1) / W;
+  outer.assign(static_cast<size_t>(std::max<int64_t>(1, p.n_outer * L.outer_dim)), T(0));
+  inner.assign(static_cast<size_t>(std::max<int64_t>(1, tiles * L.inner_dim * W)), T(0));
+  params.assign(static_cast<size_t>(std::max(1, L.param_dim)), T(0));
+  for (const auto& e : L.vars) {
+    const Bound& b = p.var(e.index);
+    if (e.cat == Category::Param) {
+      for (int c = 0; c < e.dim; ++c) params[e.offset + c] = static_cast<T>(b.at(0, c));
+    } else if (e.cat == Category::I) {
+      for (int64_t i = 0; i < p.n_outer; ++i)
+        for (int c = 0; c < e.dim; ++c)
+          outer[i * L.outer_dim + e.offset + c] = static_cast<T>(b.at(i, c));
+    } else {
+      for (int64_t j = 0; j < p.n_inner; ++j) {
+        T* tile = &inner[(j / W) * L.inner_dim * W + (j % W)];
+        for (int c = 0; c < e.dim; ++c) tile[(e.offset + c) * W] = static_cast<T>(b.at(j, c));
+      }
+    }
+  }
+}
+
+template <class T>
+void launch(const Problem& p, const Loaded& k, std::span<const ArrayView> outs) {
+  std::vector<T> outer, inner, params;
+  pack(p, k, outer, inner, params);
+  KernelArgs base{};
+  base.outer = outer.data();
+  base.inner = inner.data();
+  base.params = params.data();
+  base.n_inner = p.n_inner;
+  for (size_t q = 0; q < outs.size() && q < 2; ++q) base.out[q] = outs[q].data;
+  const int64_t chunks = std::max<int64_t>(1, p.threads) * 8;
+  const int64_t grain = std::max<int64_t>(8, (p.n_outer + chunks - 1) / chunks);
+  parallel_for(p.n_outer, grain, p.threads, [&](int64_t b, int64_t e) {
+    KernelArgs a = base;
+    a.o_begin = b;
+    a.o_end = e;
+    k.fn(&a);
+  });
+}
+
+}  // namespace
+
+bool run_compiled(const Problem& p, std::span<const ArrayView> outs) {
+  CpuKernelSpec spec;
+  spec.r = p.r;
+  spec.f64 = p.dtype == DType::Float64;
+  spec.scheme = p.opt.sum_scheme;
+  spec.acc_f64 = p.opt.accumulate_f64 && !spec.f64;
+  const Target tgt = target_for(spec.f64);
+  spec.vbytes = tgt.vbytes;
+  const auto k = load(p, spec, tgt);
+  if (!k) return false;
+  if (p.n_outer == 0) return true;
+  if (spec.f64) launch<double>(p, *k, outs);
+  else launch<float>(p, *k, outs);
+  return true;
+}
+
+void cache_forget_loaded() {
+  Table& t = table();
+  std::lock_guard lk(t.mu);
+  t.by_spec.clear();
+}
+
 }  // namespace tessel

@@ -1,0 +1,334 @@
+// Reduction spec -> C++ kernel source: straight-line SIMD code for R outer rows × W inner lanes.
+//
+// The loop nest is fixed: for each block of R outer rows (values broadcast into registers), walk
+// the packed inner tiles (W lanes each, SoA so a component is one vector load), evaluate the
+// formula for every row with the tile's vectors, and fold it into per-lane accumulators. The
+// formula itself comes from each op's apply<Expr>, the same definition the interpreter runs.
+#include "codegen/cpu_codegen.hpp"
+
+#include <algorithm>
+#include <set>
+#include <unordered_map>
+
+#include "codegen/emitter.hpp"
+#include "ops/op.hpp"
+
+namespace tessel {
+
+namespace {
+
+using std::string;
+using std::to_string;
+
+bool is_minmax(ReductionOp op) {
+  return op == ReductionOp::Min || op == ReductionOp::Max || op == ReductionOp::ArgMin ||
+         op == ReductionOp::ArgMax || op == ReductionOp::MinArgMin || op == ReductionOp::MaxArgMax;
+}
+bool is_max(ReductionOp op) {
+  return op == ReductionOp::Max || op == ReductionOp::ArgMax || op == ReductionOp::MaxArgMax;
+}
+bool is_kmin(ReductionOp op) {
+  return op == ReductionOp::KMin || op == ReductionOp::ArgKMin || op == ReductionOp::KMinArgKMin;
+}
+bool is_softmax(ReductionOp op) {
+  return op == ReductionOp::LogSumExp || op == ReductionOp::SumSoftMaxWeight;
+}
+
+const char* kKernelSupport = R"SUPPORT(
+struct KernelArgs {
+  const void* outer;
+  const void* inner;
+  const void* params;
+  long long o_begin, o_end, n_inner;
+  void* out[2];
+};
+// Insert (v, j) into the sorted K-list; NaN ranks after every number, ties keep index order.
+static inline void kins(T* kv, i64* ki, int* kf, int K, T v, i64 j) {
+  int pos = *kf;
+  while (pos > 0 && v == v && (kv[pos - 1] != kv[pos - 1] || v < kv[pos - 1])) --pos;
+  if (pos >= K) return;
+  for (int q = (*kf < K - 1 ? *kf : K - 1); q > pos; --q) { kv[q] = kv[q - 1]; ki[q] = ki[q - 1]; }
+  kv[pos] = v;
+  ki[pos] = j;
+  if (*kf < K) ++*kf;
+}
+)SUPPORT";
+
+struct Gen {
+  const CpuKernelSpec& spec;
+  const ReductionImpl& r;
+  KernelLayout& lay;
+  int W, D, WD, R;
+  std::unordered_map<int, const KernelLayout::Entry*> by_index;
+
+  string name(const KernelLayout::Entry& e, int row, int c) const {
+    if (e.cat == Category::I) return "o" + to_string(e.index) + "_" + to_string(row) + "_" + to_string(c);
+    if (e.cat == Category::J) return "j" + to_string(e.index) + "_" + to_string(c);
+    return "p" + to_string(e.index) + "_" + to_string(c);
+  }
+
+  // Emits the formula (and weight) for outer row `row`; returns their component expressions.
+  void emit_formulas(int row, std::vector<Expr>& fv, std::vector<Expr>& wv) const {
+    std::unordered_map<const Node*, std::vector<Expr>> val;
+    auto run = [&](const Formula& f) {
+      for (const NodePtr& n : topo_order(f.ptr())) {
+        if (val.count(n.get())) continue;
+        std::vector<Expr>& out = val[n.get()];
+        out.resize(n->dim);
+        if (n->op == OpCode::Var) {
+          const KernelLayout::Entry& e = *by_index.at(n->var_index());
+          for (int c = 0; c < n->dim; ++c) out[c] = Expr(name(e, row, c));
+        } else if (n->op == OpCode::Const) {
+          out[0] = Expr(n->value);
+        } else if (n->op == OpCode::Zero) {
+          for (int c = 0; c < n->dim; ++c) out[c] = Expr(0.0);
+        } else {
+          std::vector<const Expr*> args;
+          for (const NodePtr& a : n->args) args.push_back(val.at(a.get()).data());
+          op_info(n->op).apply_e(*n, args.data(), out.data());
+        }
+      }
+      return val.at(f.ptr().get());
+    };
+    fv = run(r.f);
+    if (r.weight.valid()) wv = run(r.weight);
+  }
+
+  string acc(const char* what, int row, int c) const {
+    return string(what) + "_" + to_string(row) + "_" + to_string(c);
+  }
+
+  string declarations() const {
+    string s;
+    const char* acc_t = spec.acc_f64 ? "VD" : "V";
+    for (int row = 0; row < R; ++row) {
+      if (r.op == ReductionOp::Sum) {
+        for (int c = 0; c < D; ++c) {
+          s += "    " + string(acc_t) + " " + acc("acc", row, c) + " = {};\n";
+          if (spec.scheme == SumScheme::Block && !spec.acc_f64) s += "    V " + acc("blk", row, c) + " = {};\n";
+          if (spec.scheme == SumScheme::Kahan && !spec.acc_f64) s += "    V " + acc("cmp", row, c) + " = {};\n";
+        }
+      } else if (is_minmax(r.op)) {
+        for (int c = 0; c < D; ++c) {
+          s += "    V " + acc("best", row, c) + " = bc(" + (is_max(r.op) ? "-" : "") + "__builtin_inf());\n";
+          s += "    VI " + acc("bidx", row, c) + " = (VI){} - 1;\n";
+        }
+      } else if (is_kmin(r.op)) {
+        s += "    T kv_" + to_string(row) + "[" + to_string(r.k) + "]; i64 ki_" + to_string(row) + "[" +
+             to_string(r.k) + "]; int kf_" + to_string(row) + " = 0;\n";
+      } else if (is_softmax(r.op)) {
+        s += "    V " + acc("mv", row, 0) + " = bc(-__builtin_inf());\n";
+        for (int c = 0; c < std::max(WD, 1); ++c) s += "    V " + acc("sv", row, c) + " = {};\n";
+        if (r.op == ReductionOp::SumSoftMaxWeight) s += "    V " + acc("ss", row, 0) + " = {};\n";
+      }
+    }
+    return s;
+  }
+
+  // Folds formula values into the accumulators; `tail` masks lanes past n_inner.
+  string accumulate(int row, const std::vector<Expr>& f, const std::vector<Expr>& w, bool tail) const {
+    string s;
+    auto masked = [&](const string& x, const char* neutral) {
+      return tail ? "(valid ? " + x + " : " + neutral + ")" : x;
+    };
+    if (r.op == ReductionOp::Sum) {
+      for (int c = 0; c < D; ++c) {
+        const string v = masked(f[c].s, "bc(0.0)");
+        if (spec.acc_f64) {
+          s += "    " + acc("acc", row, c) + " += __builtin_convertvector(" + v + ", VD);\n";
+        } else if (spec.scheme == SumScheme::Kahan) {
+          s += "    { V y_ = " + v + " - " + acc("cmp", row, c) + "; V t_ = " + acc("acc", row, c) +
+               " + y_; " + acc("cmp", row, c) + " = (t_ - " + acc("acc", row, c) + ") - y_; " +
+               acc("acc", row, c) + " = t_; }\n";
+        } else if (spec.scheme == SumScheme::Block && !tail) {
+          s += "    " + acc("blk", row, c) + " += " + v + ";\n";
+        } else {
+          s += "    " + acc("acc", row, c) + " += " + v + ";\n";
+        }
+      }
+    } else if (is_minmax(r.op)) {
+      const char* cmp = is_max(r.op) ? ">" : "<";
+      for (int c = 0; c < D; ++c) {
+        const string b = acc("best", row, c), bi = acc("bidx", row, c);
+        s += "    { const V f_ = " + f[c].s + "; VI tk_ = (f_ " + cmp + " " + b + ") | ((f_ != f_) & (" + b +
+             " == " + b + ")) | (" + bi + " < 0);";
+        if (tail) s += " tk_ &= valid;";
+        s += " " + b + " = tk_ ? f_ : " + b + "; " + bi + " = tk_ ? tv : " + bi + "; }\n";
+      }
+    } else if (is_kmin(r.op)) {
+      const string R_ = to_string(row), K = to_string(r.k);
+      const string n_l = tail ? "rem" : "W";
+      s += "    { const V f_ = " + f[0].s + ";\n";
+      s += "      if (kf_" + R_ + " < " + K + " || kv_" + R_ + "[" + K + " - 1] != kv_" + R_ + "[" + K + " - 1]) {\n";
+      s += "        for (int l = 0; l < " + n_l + "; ++l) kins(kv_" + R_ + ", ki_" + R_ + ", &kf_" + R_ + ", " + K +
+           ", f_[l], t * W + l);\n";
+      s += "      } else { VI c_ = f_ < bc(kv_" + R_ + "[" + K + " - 1]);" + (tail ? " c_ &= valid;" : "") + "\n";
+      s += "        if (v_any(c_)) for (int l = 0; l < W; ++l) if (c_[l]) kins(kv_" + R_ + ", ki_" + R_ + ", &kf_" +
+           R_ + ", " + K + ", f_[l], t * W + l);\n      }\n    }\n";
+    } else if (is_softmax(r.op)) {
+      const string mv = acc("mv", row, 0);
+      s += "    { const V f_ = " + masked(f[0].s, "bc(-__builtin_inf())") + "; const VI up_ = f_ > " + mv + ";\n";
+      s += "      if (v_any(up_)) { const V nm_ = up_ ? f_ : " + mv + "; const V sc_ = " + mv +
+           " == bc(-__builtin_inf()) ? bc(0.0) : v_exp(" + mv + " - nm_);";
+      for (int c = 0; c < std::max(WD, 1); ++c) s += " " + acc("sv", row, c) + " *= sc_;";
+      if (r.op == ReductionOp::SumSoftMaxWeight) s += " " + acc("ss", row, 0) + " *= sc_;";
+      s += " " + mv + " = nm_; }\n";
+      s += "      const V e_ = f_ == bc(-__builtin_inf()) ? bc(0.0) : v_exp(f_ - " + mv + ");\n";
+      if (r.op == ReductionOp::SumSoftMaxWeight) s += "      " + acc("ss", row, 0) + " += e_;\n";
+      for (int c = 0; c < std::max(WD, 1); ++c)
+        s += "      " + acc("sv", row, c) + " += " + (WD ? masked("e_ * " + w[c].s, "bc(0.0)") : "e_") + ";\n";
+      s += "    }\n";
+    }
+    return s;
+  }
+
+  string finish(int row) const {
+    const string R_ = to_string(row), out_row = "(i0 + " + R_ + ")";
+    string s = "    if (i0 + " + R_ + " < a->o_end) {\n";
+    if (r.op == ReductionOp::Sum) {
+      for (int c = 0; c < D; ++c)
+        s += "      out0[" + out_row + " * " + to_string(D) + " + " + to_string(c) + "] = (T)" +
+             (spec.acc_f64 ? "hsum_d(" : "hsum(") + acc("acc", row, c) + ");\n";
+    } else if (is_minmax(r.op)) {
+      const bool arg_only = r.op == ReductionOp::ArgMin || r.op == ReductionOp::ArgMax;
+      const bool both = r.op == ReductionOp::MinArgMin || r.op == ReductionOp::MaxArgMax;
+      const char* cmp = is_max(r.op) ? ">" : "<";
+      for (int c = 0; c < D; ++c) {
+        const string b = acc("best", row, c), bi = acc("bidx", row, c), at = out_row + " * " + to_string(D) + " + " + to_string(c);
+        s += "      { T bv = 0; i64 bj = -1;\n        for (int l = 0; l < W; ++l) { if (" + bi +
+             "[l] < 0) continue; const T v = " + b + "[l]; const i64 j = (i64)" + bi + "[l] * W + l;\n";
+        s += string("          const bool take = bj < 0 || (v != v && (bv == bv || j < bj)) || (v == v && bv == bv && (v ") +
+             cmp + " bv || (v == bv && j < bj)));\n          if (take) { bv = v; bj = j; } }\n";
+        s += "        if (bj < 0) bv = " + string(is_max(r.op) ? "-" : "") + "__builtin_inf();\n";
+        if (arg_only) s += "        outi[" + at + "] = bj;\n";
+        else s += "        out0[" + at + "] = bv;\n";
+        if (both) s += "        outi[" + at + "] = bj;\n";
+        s += "      }\n";
+      }
+    } else if (is_kmin(r.op)) {
+      const string K = to_string(r.k);
+      s += "      for (int q = 0; q < " + K + "; ++q) {\n";
+      if (r.op != ReductionOp::ArgKMin) s += "        out0[" + out_row + " * " + K + " + q] = q < kf_" + R_ + " ? kv_" + R_ + "[q] : (T)__builtin_inf();\n";
+      if (r.op != ReductionOp::KMin) s += "        outi[" + out_row + " * " + K + " + q] = q < kf_" + R_ + " ? ki_" + R_ + "[q] : -1;\n";
+      s += "      }\n";
+    } else if (is_softmax(r.op)) {
+      const string mv = acc("mv", row, 0);
+      const int nc = std::max(WD, 1);
+      s += "      double M = -__builtin_inf(); for (int l = 0; l < W; ++l) if (" + mv + "[l] > M) M = " + mv + "[l];\n";
+      s += "      double den = 0;\n";
+      if (r.op == ReductionOp::SumSoftMaxWeight)
+        s += "      for (int l = 0; l < W; ++l) den += " + mv + "[l] == -__builtin_inf() ? (double)" +
+             acc("ss", row, 0) + "[l] : " + acc("ss", row, 0) + "[l] * __builtin_exp(" + mv + "[l] - M);\n";
+      for (int c = 0; c < nc; ++c) {
+        s += "      { double sum = 0; for (int l = 0; l < W; ++l) sum += " + mv + "[l] == -__builtin_inf() ? (double)" +
+             acc("sv", row, c) + "[l] : " + acc("sv", row, c) + "[l] * __builtin_exp(" + mv + "[l] - M);\n";
+        const string at = "out0[" + out_row + " * " + to_string(nc) + " + " + to_string(c) + "]";
+        if (r.op == ReductionOp::LogSumExp)
+          s += "        " + at + " = (T)(sum != sum ? sum : M == -__builtin_inf() ? -__builtin_inf() : M + __builtin_log(sum)); }\n";
+        else
+          s += "        " + at + " = (T)(sum != sum ? sum : den == 0 ? 0.0 : sum / den); }\n";
+      }
+    }
+    return s + "    }\n";
+  }
+
+  // The tile body for all R rows: loads the tile's inner vectors, evaluates, accumulates.
+  string tile_body(bool tail) const {
+    Emitter em;
+    for (const auto& e : lay.vars)
+      if (e.cat == Category::J)
+        for (int c = 0; c < e.dim; ++c)
+          em.raw("    const V " + name(e, 0, c) + " = vload(yt + " + to_string((e.offset + c) * W) + ");\n");
+    string acc_code;
+    for (int row = 0; row < R; ++row) {
+      std::vector<Expr> f, w;
+      emit_formulas(row, f, w);
+      acc_code += accumulate(row, f, w, tail);
+    }
+    return em.code() + acc_code;
+  }
+};
+
+}  // namespace
+
+std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
+  const ReductionImpl& r = *spec.r;
+  if (r.op == ReductionOp::GatherSum || r.op == ReductionOp::ScatterSum || !r.slot_vars.empty())
+    return {};
+  std::set<int> used;
+  for (const Formula& f : {r.f, r.weight})
+    if (f.valid())
+      for (const Formula& v : variables(f)) used.insert(v.node().var_index());
+  lay = KernelLayout{};
+  for (const VarSlot& v : r.vars) {
+    if (!used.count(v.index)) continue;
+    if (v.kind == DType::Int64) return {};
+    const Category kc = v.cat == Category::Param ? Category::Param
+                        : v.cat == r.outer()     ? Category::I
+                                                 : Category::J;
+    int& off = kc == Category::I ? lay.outer_dim : kc == Category::J ? lay.inner_dim : lay.param_dim;
+    lay.vars.push_back({v.index, kc, v.dim, off});
+    off += v.dim;
+  }
+  Gen g{spec, r, lay, lanes(spec), r.f.dim(), r.weight.valid() ? r.weight.dim() : 0, 1, {}};
+  for (const auto& e : lay.vars) g.by_index[e.index] = &e;
+  // Rows per block: enough independent work to hide latency, few enough to stay in registers.
+  const int state = r.op == ReductionOp::Sum ? g.D * (spec.scheme == SumScheme::Direct ? 1 : 2)
+                    : is_minmax(r.op)        ? 2 * g.D
+                    : is_softmax(r.op)       ? 2 + std::max(g.WD, 1)
+                                             : 100;
+  g.R = is_kmin(r.op) ? 1 : state <= 4 ? 4 : state <= 8 ? 2 : 1;
+
+  string s = "// generated by tessel: " + Reduction(std::shared_ptr<const ReductionImpl>(
+                                                        spec.r, [](const ReductionImpl*) {}))
+                                               .str() + "\n";
+  s += "#define TESSEL_F64 " + to_string(spec.f64 ? 1 : 0) + "\n";
+  s += "#define TESSEL_VBYTES " + to_string(spec.vbytes) + "\n";
+  s += cpu_prelude();
+  s += kKernelSupport;
+  s += "extern \"C\" void tessel_kernel(const struct KernelArgs* a) {\n";
+  s += "  const T* X = (const T*)a->outer; const T* Y = (const T*)a->inner; const T* P = (const T*)a->params;\n";
+  s += "  T* out0 = (T*)a->out[0]; i64* outi = (i64*)a->out[" +
+       to_string(r.num_outputs() == 2 ? 1 : 0) + "];\n  (void)X; (void)Y; (void)P; (void)out0; (void)outi;\n";
+  s += "  const i64 nfull = a->n_inner / W; const int rem = (int)(a->n_inner % W);\n";
+  s += "  VI lane_ = {}; for (int l = 0; l < W; ++l) lane_[l] = l;\n  const VI valid = lane_ < rem; (void)valid;\n";
+  for (const auto& e : lay.vars)
+    if (e.cat == Category::Param)
+      for (int c = 0; c < e.dim; ++c)
+        s += "  const V " + g.name(e, 0, c) + " = bc(P[" + to_string(e.offset + c) + "]);\n";
+  s += "  for (i64 i0 = a->o_begin; i0 < a->o_end; i0 += " + to_string(g.R) + ") {\n";
+  for (int row = 0; row < g.R; ++row) {
+    s += "    const i64 ir" + to_string(row) + " = i0 + " + to_string(row) + " < a->o_end ? i0 + " +
+         to_string(row) + " : a->o_end - 1;\n";
+    for (const auto& e : lay.vars)
+      if (e.cat == Category::I)
+        for (int c = 0; c < e.dim; ++c)
+          s += "    const V " + g.name(e, row, c) + " = bc(X[ir" + to_string(row) + " * " +
+               to_string(lay.outer_dim) + " + " + to_string(e.offset + c) + "]);\n";
+  }
+  s += g.declarations();
+  const bool block = r.op == ReductionOp::Sum && spec.scheme == SumScheme::Block && !spec.acc_f64;
+  const int blk_tiles = std::max(1, 1024 / g.W);  // about 1024 terms per block partial sum
+  s += "    for (i64 tb = 0; tb < nfull; tb += " + to_string(blk_tiles) + ") {\n";
+  s += "      const i64 te = tb + " + to_string(blk_tiles) + " < nfull ? tb + " + to_string(blk_tiles) + " : nfull;\n";
+  s += "      for (i64 t = tb; t < te; ++t) {\n";
+  s += "    const T* yt = Y + t * " + to_string(lay.inner_dim * g.W) + "; (void)yt;\n";
+  s += "    const VI tv = (VI){} + (TI)t; (void)tv;\n";
+  s += g.tile_body(false);
+  s += "      }\n";
+  if (block)
+    for (int row = 0; row < g.R; ++row)
+      for (int c = 0; c < g.D; ++c)
+        s += "      " + g.acc("acc", row, c) + " += " + g.acc("blk", row, c) + "; " + g.acc("blk", row, c) + " = (V){};\n";
+  s += "    }\n";
+  s += "    if (rem) {\n    const i64 t = nfull; (void)t;\n";
+  s += "    const T* yt = Y + t * " + to_string(lay.inner_dim * g.W) + "; (void)yt;\n";
+  s += "    const VI tv = (VI){} + (TI)t; (void)tv;\n";
+  s += g.tile_body(true);
+  s += "    }\n";
+  for (int row = 0; row < g.R; ++row) s += g.finish(row);
+  s += "  }\n}\n";
+  return s;
+}
+
+}  // namespace tessel

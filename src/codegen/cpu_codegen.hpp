@@ -1,0 +1,46 @@
+// Reduction spec -> C++ source of one CPU kernel (SIMD over j, several i rows in registers).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ir/reduction_impl.hpp"
+
+namespace tessel {
+
+// Where each variable sits in the packed arrays the kernel reads.
+struct KernelLayout {
+  struct Entry {
+    int index;
+    Category cat;  // as seen by the kernel: I = outer rows, J = inner tiles, Param
+    int dim;
+    int offset;  // component offset within its packed array
+  };
+  std::vector<Entry> vars;
+  int outer_dim = 0, inner_dim = 0, param_dim = 0;  // components per row / per tile lane / total
+};
+
+struct CpuKernelSpec {
+  const ReductionImpl* r = nullptr;
+  bool f64 = false;
+  int vbytes = 64;  // vector width in bytes: 64 (AVX-512), 32 (AVX2), 16 (SSE), 8 (scalar)
+  SumScheme scheme = SumScheme::Block;
+  bool acc_f64 = false;
+};
+
+// The argument block shared by the library and every generated kernel (plain C layout).
+struct KernelArgs {
+  const void* outer;  // n_outer rows × outer_dim, row-major
+  const void* inner;  // ceil(n_inner / W) tiles × inner_dim × W lanes
+  const void* params;
+  long long o_begin, o_end, n_inner;
+  void* out[2];  // value output (n_outer × dim) and/or Int64 index output
+};
+
+// The generated source, or an empty string when the compiled path does not apply.
+std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& layout);
+const char* cpu_prelude();
+// Lanes per vector for a spec.
+inline int lanes(const CpuKernelSpec& s) { return s.vbytes / (s.f64 ? 8 : 4); }
+
+}  // namespace tessel

@@ -1,0 +1,180 @@
+// The header every generated CPU kernel starts with: the lane-vector type V and vectorised math.
+//
+// It uses GCC/Clang vector extensions rather than <immintrin.h>: that header alone costs ~0.35 s
+// of compile time per kernel, and vector extensions map to whatever width the target has. The
+// few operations extensions lack (sqrt, floor, trunc) use target builtins, with a lane-loop
+// fallback on other targets. exp and log are our own polynomials: no libm call in the hot loop.
+#include "codegen/cpu_codegen.hpp"
+
+namespace tessel {
+
+const char* cpu_prelude() {
+  return R"PRELUDE(
+typedef long long i64;
+typedef int i32;
+#if TESSEL_F64
+typedef double T;
+typedef i64 TI;
+typedef unsigned long long TU;
+#define TESSEL_MANT 52
+#define TESSEL_BIAS 1023
+#else
+typedef float T;
+typedef i32 TI;
+typedef unsigned int TU;
+#define TESSEL_MANT 23
+#define TESSEL_BIAS 127
+#endif
+#define W (TESSEL_VBYTES / (int)sizeof(T))
+typedef T V __attribute__((vector_size(TESSEL_VBYTES)));
+typedef TI VI __attribute__((vector_size(TESSEL_VBYTES)));
+typedef double VD __attribute__((vector_size(TESSEL_VBYTES * 8 / sizeof(T))));
+
+static inline V bc(double c) { return (V){} + (T)c; }
+static inline V vload(const T* p) { V v; __builtin_memcpy(&v, p, sizeof v); return v; }
+static inline V v_lt(V a, V b, V x, V y) { return a < b ? x : y; }
+static inline V v_le(V a, V b, V x, V y) { return a <= b ? x : y; }
+static inline V v_eq(V a, V b, V x, V y) { return a == b ? x : y; }
+static inline V v_min(V a, V b) { return a < b ? a : b; }
+static inline V v_max(V a, V b) { return a > b ? a : b; }
+static inline V v_abs(V a) { return (V)((VI)a & (VI){} + (TI)(~(TU)0 >> 1)); }
+static inline bool v_any(VI m) {
+  TI w[W];
+  __builtin_memcpy(w, &m, sizeof m);
+  TI r = 0;
+  for (int l = 0; l < W; ++l) r |= w[l];
+  return r != 0;
+}
+
+#if defined(__AVX512F__) && TESSEL_VBYTES == 64
+#if TESSEL_F64
+static inline V v_sqrt(V a) { return __builtin_ia32_sqrtpd512_mask(a, a, (unsigned char)-1, 4); }
+static inline V v_rnd(V a, int mode) { return __builtin_ia32_rndscalepd_mask(a, mode, a, (unsigned char)-1, 4); }
+#else
+static inline V v_sqrt(V a) { return __builtin_ia32_sqrtps512_mask(a, a, (unsigned short)-1, 4); }
+static inline V v_rnd(V a, int mode) { return __builtin_ia32_rndscaleps_mask(a, mode, a, (unsigned short)-1, 4); }
+#endif
+#elif defined(__AVX__) && TESSEL_VBYTES == 32
+#if TESSEL_F64
+static inline V v_sqrt(V a) { return __builtin_ia32_sqrtpd256(a); }
+static inline V v_rnd(V a, int mode) { return __builtin_ia32_roundpd256(a, mode); }
+#else
+static inline V v_sqrt(V a) { return __builtin_ia32_sqrtps256(a); }
+static inline V v_rnd(V a, int mode) { return __builtin_ia32_roundps256(a, mode); }
+#endif
+#elif defined(__SSE4_1__) && TESSEL_VBYTES == 16
+#if TESSEL_F64
+static inline V v_sqrt(V a) { return __builtin_ia32_sqrtpd(a); }
+static inline V v_rnd(V a, int mode) { return __builtin_ia32_roundpd(a, mode); }
+#else
+static inline V v_sqrt(V a) { return __builtin_ia32_sqrtps(a); }
+static inline V v_rnd(V a, int mode) { return __builtin_ia32_roundps(a, mode); }
+#endif
+#else
+static inline V v_sqrt(V a) { V r; for (int l = 0; l < W; ++l) r[l] = __builtin_sqrt(a[l]); return r; }
+static inline V v_rnd(V a, int mode) {
+  V r;
+  for (int l = 0; l < W; ++l) r[l] = (mode & 3) == 1 ? __builtin_floor(a[l]) : __builtin_trunc(a[l]);
+  return r;
+}
+#endif
+static inline V v_floor(V a) { return v_rnd(a, 9); }   // toward -inf, no exceptions
+static inline V v_trunc(V a) { return v_rnd(a, 11); }  // toward zero, no exceptions
+// Halves away from zero, exactly (adding 0.5 then flooring is wrong just below 0.5).
+static inline V v_round(V a) {
+  V t = v_trunc(a), d = a - t;
+  return t + (v_abs(d) >= bc(0.5) ? (a < bc(0.0) ? bc(-1.0) : bc(1.0)) : bc(0.0));
+}
+static inline V v_rsqrt(V a) { return bc(1.0) / v_sqrt(a); }
+
+// exp: x = n ln2 + r, |r| <= ln2/2, e^r by a Taylor polynomial of degree 7 (float) or 12
+// (double), then scaled by 2^n in two halves so that subnormal and near-overflow results are right.
+static inline V v_exp(V x) {
+#if TESSEL_F64
+  const V hi = bc(709.79), lo = bc(-745.2);
+#else
+  const V hi = bc(88.73), lo = bc(-103.98);
+#endif
+  V xc = x > hi ? hi : (x < lo ? lo : x);
+  V n = v_floor(xc * bc(1.4426950408889634) + bc(0.5));
+  V r = xc - n * bc(0.693145751953125) - n * bc(1.4286068203094172321e-6);
+#if TESSEL_F64
+  V p = bc(1.0 / 479001600.0);
+  p = p * r + bc(1.0 / 39916800.0);
+  p = p * r + bc(1.0 / 3628800.0);
+  p = p * r + bc(1.0 / 362880.0);
+  p = p * r + bc(1.0 / 40320.0);
+  p = p * r + bc(1.0 / 5040.0);
+#else
+  V p = bc(1.0 / 5040.0);
+#endif
+  p = p * r + bc(1.0 / 720.0);
+  p = p * r + bc(1.0 / 120.0);
+  p = p * r + bc(1.0 / 24.0);
+  p = p * r + bc(1.0 / 6.0);
+  p = p * r + bc(0.5);
+  p = p * r + bc(1.0);
+  p = p * r + bc(1.0);
+  VI ni = __builtin_convertvector(n, VI), n2 = ni >> 1, n1 = ni - n2;
+  V s1 = (V)((n1 + (TI)TESSEL_BIAS) << TESSEL_MANT), s2 = (V)((n2 + (TI)TESSEL_BIAS) << TESSEL_MANT);
+  V y = p * s1 * s2;
+  y = x > hi ? bc(__builtin_inf()) : y;
+  y = x < lo ? bc(0.0) : y;
+  return x != x ? x : y;
+}
+
+// log: x = m 2^e with m in [sqrt(1/2), sqrt(2)), log m = 2 atanh(s), s = (m-1)/(m+1).
+static inline V v_log(V x) {
+#if TESSEL_F64
+  const V tiny = bc(2.2250738585072014e-308);
+#else
+  const V tiny = bc(1.1754943508222875e-38);
+#endif
+  // subnormals: scale up by 2^(MANT+1) first
+  V xs = x < tiny ? x * bc((double)(1ull << (TESSEL_MANT + 1))) : x;
+  V adj = x < tiny ? bc(-(double)(TESSEL_MANT + 1)) : bc(0.0);
+  VI bits = (VI)xs;
+  VI ex = ((bits >> TESSEL_MANT) & (TI)(2 * TESSEL_BIAS + 1)) - (TI)TESSEL_BIAS;
+  V m = (V)((bits & (TI)((((TU)1) << TESSEL_MANT) - 1)) | ((TI)TESSEL_BIAS << TESSEL_MANT));
+  VI big = m > bc(1.4142135623730951);
+  m = big ? m * bc(0.5) : m;
+  V e = __builtin_convertvector(ex, V) + (big ? bc(1.0) : bc(0.0)) + adj;
+  V s = (m - bc(1.0)) / (m + bc(1.0)), s2 = s * s;
+#if TESSEL_F64
+  V p = bc(2.0 / 19.0);
+  p = p * s2 + bc(2.0 / 17.0);
+  p = p * s2 + bc(2.0 / 15.0);
+  p = p * s2 + bc(2.0 / 13.0);
+  p = p * s2 + bc(2.0 / 11.0);
+  p = p * s2 + bc(2.0 / 9.0);
+#else
+  V p = bc(2.0 / 9.0);
+#endif
+  p = p * s2 + bc(2.0 / 7.0);
+  p = p * s2 + bc(2.0 / 5.0);
+  p = p * s2 + bc(2.0 / 3.0);
+  p = p * s2 + bc(2.0);
+  V y = e * bc(0.6931471805599453) + s * p;
+  y = x == bc(0.0) ? bc(-__builtin_inf()) : y;
+  y = x < bc(0.0) ? bc(__builtin_nan("")) : y;
+  y = x == bc(__builtin_inf()) ? x : y;
+  return x != x ? x : y;
+}
+
+// Trigonometric functions go lane by lane: they are rare in kernel formulas and libm's are exact.
+#define TESSEL_LANEWISE1(name, fn) \
+  static inline V name(V a) { V r; for (int l = 0; l < W; ++l) r[l] = fn(a[l]); return r; }
+TESSEL_LANEWISE1(v_sin, __builtin_sin)
+TESSEL_LANEWISE1(v_cos, __builtin_cos)
+TESSEL_LANEWISE1(v_asin, __builtin_asin)
+TESSEL_LANEWISE1(v_acos, __builtin_acos)
+TESSEL_LANEWISE1(v_atan, __builtin_atan)
+static inline V v_atan2(V y, V x) { V r; for (int l = 0; l < W; ++l) r[l] = __builtin_atan2(y[l], x[l]); return r; }
+
+// Horizontal helpers.
+static inline double hsum(V v) { double s = 0; for (int l = 0; l < W; ++l) s += v[l]; return s; }
+static inline double hsum_d(VD v) { double s = 0; for (int l = 0; l < W; ++l) s += v[l]; return s; }
+)PRELUDE";
+}
+
+}  // namespace tessel
