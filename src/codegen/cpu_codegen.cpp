@@ -7,6 +7,7 @@
 #include "codegen/cpu_codegen.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <set>
 #include <unordered_map>
 

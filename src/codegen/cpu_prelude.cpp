@@ -35,8 +35,17 @@ static inline V vload(const T* p) { V v; __builtin_memcpy(&v, p, sizeof v); retu
 static inline V v_lt(V a, V b, V x, V y) { return a < b ? x : y; }
 static inline V v_le(V a, V b, V x, V y) { return a <= b ? x : y; }
 static inline V v_eq(V a, V b, V x, V y) { return a == b ? x : y; }
+// min/max return b when either is NaN, exactly like the x86 instructions they become.
+#if defined(__AVX512F__) && TESSEL_VBYTES == 64 && TESSEL_F64
+static inline V v_min(V a, V b) { return __builtin_ia32_minpd512_mask(a, b, a, (unsigned char)-1, 4); }
+static inline V v_max(V a, V b) { return __builtin_ia32_maxpd512_mask(a, b, a, (unsigned char)-1, 4); }
+#elif defined(__AVX512F__) && TESSEL_VBYTES == 64
+static inline V v_min(V a, V b) { return __builtin_ia32_minps512_mask(a, b, a, (unsigned short)-1, 4); }
+static inline V v_max(V a, V b) { return __builtin_ia32_maxps512_mask(a, b, a, (unsigned short)-1, 4); }
+#else
 static inline V v_min(V a, V b) { return a < b ? a : b; }
 static inline V v_max(V a, V b) { return a > b ? a : b; }
+#endif
 static inline V v_abs(V a) { return (V)((VI)a & (VI){} + (TI)(~(TU)0 >> 1)); }
 static inline bool v_any(VI m) {
   TI w[W];
@@ -74,7 +83,7 @@ static inline V v_rnd(V a, int mode) { return __builtin_ia32_roundps(a, mode); }
 static inline V v_sqrt(V a) { V r; for (int l = 0; l < W; ++l) r[l] = __builtin_sqrt(a[l]); return r; }
 static inline V v_rnd(V a, int mode) {
   V r;
-  for (int l = 0; l < W; ++l) r[l] = (mode & 3) == 1 ? __builtin_floor(a[l]) : __builtin_trunc(a[l]);
+  for (int l = 0; l < W; ++l) r[l] = (mode & 3) == 1 ? __builtin_floor(a[l]) : (mode & 3) == 0 ? __builtin_nearbyint(a[l]) : __builtin_trunc(a[l]);
   return r;
 }
 #endif
@@ -87,16 +96,29 @@ static inline V v_round(V a) {
 }
 static inline V v_rsqrt(V a) { return bc(1.0) / v_sqrt(a); }
 
-// exp: x = n ln2 + r, |r| <= ln2/2, e^r by a Taylor polynomial of degree 7 (float) or 12
-// (double), then scaled by 2^n in two halves so that subnormal and near-overflow results are right.
+// p * 2^n for integral n: one instruction with AVX-512; otherwise two exponent-bit halves so that
+// subnormal and near-overflow results stay right.
+static inline V v_scale(V p, V n) {
+#if defined(__AVX512F__) && TESSEL_VBYTES == 64 && TESSEL_F64
+  return __builtin_ia32_scalefpd512_mask(p, n, p, (unsigned char)-1, 4);
+#elif defined(__AVX512F__) && TESSEL_VBYTES == 64
+  return __builtin_ia32_scalefps512_mask(p, n, p, (unsigned short)-1, 4);
+#else
+  VI ni = __builtin_convertvector(n, VI), n2 = ni >> 1, n1 = ni - n2;
+  return p * (V)((n1 + (TI)TESSEL_BIAS) << TESSEL_MANT) * (V)((n2 + (TI)TESSEL_BIAS) << TESSEL_MANT);
+#endif
+}
+
+// exp: x = n ln2 + r with |r| <= ln2/2; e^r = 1 + r + r^2 P(r) with a minimax P (float, the
+// classic Cephes coefficients) or Taylor to degree 12 (double): below one ulp before scaling.
+// Clamping makes overflow give inf and underflow give 0 through the scaling, and NaN stays NaN.
 static inline V v_exp(V x) {
 #if TESSEL_F64
-  const V hi = bc(709.79), lo = bc(-745.2);
+  V xc = v_min(bc(710.0), v_max(bc(-746.0), x));  // this argument order lets NaN through
 #else
-  const V hi = bc(88.73), lo = bc(-103.98);
+  V xc = v_min(bc(89.0), v_max(bc(-104.0), x));
 #endif
-  V xc = x > hi ? hi : (x < lo ? lo : x);
-  V n = v_floor(xc * bc(1.4426950408889634) + bc(0.5));
+  V n = v_rnd(xc * bc(1.4426950408889634), 8);
   V r = xc - n * bc(0.693145751953125) - n * bc(1.4286068203094172321e-6);
 #if TESSEL_F64
   V p = bc(1.0 / 479001600.0);
@@ -105,22 +127,21 @@ static inline V v_exp(V x) {
   p = p * r + bc(1.0 / 362880.0);
   p = p * r + bc(1.0 / 40320.0);
   p = p * r + bc(1.0 / 5040.0);
-#else
-  V p = bc(1.0 / 5040.0);
-#endif
   p = p * r + bc(1.0 / 720.0);
   p = p * r + bc(1.0 / 120.0);
   p = p * r + bc(1.0 / 24.0);
   p = p * r + bc(1.0 / 6.0);
   p = p * r + bc(0.5);
-  p = p * r + bc(1.0);
-  p = p * r + bc(1.0);
-  VI ni = __builtin_convertvector(n, VI), n2 = ni >> 1, n1 = ni - n2;
-  V s1 = (V)((n1 + (TI)TESSEL_BIAS) << TESSEL_MANT), s2 = (V)((n2 + (TI)TESSEL_BIAS) << TESSEL_MANT);
-  V y = p * s1 * s2;
-  y = x > hi ? bc(__builtin_inf()) : y;
-  y = x < lo ? bc(0.0) : y;
-  return x != x ? x : y;
+#else
+  V p = bc(1.9875691500E-4);
+  p = p * r + bc(1.3981999507E-3);
+  p = p * r + bc(8.3334519073E-3);
+  p = p * r + bc(4.1665795894E-2);
+  p = p * r + bc(1.6666665459E-1);
+  p = p * r + bc(5.0000001201E-1);
+#endif
+  p = p * (r * r) + r + bc(1.0);
+  return v_scale(p, n);
 }
 
 // log: x = m 2^e with m in [sqrt(1/2), sqrt(2)), log m = 2 atanh(s), s = (m-1)/(m+1).

@@ -393,6 +393,13 @@ inline std::vector<OpCase> all_cases() {
       [](double x, double lo, double hi) {
         return std::fabs(x - lo) > 1e-3 && std::fabs(x - hi) > 1e-3;
       });
+  // crossed bounds (lo > hi): x < lo gives lo, else x > hi gives hi
+  ter(
+      "Clamp_crossed", OpCode::Clamp, [](auto& x, auto& lo, auto& hi) { return clamp(x, lo, hi); },
+      clamp_ref, {uniform(-2.5, 2.5), uniform(0.5, 1.5), uniform(-1.5, -0.5)}, GK::Smooth,
+      [](double x, double lo, double hi) {
+        return std::fabs(x - lo) > 1e-3 && std::fabs(x - hi) > 1e-3;
+      });
   un(
       "ClampInt", OpCode::ClampInt, [](auto& a) { return clampint(a, -1, 2); },
       [](double x) { return x < -1  ? -1.0
@@ -474,6 +481,10 @@ inline std::vector<OpCase> all_cases() {
   vec(
       "Min", OpCode::Min, {4}, [](auto& v) { return min(v[0]); }, extreme(false, false), {u2},
       GK::Smooth, distinct);
+  vec("Max1", OpCode::Max, {1}, [](auto& v) { return max(v[0]); }, extreme(true, false), {u2});
+  vec(
+      "ArgMin1", OpCode::ArgMin, {1}, [](auto& v) { return argmin(v[0]); }, extreme(false, true),
+      {u2}, GK::Zero);
   vec(
       "Max_ties", OpCode::Max, {5}, [](auto& v) { return max(v[0]); }, extreme(true, false), {tri},
       GK::Skip);
