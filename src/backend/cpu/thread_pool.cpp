@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <pthread.h>
 #include <thread>
 #include <vector>
 
@@ -16,8 +17,14 @@ namespace {
 class Pool {
  public:
   static Pool& instance() {
-    static Pool* p = new Pool;  // leaked on purpose: workers must outlive static destructors
-    return *p;
+    // Leaked on purpose: workers must outlive static destructors. A forked child has none of the
+    // parent's threads, so it starts a fresh pool (data loaders and multiprocessing fork often).
+    static Pool* p = [] {
+      pthread_atfork(nullptr, nullptr, [] { current() = new Pool; });
+      return new Pool;
+    }();
+    if (!current()) current() = p;
+    return *current();
   }
 
   void run(int64_t n_chunks, int threads, const std::function<void(int64_t)>& chunk) {
@@ -42,6 +49,10 @@ class Pool {
   }
 
  private:
+  static Pool*& current() {
+    static Pool* c = nullptr;
+    return c;
+  }
   void ensure_workers(int want) {
     while (static_cast<int>(workers_.size()) < want) {
       const int id = static_cast<int>(workers_.size());

@@ -1,0 +1,210 @@
+// Compiled kernels against the interpreter: every op, both dtypes, SIMD math at its edges, layouts.
+#include <limits>
+
+#include "ops/op.hpp"
+#include "reduction_helpers.hpp"
+
+using namespace tessel;
+using namespace tessel::testing;
+
+namespace {
+
+Options with(Backend b) {
+  Options o;
+  o.backend = b;
+  return o;
+}
+
+// A formula exercising `code` on i/j variables, with arguments kept inside each op's domain.
+Formula sample(OpCode code) {
+  const Formula x = vi(0, 3), y = vj(1, 3), a = x - y, u = sin(a), pos = square(a) + 0.5;
+  const Formula s = elem(a, 0), sp = elem(pos, 1);
+  switch (code) {
+    case OpCode::Add: return x + y[0];
+    case OpCode::Sub: return x - y;
+    case OpCode::Mul: return x * y;
+    case OpCode::Div: return x / pos;
+    case OpCode::Neg: return -a;
+    case OpCode::Exp: return exp(a);
+    case OpCode::Log: return log(pos);
+    case OpCode::XLogX: return xlogx(pos * step(s));
+    case OpCode::Sqrt: return sqrt(pos);
+    case OpCode::Rsqrt: return rsqrt(pos);
+    case OpCode::Inv: return inv(pos);
+    case OpCode::Pow: return pow(a, 3) + pow(pos, -2);
+    case OpCode::Powf: return powf(pos, y + 1.0);
+    case OpCode::Square: return square(a);
+    case OpCode::Abs: return abs(a);
+    case OpCode::Sign: return sign(a);
+    case OpCode::Step: return step(a);
+    case OpCode::ReLU: return relu(a);
+    case OpCode::Sin: return sin(a);
+    case OpCode::Cos: return cos(a);
+    case OpCode::Asin: return asin(0.9 * u);
+    case OpCode::Acos: return acos(0.9 * u);
+    case OpCode::Atan: return atan(3.0 * a);
+    case OpCode::Atan2: return atan2(x, y);
+    case OpCode::Floor: return floor(4.0 * a);
+    case OpCode::Round: return round(4.0 * a) + make(OpCode::Round, {a}, {2});
+    case OpCode::Mod: return mod(4.0 * a, constant(1.5), constant(0.25));
+    case OpCode::Clamp: return clamp(a, constant(-0.3), y);
+    case OpCode::ClampInt: return clampint(4.0 * a, -1, 2);
+    case OpCode::IfElse: return ifelse(s, x, y);
+    case OpCode::ElemMin: return elem_min(x, y);
+    case OpCode::ElemMax: return elem_max(x, y);
+    case OpCode::Less: return less(x, y);
+    case OpCode::LessEq: return less_eq(round(4.0 * x), round(4.0 * y));
+    case OpCode::Greater: return greater(x, y);
+    case OpCode::GreaterEq: return greater_eq(round(4.0 * x), round(4.0 * y));
+    case OpCode::Equal: return equal(round(2.0 * x), round(2.0 * y));
+    case OpCode::NotEqual: return not_equal(round(2.0 * x), round(2.0 * y));
+    case OpCode::Sum: return sum(a);
+    case OpCode::Max: return max(a);
+    case OpCode::Min: return min(a);
+    case OpCode::ArgMax: return argmax(a);
+    case OpCode::ArgMin: return argmin(a);
+    case OpCode::Elem: return elem(a, 2);
+    case OpCode::Extract: return extract(a, 1, 2);
+    case OpCode::Concat: return concat(x, y[1]);
+    case OpCode::OneHot: return one_hot(clampint(round(2.0 * s), 0, 3), 4);
+    case OpCode::SqNorm2: return sqnorm2(a);
+    case OpCode::Norm2: return norm2(a);
+    case OpCode::Normalize: return normalize(a);
+    case OpCode::SqDist: return sqdist(x, y);
+    case OpCode::Scalprod: return x | y;
+    case OpCode::SqNormIso: return sqnorm_iso(sp, a);
+    case OpCode::SqNormDiag: return sqnorm_diag(pos, a);
+    case OpCode::SymSqNorm: return sym_sqnorm(tensorprod(x, y), a);
+    case OpCode::MatVecMult: return matvecmult(tensorprod(x, y), a);
+    case OpCode::VecMatMult: return vecmatmult(a, tensorprod(x, y));
+    case OpCode::TensorProd: return tensorprod(x, y);
+    case OpCode::TensorDot:
+      return tensordot(tensorprod(x, y), concat(y, x), {3, 3}, {2, 3}, {1}, {1});
+    default: return {};
+  }
+}
+
+}  // namespace
+
+class CompiledOp : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+TEST_P(CompiledOp, MatchesInterpreter) {
+  const auto [code_i, f64] = GetParam();
+  const OpCode code = static_cast<OpCode>(code_i);
+  const Formula f = sample(code);
+  ASSERT_TRUE(f.valid()) << "no compiled-kernel sample for op " << op_info(code).name;
+  // Sum over j of the op's value: every lane of every tile goes through the emitted code.
+  const DType t = f64 ? DType::Float64 : DType::Float32;
+  std::vector<Array> in = {random_array(t, {23, 3}, 5, -1.5, 1.5),
+                           random_array(t, {41, 3}, 6, -1.5, 1.5)};
+  for (ReductionOp op : {ReductionOp::Sum, ReductionOp::Max}) {
+    Reduction r(op, f);
+    const Array want = evaluate(r, in, with(Backend::Interpreter))[0];
+    const Array got = evaluate(r, in, with(Backend::Compiled))[0];
+    std::vector<double> w(want.size());
+    for (int64_t k = 0; k < want.size(); ++k) w[k] = want.at(k);
+    // float32: inputs are exact in both paths; the interpreter computes in float64.
+    const double tol = f64 ? 1e-12 : 3e-5;
+    expect_close(got, w, tol, tol * 10, std::string(op_info(code).name) + (f64 ? " f64" : " f32"));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryOp, CompiledOp,
+                         ::testing::Combine(::testing::Range(static_cast<int>(OpCode::Add),
+                                                             static_cast<int>(OpCode::Count_)),
+                                            ::testing::Bool()));
+
+// exp/log are our own polynomials: check them across the whole range, specials included.
+TEST(CompiledMath, ExpLogEdges) {
+  for (bool f64 : {false, true}) {
+    const DType t = f64 ? DType::Float64 : DType::Float32;
+    std::vector<double> xs;
+    for (double v = -110; v <= 100; v += 0.37) xs.push_back(v);
+    for (double v : {0.0, -0.0, 1e-30, -1e-30, 88.5, 88.8, -87.5, -103.5, 709.5, 710.0, -744.0,
+                     -746.0, 1e10, -1e10})
+      xs.push_back(v);
+    xs.push_back(std::numeric_limits<double>::quiet_NaN());
+    xs.push_back(std::numeric_limits<double>::infinity());
+    xs.push_back(-std::numeric_limits<double>::infinity());
+    const int64_t n = static_cast<int64_t>(xs.size());
+    Array x(t, {n, 1});
+    for (int64_t k = 0; k < n; ++k) {
+      if (f64) x.as<double>()[k] = xs[k];
+      else x.as<float>()[k] = static_cast<float>(xs[k]);
+    }
+    Array one(t, {1, 1});
+    if (f64) one.as<double>()[0] = 1;
+    else one.as<float>()[0] = 1;
+    for (int which = 0; which < 3; ++which) {
+      const Formula xi = vi(0, 1);
+      const Formula f = which == 0 ? exp(xi) * vj(1, 1)
+                        : which == 1 ? log(abs(xi)) * vj(1, 1)
+                                     : log(xi) * vj(1, 1);
+      Reduction r(ReductionOp::Sum, f);
+      const Array got = evaluate(r, std::vector<Array>{x, one}, with(Backend::Compiled))[0];
+      for (int64_t k = 0; k < n; ++k) {
+        const double in = x.at(k);
+        const double want = which == 0 ? std::exp(in) : which == 1 ? std::log(std::fabs(in)) : std::log(in);
+        const double g = got.at(k);
+        const double want_t = f64 ? want : static_cast<double>(static_cast<float>(want));
+        if (std::isnan(want_t)) {
+          EXPECT_TRUE(std::isnan(g)) << which << " at " << in;
+        } else if (std::isinf(want_t) || want_t == 0) {
+          EXPECT_EQ(g, want_t) << which << " at " << in;
+        } else {
+          const double ulp = f64 ? 2.3e-16 : 1.2e-7;
+          // 2 ulp, or absolute in the subnormal range where the format itself is coarse
+          EXPECT_NEAR(g, want_t, 2 * ulp * std::fabs(want_t) + (f64 ? 1e-320 : 3e-45))
+              << (which ? "log" : "exp") << " at " << in << (f64 ? " f64" : " f32");
+        }
+      }
+    }
+  }
+}
+
+TEST(CompiledLayout, NonContiguousAndParamsAndBothAxes) {
+  // x stored transposed (3 × n with strides), y as a column slice of a wider array.
+  const int64_t n = 37, m = 29;
+  Array xt = random_array(DType::Float64, {3, n}, 1);
+  Array wide = random_array(DType::Float64, {m, 5}, 2);
+  Array b = random_array(DType::Float64, {m}, 3);
+  Array g = random_array(DType::Float64, {1, 1}, 4, 0.5, 1);
+  ArrayView xv{xt.data(), DType::Float64, {n, 3}, {1, n}};
+  ArrayView yv{wide.as<double>() + 1, DType::Float64, {m, 3}, {5, 1}};
+  Reduction r(ReductionOp::Sum, exp(-pm(3, 1) * sqdist(vi(0, 3), vj(1, 3))) * vj(2, 1));
+  std::vector<ArrayView> in = {xv, yv, b.view(), g.view()};
+  for (Backend be : {Backend::Interpreter, Backend::Compiled}) {
+    const Array got = evaluate(r, std::span<const ArrayView>(in), with(be))[0];
+    for (int64_t i = 0; i < n; ++i) {
+      double s = 0;
+      for (int64_t j = 0; j < m; ++j) {
+        double d2 = 0;
+        for (int c = 0; c < 3; ++c) {
+          const double d = xt.at(c * n + i) - wide.at(j * 5 + 1 + c);
+          d2 += d * d;
+        }
+        s += std::exp(-g.at(0) * d2) * b.at(j);
+      }
+      EXPECT_NEAR(got.at(i), s, 1e-12 * (1 + std::fabs(s)));
+    }
+  }
+}
+
+TEST(CompiledSum, BlockKahanAndF64AccumulationBeatNaive) {
+  // 2e5 terms of 0.1f each: a naive float32 running sum drifts by ~1e-3 relative.
+  const int64_t m = 200000;
+  Array ones(DType::Float32, {m, 1});
+  for (int64_t j = 0; j < m; ++j) ones.as<float>()[j] = 0.1f;
+  Array x(DType::Float32, {2, 1});
+  Reduction r(ReductionOp::Sum, vj(1, 1) + 0.0 * vi(0, 1));
+  const double exact = 0.1f * static_cast<double>(m);
+  for (SumScheme s : {SumScheme::Block, SumScheme::Kahan}) {
+    Options o = with(Backend::Compiled);
+    o.sum_scheme = s;
+    const Array got = evaluate(r, std::vector<Array>{x, ones}, o, Sizes{2, -1})[0];
+    EXPECT_NEAR(got.at(0), exact, 2e-6 * exact) << static_cast<int>(s);
+  }
+  Options o = with(Backend::Compiled);
+  o.accumulate_f64 = true;
+  EXPECT_NEAR(evaluate(r, std::vector<Array>{x, ones}, o, Sizes{2, -1})[0].at(0), exact, 1e-6 * exact);
+}
