@@ -25,8 +25,7 @@ using Point = std::vector<Vec>;  // the value of each variable; variable k has i
 using Rng = std::mt19937_64;
 using Draw = std::function<double(Rng&)>;
 
-// ---- sampling domains
-// ------------------------------------------------------------------------------
+// ---- sampling domains ---------------------------------------------------------------------------
 inline double unif(Rng& r, double lo, double hi) {
   return std::uniform_real_distribution<double>(lo, hi)(r);
 }
@@ -49,8 +48,7 @@ inline Draw grid_or_uniform(double step, int lo, int hi) {
   };
 }
 
-// ---- cases
-// -------------------------------------------------------------------------------------------
+// ---- cases --------------------------------------------------------------------------------------
 // Smooth: check derivatives by finite differences. Zero: the gradient must be zero. Skip: values
 // only (points on kinks or ties).
 enum class GradKind { Smooth, Zero, Skip };
@@ -136,8 +134,7 @@ std::function<bool(const Point&)> all_components(F pred) {
   };
 }
 
-// ---- TensorDot: numpy.tensordot-like loops over multi-indices, then an optional permutation
-// --------
+// ---- TensorDot: numpy.tensordot-like loops over multi-indices, then an optional permutation -----
 inline std::vector<int> unravel(int flat, const std::vector<int>& dims) {
   std::vector<int> m(dims.size());
   for (int k = static_cast<int>(dims.size()) - 1; k >= 0; --k)
@@ -218,51 +215,41 @@ inline std::vector<TdConfig> tensordot_configs() {
       {"outer", {2, 3}, {4}, {}, {}, {}},
       {"perm", {2, 3, 4}, {4, 5}, {2}, {0}, {2, 0, 1}},
       {"perm_outer", {2, 3}, {2}, {}, {}, {1, 2, 0}},
+      {"perm_two_axes", {2, 3, 4}, {3, 5, 2}, {0, 1}, {2, 0}, {1, 0}},
+      {"perm_rank4", {2, 3}, {2, 2}, {}, {}, {3, 0, 2, 1}},
+      {"perm_free_mix", {2, 3, 4}, {4, 2}, {2}, {0}, {2, 1, 0}},
+      {"unit_axes", {1, 3, 2}, {2, 1}, {2}, {0}, {}},
+      {"rank0", {}, {2, 3}, {}, {}, {}},
   };
 }
 
-// ---- the case table
-// ------------------------------------------------------------------------------------
-using F1 = std::function<Formula(const Formula&)>;
+// ---- the case table -----------------------------------------------------------------------------
 using F2 = std::function<Formula(const Formula&, const Formula&)>;
-using F3 = std::function<Formula(const Formula&, const Formula&, const Formula&)>;
+
+using Ref1 = std::function<double(double)>;
+using Ref2 = std::function<double(double, double)>;
+using Ref3 = std::function<double(double, double, double)>;
 
 inline std::vector<OpCase> all_cases() {
   using namespace tessel;
   using GK = GradKind;
   std::vector<OpCase> cs;
-  auto un = [&](std::string name, OpCode op, F1 f, std::function<double(double)> ref, Draw d,
-                GK g = GK::Smooth, std::function<bool(double)> ok = {}) {
-    OpCase c{name, op, {3}, [f](const auto& v) { return f(v[0]); }, ew_ref(ref), {d}, {}, g};
-    if (ok) c.accept = all_components(ok);
-    cs.push_back(c);
-  };
-  // Binary elementwise ops, each with equal dims and with either operand broadcast from dim 1.
-  auto bin = [&](std::string name, OpCode op, F2 f, std::function<double(double, double)> ref,
-                 std::vector<Draw> d, GK g = GK::Smooth,
-                 std::function<bool(double, double)> ok = {}) {
-    for (auto dims : std::vector<std::vector<int>>{{3, 3}, {1, 3}, {3, 1}}) {
-      OpCase c{name + "_" + std::to_string(dims[0]) + std::to_string(dims[1]),
-               op,
-               dims,
-               [f](const auto& v) { return f(v[0], v[1]); },
-               ew_ref(ref),
-               d,
-               {},
-               g};
-      if (ok) c.accept = all_components(ok);
-      cs.push_back(c);
+  // Elementwise ops are built through the table (make), the same path as the public builders; a
+  // binary or ternary op gets one case with equal dims and one per operand broadcast from dim 1.
+  auto ew = [&](std::string name, OpCode op, std::vector<int64_t> ip, auto ref, std::vector<Draw> d,
+                GK g = GK::Smooth, std::function<bool(const Point&)> ok = {}) {
+    const int arity = op_info(op).arity;
+    std::vector<std::vector<int>> shapes = {std::vector<int>(arity, 3)};
+    for (int k = 0; k < arity && arity > 1; ++k) {
+      shapes.push_back(std::vector<int>(arity, 1));
+      shapes.back()[k] = 3;
+      if (arity == 3) shapes.push_back(std::vector<int>(arity, 3)), shapes.back()[k] = 1;
     }
-  };
-  auto ter = [&](std::string name, OpCode op, F3 f,
-                 std::function<double(double, double, double)> ref, std::vector<Draw> d,
-                 GK g = GK::Smooth, std::function<bool(double, double, double)> ok = {}) {
-    for (auto dims : std::vector<std::vector<int>>{{3, 3, 3}, {3, 1, 1}, {1, 3, 1}, {1, 1, 3}}) {
+    for (const auto& dims : shapes) {
       std::string s = name + "_";
       for (int k : dims) s += std::to_string(k);
-      OpCase c{s,           op, dims, [f](const auto& v) { return f(v[0], v[1], v[2]); },
-               ew_ref(ref), d,  {},   g};
-      if (ok) c.accept = all_components(ok);
+      auto build = [op, ip](const std::vector<Formula>& v) { return make(op, v, ip); };
+      OpCase c{s, op, dims, build, ew_ref(ref), d, ok, g};
       cs.push_back(c);
     }
   };
@@ -272,183 +259,108 @@ inline std::vector<OpCase> all_cases() {
                  std::function<bool(const Point&)> ok = {}) {
     cs.push_back(OpCase{name, op, dims, f, ref, d, ok, g});
   };
-  const Draw u2 = uniform(-2, 2);
+  const Draw u2 = uniform(-2, 2), tri = ints(-1, 1) /* ties are frequent */;
+  const auto apart = [](double a, double b) { return std::fabs(a - b) > 1e-3; };
 
   // arithmetic
-  bin(
-      "Add", OpCode::Add, [](auto& a, auto& b) { return a + b; },
-      [](double x, double y) { return x + y; }, {u2});
-  bin(
-      "Sub", OpCode::Sub, [](auto& a, auto& b) { return a - b; },
-      [](double x, double y) { return x - y; }, {u2});
-  bin(
-      "Mul", OpCode::Mul, [](auto& a, auto& b) { return a * b; },
-      [](double x, double y) { return x * y; }, {u2});
-  bin(
-      "Div", OpCode::Div, [](auto& a, auto& b) { return a / b; },
-      [](double x, double y) { return x / y; }, {u2, away0(0.3, 2)});
-  un(
-      "Neg", OpCode::Neg, [](auto& a) { return -a; }, [](double x) { return -x; }, u2);
+  ew("Add", OpCode::Add, {}, Ref2([](double x, double y) { return x + y; }), {u2});
+  ew("Sub", OpCode::Sub, {}, Ref2([](double x, double y) { return x - y; }), {u2});
+  ew("Mul", OpCode::Mul, {}, Ref2([](double x, double y) { return x * y; }), {u2});
+  ew("Div", OpCode::Div, {}, Ref2([](double x, double y) { return x / y; }), {u2, away0(0.3, 2)});
+  ew("Neg", OpCode::Neg, {}, Ref1([](double x) { return -x; }), {u2});
   // elementwise math
-  un(
-      "Exp", OpCode::Exp, [](auto& a) { return exp(a); }, [](double x) { return std::exp(x); }, u2);
-  un(
-      "Log", OpCode::Log, [](auto& a) { return log(a); }, [](double x) { return std::log(x); },
-      uniform(0.1, 3));
-  auto xlogx_ref = [](double x) { return x == 0 ? 0.0 : x * std::log(x); };
-  un(
-      "XLogX", OpCode::XLogX, [](auto& a) { return xlogx(a); }, xlogx_ref, uniform(0.1, 3));
-  un(
-      "XLogX_at0", OpCode::XLogX, [](auto& a) { return xlogx(a); }, xlogx_ref,
-      [](Rng& r) { return r() & 1 ? 0.0 : unif(r, 0, 2); }, GK::Skip);
-  un(
-      "Sqrt", OpCode::Sqrt, [](auto& a) { return sqrt(a); }, [](double x) { return std::sqrt(x); },
-      uniform(0.1, 4));
-  un(
-      "Rsqrt", OpCode::Rsqrt, [](auto& a) { return rsqrt(a); },
-      [](double x) { return 1 / std::sqrt(x); }, uniform(0.1, 4));
-  un(
-      "Inv", OpCode::Inv, [](auto& a) { return inv(a); }, [](double x) { return 1 / x; },
-      away0(0.3, 3));
-  for (int n : {-3, -1, 0, 1, 2, 3, 5})
-    un(
-        "Pow" + std::to_string(n), OpCode::Pow, [n](auto& a) { return pow(a, n); },
-        [n](double x) {
-          double r = 1;
-          for (int k = 0; k < std::abs(n); ++k) r *= x;
-          return n < 0 ? 1 / r : r;
-        },
-        away0(0.3, 2));
-  bin(
-      "Powf", OpCode::Powf, [](auto& a, auto& b) { return powf(a, b); },
-      [](double x, double y) { return std::pow(x, y); }, {uniform(0.2, 3), u2});
-  un(
-      "Square", OpCode::Square, [](auto& a) { return square(a); }, [](double x) { return x * x; },
-      u2);
-  un(
-      "Abs", OpCode::Abs, [](auto& a) { return abs(a); }, [](double x) { return x < 0 ? -x : x; },
-      away0(0.05, 2));
-  un(
-      "Abs_at0", OpCode::Abs, [](auto& a) { return abs(a); },
-      [](double x) { return x < 0 ? -x : x; }, ints(-2, 2), GK::Skip);
-  auto sign_ref = [](double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0; };
-  un(
-      "Sign", OpCode::Sign, [](auto& a) { return sign(a); }, sign_ref, grid_or_uniform(1, -2, 2),
-      GK::Zero);
-  un(
-      "Step", OpCode::Step, [](auto& a) { return step(a); },
-      [](double x) { return x < 0 ? 0.0 : 1.0; }, grid_or_uniform(1, -2, 2), GK::Zero);
-  auto relu_ref = [](double x) { return x > 0 ? x : 0.0; };
-  un(
-      "ReLU", OpCode::ReLU, [](auto& a) { return relu(a); }, relu_ref, away0(0.05, 2));
-  un(
-      "ReLU_at0", OpCode::ReLU, [](auto& a) { return relu(a); }, relu_ref, ints(-2, 2), GK::Skip);
-  un(
-      "Sin", OpCode::Sin, [](auto& a) { return sin(a); }, [](double x) { return std::sin(x); },
-      uniform(-3, 3));
-  un(
-      "Cos", OpCode::Cos, [](auto& a) { return cos(a); }, [](double x) { return std::cos(x); },
-      uniform(-3, 3));
-  un(
-      "Asin", OpCode::Asin, [](auto& a) { return asin(a); }, [](double x) { return std::asin(x); },
-      uniform(-0.9, 0.9));
-  un(
-      "Acos", OpCode::Acos, [](auto& a) { return acos(a); }, [](double x) { return std::acos(x); },
-      uniform(-0.9, 0.9));
-  un(
-      "Atan", OpCode::Atan, [](auto& a) { return atan(a); }, [](double x) { return std::atan(x); },
-      uniform(-3, 3));
-  bin(
-      "Atan2", OpCode::Atan2, [](auto& a, auto& b) { return atan2(a, b); },
-      [](double y, double x) { return std::atan2(y, x); }, {away0(0.1, 2)});
-  un(
-      "Floor", OpCode::Floor, [](auto& a) { return floor(a); },
-      [](double x) { return std::floor(x); }, grid_or_uniform(1, -3, 3), GK::Zero);
-  // Round(x, d): halves away from zero, so the grids hold exact halves at the d-th decimal.
+  ew("Exp", OpCode::Exp, {}, Ref1([](double x) { return std::exp(x); }), {u2});
+  ew("Log", OpCode::Log, {}, Ref1([](double x) { return std::log(x); }), {uniform(0.1, 3)});
+  const Ref1 xlogx_ref = [](double x) { return x == 0 ? 0.0 : x * std::log(x); };
+  ew("XLogX", OpCode::XLogX, {}, xlogx_ref, {uniform(0.1, 3)});
+  ew("XLogX_at0", OpCode::XLogX, {}, xlogx_ref,
+     {[](Rng& r) { return r() & 1 ? 0.0 : unif(r, 0, 2); }}, GK::Skip);
+  ew("Sqrt", OpCode::Sqrt, {}, Ref1([](double x) { return std::sqrt(x); }), {uniform(0.1, 4)});
+  ew("Rsqrt", OpCode::Rsqrt, {}, Ref1([](double x) { return 1 / std::sqrt(x); }),
+     {uniform(0.1, 4)});
+  ew("Inv", OpCode::Inv, {}, Ref1([](double x) { return 1 / x; }), {away0(0.3, 3)});
+  for (int n : {-3, -1, 0, 1, 2, 3, 5}) {
+    const Ref1 pow_ref = [n](double x) {
+      double r = 1;
+      for (int k = 0; k < std::abs(n); ++k) r *= x;
+      return n < 0 ? 1 / r : r;
+    };
+    ew("Pow" + std::to_string(n), OpCode::Pow, {n}, pow_ref, {away0(0.3, 2)});
+  }
+  ew("Powf", OpCode::Powf, {}, Ref2([](double x, double y) { return std::pow(x, y); }),
+     {uniform(0.2, 3), u2});
+  ew("Square", OpCode::Square, {}, Ref1([](double x) { return x * x; }), {u2});
+  const Ref1 abs_ref = [](double x) { return x < 0 ? -x : x; };
+  ew("Abs", OpCode::Abs, {}, abs_ref, {away0(0.05, 2)});
+  ew("Abs_at0", OpCode::Abs, {}, abs_ref, {ints(-2, 2)}, GK::Skip);
+  const Ref1 sign_ref = [](double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0; };
+  ew("Sign", OpCode::Sign, {}, sign_ref, {grid_or_uniform(1, -2, 2)}, GK::Zero);
+  ew("Step", OpCode::Step, {}, Ref1([](double x) { return x < 0 ? 0.0 : 1.0; }),
+     {grid_or_uniform(1, -2, 2)}, GK::Zero);
+  const Ref1 relu_ref = [](double x) { return x > 0 ? x : 0.0; };
+  ew("ReLU", OpCode::ReLU, {}, relu_ref, {away0(0.05, 2)});
+  ew("ReLU_at0", OpCode::ReLU, {}, relu_ref, {ints(-2, 2)}, GK::Skip);
+  ew("Sin", OpCode::Sin, {}, Ref1([](double x) { return std::sin(x); }), {uniform(-3, 3)});
+  ew("Cos", OpCode::Cos, {}, Ref1([](double x) { return std::cos(x); }), {uniform(-3, 3)});
+  ew("Asin", OpCode::Asin, {}, Ref1([](double x) { return std::asin(x); }), {uniform(-.9, .9)});
+  ew("Acos", OpCode::Acos, {}, Ref1([](double x) { return std::acos(x); }), {uniform(-.9, .9)});
+  ew("Atan", OpCode::Atan, {}, Ref1([](double x) { return std::atan(x); }), {uniform(-3, 3)});
+  ew("Atan2", OpCode::Atan2, {}, Ref2([](double y, double x) { return std::atan2(y, x); }),
+     {away0(0.1, 2)});
+  ew("Floor", OpCode::Floor, {}, Ref1([](double x) { return std::floor(x); }),
+     {grid_or_uniform(1, -3, 3)}, GK::Zero);
+  // Round(x, d): halves away from zero; the grids hold exact halves at the d-th decimal.
+  const double round_grid[] = {0.5, 0.25, 0.125, 0.0625};
   for (int d : {0, 1, 2, 3}) {
     const double s = std::pow(10.0, d);
-    un(
-        "Round" + std::to_string(d), OpCode::Round,
-        [d](auto& a) { return make(OpCode::Round, {a}, {d}); },
-        [s](double x) { return (x < 0 ? -1 : 1) * std::floor(std::fabs(x) * s + 0.5) / s; },
-        grid_or_uniform(d == 0   ? 0.5
-                        : d == 1 ? 0.25
-                        : d == 2 ? 0.125
-                                 : 0.0625,
-                        -12, 12),
-        GK::Zero);
+    const Ref1 round_ref = [s](double x) {
+      return (x < 0 ? -1 : 1) * std::floor(std::fabs(x) * s + 0.5) / s;
+    };
+    ew("Round" + std::to_string(d), OpCode::Round, {d}, round_ref,
+       {grid_or_uniform(round_grid[d], -12, 12)}, GK::Zero);
   }
-  auto frac_ok = [](double a, double n, double d) {
-    const double q = (a - d) / n;
-    return q - std::floor(q) > 0.01 && q - std::floor(q) < 0.99;
+  ew("Mod", OpCode::Mod, {},
+     Ref3([](double a, double n, double d) { return a - n * std::floor((a - d) / n); }),
+     {uniform(-5, 5), away0(0.5, 2), uniform(-1, 1)}, GK::Smooth,
+     all_components([](double a, double n, double d) {  // away from the jumps
+       const double q = (a - d) / n;
+       return q - std::floor(q) > 0.01 && q - std::floor(q) < 0.99;
+     }));
+  const Ref3 clamp_ref = [](double x, double lo, double hi) {
+    return x < lo ? lo : x > hi ? hi : x;
   };
-  ter(
-      "Mod", OpCode::Mod, [](auto& a, auto& n, auto& d) { return mod(a, n, d); },
-      [](double a, double n, double d) { return a - n * std::floor((a - d) / n); },
-      {uniform(-5, 5), away0(0.5, 2), uniform(-1, 1)}, GK::Smooth, frac_ok);
-  auto clamp_ref = [](double x, double lo, double hi) { return x < lo ? lo : x > hi ? hi : x; };
-  ter(
-      "Clamp", OpCode::Clamp, [](auto& x, auto& lo, auto& hi) { return clamp(x, lo, hi); },
-      clamp_ref, {uniform(-2.5, 2.5), uniform(-1.5, -0.5), uniform(0.5, 1.5)}, GK::Smooth,
-      [](double x, double lo, double hi) {
-        return std::fabs(x - lo) > 1e-3 && std::fabs(x - hi) > 1e-3;
-      });
+  auto off_bounds = [](double x, double lo, double hi) {
+    return std::fabs(x - lo) > 1e-3 && std::fabs(x - hi) > 1e-3;
+  };
+  ew("Clamp", OpCode::Clamp, {}, clamp_ref,
+     {uniform(-2.5, 2.5), uniform(-1.5, -0.5), uniform(0.5, 1.5)}, GK::Smooth,
+     all_components(off_bounds));
   // crossed bounds (lo > hi): x < lo gives lo, else x > hi gives hi
-  ter(
-      "Clamp_crossed", OpCode::Clamp, [](auto& x, auto& lo, auto& hi) { return clamp(x, lo, hi); },
-      clamp_ref, {uniform(-2.5, 2.5), uniform(0.5, 1.5), uniform(-1.5, -0.5)}, GK::Smooth,
-      [](double x, double lo, double hi) {
-        return std::fabs(x - lo) > 1e-3 && std::fabs(x - hi) > 1e-3;
-      });
-  un(
-      "ClampInt", OpCode::ClampInt, [](auto& a) { return clampint(a, -1, 2); },
-      [](double x) { return x < -1  ? -1.0
-                            : x > 2 ? 2.0
-                                    : x; }, uniform(-3, 4), GK::Smooth,
-      [](double x) { return std::fabs(x + 1) > 1e-3 && std::fabs(x - 2) > 1e-3; });
-  un(
-      "ClampInt_edges", OpCode::ClampInt, [](auto& a) { return clampint(a, -1, 2); },
-      [](double x) { return x < -1  ? -1.0
-                            : x > 2 ? 2.0
-                                    : x; }, ints(-3, 4), GK::Skip);
-  auto ifelse_ref = [](double c, double a, double b) { return c >= 0 ? a : b; };
-  ter("IfElse", OpCode::IfElse, [](auto& c, auto& a, auto& b) { return ifelse(c, a, b); },
-      ifelse_ref, {away0(0.1, 2), u2, u2});
-  ter(
-      "IfElse_at0", OpCode::IfElse, [](auto& c, auto& a, auto& b) { return ifelse(c, a, b); },
-      ifelse_ref, {ints(-1, 1), u2, u2}, GK::Skip);
-  auto apart = [](double a, double b) { return std::fabs(a - b) > 1e-3; };
-  bin(
-      "ElemMin", OpCode::ElemMin, [](auto& a, auto& b) { return elem_min(a, b); },
-      [](double x, double y) { return x < y ? x : y; }, {u2}, GK::Smooth, apart);
-  bin(
-      "ElemMax", OpCode::ElemMax, [](auto& a, auto& b) { return elem_max(a, b); },
-      [](double x, double y) { return x > y ? x : y; }, {u2}, GK::Smooth, apart);
-  const Draw tri = ints(-1, 1);  // ties are frequent
-  bin(
-      "Less", OpCode::Less, [](auto& a, auto& b) { return less(a, b); },
-      [](double x, double y) { return x < y ? 1.0 : 0.0; }, {tri}, GK::Zero);
-  bin(
-      "LessEq", OpCode::LessEq, [](auto& a, auto& b) { return less_eq(a, b); },
-      [](double x, double y) { return x <= y ? 1.0 : 0.0; }, {tri}, GK::Zero);
-  bin(
-      "Greater", OpCode::Greater, [](auto& a, auto& b) { return greater(a, b); },
-      [](double x, double y) { return x > y ? 1.0 : 0.0; }, {tri}, GK::Zero);
-  bin(
-      "GreaterEq", OpCode::GreaterEq, [](auto& a, auto& b) { return greater_eq(a, b); },
-      [](double x, double y) { return x >= y ? 1.0 : 0.0; }, {tri}, GK::Zero);
-  bin(
-      "Equal", OpCode::Equal, [](auto& a, auto& b) { return equal(a, b); },
-      [](double x, double y) { return x == y ? 1.0 : 0.0; }, {tri}, GK::Zero);
-  bin(
-      "NotEqual", OpCode::NotEqual, [](auto& a, auto& b) { return not_equal(a, b); },
-      [](double x, double y) { return x != y ? 1.0 : 0.0; }, {tri}, GK::Zero);
-  bin(
-      "ElemMin_ties", OpCode::ElemMin, [](auto& a, auto& b) { return elem_min(a, b); },
-      [](double x, double y) { return x < y ? x : y; }, {tri}, GK::Skip);
-  bin(
-      "ElemMax_ties", OpCode::ElemMax, [](auto& a, auto& b) { return elem_max(a, b); },
-      [](double x, double y) { return x > y ? x : y; }, {tri}, GK::Skip);
+  ew("Clamp_crossed", OpCode::Clamp, {}, clamp_ref,
+     {uniform(-2.5, 2.5), uniform(0.5, 1.5), uniform(-1.5, -0.5)}, GK::Smooth,
+     all_components(off_bounds));
+  const Ref1 clampint_ref = [](double x) { return x < -1 ? -1.0 : x > 2 ? 2.0 : x; };
+  ew("ClampInt", OpCode::ClampInt, {-1, 2}, clampint_ref, {uniform(-3, 4)}, GK::Smooth,
+     all_components([](double x) { return std::fabs(x + 1) > 1e-3 && std::fabs(x - 2) > 1e-3; }));
+  ew("ClampInt_edges", OpCode::ClampInt, {-1, 2}, clampint_ref, {ints(-3, 4)}, GK::Skip);
+  const Ref3 ifelse_ref = [](double c, double a, double b) { return c >= 0 ? a : b; };
+  ew("IfElse", OpCode::IfElse, {}, ifelse_ref, {away0(0.1, 2), u2, u2});
+  ew("IfElse_at0", OpCode::IfElse, {}, ifelse_ref, {ints(-1, 1), u2, u2}, GK::Skip);
+  const Ref2 min_ref = [](double x, double y) { return x < y ? x : y; };
+  const Ref2 max_ref = [](double x, double y) { return x > y ? x : y; };
+  ew("ElemMin", OpCode::ElemMin, {}, min_ref, {u2}, GK::Smooth, all_components(apart));
+  ew("ElemMax", OpCode::ElemMax, {}, max_ref, {u2}, GK::Smooth, all_components(apart));
+  ew("ElemMin_ties", OpCode::ElemMin, {}, min_ref, {tri}, GK::Skip);
+  ew("ElemMax_ties", OpCode::ElemMax, {}, max_ref, {tri}, GK::Skip);
+  // comparisons give 1 or 0
+  const std::pair<OpCode, Ref2> comparisons[] = {
+      {OpCode::Less, [](double x, double y) { return x < y ? 1.0 : 0.0; }},
+      {OpCode::LessEq, [](double x, double y) { return x <= y ? 1.0 : 0.0; }},
+      {OpCode::Greater, [](double x, double y) { return x > y ? 1.0 : 0.0; }},
+      {OpCode::GreaterEq, [](double x, double y) { return x >= y ? 1.0 : 0.0; }},
+      {OpCode::Equal, [](double x, double y) { return x == y ? 1.0 : 0.0; }},
+      {OpCode::NotEqual, [](double x, double y) { return x != y ? 1.0 : 0.0; }}};
+  for (const auto& [op, ref] : comparisons) ew(op_info(op).name, op, {}, ref, {tri}, GK::Zero);
 
   // vector ops
   auto scalar = [](double v) { return Vec{v}; };

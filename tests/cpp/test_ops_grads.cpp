@@ -113,7 +113,7 @@ std::vector<OpCase> composite_cases() {
   add("powf_atan2_clamp", {3, 3},
       [](auto& v) {
         return powf(1.5 + sin(v[0]), v[1]) * atan2(v[1], 2.0 + v[0]) +
-               clamp(v[0], -1.0 + 0 * v[1], v[1] * v[1]);
+               clamp(v[0], constant(-1.0), v[1] * v[1]);
       },
       {uniform(-1.2, 1.2)});
   cs.back().accept = [](const Point& p) {

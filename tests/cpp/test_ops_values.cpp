@@ -42,6 +42,57 @@ TEST(OpValues, EveryOpHasACase) {
   }
 }
 
+// The elementwise cases build through make(); the public builders must give the very same nodes.
+TEST(OpValues, PublicBuildersMatchTheTable) {
+  const Formula a = vi(0, 3), b = vj(1, 3), c = pm(2, 3);
+  auto m = [](OpCode op, std::vector<Formula> args, std::vector<int64_t> ip = {}) {
+    return make(op, std::move(args), std::move(ip));
+  };
+  const std::pair<Formula, Formula> pairs[] = {
+      {a + b, m(OpCode::Add, {a, b})},
+      {a - b, m(OpCode::Sub, {a, b})},
+      {a * b, m(OpCode::Mul, {a, b})},
+      {a / b, m(OpCode::Div, {a, b})},
+      {-a, m(OpCode::Neg, {a})},
+      {exp(a), m(OpCode::Exp, {a})},
+      {log(a), m(OpCode::Log, {a})},
+      {xlogx(a), m(OpCode::XLogX, {a})},
+      {sqrt(a), m(OpCode::Sqrt, {a})},
+      {rsqrt(a), m(OpCode::Rsqrt, {a})},
+      {inv(a), m(OpCode::Inv, {a})},
+      {pow(a, 3), m(OpCode::Pow, {a}, {3})},
+      {pow(a, -3), m(OpCode::Pow, {a}, {-3})},
+      {powf(a, b), m(OpCode::Powf, {a, b})},
+      {square(a), m(OpCode::Square, {a})},
+      {abs(a), m(OpCode::Abs, {a})},
+      {sign(a), m(OpCode::Sign, {a})},
+      {step(a), m(OpCode::Step, {a})},
+      {relu(a), m(OpCode::ReLU, {a})},
+      {sin(a), m(OpCode::Sin, {a})},
+      {cos(a), m(OpCode::Cos, {a})},
+      {asin(a), m(OpCode::Asin, {a})},
+      {acos(a), m(OpCode::Acos, {a})},
+      {atan(a), m(OpCode::Atan, {a})},
+      {atan2(a, b), m(OpCode::Atan2, {a, b})},
+      {floor(a), m(OpCode::Floor, {a})},
+      {round(a), m(OpCode::Round, {a}, {0})},
+      {mod(a, b, c), m(OpCode::Mod, {a, b, c})},
+      {clamp(a, b, c), m(OpCode::Clamp, {a, b, c})},
+      {clampint(a, -1, 2), m(OpCode::ClampInt, {a}, {-1, 2})},
+      {ifelse(a, b, c), m(OpCode::IfElse, {a, b, c})},
+      {elem_min(a, b), m(OpCode::ElemMin, {a, b})},
+      {elem_max(a, b), m(OpCode::ElemMax, {a, b})},
+      {less(a, b), m(OpCode::Less, {a, b})},
+      {less_eq(a, b), m(OpCode::LessEq, {a, b})},
+      {greater(a, b), m(OpCode::Greater, {a, b})},
+      {greater_eq(a, b), m(OpCode::GreaterEq, {a, b})},
+      {equal(a, b), m(OpCode::Equal, {a, b})},
+      {not_equal(a, b), m(OpCode::NotEqual, {a, b})},
+  };
+  for (const auto& [pub, tab] : pairs)
+    EXPECT_TRUE(pub.same(tab)) << pub.str() << " vs " << tab.str();
+}
+
 TEST(OpValues, MatchIndependentReference) {
   Rng rng(12345);
   for (const OpCase& c : cases()) {
@@ -179,8 +230,7 @@ TEST(OpValues, DimRules) {
   EXPECT_THROW(tensordot(m6, x3, {2, 0, 3}, {3}, {2}, {0}), Error);        // zero size
 }
 
-// ---- simplifications keep values
-// -----------------------------------------------------------------------
+// ---- simplifications keep values ----------------------------------------------------------------
 namespace {
 
 struct Gen {
