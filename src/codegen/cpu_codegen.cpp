@@ -118,6 +118,10 @@ struct Gen {
         s += "    T kv_" + to_string(row) + "[" + to_string(r.k) + "]; i64 ki_" + to_string(row) + "[" +
              to_string(r.k) + "]; int kf_" + to_string(row) + " = 0;\n";
       } else if (is_softmax(r.op)) {
+        // Values of one block of tiles wait in L1 while the block's maximum is found, so the
+        // running sum is rescaled once per block instead of testing every tile.
+        s += "    V fb_" + to_string(row) + "[BLK]; V bm_" + to_string(row) + ";\n";
+        for (int c = 0; c < WD; ++c) s += "    V wb_" + to_string(row) + "_" + to_string(c) + "[BLK];\n";
         s += "    V " + acc("mv", row, 0) + " = bc(-__builtin_inf());\n";
         for (int c = 0; c < std::max(WD, 1); ++c) s += "    V " + acc("sv", row, c) + " = {};\n";
         if (r.op == ReductionOp::SumSoftMaxWeight) s += "    V " + acc("ss", row, 0) + " = {};\n";
@@ -167,18 +171,48 @@ struct Gen {
       s += "        if (v_any(c_)) for (int l = 0; l < W; ++l) if (c_[l]) kins(kv_" + R_ + ", ki_" + R_ + ", &kf_" +
            R_ + ", " + K + ", f_[l], t * W + l);\n      }\n    }\n";
     } else if (is_softmax(r.op)) {
-      const string mv = acc("mv", row, 0);
-      s += "    { const V f_ = " + masked(f[0].s, "bc(-__builtin_inf())") + "; const VI up_ = f_ > " + mv + ";\n";
-      s += "      if (v_any(up_)) { const V nm_ = up_ ? f_ : " + mv + "; const V sc_ = " + mv +
-           " == bc(-__builtin_inf()) ? bc(0.0) : v_exp(" + mv + " - nm_);";
-      for (int c = 0; c < std::max(WD, 1); ++c) s += " " + acc("sv", row, c) + " *= sc_;";
-      if (r.op == ReductionOp::SumSoftMaxWeight) s += " " + acc("ss", row, 0) + " *= sc_;";
-      s += " " + mv + " = nm_; }\n";
-      s += "      const V e_ = f_ == bc(-__builtin_inf()) ? bc(0.0) : v_exp(f_ - " + mv + ");\n";
-      if (r.op == ReductionOp::SumSoftMaxWeight) s += "      " + acc("ss", row, 0) + " += e_;\n";
-      for (int c = 0; c < std::max(WD, 1); ++c)
-        s += "      " + acc("sv", row, c) + " += " + (WD ? masked("e_ * " + w[c].s, "bc(0.0)") : "e_") + ";\n";
-      s += "    }\n";
+      const string R_ = to_string(row);
+      if (!tail) {
+        s += "    fb_" + R_ + "[t - tb] = " + f[0].s + "; bm_" + R_ + " = v_max(bm_" + R_ + ", " + f[0].s + ");\n";
+        for (int c = 0; c < WD; ++c) s += "    wb_" + R_ + "_" + to_string(c) + "[t - tb] = " + w[c].s + ";\n";
+      } else {
+        s += "    bm_" + R_ + " = " + acc("mv", row, 0) + ";\n";
+        s += "    { const V f_ = " + masked(f[0].s, "bc(-__builtin_inf())") + "; bm_" + R_ + " = v_max(bm_" + R_ + ", f_);\n";
+        s += rescale(row);
+        s += "      const V e_ = f_ == bc(-__builtin_inf()) ? bc(0.0) : v_exp(f_ - " + acc("mv", row, 0) + ");\n";
+        s += add_terms(row, "e_", [&](int c) { return masked(w[c].s, "bc(0.0)"); });
+        s += "    }\n";
+      }
+    }
+    return s;
+  }
+
+  // Moves the running max of `row` to bm_row, rescaling its sums.
+  string rescale(int row) const {
+    const string R_ = to_string(row), mv = acc("mv", row, 0);
+    string s = "      { const V sc_ = " + mv + " == bc(-__builtin_inf()) ? bc(0.0) : v_exp(" + mv + " - bm_" + R_ + ");";
+    for (int c = 0; c < std::max(WD, 1); ++c) s += " " + acc("sv", row, c) + " *= sc_;";
+    if (r.op == ReductionOp::SumSoftMaxWeight) s += " " + acc("ss", row, 0) + " *= sc_;";
+    return s + " " + mv + " = bm_" + R_ + "; }\n";
+  }
+  template <class WFn>
+  string add_terms(int row, const string& e, WFn weight) const {
+    string s;
+    if (r.op == ReductionOp::SumSoftMaxWeight) s += "      " + acc("ss", row, 0) + " += " + e + ";\n";
+    for (int c = 0; c < std::max(WD, 1); ++c)
+      s += "      " + acc("sv", row, c) + " += " + (WD ? e + " * " + weight(c) : e) + ";\n";
+    return s;
+  }
+  // After a block of tiles: one rescale, then the exponentials of the stored values.
+  string block_end() const {
+    string s;
+    for (int row = 0; row < R; ++row) {
+      const string R_ = to_string(row);
+      s += rescale(row);
+      s += "      for (i64 q = 0; q < te - tb; ++q) { const V f_ = fb_" + R_ + "[q];\n";
+      s += "      const V e_ = f_ == bc(-__builtin_inf()) ? bc(0.0) : v_exp(f_ - " + acc("mv", row, 0) + ");\n";
+      s += add_terms(row, "e_", [&](int c) { return "wb_" + R_ + "_" + to_string(c) + "[q]"; });
+      s += "      }\n";
     }
     return s;
   }
@@ -285,6 +319,8 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
                                                .str() + "\n";
   s += "#define TESSEL_F64 " + to_string(spec.f64 ? 1 : 0) + "\n";
   s += "#define TESSEL_VBYTES " + to_string(spec.vbytes) + "\n";
+  const int blk_tiles = std::max(1, 1024 / g.W);  // ~1024 terms per block: sums and softmax maxima
+  s += "#define BLK " + to_string(blk_tiles) + "\n";
   s += cpu_prelude();
   s += kKernelSupport;
   s += "extern \"C\" void tessel_kernel(const struct KernelArgs* a) {\n";
@@ -309,14 +345,16 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
   }
   s += g.declarations();
   const bool block = r.op == ReductionOp::Sum && spec.scheme == SumScheme::Block && !spec.acc_f64;
-  const int blk_tiles = std::max(1, 1024 / g.W);  // about 1024 terms per block partial sum
   s += "    for (i64 tb = 0; tb < nfull; tb += " + to_string(blk_tiles) + ") {\n";
   s += "      const i64 te = tb + " + to_string(blk_tiles) + " < nfull ? tb + " + to_string(blk_tiles) + " : nfull;\n";
+  if (is_softmax(r.op))
+    for (int row = 0; row < g.R; ++row) s += "      bm_" + to_string(row) + " = " + g.acc("mv", row, 0) + ";\n";
   s += "      for (i64 t = tb; t < te; ++t) {\n";
   s += "    const T* yt = Y + t * " + to_string(lay.inner_dim * g.W) + "; (void)yt;\n";
   s += "    const VI tv = (VI){} + (TI)t; (void)tv;\n";
   s += g.tile_body(false);
   s += "      }\n";
+  if (is_softmax(r.op)) s += g.block_end();
   if (block)
     for (int row = 0; row < g.R; ++row)
       for (int c = 0; c < g.D; ++c)

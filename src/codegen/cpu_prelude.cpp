@@ -47,12 +47,23 @@ static inline V v_min(V a, V b) { return a < b ? a : b; }
 static inline V v_max(V a, V b) { return a > b ? a : b; }
 #endif
 static inline V v_abs(V a) { return (V)((VI)a & (VI){} + (TI)(~(TU)0 >> 1)); }
+// Any lane set? One mask-extraction instruction where the target has one.
 static inline bool v_any(VI m) {
+#if defined(__AVX512DQ__) && TESSEL_VBYTES == 64 && TESSEL_F64
+  return __builtin_ia32_cvtq2mask512(m) != 0;
+#elif defined(__AVX512DQ__) && TESSEL_VBYTES == 64
+  return __builtin_ia32_cvtd2mask512(m) != 0;
+#elif defined(__AVX__) && TESSEL_VBYTES == 32 && TESSEL_F64
+  return __builtin_ia32_movmskpd256((V)m) != 0;
+#elif defined(__AVX__) && TESSEL_VBYTES == 32
+  return __builtin_ia32_movmskps256((V)m) != 0;
+#else
   TI w[W];
   __builtin_memcpy(w, &m, sizeof m);
   TI r = 0;
   for (int l = 0; l < W; ++l) r |= w[l];
   return r != 0;
+#endif
 }
 
 #if defined(__AVX512F__) && TESSEL_VBYTES == 64
