@@ -208,3 +208,54 @@ TEST(CompiledSum, BlockKahanAndF64AccumulationBeatNaive) {
   o.accumulate_f64 = true;
   EXPECT_NEAR(evaluate(r, std::vector<Array>{x, ones}, o, Sizes{2, -1})[0].at(0), exact, 1e-6 * exact);
 }
+
+// The AVX2, SSE and scalar code paths are what other machines run: check them here too.
+class CompiledSimdLevel : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CompiledSimdLevel, MatchesInterpreter) {
+  const std::string level = GetParam();
+  setenv("TESSEL_SIMD", level.c_str(), 1);
+  const Formula x = vi(0, 3), y = vj(1, 3), b = vj(2, 2), a = x - y;
+  const std::vector<std::pair<ReductionOp, Formula>> cases = {
+      {ReductionOp::Sum, exp(-sqdist(x, y)) * b},
+      {ReductionOp::Sum, log(sqnorm2(a) + 0.5) + sqrt(abs(a)) + floor(3.0 * a) + round(3.0 * a)},
+      {ReductionOp::Sum, elem_min(x, y) + elem_max(x, y) * rsqrt(sqnorm2(a) + 1.0)},
+      {ReductionOp::LogSumExp, -4.0 * sqdist(x, y)},
+      {ReductionOp::MinArgMin, a},
+      {ReductionOp::KMinArgKMin, sqdist(x, y)},
+  };
+  for (bool f64 : {false, true}) {
+    const DType t = f64 ? DType::Float64 : DType::Float32;
+    std::vector<Array> in = {random_array(t, {19, 3}, 7, -1.5, 1.5),
+                             random_array(t, {45, 3}, 8, -1.5, 1.5),
+                             random_array(t, {45, 2}, 9, -1.5, 1.5)};
+    for (const auto& [op, f] : cases) {
+      Reduction r(op, f, 1, op == ReductionOp::KMinArgKMin ? 4 : 0);
+      std::vector<Array> use(in.begin(), in.begin() + r.inputs().size());
+      const auto want = evaluate(r, use, with(Backend::Interpreter));
+      const auto got = evaluate(r, use, with(Backend::Compiled));
+      for (size_t k = 0; k < want.size(); ++k) {
+        std::vector<double> w(want[k].size());
+        for (int64_t q = 0; q < want[k].size(); ++q) w[q] = want[k].at(q);
+        const double tol = f64 ? 1e-12 : 3e-5;
+        expect_close(got[k], w, tol, tol, level + " " + r.str());
+      }
+    }
+  }
+  unsetenv("TESSEL_SIMD");
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, CompiledSimdLevel, ::testing::Values("avx2", "sse2", "scalar"));
+
+TEST(CompiledIndices, ExactBeyondFloatPrecision) {
+  // 2^24 + 3 columns: float-encoded indices (as in KeOps) could not tell 2^24 + 1 from 2^24.
+  const int64_t m = (int64_t{1} << 24) + 3;
+  Array y(DType::Float32, {m, 1});
+  for (int64_t j = 0; j < m; ++j) y.as<float>()[j] = 1.0f + static_cast<float>(j % 1000) * 1e-3f;
+  y.as<float>()[(int64_t{1} << 24) + 1] = 0.0f;
+  Array x(DType::Float32, {2, 1});
+  Reduction r(ReductionOp::ArgMin, abs(vj(1, 1) - vi(0, 1)));
+  const Array got = evaluate(r, std::vector<Array>{x, y}, with(Backend::Compiled))[0];
+  EXPECT_EQ(got.as<int64_t>()[0], (int64_t{1} << 24) + 1);
+  EXPECT_EQ(got.as<int64_t>()[1], (int64_t{1} << 24) + 1);
+}
