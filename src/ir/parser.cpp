@@ -141,7 +141,7 @@ class Cursor {
 };
 
 // ---- what a function name means -----------------------------------------------------------------
-enum class Form { TableOp, Var, VarCat, IntCst, Rat, Zero, TensorDot, WSqNorm, WSqDist };
+enum class Form { TableOp, Var, VarCat, IntCst, Rat, Zero, TensorDot, WSqNorm, WSqDist, Grad };
 
 struct Callee {
   Form form = Form::TableOp;
@@ -165,6 +165,8 @@ std::optional<Callee> callee(const std::string& name) {
       {"TensorDot", {Form::TensorDot, nullptr, Category::I, 2, 4, 5}},
       {"WeightedSqNorm", {Form::WSqNorm, nullptr, Category::I, 2, 0, 0}},
       {"WeightedSqDist", {Form::WSqDist, nullptr, Category::I, 3, 0, 0}},
+      // KeOps's symbolic gradient: Grad(f, x, e) is the gradient of <f, e> with respect to x.
+      {"Grad", {Form::Grad, nullptr, Category::I, 3, 0, 0}},
   };
   if (auto it = special.find(name); it != special.end()) return it->second;
   const OpInfo* o = op_by_name(name);
@@ -379,6 +381,8 @@ class Parser {
           return weighted_sqnorm(a[0], a[1]);
         case Form::WSqDist:
           return weighted_sqdist(a[0], a[1], a[2]);
+        case Form::Grad:
+          return grad(a[0], a[1], a[2]);
         case Form::TensorDot:
           return tensor_dot(a, ps);
         case Form::TableOp:

@@ -317,3 +317,11 @@ TEST(Parser, AliasErrors) {
                "in aliases[1]: 'Y' is Vj(0,3) but alias 'X' already gave index 0 to Vi(0,3)", 4);
   expect_error("X", {"X = Vi(0, 3)", "Y = Vi(0, 2)"}, "already gave index 0", 4);
 }
+
+TEST(Parser, KeOpsGradForm) {
+  const std::vector<std::string> al = {"X = Vi(3)", "Y = Vj(3)", "E = Vi(1)"};
+  const Formula f = parse("Exp(-SqDist(X,Y))", al);
+  EXPECT_TRUE(parse("Grad(Exp(-SqDist(X,Y)), X, E)", al).same(grad(f, vi(0, 3), vi(2, 1))));
+  EXPECT_THROW(parse("Grad(Exp(-SqDist(X,Y)), X+Y, E)", al), Error);
+  EXPECT_THROW(parse("Grad(Exp(-SqDist(X,Y)), X, Y)", al), Error);
+}
