@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Configures (Release, Ninja) and builds tessel, its tests and the `tessel` command in build/.
+#
+# Usage: scripts/build.sh [extra cmake -D options ...]
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# Tools and tests are switched on explicitly: a build/ configured earlier without them would
+# otherwise keep its cached OFF.
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSEL_BUILD_TOOLS=ON \
+  -DTESSEL_BUILD_TESTS=ON "$@" > /dev/null
+cmake --build build

@@ -1,0 +1,95 @@
+// Shared pieces of the `tessel` command: subcommand entry points, usage errors and small utilities.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace tessel::cli {
+
+// A mistake on the command line (unknown command, bad option): printed with a hint, exit code 2.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+using Args = std::vector<std::string>;
+
+// Subcommands; `args` excludes the subcommand name. Each returns the process exit code.
+int doctor_main(const Args& args);
+int cache_main(const Args& args);
+int bench_main(const Args& args);
+int demo_main(const Args& args);
+
+const char* library_version();
+
+// A tiny fixed-seed generator: the same built-in data on every platform and standard library
+// (std::*_distribution results are implementation-defined).
+class SplitMix {
+ public:
+  explicit SplitMix(uint64_t seed) : s_(seed) {}
+  uint64_t next() {
+    uint64_t z = (s_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
+  double normal();                                                            // Box-Muller
+
+ private:
+  uint64_t s_;
+};
+
+// ---- utilities (cli_util.cpp) -------------------------------------------------------------------
+double now_s();  // monotonic clock, seconds
+double median(std::vector<double> v);
+double peak_rss_mib();                      // this process's peak resident memory
+std::string format_bytes(double bytes);     // binary units: "1.5 MiB"
+std::string format_si_bytes(double bytes);  // decimal units: "40.0 GB", as disk makers count
+std::string format_seconds(double s);       // "1.23 s", "4.5 ms", "12 us"
+const char* env_or_null(const char* name);  // an empty variable counts as unset
+int64_t parse_count(const std::string& option, const std::string& value, int64_t min_value);
+std::vector<int64_t> parse_count_list(const std::string& option, const std::string& value);
+
+// Folder and file helpers; a created temporary folder is removed when the guard goes away.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix);
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+int64_t folder_bytes(const std::string& path);  // 0 when absent
+bool file_exists(const std::string& path);
+
+// Runs argv (searching PATH) and waits. Standard output goes to *out when given, else it is
+// inherited; standard error is inherited unless quiet. Returns the exit code, or -1 when the
+// program could not be started or did not exit normally.
+int run_process(const std::vector<std::string>& argv, std::string* out, bool quiet);
+
+// One flat JSON object per line, keys in insertion order (scripts read the bench output).
+class JsonLine {
+ public:
+  JsonLine& add(const std::string& key, const std::string& value);
+  JsonLine& add(const std::string& key, const char* value) { return add(key, std::string(value)); }
+  JsonLine& add(const std::string& key, double value);
+  JsonLine& add(const std::string& key, int64_t value);
+  JsonLine& add(const std::string& key, int value) { return add(key, static_cast<int64_t>(value)); }
+  std::string str() const { return "{" + body_ + "}"; }
+
+ private:
+  void key(const std::string& k);
+  std::string body_;
+};
+std::string json_quote(const std::string& s);
+// The number stored under `key` in a flat JSON line; nullopt when absent or not a number.
+std::optional<double> json_number_field(const std::string& line, const std::string& key);
+
+}  // namespace tessel::cli
