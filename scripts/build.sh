@@ -7,6 +7,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # Tools and tests are switched on explicitly: a build/ configured earlier without them would
 # otherwise keep its cached OFF.
+# The Python module is built for .venv's python when scripts/python_env.sh has made it.
+python_opts=()
+[[ -x .venv/bin/python ]] && python_opts=(-DPython_EXECUTABLE="$PWD/.venv/bin/python")
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSEL_BUILD_TOOLS=ON \
-  -DTESSEL_BUILD_TESTS=ON "$@" > /dev/null
+  -DTESSEL_BUILD_TESTS=ON "${python_opts[@]}" "$@" > /dev/null
 cmake --build build

@@ -1,0 +1,188 @@
+// The Python extension tessel._core: formulas, reductions and zero-copy evaluation on any DLPack array.
+//
+// Arrays cross as nanobind ndarrays (NumPy arrays, PyTorch tensors, anything with DLPack) without
+// copies: the core reads them through their strides. Outputs are either allocated here (NumPy)
+// or passed in by the caller (PyTorch allocates its own tensors). The GIL is released while a
+// reduction runs, so Python threads keep going.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include "tessel/tessel.hpp"
+
+namespace nb = nanobind;
+using namespace tessel;
+
+namespace {
+
+using AnyArray = nb::ndarray<nb::device::cpu>;
+
+DType dtype_of(const AnyArray& a, const char* what, size_t k) {
+  const nb::dlpack::dtype t = a.dtype();
+  if (t == nb::dtype<float>()) return DType::Float32;
+  if (t == nb::dtype<double>()) return DType::Float64;
+  if (t == nb::dtype<int64_t>()) return DType::Int64;
+  throw nb::type_error(("tessel: " + std::string(what) + " " + std::to_string(k) +
+                        " has an unsupported dtype; expected float32 or float64")
+                           .c_str());
+}
+
+ArrayView view_of(const AnyArray& a, const char* what, size_t k) {
+  ArrayView v;
+  v.data = a.data();
+  v.dtype = dtype_of(a, what, k);
+  for (size_t d = 0; d < a.ndim(); ++d) {
+    v.shape.push_back(static_cast<int64_t>(a.shape(d)));
+    v.strides.push_back(static_cast<int64_t>(a.stride(d)));
+  }
+  return v;
+}
+
+Options options(const std::string& backend, const std::string& sum_scheme, bool acc_f64,
+                int threads) {
+  Options o;
+  if (backend == "auto") o.backend = Backend::Auto;
+  else if (backend == "compiled" || backend == "CPU" || backend == "cpu") o.backend = Backend::Compiled;
+  else if (backend == "interpreter") o.backend = Backend::Interpreter;
+  else
+    throw nb::value_error(("tessel: backend '" + backend +
+                           "' is not one of 'auto', 'compiled', 'interpreter'")
+                              .c_str());
+  if (sum_scheme == "block" || sum_scheme == "auto" || sum_scheme == "block_sum")
+    o.sum_scheme = SumScheme::Block;
+  else if (sum_scheme == "kahan" || sum_scheme == "kahan_scheme") o.sum_scheme = SumScheme::Kahan;
+  else if (sum_scheme == "direct" || sum_scheme == "direct_sum") o.sum_scheme = SumScheme::Direct;
+  else
+    throw nb::value_error(("tessel: sum_scheme '" + sum_scheme +
+                           "' is not one of 'block', 'kahan', 'direct'")
+                              .c_str());
+  o.accumulate_f64 = acc_f64;
+  o.threads = threads;
+  return o;
+}
+
+std::vector<ArrayView> views(const std::vector<AnyArray>& arrays, const char* what) {
+  std::vector<ArrayView> v;
+  for (size_t k = 0; k < arrays.size(); ++k) v.push_back(view_of(arrays[k], what, k));
+  return v;
+}
+
+// An Array's storage handed to NumPy: the capsule keeps the shared buffer alive.
+nb::object to_numpy(const Array& a) {
+  auto* keep = new Array(a);
+  nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<Array*>(p); });
+  std::vector<size_t> shape(a.shape().begin(), a.shape().end());
+  switch (a.dtype()) {
+    case DType::Float32:
+      return nb::cast(nb::ndarray<nb::numpy, float>(keep->as<float>(), shape.size(), shape.data(), owner));
+    case DType::Float64:
+      return nb::cast(nb::ndarray<nb::numpy, double>(keep->as<double>(), shape.size(), shape.data(), owner));
+    case DType::Int64:
+      return nb::cast(nb::ndarray<nb::numpy, int64_t>(keep->as<int64_t>(), shape.size(), shape.data(), owner));
+  }
+  return nb::none();
+}
+
+Reduction make_reduction(const std::string& op, const Formula& f, int axis, int k,
+                         std::optional<Formula> weight) {
+  return Reduction(reduction_from_name(op), f, axis, k, weight ? *weight : Formula{});
+}
+
+}  // namespace
+
+NB_MODULE(_core, m) {
+  m.doc() = "tessel core: compiled, differentiable kernel reductions";
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const Error& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+
+  nb::class_<Formula>(m, "Formula")
+      .def_prop_ro("dim", &Formula::dim)
+      .def_prop_ro("hash", [](const Formula& f) { return f.hash().hex(); })
+      .def("__str__", &Formula::str)
+      .def("__repr__", [](const Formula& f) { return "tessel.Formula(" + f.str() + ")"; });
+  m.def("parse", &parse, nb::arg("text"), nb::arg("aliases") = std::vector<std::string>{},
+        "Parse KeOps formula syntax with aliases such as 'X = Vi(3)'.");
+  m.def("grad_formula", [](const Formula& f, const Formula& v, const Formula& e) { return grad(f, v, e); });
+
+  nb::class_<Reduction>(m, "Reduction")
+      .def(nb::init<>())
+      .def("__init__",
+           [](Reduction* self, const std::string& op, const Formula& f, int axis, int k,
+              std::optional<Formula> weight) {
+             new (self) Reduction(make_reduction(op, f, axis, k, weight));
+           },
+           nb::arg("op"), nb::arg("formula"), nb::arg("axis") = 1, nb::arg("k") = 0,
+           nb::arg("weight") = nb::none())
+      .def_prop_ro("op", [](const Reduction& r) { return std::string(reduction_name(r.op())); })
+      .def_prop_ro("axis", &Reduction::axis)
+      .def_prop_ro("k", &Reduction::k)
+      .def_prop_ro("formula", &Reduction::formula)
+      .def_prop_ro("num_outputs", &Reduction::num_outputs)
+      .def_prop_ro("full_sum", &Reduction::full_sum)
+      .def_prop_ro("hash", [](const Reduction& r) { return r.hash().hex(); })
+      .def("output_dim", &Reduction::output_dim)
+      .def("output_is_index", &Reduction::output_is_index)
+      .def("inputs",
+           [](const Reduction& r) {
+             std::vector<std::tuple<int, int, int>> v;
+             for (const VarSlot& s : r.inputs())
+               v.emplace_back(s.index, static_cast<int>(s.cat), s.dim);
+             return v;
+           },
+           "(index, category, dim) of each input: category 0 = i, 1 = j, 2 = parameter")
+      .def("grad", [](const Reduction& r, int var) { return grad(r, var); }, nb::arg("var"))
+      .def("jvp", [](const Reduction& r, int var) { return jvp(r, var); }, nb::arg("var"))
+      .def("__str__", &Reduction::str);
+
+  m.def(
+      "evaluate",
+      [](const Reduction& r, const std::vector<AnyArray>& inputs, const std::string& backend,
+         const std::string& sum_scheme, bool acc_f64, int threads, int64_t ni, int64_t nj) {
+        const std::vector<ArrayView> in = views(inputs, "input");
+        const Options o = options(backend, sum_scheme, acc_f64, threads);
+        std::vector<Array> out;
+        {
+          nb::gil_scoped_release release;
+          out = evaluate(r, std::span<const ArrayView>(in), o, Sizes{ni, nj});
+        }
+        nb::list res;
+        for (const Array& a : out) res.append(to_numpy(a));
+        return res;
+      },
+      nb::arg("reduction"), nb::arg("inputs"), nb::arg("backend") = "auto",
+      nb::arg("sum_scheme") = "block", nb::arg("accumulate_f64") = false, nb::arg("threads") = 0,
+      nb::arg("ni") = -1, nb::arg("nj") = -1, "Evaluate; returns freshly allocated NumPy arrays.");
+
+  m.def(
+      "evaluate_into",
+      [](const Reduction& r, const std::vector<AnyArray>& inputs,
+         const std::vector<AnyArray>& outputs, const std::string& backend,
+         const std::string& sum_scheme, bool acc_f64, int threads, int64_t ni, int64_t nj) {
+        const std::vector<ArrayView> in = views(inputs, "input");
+        const std::vector<ArrayView> out = views(outputs, "output");
+        const Options o = options(backend, sum_scheme, acc_f64, threads);
+        nb::gil_scoped_release release;
+        evaluate(r, std::span<const ArrayView>(in), std::span<const ArrayView>(out), o,
+                 Sizes{ni, nj});
+      },
+      nb::arg("reduction"), nb::arg("inputs"), nb::arg("outputs"), nb::arg("backend") = "auto",
+      nb::arg("sum_scheme") = "block", nb::arg("accumulate_f64") = false, nb::arg("threads") = 0,
+      nb::arg("ni") = -1, nb::arg("nj") = -1,
+      "Evaluate into caller-allocated outputs (any DLPack arrays, e.g. torch tensors).");
+
+  m.def("simd_level", &simd_level);
+  m.def("num_threads", &num_threads);
+  m.def("cache_dir", &cache_dir);
+  m.def("compiler", [] {
+    const CompilerInfo c = compiler_info();
+    return std::make_tuple(c.usable, c.path, c.version, c.problem);
+  });
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Creates .venv on Debian's python3 (which brings numpy and PyTorch) and installs the Python tools.
+#
+# Usage: scripts/python_env.sh [extra pip packages...]; prints the venv's python on stdout.
+# The venv sees the system site-packages; numpy and torch are pinned to the system's versions
+# because Debian's torch is built against Debian's numpy.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+scripts/setup.sh python3-dev python3-venv python3-numpy python3-torch python3-pytest >&2
+if [[ ! -x .venv/bin/python ]]; then
+  echo "python: creating .venv" >&2
+  /usr/bin/python3 -m venv --system-site-packages .venv
+fi
+py=.venv/bin/python
+constraints=.venv/constraints.txt
+/usr/bin/python3 - > "$constraints" <<'PY'
+import numpy, torch
+print(f"numpy=={numpy.__version__}")
+print(f"torch=={torch.__version__.split('+')[0]}")
+PY
+# A numpy that an earlier pip run put into the venv would shadow the system one torch needs.
+if [[ -d .venv/lib/python3*/site-packages/numpy ]] 2> /dev/null ||
+   compgen -G ".venv/lib/python3*/site-packages/numpy" > /dev/null; then
+  "$py" -m pip uninstall -q -y numpy >&2 || true
+fi
+want=(nanobind scikit-build-core pykeops==2.3 geomloss "$@")
+missing=()
+for pkg in "${want[@]}"; do
+  name=${pkg%%[=<>]*}
+  "$py" -m pip show -q "$name" > /dev/null 2>&1 || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  echo "python: installing ${missing[*]} into .venv" >&2
+  "$py" -m pip install -q -c "$constraints" "${missing[@]}" >&2
+fi
+echo "$PWD/$py"
