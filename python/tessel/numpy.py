@@ -1,0 +1,47 @@
+"""NumPy front end: Genred on NumPy arrays (float32 or float64, any strides, no copies)."""
+import numpy as np
+
+from . import _core
+from ._genred import GenredSpec
+
+__all__ = ["Genred"]
+
+
+class Genred:
+    """A compiled reduction `a_i = Red_j F(x_i, y_j)` (axis=1) or over i (axis=0).
+
+    `formula` is KeOps text (with `aliases` such as "X = Vi(3)") or a tessel.Formula;
+    `reduction_op` is one of Sum, Min, Max, ArgMin, ArgMax, Min_ArgMin, Max_ArgMax, KMin,
+    ArgKMin, KMin_ArgKMin (K in `opt_arg`), LogSumExp and SumSoftMaxWeight (weights in
+    `formula2`). Calling it with one array per alias returns the (N, dim) result, or a tuple
+    (values, int64 indices) for the two-output reductions.
+    """
+
+    def __init__(self, formula, aliases, reduction_op="Sum", axis=1, dtype=None, opt_arg=None,
+                 formula2=None, dtype_acc="auto", sum_scheme="auto", backend="auto", **unused):
+        self._spec = GenredSpec(formula, aliases, reduction_op, axis, opt_arg, formula2,
+                                dtype_acc, sum_scheme, backend)
+        self.dtype = dtype
+
+    def __call__(self, *args, backend=None, ni=None, nj=None):
+        spec = self._spec
+        spec.check_count(args, "Genred")
+        arrays = []
+        for k, a in enumerate(args[: spec.n_core]):
+            if not isinstance(a, np.ndarray):
+                raise TypeError(f"Genred: argument {k} is a {type(a).__name__}; expected a "
+                                "numpy.ndarray")
+            arrays.append(a)
+        opts = dict(spec.options)
+        if backend is not None:
+            opts["backend"] = backend
+        out = _core.evaluate(spec.reduction, arrays, ni=-1 if ni is None else ni,
+                             nj=-1 if nj is None else nj, **opts)
+        return out[0] if len(out) == 1 else tuple(out)
+
+    def __getstate__(self):
+        return {"args": self._spec.args, "dtype": self.dtype}
+
+    def __setstate__(self, state):
+        self._spec = GenredSpec(**state["args"])
+        self.dtype = state["dtype"]
