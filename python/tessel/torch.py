@@ -45,7 +45,9 @@ class _GenredFunction(torch.autograd.Function):
                 grads.append(torch.zeros_like(a))
             else:
                 dk = _GenredFunction.apply(grad_of(reduction, k), options, *args, g)
-                grads.append(dk.reshape(a.shape))
+                # Batch dimensions the input was broadcast along are summed back.
+                grads.append(dk.reshape(a.shape) if dk.numel() == a.numel()
+                             else dk.sum_to_size(a.shape))
         return tuple(grads)
 
 

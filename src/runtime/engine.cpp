@@ -248,7 +248,8 @@ std::vector<Array> eval_impl(const ReductionImpl& r, Context& ctx, bool top) {
     if (v.computed || v.index >= static_cast<int>(ctx.inputs.size())) continue;
     const ArrayView& a = ctx.inputs[v.index];
     dtype = a.dtype;
-    if (v.cat != Category::Param && !a.shape.empty()) rows[static_cast<int>(v.cat)] = a.shape[0];
+    if (v.cat != Category::Param && !a.shape.empty())
+      rows[static_cast<int>(v.cat)] = a.shape.size() >= 2 ? a.shape[a.shape.size() - 2] : a.shape[0];
   }
   if (dtype == DType::Int64) dtype = DType::Float32;
   const int64_t n = r.full_sum ? 1 : std::max<int64_t>(0, rows[static_cast<int>(r.outer())]);
@@ -263,18 +264,140 @@ std::vector<Array> eval_impl(const ReductionImpl& r, Context& ctx, bool top) {
   return outs;
 }
 
+// ---- batch dimensions ----------------------------------------------------------------------------
+// Variables may carry leading batch dimensions: (B..., n, dim) for i and j variables, (B..., dim)
+// for parameters. Batch shapes broadcast as in NumPy and the output gets (B..., n, dim); each
+// batch element is one ordinary evaluation on sliced views.
+struct BatchPlan {
+  bool batched = false;
+  std::vector<int64_t> shape;
+  int64_t count = 1;
+};
+
+int batch_rank(const VarSlot& v, const ArrayView& a) {
+  const int core = v.cat == Category::Param ? 1 : 2;
+  return std::max(0, static_cast<int>(a.shape.size()) - core);
+}
+
+BatchPlan plan_batch(const ReductionImpl& r, std::span<const ArrayView> inputs) {
+  BatchPlan plan;
+  bool data_batched = false;
+  for (const VarSlot& v : r.vars) {
+    if (v.computed || v.index >= static_cast<int>(inputs.size())) continue;
+    const ArrayView& a = inputs[v.index];
+    const int nb = batch_rank(v, a);
+    if (nb == 0) continue;
+    if (v.cat != Category::Param) data_batched = true;
+    if (nb > static_cast<int>(plan.shape.size()))
+      plan.shape.insert(plan.shape.begin(), nb - plan.shape.size(), 1);
+    const size_t off = plan.shape.size() - nb;
+    for (int k = 0; k < nb; ++k) {
+      int64_t& have = plan.shape[off + k];
+      const int64_t got = a.shape[k];
+      if (got == have || got == 1) continue;
+      if (have != 1)
+        detail::fail("evaluate", "input ", v.index, " has batch size ", got, " where another input has ",
+                     have, "; batch dimensions must be equal or 1 (NumPy broadcasting)");
+      have = got;
+    }
+  }
+  plan.count = 1;
+  for (int64_t d : plan.shape) plan.count *= d;
+  // A (1, dim) parameter alone is the plain, unbatched form.
+  plan.batched = data_batched || plan.count != 1;
+  return plan;
+}
+
+// The view of batch element `b` of array `a` whose trailing `core` dims are the element.
+ArrayView slice_batch(const ArrayView& a, int core, const BatchPlan& plan, int64_t b) {
+  const int nb = std::max(0, static_cast<int>(a.shape.size()) - core);
+  ArrayView v = a;
+  v.shape.assign(a.shape.end() - std::min<size_t>(a.shape.size(), core), a.shape.end());
+  v.strides.clear();
+  for (size_t k = a.shape.size() - v.shape.size(); k < a.shape.size(); ++k)
+    v.strides.push_back(a.stride(static_cast<int>(k)));
+  int64_t offset = 0, rest = b;
+  for (int k = static_cast<int>(plan.shape.size()) - 1; k >= 0; --k) {
+    const int64_t idx = rest % plan.shape[k];
+    rest /= plan.shape[k];
+    const int ak = k - (static_cast<int>(plan.shape.size()) - nb);
+    if (ak >= 0 && a.shape[ak] != 1) offset += idx * a.stride(ak);
+  }
+  v.data = static_cast<uint8_t*>(a.data) + offset * static_cast<int64_t>(dtype_size(a.dtype));
+  return v;
+}
+
+void evaluate_batched(const ReductionImpl& r, std::span<const ArrayView> inputs,
+                      std::span<const ArrayView> outputs, const Options& opt, Sizes sizes,
+                      const BatchPlan& plan) {
+  const int out_core = r.full_sum ? 1 : 2;
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const ArrayView& o = outputs[k];
+    const bool ok = o.shape.size() == plan.shape.size() + out_core &&
+                    std::equal(plan.shape.begin(), plan.shape.end(), o.shape.begin());
+    if (!ok) {
+      std::string want;
+      for (int64_t d : plan.shape) want += std::to_string(d) + ", ";
+      detail::fail("evaluate", "output ", k, " must have the batch shape (", want, "...) followed by ",
+                   r.full_sum ? "(dim)" : "(n, dim)");
+    }
+  }
+  std::vector<ArrayView> in(inputs.size()), out(outputs.size());
+  for (int64_t b = 0; b < plan.count; ++b) {
+    for (size_t q = 0; q < inputs.size(); ++q) {
+      const VarSlot* v = r.find_var(static_cast<int>(q));
+      const int core = v && v->cat == Category::Param ? 1 : 2;
+      in[q] = inputs[q].shape.empty() ? inputs[q] : slice_batch(inputs[q], core, plan, b);
+    }
+    for (size_t q = 0; q < outputs.size(); ++q) out[q] = slice_batch(outputs[q], out_core, plan, b);
+    Context ctx{in, opt, sizes, {}};
+    eval_into(r, ctx, out, true);
+  }
+}
+
+int64_t rows_of(const ReductionImpl& r, std::span<const ArrayView> inputs, Category c, Sizes s) {
+  for (const VarSlot& v : r.vars) {
+    if (v.computed || v.cat != c || v.index >= static_cast<int>(inputs.size())) continue;
+    const auto& sh = inputs[v.index].shape;
+    if (!sh.empty()) return sh.size() >= 2 ? sh[sh.size() - 2] : sh[0];
+  }
+  return c == Category::I ? s.ni : s.nj;
+}
+
 }  // namespace
 
 void evaluate(const Reduction& r, std::span<const ArrayView> inputs,
               std::span<const ArrayView> outputs, const Options& opt, Sizes sizes) {
+  const BatchPlan plan = plan_batch(r.impl(), inputs);
+  if (plan.batched) return evaluate_batched(r.impl(), inputs, outputs, opt, sizes, plan);
   Context ctx{inputs, opt, sizes, {}};
   eval_into(r.impl(), ctx, outputs, true);
 }
 
 std::vector<Array> evaluate(const Reduction& r, std::span<const ArrayView> inputs,
                             const Options& opt, Sizes sizes) {
-  Context ctx{inputs, opt, sizes, {}};
-  return eval_impl(r.impl(), ctx, true);
+  const ReductionImpl& R = r.impl();
+  const BatchPlan plan = plan_batch(R, inputs);
+  if (!plan.batched) {
+    Context ctx{inputs, opt, sizes, {}};
+    return eval_impl(R, ctx, true);
+  }
+  DType dtype = DType::Float32;
+  for (const VarSlot& v : R.vars)
+    if (!v.computed && v.index < static_cast<int>(inputs.size())) dtype = inputs[v.index].dtype;
+  if (dtype == DType::Int64) dtype = DType::Float32;
+  const int64_t n = std::max<int64_t>(0, rows_of(R, inputs, R.outer(), sizes));
+  std::vector<Array> outs;
+  std::vector<ArrayView> views;
+  for (int k = 0; k < R.num_outputs(); ++k) {
+    std::vector<int64_t> shape = plan.shape;
+    if (!R.full_sum) shape.push_back(n);
+    shape.push_back(R.output_dim(k));
+    outs.emplace_back(R.output_is_index(k) ? DType::Int64 : dtype, shape);
+    views.push_back(outs.back().view());
+  }
+  evaluate_batched(R, inputs, views, opt, sizes, plan);
+  return outs;
 }
 
 std::vector<Array> evaluate(const Reduction& r, const std::vector<Array>& inputs,
