@@ -95,6 +95,8 @@ Reduction make_reduction(const std::string& op, const Formula& f, int axis, int 
 
 NB_MODULE(_core, m) {
   m.doc() = "tessel core: compiled, differentiable kernel reductions";
+  // Genred objects and gradient caches legitimately live until interpreter exit.
+  nb::set_leak_warnings(false);
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
       std::rethrow_exception(p);

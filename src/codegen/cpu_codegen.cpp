@@ -324,6 +324,7 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
   s += cpu_prelude();
   s += kKernelSupport;
   s += "extern \"C\" void tessel_kernel(const struct KernelArgs* a) {\n";
+  s += "  TESSEL_FTZ_ENTER\n";
   s += "  const T* X = (const T*)a->outer; const T* Y = (const T*)a->inner; const T* P = (const T*)a->params;\n";
   s += "  T* out0 = (T*)a->out[0]; i64* outi = (i64*)a->out[" +
        to_string(r.num_outputs() == 2 ? 1 : 0) + "];\n  (void)X; (void)Y; (void)P; (void)out0; (void)outi;\n";
@@ -366,7 +367,7 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
   s += g.tile_body(true);
   s += "    }\n";
   for (int row = 0; row < g.R; ++row) s += g.finish(row);
-  s += "  }\n}\n";
+  s += "  }\n  TESSEL_FTZ_LEAVE\n}\n";
   return s;
 }
 

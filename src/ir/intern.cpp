@@ -94,7 +94,9 @@ Formula intern(OpCode op, int dim, std::vector<NodePtr> args, std::vector<int64_
       it = it->second.expired() ? t.map.erase(it) : std::next(it);
     t.sweep_at = std::max<size_t>(4096, 2 * t.map.size());
   }
-  auto node = std::make_shared<Node>(Node{op, dim, std::move(args), std::move(ip), value, key});
+  bool varies = op == OpCode::Var && ip.size() > 1 && ip[1] != static_cast<int64_t>(Category::Param);
+  for (const auto& a : args) varies |= a->varies;
+  auto node = std::make_shared<Node>(Node{op, dim, std::move(args), std::move(ip), value, key, varies});
   t.map.emplace(key, node);
   return Formula(std::move(node));
 }

@@ -92,6 +92,9 @@ struct Node {
   std::vector<int64_t> ip;  // integer parameters: Var {index, category}, Elem {m}, Pow {n}, ...
   double value = 0;         // Const only
   Hash128 hash;
+  // Derived, not hashed: whether an i or j variable occurs below. Uniform sub-formulas (params
+  // and constants only) are loop invariants; rewrites use this to keep divisions out of loops.
+  bool varies = false;
 
   bool is_var() const { return op == OpCode::Var; }
   int var_index() const { return static_cast<int>(ip[0]); }

@@ -102,6 +102,8 @@ struct DivOp {
     if (is_zero(a[0])) return zero(d);
     if (is_one(a[1]) && a[0].dim() == d) return a[0];
     if (is_one(a[0]) && a[1].dim() == d) return inv(a[1]);
+    // x / u with u uniform over i and j: one reciprocal outside the loop, a product inside.
+    if (a[0].node().varies && !a[1].node().varies && !is_const(a[1])) return a[0] * inv(a[1]);
     return {};
   }
   template <class S>
