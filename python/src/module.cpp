@@ -18,9 +18,12 @@ using namespace tessel;
 
 namespace {
 
-using AnyArray = nb::ndarray<nb::device::cpu>;
+// Inputs are read-only (broadcast views and read-only NumPy arrays are fine); outputs are written.
+using InArray = nb::ndarray<nb::ro, nb::device::cpu>;
+using OutArray = nb::ndarray<nb::device::cpu>;
 
-DType dtype_of(const AnyArray& a, const char* what, size_t k) {
+template <class A>
+DType dtype_of(const A& a, const char* what, size_t k) {
   const nb::dlpack::dtype t = a.dtype();
   if (t == nb::dtype<float>()) return DType::Float32;
   if (t == nb::dtype<double>()) return DType::Float64;
@@ -30,9 +33,10 @@ DType dtype_of(const AnyArray& a, const char* what, size_t k) {
                            .c_str());
 }
 
-ArrayView view_of(const AnyArray& a, const char* what, size_t k) {
+template <class A>
+ArrayView view_of(const A& a, const char* what, size_t k) {
   ArrayView v;
-  v.data = a.data();
+  v.data = const_cast<void*>(static_cast<const void*>(a.data()));  // inputs are never written
   v.dtype = dtype_of(a, what, k);
   for (size_t d = 0; d < a.ndim(); ++d) {
     v.shape.push_back(static_cast<int64_t>(a.shape(d)));
@@ -64,7 +68,8 @@ Options options(const std::string& backend, const std::string& sum_scheme, bool 
   return o;
 }
 
-std::vector<ArrayView> views(const std::vector<AnyArray>& arrays, const char* what) {
+template <class A>
+std::vector<ArrayView> views(const std::vector<A>& arrays, const char* what) {
   std::vector<ArrayView> v;
   for (size_t k = 0; k < arrays.size(); ++k) v.push_back(view_of(arrays[k], what, k));
   return v;
@@ -146,7 +151,7 @@ NB_MODULE(_core, m) {
 
   m.def(
       "evaluate",
-      [](const Reduction& r, const std::vector<AnyArray>& inputs, const std::string& backend,
+      [](const Reduction& r, const std::vector<InArray>& inputs, const std::string& backend,
          const std::string& sum_scheme, bool acc_f64, int threads, int64_t ni, int64_t nj) {
         const std::vector<ArrayView> in = views(inputs, "input");
         const Options o = options(backend, sum_scheme, acc_f64, threads);
@@ -165,8 +170,8 @@ NB_MODULE(_core, m) {
 
   m.def(
       "evaluate_into",
-      [](const Reduction& r, const std::vector<AnyArray>& inputs,
-         const std::vector<AnyArray>& outputs, const std::string& backend,
+      [](const Reduction& r, const std::vector<InArray>& inputs,
+         const std::vector<OutArray>& outputs, const std::string& backend,
          const std::string& sum_scheme, bool acc_f64, int threads, int64_t ni, int64_t nj) {
         const std::vector<ArrayView> in = views(inputs, "input");
         const std::vector<ArrayView> out = views(outputs, "output");

@@ -39,8 +39,10 @@ class GenredSpec:
         if dtype_acc not in ("auto", "float32", "float64"):
             raise ValueError(f"Genred: dtype_acc {dtype_acc!r} is not 'auto', 'float32' or "
                              "'float64'")
-        self.args = dict(formula=formula, aliases=list(aliases), reduction_op=reduction_op,
-                         axis=axis, opt_arg=opt_arg, formula2=formula2, dtype_acc=dtype_acc,
+        # A tessel.Formula does not pickle; its text does (and parses back to the same formula).
+        text = lambda f: str(f) if isinstance(f, _core.Formula) else f  # noqa: E731
+        self.args = dict(formula=text(formula), aliases=list(aliases), reduction_op=reduction_op,
+                         axis=axis, opt_arg=opt_arg, formula2=text(formula2), dtype_acc=dtype_acc,
                          sum_scheme=sum_scheme, backend=backend)
         aliases = list(aliases)
         f = formula if isinstance(formula, _core.Formula) else _core.parse(formula, aliases)

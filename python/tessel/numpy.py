@@ -2,9 +2,10 @@
 import numpy as np
 
 from . import _core
+from .lazytensor import LazyTensor, Vi, Vj, Pm  # noqa: F401
 from ._genred import GenredSpec
 
-__all__ = ["Genred"]
+__all__ = ["Genred", "LazyTensor", "Vi", "Vj", "Pm"]
 
 
 class Genred:

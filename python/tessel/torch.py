@@ -7,9 +7,10 @@ asked without storing an N x M matrix.
 import torch
 
 from . import _core
+from .lazytensor import LazyTensor, Vi, Vj, Pm  # noqa: F401
 from ._genred import GenredSpec, grad_of
 
-__all__ = ["Genred"]
+__all__ = ["Genred", "LazyTensor", "Vi", "Vj", "Pm"]
 
 _DTYPES = (torch.float32, torch.float64)
 

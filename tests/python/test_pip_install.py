@@ -1,0 +1,33 @@
+"""`pip install .`: the wheel builds the core and the extension, installs, and works elsewhere."""
+import os
+import pathlib
+import subprocess
+import sys
+import venv
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(900) if hasattr(pytest.mark, "timeout") else (lambda f: f)
+def test_wheel_builds_installs_and_runs(tmp_path):
+    # Build without isolation: the test venv already holds scikit-build-core and nanobind.
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps",
+                    "-w", str(wheels), str(ROOT)], check=True, cwd=tmp_path)
+    (wheel,) = wheels.glob("tessel-*.whl")
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, system_site_packages=True, with_pip=True)
+    py = env_dir / "bin" / "python"
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True)
+    code = ("import numpy as np, tessel\n"
+            "from tessel.numpy import Genred\n"
+            "assert 'site-packages' in tessel.__file__, tessel.__file__\n"
+            "g = Genred('SqDist(X,Y)', ['X = Vi(2)', 'Y = Vj(2)'], reduction_op='ArgMin')\n"
+            "x = np.array([[0., 0.], [5., 5.]]); y = np.array([[4., 4.], [0.1, 0.]])\n"
+            "print(g(x, y).ravel().tolist())\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([str(py), "-c", code], check=True, capture_output=True, text=True,
+                         cwd=tmp_path, env=env)
+    assert out.stdout.strip() == "[1, 0]"
