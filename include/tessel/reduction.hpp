@@ -35,6 +35,16 @@ const char* reduction_name(ReductionOp op);
 ReductionOp reduction_from_name(const std::string& name);  // KeOps names, e.g. "Min_ArgMin"
 
 enum class SumScheme : uint8_t { Block, Kahan, Direct };
+
+// Block-sparse reductions, in KeOps's layout. For a reduction over j, the i rows
+// [ranges_i[2c], ranges_i[2c+1]) reduce over the j intervals [redranges_j[2q], redranges_j[2q+1])
+// for q in [slices_i[c-1], slices_i[c]) (with slices_i[-1] = 0). The other triple serves
+// reductions over i, and so the gradients that flip the axis. Rows in no block get the neutral
+// value of the reduction.
+struct BlockRanges {
+  std::vector<int64_t> ranges_i, slices_i, redranges_j;
+  std::vector<int64_t> ranges_j, slices_j, redranges_i;
+};
 enum class Backend : uint8_t { Auto, Compiled, Interpreter };
 
 struct Options {
@@ -42,6 +52,7 @@ struct Options {
   SumScheme sum_scheme = SumScheme::Block;
   bool accumulate_f64 = false;  // float32 inputs, float64 accumulators
   int threads = 0;              // 0: TESSEL_NUM_THREADS, else all cores
+  std::shared_ptr<const BlockRanges> ranges;  // block-sparse reduction; null: dense
 };
 
 struct ReductionImpl;  // defined in the library

@@ -42,6 +42,8 @@ struct KernelArgs {
   const void* params;
   long long o_begin, o_end, n_inner;
   void* out[2];
+  const long long* iv;  // intervals [iv[2q], iv[2q+1]) of inner indices to reduce over
+  long long n_iv;
 };
 // Insert (v, j) into the sorted K-list; NaN ranks after every number, ties keep index order.
 static inline void kins(T* kv, i64* ki, int* kf, int K, T v, i64 j) {
@@ -162,10 +164,10 @@ struct Gen {
       }
     } else if (is_kmin(r.op)) {
       const string R_ = to_string(row), K = to_string(r.k);
-      const string n_l = tail ? "rem" : "W";
+      const string lane_ok = tail ? "if (valid[l]) " : "";
       s += "    { const V f_ = " + f[0].s + ";\n";
       s += "      if (kf_" + R_ + " < " + K + " || kv_" + R_ + "[" + K + " - 1] != kv_" + R_ + "[" + K + " - 1]) {\n";
-      s += "        for (int l = 0; l < " + n_l + "; ++l) kins(kv_" + R_ + ", ki_" + R_ + ", &kf_" + R_ + ", " + K +
+      s += "        for (int l = 0; l < W; ++l) " + lane_ok + "kins(kv_" + R_ + ", ki_" + R_ + ", &kf_" + R_ + ", " + K +
            ", f_[l], t * W + l);\n";
       s += "      } else { VI c_ = f_ < bc(kv_" + R_ + "[" + K + " - 1]);" + (tail ? " c_ &= valid;" : "") + "\n";
       s += "        if (v_any(c_)) for (int l = 0; l < W; ++l) if (c_[l]) kins(kv_" + R_ + ", ki_" + R_ + ", &kf_" +
@@ -328,8 +330,7 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
   s += "  const T* X = (const T*)a->outer; const T* Y = (const T*)a->inner; const T* P = (const T*)a->params;\n";
   s += "  T* out0 = (T*)a->out[0]; i64* outi = (i64*)a->out[" +
        to_string(r.num_outputs() == 2 ? 1 : 0) + "];\n  (void)X; (void)Y; (void)P; (void)out0; (void)outi;\n";
-  s += "  const i64 nfull = a->n_inner / W; const int rem = (int)(a->n_inner % W);\n";
-  s += "  VI lane_ = {}; for (int l = 0; l < W; ++l) lane_[l] = l;\n  const VI valid = lane_ < rem; (void)valid;\n";
+  s += "  VI lane_ = {}; for (int l = 0; l < W; ++l) lane_[l] = (TI)l;\n";
   for (const auto& e : lay.vars)
     if (e.cat == Category::Param)
       for (int c = 0; c < e.dim; ++c)
@@ -345,14 +346,21 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
                to_string(lay.outer_dim) + " + " + to_string(e.offset + c) + "]);\n";
   }
   s += g.declarations();
+  // Each interval [js, je) of inner indices: a masked head tile, full tiles, a masked tail tile.
+  const string tile_setup = "    const T* yt = Y + t * " + to_string(lay.inner_dim * g.W) +
+                            "; (void)yt;\n    const VI tv = (VI){} + (TI)t; (void)tv;\n";
+  s += "    for (i64 q = 0; q < a->n_iv; ++q) {\n";
+  s += "    const i64 js = a->iv[2 * q], je = a->iv[2 * q + 1];\n    if (js >= je) continue;\n";
+  s += "    i64 ts = js / W; const i64 tl = (je - 1) / W, tf = je / W;\n";
+  s += "    if (js % W || (ts == tl && je % W)) {\n    const i64 t = ts;\n";
+  s += "    const VI valid = (lane_ >= (TI)(js - t * W)) & (lane_ < (TI)(je - t * W));\n";
+  s += tile_setup + g.tile_body(true) + "    ++ts;\n    }\n";
   const bool block = r.op == ReductionOp::Sum && spec.scheme == SumScheme::Block && !spec.acc_f64;
-  s += "    for (i64 tb = 0; tb < nfull; tb += " + to_string(blk_tiles) + ") {\n";
-  s += "      const i64 te = tb + " + to_string(blk_tiles) + " < nfull ? tb + " + to_string(blk_tiles) + " : nfull;\n";
+  s += "    for (i64 tb = ts; tb < tf; tb += " + to_string(blk_tiles) + ") {\n";
+  s += "      const i64 te = tb + " + to_string(blk_tiles) + " < tf ? tb + " + to_string(blk_tiles) + " : tf;\n";
   if (is_softmax(r.op))
     for (int row = 0; row < g.R; ++row) s += "      bm_" + to_string(row) + " = " + g.acc("mv", row, 0) + ";\n";
-  s += "      for (i64 t = tb; t < te; ++t) {\n";
-  s += "    const T* yt = Y + t * " + to_string(lay.inner_dim * g.W) + "; (void)yt;\n";
-  s += "    const VI tv = (VI){} + (TI)t; (void)tv;\n";
+  s += "      for (i64 t = tb; t < te; ++t) {\n" + tile_setup;
   s += g.tile_body(false);
   s += "      }\n";
   if (is_softmax(r.op)) s += g.block_end();
@@ -361,11 +369,10 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
       for (int c = 0; c < g.D; ++c)
         s += "      " + g.acc("acc", row, c) + " += " + g.acc("blk", row, c) + "; " + g.acc("blk", row, c) + " = (V){};\n";
   s += "    }\n";
-  s += "    if (rem) {\n    const i64 t = nfull; (void)t;\n";
-  s += "    const T* yt = Y + t * " + to_string(lay.inner_dim * g.W) + "; (void)yt;\n";
-  s += "    const VI tv = (VI){} + (TI)t; (void)tv;\n";
-  s += g.tile_body(true);
-  s += "    }\n";
+  s += "    if (je % W && tf >= ts) {\n    const i64 t = tf;\n";
+  s += "    const VI valid = lane_ < (TI)(je - t * W);\n";
+  s += tile_setup + g.tile_body(true);
+  s += "    }\n    }\n";
   for (int row = 0; row < g.R; ++row) s += g.finish(row);
   s += "  }\n  TESSEL_FTZ_LEAVE\n}\n";
   return s;

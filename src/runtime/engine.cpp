@@ -108,6 +108,52 @@ void add_rows(const Array& src, const ArrayView& dst) {
   }
 }
 
+// The row blocks of a reduction: all rows over [0, n_inner), or the block-sparse ranges checked
+// and completed with empty blocks for the rows they leave out.
+std::vector<RowBlock> row_blocks(const ReductionImpl& r, const Options& opt, int64_t n_outer,
+                                 int64_t n_inner) {
+  const char* fn = "evaluate";
+  if (!opt.ranges || r.op == ReductionOp::GatherSum || r.op == ReductionOp::ScatterSum)
+    return {RowBlock{0, n_outer, {0, n_inner}}};
+  const BlockRanges& br = *opt.ranges;
+  const bool over_j = r.axis == 1;
+  const auto& ranges = over_j ? br.ranges_i : br.ranges_j;
+  const auto& slices = over_j ? br.slices_i : br.slices_j;
+  const auto& red = over_j ? br.redranges_j : br.redranges_i;
+  const char* rn = over_j ? "ranges_i" : "ranges_j";
+  const char* sn = over_j ? "slices_i" : "slices_j";
+  const char* dn = over_j ? "redranges_j" : "redranges_i";
+  if (ranges.size() % 2 || red.size() % 2)
+    detail::fail(fn, rn, " and ", dn, " must hold (start, end) pairs");
+  if (slices.size() * 2 != ranges.size())
+    detail::fail(fn, sn, " has ", slices.size(), " entries; expected one per block of ", rn, " (",
+                 ranges.size() / 2, ")");
+  std::vector<RowBlock> blocks;
+  int64_t prev_slice = 0, covered = 0;
+  for (size_t c = 0; c < slices.size(); ++c) {
+    const int64_t b = ranges[2 * c], e = ranges[2 * c + 1], s = slices[c];
+    if (b < covered || e < b || e > n_outer)
+      detail::fail(fn, rn, " block ", c, " = [", b, ", ", e, ") is not increasing and within [0, ",
+                   n_outer, ")");
+    if (s < prev_slice || s * 2 > static_cast<int64_t>(red.size()))
+      detail::fail(fn, sn, "[", c, "] = ", s, " is not non-decreasing and within the ", red.size() / 2,
+                   " intervals of ", dn);
+    if (b > covered) blocks.push_back(RowBlock{covered, b, {}});
+    RowBlock blk{b, e, {}};
+    for (int64_t q = prev_slice; q < s; ++q) {
+      const int64_t js = red[2 * q], je = red[2 * q + 1];
+      if (js < 0 || je < js || je > n_inner)
+        detail::fail(fn, dn, " interval ", q, " = [", js, ", ", je, ") is not within [0, ", n_inner, ")");
+      blk.iv.insert(blk.iv.end(), {js, je});
+    }
+    blocks.push_back(std::move(blk));
+    prev_slice = s;
+    covered = e;
+  }
+  if (covered < n_outer) blocks.push_back(RowBlock{covered, n_outer, {}});
+  return blocks;
+}
+
 struct Context {
   std::span<const ArrayView> inputs;
   Options opt;
@@ -164,6 +210,7 @@ void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> 
                    c == 0 ? "Vi" : "Vj", " input; pass it in Sizes{", c == 0 ? "ni" : "nj", "}");
   p.n_outer = rows[static_cast<int>(r.outer())];
   p.n_inner = rows[static_cast<int>(r.inner())];
+  p.blocks = row_blocks(r, ctx.opt, p.n_outer, p.n_inner);
   if ((r.op == ReductionOp::KMin || r.op == ReductionOp::ArgKMin ||
        r.op == ReductionOp::KMinArgKMin) &&
       r.k > p.n_inner)
@@ -369,6 +416,8 @@ int64_t rows_of(const ReductionImpl& r, std::span<const ArrayView> inputs, Categ
 void evaluate(const Reduction& r, std::span<const ArrayView> inputs,
               std::span<const ArrayView> outputs, const Options& opt, Sizes sizes) {
   const BatchPlan plan = plan_batch(r.impl(), inputs);
+  if (plan.batched && opt.ranges)
+    detail::fail("evaluate", "block-sparse ranges with batch dimensions are not supported");
   if (plan.batched) return evaluate_batched(r.impl(), inputs, outputs, opt, sizes, plan);
   Context ctx{inputs, opt, sizes, {}};
   eval_into(r.impl(), ctx, outputs, true);
@@ -378,6 +427,8 @@ std::vector<Array> evaluate(const Reduction& r, std::span<const ArrayView> input
                             const Options& opt, Sizes sizes) {
   const ReductionImpl& R = r.impl();
   const BatchPlan plan = plan_batch(R, inputs);
+  if (plan.batched && opt.ranges)
+    detail::fail("evaluate", "block-sparse ranges with batch dimensions are not supported");
   if (!plan.batched) {
     Context ctx{inputs, opt, sizes, {}};
     return eval_impl(R, ctx, true);

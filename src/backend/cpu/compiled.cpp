@@ -145,13 +145,26 @@ void launch(const Problem& p, const Loaded& k, std::span<const ArrayView> outs) 
   base.params = params.data();
   base.n_inner = p.n_inner;
   for (size_t q = 0; q < outs.size() && q < 2; ++q) base.out[q] = outs[q].data;
+  // Tasks: row chunks of every block, so that threads balance across blocks too.
+  struct Task {
+    int64_t b, e;
+    const RowBlock* blk;
+  };
+  std::vector<Task> tasks;
   const int64_t chunks = std::max<int64_t>(1, p.threads) * 8;
   const int64_t grain = std::max<int64_t>(8, (p.n_outer + chunks - 1) / chunks);
-  parallel_for(p.n_outer, grain, p.threads, [&](int64_t b, int64_t e) {
-    KernelArgs a = base;
-    a.o_begin = b;
-    a.o_end = e;
-    k.fn(&a);
+  for (const RowBlock& blk : p.blocks)
+    for (int64_t b = blk.begin; b < blk.end; b += grain)
+      tasks.push_back({b, std::min(blk.end, b + grain), &blk});
+  parallel_for(static_cast<int64_t>(tasks.size()), 1, p.threads, [&](int64_t b, int64_t e) {
+    for (int64_t q = b; q < e; ++q) {
+      KernelArgs a = base;
+      a.o_begin = tasks[q].b;
+      a.o_end = tasks[q].e;
+      a.iv = reinterpret_cast<const long long*>(tasks[q].blk->iv.data());
+      a.n_iv = static_cast<long long>(tasks[q].blk->iv.size() / 2);
+      k.fn(&a);
+    }
   });
 }
 

@@ -14,6 +14,13 @@
 
 namespace tessel {
 
+std::vector<const RowBlock*> Problem::block_of_rows() const {
+  std::vector<const RowBlock*> of(static_cast<size_t>(n_outer), nullptr);
+  for (const RowBlock& b : blocks)
+    for (int64_t o = b.begin; o < b.end; ++o) of[o] = &b;
+  return of;
+}
+
 const Bound& Problem::var(int index) const {
   for (const Bound& b : vars)
     if (b.index == index) return b;
@@ -126,6 +133,7 @@ void store(const ArrayView& out, int64_t row, int c, double v, int dim) {
 void run_sum_like(const Problem& p, const Program& prog, std::span<const ArrayView> outs) {
   const ReductionImpl& r = *p.r;
   const int wd = r.weight.valid() ? r.weight.dim() : 0;
+  const std::vector<const RowBlock*> block_of = p.block_of_rows();
   parallel_for(p.n_outer, 64, p.threads, [&](int64_t begin, int64_t end) {
     Evaluator ev(prog, p);
     ReduceState st(r.op, r.f.dim(), wd, r.k);
@@ -134,8 +142,11 @@ void run_sum_like(const Problem& p, const Program& prog, std::span<const ArrayVi
     std::vector<double> fv(r.f.dim()), wv(std::max(wd, 1));
     for (int64_t o = begin; o < end; ++o) {
       st.reset();
-      for (int64_t j0 = 0; j0 < p.n_inner; j0 += kLanes) {
-        const int nl = static_cast<int>(std::min<int64_t>(kLanes, p.n_inner - j0));
+      const std::vector<int64_t> none;
+      const std::vector<int64_t>& iv = block_of[o] ? block_of[o]->iv : none;
+      for (size_t q = 0; q + 1 < iv.size(); q += 2)
+      for (int64_t j0 = iv[q]; j0 < iv[q + 1]; j0 += kLanes) {
+        const int nl = static_cast<int>(std::min<int64_t>(kLanes, iv[q + 1] - j0));
         for (int l = 0; l < kLanes; ++l) partner[l] = j0 + std::min(l, nl - 1);
         ev.leaves(r.outer(), o, partner, slot_k);
         ev.run();

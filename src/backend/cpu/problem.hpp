@@ -34,6 +34,13 @@ struct Bound {
   }
 };
 
+// Rows [begin, end) of the output reduce over the inner intervals iv = {s0, e0, s1, e1, ...}.
+// A dense reduction is one block: all rows, one interval [0, n_inner).
+struct RowBlock {
+  int64_t begin = 0, end = 0;
+  std::vector<int64_t> iv;
+};
+
 struct Problem {
   const ReductionImpl* r = nullptr;
   std::vector<Bound> vars;  // sorted by index
@@ -41,6 +48,10 @@ struct Problem {
   DType dtype = DType::Float32;  // of the float inputs and value outputs
   Options opt;
   int threads = 1;
+  std::vector<RowBlock> blocks;  // cover every output row once
+
+  // The interval list of each row, or nullptr for rows that reduce over nothing.
+  std::vector<const RowBlock*> block_of_rows() const;
 
   const Bound& var(int index) const;
 };
