@@ -45,9 +45,26 @@ ArrayView view_of(const A& a, const char* what, size_t k) {
   return v;
 }
 
+using RangesArg = std::optional<std::vector<std::vector<int64_t>>>;
+
 Options options(const std::string& backend, const std::string& sum_scheme, bool acc_f64,
-                int threads) {
+                int threads, const RangesArg& ranges) {
   Options o;
+  if (ranges) {
+    if (ranges->size() != 6)
+      throw nb::value_error(("tessel: ranges must hold 6 arrays (ranges_i, slices_i, redranges_j, "
+                             "ranges_j, slices_j, redranges_i), got " +
+                             std::to_string(ranges->size()))
+                                .c_str());
+    auto br = std::make_shared<BlockRanges>();
+    br->ranges_i = (*ranges)[0];
+    br->slices_i = (*ranges)[1];
+    br->redranges_j = (*ranges)[2];
+    br->ranges_j = (*ranges)[3];
+    br->slices_j = (*ranges)[4];
+    br->redranges_i = (*ranges)[5];
+    o.ranges = br;
+  }
   if (backend == "auto") o.backend = Backend::Auto;
   else if (backend == "compiled" || backend == "CPU" || backend == "cpu") o.backend = Backend::Compiled;
   else if (backend == "interpreter") o.backend = Backend::Interpreter;
@@ -152,9 +169,10 @@ NB_MODULE(_core, m) {
   m.def(
       "evaluate",
       [](const Reduction& r, const std::vector<InArray>& inputs, const std::string& backend,
-         const std::string& sum_scheme, bool acc_f64, int threads, int64_t ni, int64_t nj) {
+         const std::string& sum_scheme, bool acc_f64, int threads, int64_t ni, int64_t nj,
+         const RangesArg& ranges) {
         const std::vector<ArrayView> in = views(inputs, "input");
-        const Options o = options(backend, sum_scheme, acc_f64, threads);
+        const Options o = options(backend, sum_scheme, acc_f64, threads, ranges);
         std::vector<Array> out;
         {
           nb::gil_scoped_release release;
@@ -166,23 +184,25 @@ NB_MODULE(_core, m) {
       },
       nb::arg("reduction"), nb::arg("inputs"), nb::arg("backend") = "auto",
       nb::arg("sum_scheme") = "block", nb::arg("accumulate_f64") = false, nb::arg("threads") = 0,
-      nb::arg("ni") = -1, nb::arg("nj") = -1, "Evaluate; returns freshly allocated NumPy arrays.");
+      nb::arg("ni") = -1, nb::arg("nj") = -1, nb::arg("ranges") = nb::none(),
+      "Evaluate; returns freshly allocated NumPy arrays. `ranges`: KeOps block-sparse ranges.");
 
   m.def(
       "evaluate_into",
       [](const Reduction& r, const std::vector<InArray>& inputs,
          const std::vector<OutArray>& outputs, const std::string& backend,
-         const std::string& sum_scheme, bool acc_f64, int threads, int64_t ni, int64_t nj) {
+         const std::string& sum_scheme, bool acc_f64, int threads, int64_t ni, int64_t nj,
+         const RangesArg& ranges) {
         const std::vector<ArrayView> in = views(inputs, "input");
         const std::vector<ArrayView> out = views(outputs, "output");
-        const Options o = options(backend, sum_scheme, acc_f64, threads);
+        const Options o = options(backend, sum_scheme, acc_f64, threads, ranges);
         nb::gil_scoped_release release;
         evaluate(r, std::span<const ArrayView>(in), std::span<const ArrayView>(out), o,
                  Sizes{ni, nj});
       },
       nb::arg("reduction"), nb::arg("inputs"), nb::arg("outputs"), nb::arg("backend") = "auto",
       nb::arg("sum_scheme") = "block", nb::arg("accumulate_f64") = false, nb::arg("threads") = 0,
-      nb::arg("ni") = -1, nb::arg("nj") = -1,
+      nb::arg("ni") = -1, nb::arg("nj") = -1, nb::arg("ranges") = nb::none(),
       "Evaluate into caller-allocated outputs (any DLPack arrays, e.g. torch tensors).");
 
   m.def("simd_level", &simd_level);

@@ -82,3 +82,20 @@ def grad_of(reduction, var):
     if g is None:
         g = _grad_cache[key] = reduction.grad(var)
     return g
+
+
+def ranges_arg(ranges):
+    """KeOps block-sparse ranges (6 integer arrays or tensors) as lists of int64 for the core."""
+    if ranges is None:
+        return None
+    if len(ranges) != 6:
+        raise ValueError("ranges must be the 6 arrays (ranges_i, slices_i, redranges_j, ranges_j, "
+                         f"slices_j, redranges_i) of a block-sparse reduction; got {len(ranges)}")
+    out = []
+    for a in ranges:
+        if hasattr(a, "detach"):  # torch
+            a = a.detach().cpu().reshape(-1).tolist()
+        elif hasattr(a, "ravel"):  # numpy
+            a = a.ravel().tolist()
+        out.append([int(v) for v in a])
+    return out

@@ -3,7 +3,7 @@ import numpy as np
 
 from . import _core
 from .lazytensor import LazyTensor, Vi, Vj, Pm  # noqa: F401
-from ._genred import GenredSpec
+from ._genred import GenredSpec, ranges_arg
 
 __all__ = ["Genred", "LazyTensor", "Vi", "Vj", "Pm"]
 
@@ -24,7 +24,7 @@ class Genred:
                                 dtype_acc, sum_scheme, backend)
         self.dtype = dtype
 
-    def __call__(self, *args, backend=None, ni=None, nj=None):
+    def __call__(self, *args, backend=None, ni=None, nj=None, ranges=None):
         spec = self._spec
         spec.check_count(args, "Genred")
         arrays = []
@@ -36,6 +36,7 @@ class Genred:
         opts = dict(spec.options)
         if backend is not None:
             opts["backend"] = backend
+        opts["ranges"] = ranges_arg(ranges)
         out = _core.evaluate(spec.reduction, arrays, ni=-1 if ni is None else ni,
                              nj=-1 if nj is None else nj, **opts)
         return out[0] if len(out) == 1 else tuple(out)
