@@ -8,7 +8,7 @@ import torch
 
 from . import _core
 from .lazytensor import LazyTensor, Vi, Vj, Pm  # noqa: F401
-from ._genred import GenredSpec, grad_of
+from ._genred import GenredSpec, grad_of, ranges_arg
 
 __all__ = ["Genred", "LazyTensor", "Vi", "Vj", "Pm"]
 
@@ -65,7 +65,9 @@ class Genred:
                                 dtype_acc, sum_scheme, backend)
         self.dtype = dtype
 
-    def __call__(self, *args, backend=None):
+    def __call__(self, *args, backend=None, ni=None, nj=None, ranges=None):
+        """`ni` / `nj` give the number of i / j rows when no i- / j-variable tells them;
+        `ranges` makes the reduction block-sparse (KeOps's 6-array layout)."""
         spec = self._spec
         spec.check_count(args, "Genred")
         tensors = list(args[: spec.n_core])
@@ -88,6 +90,11 @@ class Genred:
         opts = dict(spec.options)
         if backend is not None:
             opts["backend"] = backend
+        if ni is not None:
+            opts["ni"] = ni
+        if nj is not None:
+            opts["nj"] = nj
+        opts["ranges"] = ranges_arg(ranges)
         return _GenredFunction.apply(spec.reduction, opts, *tensors)
 
     def __getstate__(self):
