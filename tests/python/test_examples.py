@@ -1,0 +1,18 @@
+"""The Python examples run as scripts (at small sizes here) and pass their own checks."""
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "python"
+
+
+@pytest.mark.parametrize("script, arg", [("gaussian_kernel.py", "3000"), ("hamiltonian.py", "3000"),
+                                         ("lddmm_shooting.py", "300"), ("knn_classifier.py", "5000")])
+def test_example_runs(script, arg):
+    out = subprocess.run([sys.executable, str(EXAMPLES / script), arg], capture_output=True,
+                         text=True, env=dict(os.environ), timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.strip(), "the example printed nothing"
