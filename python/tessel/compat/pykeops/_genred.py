@@ -1,0 +1,343 @@
+"""pykeops-style Genred, KernelSolve and generic_* shared by the NumPy and PyTorch front ends."""
+import math
+import re
+
+from ... import _core
+
+__all__ = ["GenredBase", "KernelSolveBase", "parse_alias", "check_backend", "make_generic_ops"]
+
+_CATEGORY = {"Vi": 0, "Vx": 0, "Vj": 1, "Vy": 1, "Pm": 2}
+_CAT_TEXT = ("Vi", "Vj", "Pm")
+_ALIAS = re.compile(r"^\s*(?:(?P<name>[A-Za-z_]\w*)\s*=\s*)?(?P<kind>Vi|Vj|Pm|Vx|Vy)\s*\(\s*"
+                    r"(?:(?P<pos>\d+)\s*,\s*)?(?P<dim>\d+)\s*\)\s*$")
+_VAR_ALIAS = re.compile(r"^\s*(?:(?P<name>[A-Za-z_]\w*)\s*=\s*)?Var\s*\(\s*(?P<pos>\d+)\s*,\s*"
+                        r"(?P<dim>\d+)\s*,\s*(?P<cat>\d+)\s*\)\s*$")
+_VAR_REF = re.compile(r"\bVar\s*\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)")
+
+# KeOps reduction names -> tessel's. The KeOps-internal Max_SumShiftExp* reductions are not offered.
+_REDUCTIONS = {
+    "Sum": "Sum", "Min": "Min", "Max": "Max", "ArgMin": "ArgMin", "ArgMax": "ArgMax",
+    "Min_ArgMin": "Min_ArgMin", "MinArgMin": "Min_ArgMin", "Max_ArgMax": "Max_ArgMax",
+    "MaxArgMax": "Max_ArgMax", "KMin": "KMin", "ArgKMin": "ArgKMin",
+    "KMin_ArgKMin": "KMin_ArgKMin", "KMinArgKMin": "KMin_ArgKMin", "LogSumExp": "LogSumExp",
+    "LogSumExpWeight": "LogSumExp", "SumSoftMaxWeight": "SumSoftMaxWeight",
+    "SoftMax": "SumSoftMaxWeight",
+}
+_SUM_LIKE = ("Sum", "LogSumExp", "SumSoftMaxWeight")
+_K_REDUCTIONS = ("KMin", "ArgKMin", "KMin_ArgKMin")
+_CPU_BACKENDS = {"auto": None, "CPU": None, "compiled": "compiled", "interpreter": "interpreter"}
+_GPU_BACKENDS = ("GPU", "GPU_1D", "GPU_2D", "GPU_1D_device", "GPU_1D_host", "GPU_2D_device",
+                 "GPU_2D_host")
+
+
+def parse_alias(text, position=None, who="Genred"):
+    """(name or None, category 0/1/2, dim, position) of "x = Vi(3)", "x = Vi(0,3)", "Vi(0,3)",
+    "Vi(3)" or "Var(0,3,0)"; the position defaults to `position` (the place in the list)."""
+    if not isinstance(text, str):
+        raise TypeError(f"{who}: aliases must be strings such as 'x = Vi(3)', got {text!r}")
+    m = _ALIAS.match(text)
+    if m:
+        cat, dim = _CATEGORY[m["kind"]], int(m["dim"])
+        pos = int(m["pos"]) if m["pos"] is not None else position
+    else:
+        m = _VAR_ALIAS.match(text)
+        if not m or int(m["cat"]) not in (0, 1, 2):
+            raise ValueError(f"{who}: alias {text!r} is not of the form 'x = Vi(dim)', "
+                             "'x = Vi(pos, dim)', 'Vi(pos, dim)' or 'Var(pos, dim, cat)' (with Vi, "
+                             "Vj or Pm, cat 0, 1 or 2)")
+        cat, dim, pos = int(m["cat"]), int(m["dim"]), int(m["pos"])
+    if pos is None:
+        raise ValueError(f"{who}: alias {text!r} does not say its position")
+    if dim < 1:
+        raise ValueError(f"{who}: alias {text!r} has dim {dim}; dims must be >= 1")
+    return m["name"], cat, dim, pos
+
+
+def complete_aliases(formulas, aliases, who):
+    """[(name, cat, dim, pos)] for the aliases plus the Var(pos,dim,cat) of the formulas that no
+    alias declares, as pykeops counts its arguments."""
+    parsed = [parse_alias(a, k, who) for k, a in enumerate(aliases)]
+    known = {p[3] for p in parsed}
+    for f in formulas:
+        if f is None:
+            continue
+        for pos, dim, cat in _VAR_REF.findall(f):
+            pos, dim, cat = int(pos), int(dim), int(cat)
+            if pos not in known:
+                known.add(pos)
+                parsed.append((None, cat, dim, pos))
+    return parsed
+
+
+def tessel_aliases(parsed):
+    """Aliases for tessel's parser: explicit positions; unnamed ones get a name no formula uses,
+    so that every declared variable is an argument of the call."""
+    out = []
+    for name, cat, dim, pos in parsed:
+        out.append(f"{name or f'_tessel_arg{pos}'} = {_CAT_TEXT[cat]}({pos},{dim})")
+    return out
+
+
+def check_backend(backend, who):
+    """tessel's backend option for a pykeops backend string (None: tessel's default)."""
+    if backend in _CPU_BACKENDS:
+        return _CPU_BACKENDS[backend]
+    if backend in _GPU_BACKENDS:
+        raise NotImplementedError(f"{who}: backend {backend!r} needs the CUDA backend, which "
+                                  "tessel does not have yet; use backend='CPU' or 'auto' (tessel "
+                                  "runs on the CPU)")
+    raise ValueError(f"{who}: invalid backend {backend!r}; expected one of 'auto', 'CPU', "
+                     + ", ".join(repr(b) for b in _GPU_BACKENDS))
+
+
+def accumulation_options(reduction_op, dtype_acc, use_double_acc, sum_scheme, who):
+    """KeOps's dtype_acc / use_double_acc / sum_scheme rules, as tessel options."""
+    if dtype_acc != "auto" and use_double_acc:
+        raise ValueError(f"{who}: you cannot set both options use_double_acc and dtype_acc")
+    if use_double_acc:
+        dtype_acc = "float64"
+    if dtype_acc not in ("auto", "float32", "float64"):
+        raise ValueError(f"{who}: dtype_acc {dtype_acc!r} is not 'auto', 'float32' or 'float64' "
+                         "(tessel has no float16)")
+    sum_like = reduction_op in _SUM_LIKE
+    if dtype_acc != "auto" and not sum_like:
+        raise ValueError(f"{who}: dtype_acc must be 'auto' for the {reduction_op} reduction (it "
+                         "only applies to Sum, LogSumExp and SumSoftMaxWeight)")
+    if sum_scheme not in ("auto", "direct_sum", "block_sum", "kahan_scheme"):
+        raise ValueError(f"{who}: invalid sum_scheme {sum_scheme!r}; expected 'auto', "
+                         "'direct_sum', 'block_sum' or 'kahan_scheme'")
+    if sum_scheme in ("block_sum", "kahan_scheme") and not sum_like:
+        raise ValueError(f"{who}: sum_scheme={sum_scheme!r} is only valid for sum type "
+                         "reductions (Sum, LogSumExp, SumSoftMaxWeight)")
+    return dict(dtype_acc=dtype_acc, sum_scheme=sum_scheme)
+
+
+class GenredBase:
+    """pykeops Genred: `Genred(formula, aliases, reduction_op="Sum", axis=0, ...)`, called as
+    `g(*args, backend="auto", device_id=-1, ranges=None, out=None)`.
+
+    axis=0 reduces over i (the output is indexed by j), axis=1 over j. `ranges` (the 6 arrays of
+    pykeops.torch.cluster.from_matrix) makes it block-sparse (not with batch dims). Index outputs
+    are int64 and the multi-output reductions are laid out as in pykeops 2.x: Min_ArgMin /
+    Max_ArgMax give (values, indices) of shape (N, D); KMin / ArgKMin / KMin_ArgKMin give
+    (N, K, D), squeezed to (N, K) when D = 1. Subclasses set `_frontend` (tessel.torch or
+    tessel.numpy).
+    """
+
+    _frontend = None
+    _who = "Genred"
+
+    def __init__(self, formula, aliases, reduction_op="Sum", axis=0, dtype=None, opt_arg=None,
+                 formula2=None, cuda_type=None, dtype_acc="auto", use_double_acc=False,
+                 sum_scheme="auto", enable_chunks=True, rec_multVar_highdim=False,
+                 use_fast_math=True):
+        who = self._who
+        self._init_args = dict(formula=formula, aliases=list(aliases), reduction_op=reduction_op,
+                               axis=axis, opt_arg=opt_arg, formula2=formula2,
+                               dtype_acc=dtype_acc, use_double_acc=use_double_acc,
+                               sum_scheme=sum_scheme)
+        if reduction_op not in _REDUCTIONS:
+            raise NotImplementedError(
+                f"{who}: reduction_op {reduction_op!r} is not supported by tessel; supported: "
+                + ", ".join(sorted(_REDUCTIONS)))
+        op = _REDUCTIONS[reduction_op]
+        if reduction_op == "LogSumExpWeight" and not formula2:
+            raise ValueError(f"{who}: LogSumExpWeight needs a weight formula (formula2)")
+        if axis not in (0, 1):
+            raise ValueError(f"{who}: axis should be 0 (reduction over i) or 1 (reduction over "
+                             f"j), got {axis!r}")
+        if not isinstance(formula, str):
+            raise TypeError(f"{who}: formula must be a string, got {type(formula).__name__}")
+        self.reduction_op, self.axis, self.opt_arg = reduction_op, axis, opt_arg
+        self.formula, self.formula2 = formula, formula2
+        options = accumulation_options(op, dtype_acc, use_double_acc, sum_scheme, who)
+        parsed = complete_aliases([formula, formula2], list(aliases), who)
+        self.aliases = [a for a in aliases] + [f"Var({p},{d},{c})" for n, c, d, p in
+                                                parsed[len(aliases):]]
+        self.nargs = len(parsed)
+        self._parsed = parsed
+        names = tessel_aliases(parsed)
+        k = opt_arg if op in _K_REDUCTIONS else None
+        if op not in _K_REDUCTIONS and opt_arg:
+            raise ValueError(f"{who}: opt_arg is only used by the KMin, ArgKMin and KMin_ArgKMin "
+                             f"reductions, got opt_arg={opt_arg!r} with {reduction_op}")
+        dim = _core.parse(formula, names).dim
+        # tessel's K-reductions take a scalar formula; KeOps reduces each component separately.
+        if op in _K_REDUCTIONS and dim > 1:
+            formulas = [f"Elem({formula},{d})" for d in range(dim)]
+        else:
+            formulas = [formula]
+        Genred = self._frontend.Genred
+        self._genreds = [Genred(f, names, reduction_op=op, axis=axis, opt_arg=k,
+                                formula2=formula2, **options) for f in formulas]
+        self._op, self._dim = op, dim
+        # Sizes the core cannot infer (a formula without i- or j-variable) come from the aliases,
+        # else are 1, as in pykeops.
+        used = {c for _, c, _ in self._genreds[0]._spec.reduction.inputs()}
+        self._size_from = {}
+        for cat, key in ((0, "ni"), (1, "nj")):
+            if cat not in used:
+                self._size_from[key] = next((p for _, c, _, p in parsed if c == cat), None)
+
+    # -- library hooks -------------------------------------------------------------------------
+    def _stack(self, arrays):
+        raise NotImplementedError
+
+    def _copy_into(self, out, result):
+        raise NotImplementedError
+
+    # -- call ----------------------------------------------------------------------------------
+    def __call__(self, *args, backend="auto", device_id=-1, ranges=None, out=None):
+        who = self._who
+        tb = check_backend(backend, who)
+        if len(args) != self.nargs:
+            raise ValueError(f"{who}: invalid number of arguments: expected {self.nargs} (one "
+                             f"per alias: {', '.join(self.aliases)}), got {len(args)}")
+        kw = {}
+        if tb is not None:
+            kw["backend"] = tb
+        if ranges is not None:
+            kw["ranges"] = ranges
+        for key, pos in self._size_from.items():
+            kw[key] = 1 if pos is None else int(args[pos].shape[-2])
+        results = [g(*args, **kw) for g in self._genreds]
+        if len(results) == 1:
+            res = results[0]
+        elif isinstance(results[0], tuple):
+            res = tuple(self._stack([r[k] for r in results]) for k in range(2))
+        else:
+            res = self._stack(results)
+        if out is not None:
+            if isinstance(res, tuple):
+                raise ValueError(f"{who}: out= is not supported for the two-output reduction "
+                                 f"{self.reduction_op}")
+            return self._copy_into(out, res)
+        return res
+
+    def __repr__(self):
+        return (f"{type(self).__module__}.{type(self).__name__}({self.formula!r}, "
+                f"{self.aliases}, reduction_op={self.reduction_op!r}, axis={self.axis})")
+
+    def __getstate__(self):
+        return dict(self._init_args)
+
+    def __setstate__(self, state):
+        self.__init__(**state)
+
+
+def conjugate_gradient(linop, b, eps, dot, maxiter=None):
+    """Solves linop(x) = b for a symmetric positive definite linop, every entry of b (whatever
+    its shape) being one coordinate; stops when |r|^2 < b.size * eps^2 (pykeops's rule)."""
+    size = math.prod(b.shape)
+    delta = size * eps ** 2
+    x = 0 * b
+    r = b + 0
+    rr = dot(r, r)
+    if rr < delta:
+        return x
+    p = r + 0
+    maxiter = maxiter if maxiter is not None else max(100, 10 * size)
+    for _ in range(maxiter):
+        Ap = linop(p)
+        step = rr / dot(p, Ap)
+        x = x + step * p
+        r = r - step * Ap
+        rr_new = dot(r, r)
+        if rr_new < delta:
+            break
+        p = r + (rr_new / rr) * p
+        rr = rr_new
+    return x
+
+
+class KernelSolveBase:
+    """pykeops KernelSolve: `KernelSolve(formula, aliases, varinvalias, axis=0, ...)` solves
+    (alpha * Id + K) a = b, where `formula` is linear in the variable `varinvalias` and
+    K(v) = Sum reduction of formula; called as `ks(*args, backend="auto", device_id=-1,
+    alpha=1e-10, eps=1e-6, ranges=None)` with b at the position of `varinvalias`.
+    """
+
+    _genred_class = None
+    _who = "KernelSolve"
+
+    def __init__(self, formula, aliases, varinvalias, axis=0, dtype_acc="auto",
+                 use_double_acc=False, sum_scheme="auto", enable_chunks=True,
+                 rec_multVar_highdim=None, dtype=None, cuda_type=None, use_fast_math=True):
+        self._init_args = dict(formula=formula, aliases=list(aliases), varinvalias=varinvalias,
+                               axis=axis, dtype_acc=dtype_acc, use_double_acc=use_double_acc,
+                               sum_scheme=sum_scheme)
+        self.genred = self._genred_class(formula, list(aliases), reduction_op="Sum", axis=axis,
+                                         dtype_acc=dtype_acc, use_double_acc=use_double_acc,
+                                         sum_scheme=sum_scheme)
+        self.formula, self.aliases, self.axis = formula, self.genred.aliases, axis
+        parsed = self.genred._parsed
+        if varinvalias.strip().startswith("Var("):
+            m = _VAR_REF.match(varinvalias.strip())
+            if not m:
+                raise ValueError(f"{self._who}: cannot read the variable {varinvalias!r}")
+            pos = int(m.group(1))
+            found = [p for p in parsed if p[3] == pos]
+        else:
+            found = [p for p in parsed if p[0] == varinvalias.strip()]
+        if not found:
+            raise ValueError(f"{self._who}: {varinvalias!r} is not one of the aliases "
+                             f"{self.aliases}")
+        _, cat, dim, pos = found[0]
+        if cat != axis:
+            raise ValueError(f"{self._who}: the unknown {varinvalias!r} is a {_CAT_TEXT[cat]} "
+                             f"variable, but axis={axis} reduces over "
+                             f"{'ij'[axis]}: the unknown must be indexed by the reduced index")
+        self.varinvpos = pos
+
+    def _linop(self, args, alpha, backend, ranges):
+        pos, g = self.varinvpos, self.genred
+
+        def apply(v):
+            out = g(*args[:pos], v, *args[pos + 1:], backend=backend, ranges=ranges)
+            return out + alpha * v if alpha else out
+        return apply
+
+    def _check_call(self, args, backend):
+        check_backend(backend, self._who)
+        if len(args) != self.genred.nargs:
+            raise ValueError(f"{self._who}: invalid number of arguments: expected "
+                             f"{self.genred.nargs}, got {len(args)}")
+
+    def __getstate__(self):
+        return dict(self._init_args)
+
+    def __setstate__(self, state):
+        self.__init__(**state)
+
+
+def make_generic_ops(Genred):
+    """generic_sum / generic_logsumexp / generic_argmin / generic_argkmin for a Genred class."""
+
+    def _axis(output, who):
+        _, cat, dim, _ = parse_alias(output, 0, who)
+        if cat == 2:
+            raise ValueError(f"{who}: the output {output!r} must be a Vi or Vj variable")
+        return 1 - cat, dim
+
+    def generic_sum(formula, output, *aliases, **kwargs):
+        """Genred with a Sum reduction; `output` ("a = Vi(dim)") says the output's category."""
+        axis, _ = _axis(output, "generic_sum")
+        return Genred(formula, list(aliases), reduction_op="Sum", axis=axis, **kwargs)
+
+    def generic_logsumexp(formula, output, *aliases, **kwargs):
+        """Genred with a LogSumExp reduction; `output` is "a = Vi(1)" or "a = Vj(1)"."""
+        axis, _ = _axis(output, "generic_logsumexp")
+        return Genred(formula, list(aliases), reduction_op="LogSumExp", axis=axis, **kwargs)
+
+    def generic_argmin(formula, output, *aliases, **kwargs):
+        """Genred with an ArgMin reduction (int64 indices)."""
+        axis, _ = _axis(output, "generic_argmin")
+        return Genred(formula, list(aliases), reduction_op="ArgMin", axis=axis, **kwargs)
+
+    def generic_argkmin(formula, output, *aliases, **kwargs):
+        """Genred with an ArgKMin reduction; K is the dim of `output` ("a = Vi(K)")."""
+        axis, k = _axis(output, "generic_argkmin")
+        return Genred(formula, list(aliases), reduction_op="ArgKMin", axis=axis, opt_arg=k,
+                      **kwargs)
+
+    return generic_sum, generic_logsumexp, generic_argmin, generic_argkmin
