@@ -557,3 +557,31 @@ def _make_unsupported(name):
 
 for _name in _UNSUPPORTED:
     setattr(GenericLazyTensor, _name, _make_unsupported(_name))
+
+
+def variable_constructors(lazy_tensor_class, what):
+    """Var, Vi, Vj, Pm for one library's LazyTensor (`what` names its arrays in docstrings)."""
+
+    def Var(x_or_ind, dim=None, cat=None):
+        """A variable from data (dim=None: `cat` is the axis) or the symbolic Var(ind, dim, cat)."""
+        if dim is None:
+            return lazy_tensor_class(x_or_ind, axis=cat)
+        return lazy_tensor_class((x_or_ind, dim, cat))
+
+    def Vi(x_or_ind, dim=None):
+        return Var(x_or_ind, dim, 0)
+
+    def Vj(x_or_ind, dim=None):
+        return Var(x_or_ind, dim, 1)
+
+    def Pm(x_or_ind, dim=None):
+        return Var(x_or_ind, dim, 2)
+
+    Vi.__doc__ = f"i-variable: Vi(x) for an (N, D) {what}, or the symbolic Vi(index, dim)."
+    Vj.__doc__ = f"j-variable: Vj(y) for an (M, D) {what}, or the symbolic Vj(index, dim)."
+    Pm.__doc__ = f"Parameter: Pm(p) for a number or a (D,) {what}, or the symbolic Pm(index, dim)."
+    return Var, Vi, Vj, Pm
+
+
+def ComplexLazyTensor(x=None, axis=None):
+    raise NotImplementedError("ComplexLazyTensor: complex LazyTensors are not supported by tessel")

@@ -3,7 +3,7 @@ import numpy as np
 
 from .... import numpy as _tnumpy
 from .._genred import GenredBase, KernelSolveBase, conjugate_gradient, make_generic_ops
-from .._lazytensor import GenericLazyTensor
+from .._lazytensor import ComplexLazyTensor, GenericLazyTensor, variable_constructors  # noqa: F401
 from . import cluster  # noqa: F401
 
 __all__ = sorted(["Genred", "generic_sum", "generic_logsumexp", "generic_argmin",
@@ -51,27 +51,4 @@ class LazyTensor(GenericLazyTensor):
         return np.array(values, dtype=dtype)
 
 
-def ComplexLazyTensor(x=None, axis=None):
-    raise NotImplementedError("ComplexLazyTensor: complex LazyTensors are not supported by tessel")
-
-
-def Var(x_or_ind, dim=None, cat=None):
-    """A variable from data (dim=None: `cat` is the axis) or the symbolic Var(ind, dim, cat)."""
-    if dim is None:
-        return LazyTensor(x_or_ind, axis=cat)
-    return LazyTensor((x_or_ind, dim, cat))
-
-
-def Vi(x_or_ind, dim=None):
-    """i-variable: Vi(x) for an (N, D) array, or the symbolic Vi(index, dim)."""
-    return Var(x_or_ind, dim, 0)
-
-
-def Vj(x_or_ind, dim=None):
-    """j-variable: Vj(y) for an (M, D) array, or the symbolic Vj(index, dim)."""
-    return Var(x_or_ind, dim, 1)
-
-
-def Pm(x_or_ind, dim=None):
-    """Parameter: Pm(p) for a number or a (D,) array, or the symbolic Pm(index, dim)."""
-    return Var(x_or_ind, dim, 2)
+Var, Vi, Vj, Pm = variable_constructors(LazyTensor, "array")
