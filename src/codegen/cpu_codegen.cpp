@@ -72,29 +72,10 @@ struct Gen {
 
   // Emits the formula (and weight) for outer row `row`; returns their component expressions.
   void emit_formulas(int row, std::vector<Expr>& fv, std::vector<Expr>& wv) const {
-    std::unordered_map<const Node*, std::vector<Expr>> val;
-    auto run = [&](const Formula& f) {
-      for (const NodePtr& n : topo_order(f.ptr())) {
-        if (val.count(n.get())) continue;
-        std::vector<Expr>& out = val[n.get()];
-        out.resize(n->dim);
-        if (n->op == OpCode::Var) {
-          const KernelLayout::Entry& e = *by_index.at(n->var_index());
-          for (int c = 0; c < n->dim; ++c) out[c] = Expr(name(e, row, c));
-        } else if (n->op == OpCode::Const) {
-          out[0] = Expr(n->value);
-        } else if (n->op == OpCode::Zero) {
-          for (int c = 0; c < n->dim; ++c) out[c] = Expr(0.0);
-        } else {
-          std::vector<const Expr*> args;
-          for (const NodePtr& a : n->args) args.push_back(val.at(a.get()).data());
-          op_info(n->op).apply_e(*n, args.data(), out.data());
-        }
-      }
-      return val.at(f.ptr().get());
-    };
-    fv = run(r.f);
-    if (r.weight.valid()) wv = run(r.weight);
+    ExprMemo memo;
+    auto var_name = [&](const Node& n, int c) { return name(*by_index.at(n.var_index()), row, c); };
+    fv = emit_formula(r.f, var_name, memo);
+    if (r.weight.valid()) wv = emit_formula(r.weight, var_name, memo);
   }
 
   string acc(const char* what, int row, int c) const {

@@ -74,4 +74,26 @@ Expr t_eq(const Expr& a, const Expr& b, const Expr& x, const Expr& y) {
   return call("v_eq", {&a, &b, &x, &y});
 }
 
+std::vector<Expr> emit_formula(const Formula& f,
+                               const std::function<std::string(const Node&, int)>& var_name,
+                               ExprMemo& memo) {
+  for (const NodePtr& n : topo_order(f.ptr())) {
+    if (memo.count(n.get())) continue;
+    std::vector<Expr>& out = memo[n.get()];
+    out.resize(n->dim);
+    if (n->op == OpCode::Var) {
+      for (int c = 0; c < n->dim; ++c) out[c] = Expr(var_name(*n, c));
+    } else if (n->op == OpCode::Const) {
+      out[0] = Expr(n->value);
+    } else if (n->op == OpCode::Zero) {
+      for (int c = 0; c < n->dim; ++c) out[c] = Expr(0.0);
+    } else {
+      std::vector<const Expr*> args;
+      for (const NodePtr& a : n->args) args.push_back(memo.at(a.get()).data());
+      op_info(n->op).apply_e(*n, args.data(), out.data());
+    }
+  }
+  return memo.at(f.ptr().get());
+}
+
 }  // namespace tessel

@@ -1,7 +1,10 @@
 // Straight-line code emission: operations on Expr append `const V tN = ...;` to the active Emitter.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "ops/op.hpp"
 
@@ -25,5 +28,12 @@ class Emitter {
   int next_ = 0;
   Emitter* prev_ = nullptr;
 };
+
+// Emits f through the active Emitter; variables are named by `var_name(node, component)`.
+// `memo` shares sub-formulas between several calls (a formula and its weight).
+using ExprMemo = std::unordered_map<const Node*, std::vector<Expr>>;
+std::vector<Expr> emit_formula(const Formula& f,
+                               const std::function<std::string(const Node&, int)>& var_name,
+                               ExprMemo& memo);
 
 }  // namespace tessel
