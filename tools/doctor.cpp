@@ -65,7 +65,9 @@ std::string gpu_line() {
   using CuCount = int (*)(int*);
   using CuName = int (*)(char*, int, int);
   using CuVersion = int (*)(int*);
-  const char* kNoBackend = "; the CUDA backend is not built yet, so tessel runs on the CPU";
+  const char* kNoBackend =
+      "; kernels are generated and compiled for CUDA (see NVRTC) but not launched yet, so tessel "
+      "runs on the CPU";
   const bool dev = file_exists("/dev/nvidia0");
   void* h = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!h) {
@@ -161,6 +163,7 @@ int doctor_main(const Args& args) {
   row("SIMD", simd_line());
   row("threads", threads_line());
   row("cache", cache_line());
+  row("NVRTC", nvrtc_status());
   row("GPU", gpu_line());
   // Diagnostics are the output; a failed check is reported above, not through the exit code,
   // except a kernel that compiles to wrong or no code, which no fallback hides.

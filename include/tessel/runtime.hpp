@@ -26,6 +26,10 @@ struct CacheEntry {
 std::string cache_dir();  // TESSEL_CACHE_DIR, else $XDG_CACHE_HOME/tessel, else ~/.cache/tessel
 std::vector<CacheEntry> cache_list();
 int64_t cache_clear();  // returns the number of entries removed
+// NVRTC compiles CUDA kernels at run time, with or without a GPU: "NVRTC 13.0 (libnvrtc.so)",
+// or why it is not usable.
+std::string nvrtc_status();
+
 // Drop the in-memory kernel table (the disk cache stays): lets tests measure disk hits.
 void cache_forget_loaded();
 

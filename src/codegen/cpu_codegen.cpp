@@ -269,10 +269,9 @@ struct Gen {
 
 }  // namespace
 
-std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
-  const ReductionImpl& r = *spec.r;
+bool kernel_layout(const ReductionImpl& r, KernelLayout& lay) {
   if (r.op == ReductionOp::GatherSum || r.op == ReductionOp::ScatterSum || !r.slot_vars.empty())
-    return {};
+    return false;
   std::set<int> used;
   for (const Formula& f : {r.f, r.weight})
     if (f.valid())
@@ -280,7 +279,7 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
   lay = KernelLayout{};
   for (const VarSlot& v : r.vars) {
     if (!used.count(v.index)) continue;
-    if (v.kind == DType::Int64) return {};
+    if (v.kind == DType::Int64) return false;
     const Category kc = v.cat == Category::Param ? Category::Param
                         : v.cat == r.outer()     ? Category::I
                                                  : Category::J;
@@ -288,6 +287,12 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
     lay.vars.push_back({v.index, kc, v.dim, off});
     off += v.dim;
   }
+  return true;
+}
+
+std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
+  const ReductionImpl& r = *spec.r;
+  if (!kernel_layout(r, lay)) return {};
   Gen g{spec, r, lay, lanes(spec), r.f.dim(), r.weight.valid() ? r.weight.dim() : 0, 1, {}};
   for (const auto& e : lay.vars) g.by_index[e.index] = &e;
   // Rows per block: enough independent work to hide latency, few enough to stay in registers.

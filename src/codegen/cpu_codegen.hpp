@@ -39,6 +39,10 @@ struct KernelArgs {
   long long n_iv;
 };
 
+// Places the variables a reduction's formulas use; false when no generated kernel applies
+// (gather/scatter reductions, index variables).
+bool kernel_layout(const ReductionImpl& r, KernelLayout& layout);
+
 // The generated source, or an empty string when the compiled path does not apply.
 std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& layout);
 const char* cpu_prelude();
