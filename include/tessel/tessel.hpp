@@ -2,6 +2,7 @@
 #pragma once
 
 #include "tessel/array.hpp"
+#include "tessel/checkpoint.hpp"
 #include "tessel/error.hpp"
 #include "tessel/formula.hpp"
 #include "tessel/reduction.hpp"

@@ -11,6 +11,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include "tessel/checkpoint.hpp"
 #include "tessel/tessel.hpp"
 
 namespace nb = nanobind;
@@ -204,6 +205,22 @@ NB_MODULE(_core, m) {
       nb::arg("sum_scheme") = "block", nb::arg("accumulate_f64") = false, nb::arg("threads") = 0,
       nb::arg("ni") = -1, nb::arg("nj") = -1, nb::arg("ranges") = nb::none(),
       "Evaluate into caller-allocated outputs (any DLPack arrays, e.g. torch tensors).");
+
+  // Revolve checkpointing schedules, driven by tessel.checkpoint.checkpoint_loop.
+  m.def(
+      "revolve_schedule",
+      [](int64_t n, int s) {
+        std::vector<std::tuple<std::string, int64_t, int64_t, int>> v;
+        for (const CheckpointStep& a : revolve_schedule(n, s))
+          v.emplace_back(checkpoint_action_name(a.action), a.from, a.to, a.slot);
+        return v;
+      },
+      nb::arg("n"), nb::arg("s"),
+      "The optimal schedule reversing n steps with s stored states: (action, from, to, slot).");
+  m.def("revolve_optimal_recomputations", &revolve_optimal_recomputations, nb::arg("n"),
+        nb::arg("s"), "t*n - C(s+t, t-1): the step evaluations of the schedule's Advance actions.");
+  m.def("revolve_forward_steps", &revolve_forward_steps, nb::arg("n"), nb::arg("s"),
+        "All step evaluations of the schedule: the advances plus one per reversed step.");
 
   m.def("simd_level", &simd_level);
   m.def("num_threads", &num_threads);

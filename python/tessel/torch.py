@@ -9,8 +9,9 @@ import torch
 from . import _core
 from .lazytensor import LazyTensor, Vi, Vj, Pm  # noqa: F401
 from ._genred import GenredSpec, grad_of, ranges_arg
+from .checkpoint import checkpoint_loop  # noqa: F401
 
-__all__ = ["Genred", "LazyTensor", "Vi", "Vj", "Pm"]
+__all__ = ["Genred", "LazyTensor", "Vi", "Vj", "Pm", "checkpoint_loop"]
 
 _DTYPES = (torch.float32, torch.float64)
 

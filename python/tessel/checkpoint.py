@@ -1,0 +1,235 @@
+"""Revolve checkpointing for PyTorch: differentiate a long loop `state = step(state, k)` keeping at
+most `snapshots` states, recomputing the others with the optimal (binomial) number of steps.
+
+Storing the autograd graph of n steps costs n states' worth of memory; `checkpoint_loop` keeps
+none of it. The forward pass runs the loop under `torch.no_grad`, storing only the snapshots that
+Griewank's Revolve schedule asks for (tessel._core.revolve_schedule). The backward replays the
+schedule: it recomputes forward steps without a graph from the nearest snapshot, and for each step
+k (from n-1 down to 0) evaluates that single step again with a graph and backpropagates through it
+with `torch.autograd.grad`.
+
+Step evaluations. The last step is evaluated with a graph during the forward pass (Revolve's
+"first reverse"), so the step function runs exactly
+`n_steps + revolve_optimal_recomputations(n_steps, snapshots)` times, forward and backward
+together; that graph, of one step, is the only one kept between forward and backward.
+"""
+import torch
+
+from . import _core
+
+__all__ = ["checkpoint_loop", "revolve_schedule", "revolve_optimal_recomputations"]
+
+
+def revolve_schedule(n_steps, snapshots):
+    """The optimal schedule: a list of (action, from, to, slot); see tessel/checkpoint.hpp."""
+    return _core.revolve_schedule(n_steps, snapshots)
+
+
+def revolve_optimal_recomputations(n_steps, snapshots):
+    """t*n - C(s+t, t-1): the forward steps the schedule recomputes (its first sweep included)."""
+    return _core.revolve_optimal_recomputations(n_steps, snapshots)
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _differentiable(x):
+    return x.is_floating_point() or x.is_complex()
+
+
+class _Revolve:
+    """One loop's schedule, snapshots and counters, shared by the forward and the backward."""
+
+    def __init__(self, step, n_steps, snapshots, is_tuple, states, stats):
+        self.step, self.n_steps, self.is_tuple, self.stats = step, n_steps, is_tuple, stats
+        # What each state tensor must keep: a step that changes it is a user error, reported at
+        # once rather than as a shape mismatch deep inside autograd.
+        self.spec = [(s.shape, s.dtype, s.device) for s in states]
+        self.schedule = _core.revolve_schedule(n_steps, snapshots)
+        self.pos = 0  # the first action the backward replays
+        self.snaps = {}
+        self.cur = None
+        self.taped = None
+        stats.update(step_calls=0, max_stored=0, snapshots=snapshots)
+
+    def call(self, state, k):
+        out = self.step(state if self.is_tuple else state[0], k)
+        self.stats["step_calls"] += 1
+        if self.is_tuple:
+            if not isinstance(out, (tuple, list)) or len(out) != len(self.spec):
+                raise ValueError(f"checkpoint_loop: step {k} returned {type(out).__name__}; "
+                                 f"expected a tuple of {len(self.spec)} tensors like the state")
+            out = tuple(out)
+        else:
+            if isinstance(out, (tuple, list)):
+                raise ValueError(f"checkpoint_loop: step {k} returned a {type(out).__name__}; "
+                                 "expected a tensor like the state")
+            out = (out,)
+        for j, (o, (shape, dtype, device)) in enumerate(zip(out, self.spec)):
+            if not isinstance(o, torch.Tensor):
+                raise ValueError(f"checkpoint_loop: step {k} returned a {type(o).__name__} for "
+                                 f"state {j}; expected a tensor")
+            if o.shape != shape or o.dtype != dtype or o.device != device:
+                raise ValueError(
+                    f"checkpoint_loop: step {k} changed state {j} from shape {tuple(shape)}, "
+                    f"{dtype} on {device} to shape {tuple(o.shape)}, {o.dtype} on {o.device}; "
+                    "a step must keep the state's shapes, dtypes and devices")
+        return out
+
+    def _advance(self, a, b):
+        with torch.no_grad():
+            for k in range(a, b):
+                self.cur = self.call(self.cur, k)
+
+    def _store(self, slot):
+        self.snaps[slot] = self.cur
+        self.stats["max_stored"] = max(self.stats["max_stored"], len(self.snaps))
+
+    def _tape(self, k):
+        """Step k from the current state, with a graph whose leaves are detached copies of it."""
+        inp = tuple(x.detach().requires_grad_() if _differentiable(x) else x.detach()
+                    for x in self.cur)
+        with torch.enable_grad():
+            out = self.call(inp, k)
+        return inp, out
+
+    def forward(self, states):
+        self.cur = tuple(s.detach() for s in states)
+        for i, (action, a, b, slot) in enumerate(self.schedule):
+            if action == "advance":
+                self._advance(a, b)
+            elif action == "snapshot":
+                self._store(slot)
+            elif action == "first_reverse":
+                self.pos = i + 1
+                self.taped = self._tape(a)
+                self.cur = None
+                return tuple(o.detach() for o in self.taped[1])
+            else:  # the schedule's first sweep holds nothing else
+                raise RuntimeError(f"checkpoint_loop: unexpected {action} in the first sweep")
+        raise RuntimeError("checkpoint_loop: the schedule has no first reverse")
+
+    def backward(self, grads, params):
+        if self.taped is None:
+            raise RuntimeError("checkpoint_loop: backward through the loop can run only once (its "
+                               "snapshots are freed); recompute the loop to differentiate again")
+        param_grads = [None] * len(params)
+        inp, out = self.taped
+        self.taped = None
+        grads = self._reverse(inp, out, grads, params, param_grads)
+        for action, a, b, slot in self.schedule[self.pos:]:
+            if action == "advance":
+                self._advance(a, b)
+            elif action == "snapshot":
+                self._store(slot)
+            elif action == "restore":
+                self.cur = self.snaps[slot]
+            elif action == "reverse":
+                inp, out = self._tape(a)
+                self.cur = None  # the reverse consumes the state; a restore follows
+                grads = self._reverse(inp, out, grads, params, param_grads)
+        self.snaps.clear()
+        self.cur = None
+        return grads, param_grads
+
+    @staticmethod
+    def _reverse(inp, out, grads, params, param_grads):
+        """Backpropagates `grads` (of out) to inp, accumulating the parameters' gradients."""
+        pairs = [(o, g) for o, g in zip(out, grads) if g is not None and o.requires_grad]
+        targets = [x for x in inp if x.requires_grad] + [p for p in params if p.requires_grad]
+        if pairs and targets:
+            res = torch.autograd.grad([o for o, _ in pairs], targets, [g for _, g in pairs],
+                                      allow_unused=True)
+        else:
+            res = [None] * len(targets)
+        it = iter(res)
+        new = []
+        for x in inp:
+            if x.requires_grad:
+                r = next(it)
+                new.append(torch.zeros_like(x) if r is None else r)
+            else:
+                new.append(None)
+        for j, p in enumerate(params):
+            if p.requires_grad:
+                r = next(it)
+                if r is not None:
+                    param_grads[j] = r if param_grads[j] is None else param_grads[j] + r
+        return new
+
+
+class _RevolveFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, run, n_state, *tensors):
+        ctx.run, ctx.n_state = run, n_state
+        # Kept as they are (not detached): the taped steps use them through the step's closure,
+        # and autograd.grad must reach the very tensors in those graphs.
+        ctx.params = tensors[n_state:]
+        outs = run.forward(tensors[:n_state])
+        for o in outs:
+            if not _differentiable(o):
+                ctx.mark_non_differentiable(o)
+        return outs
+
+    @staticmethod
+    def backward(ctx, *grads):
+        # None (for an integer state, or when autograd did not materialise a zero) stops that
+        # output's backpropagation in _reverse.
+        state_grads, param_grads = ctx.run.backward(list(grads), ctx.params)
+        n_state = ctx.n_state
+        state_grads = [g if ctx.needs_input_grad[2 + j] else None
+                       for j, g in enumerate(state_grads)]
+        param_grads = [g if ctx.needs_input_grad[2 + n_state + j] else None
+                       for j, g in enumerate(param_grads)]
+        return (None, None, *state_grads, *param_grads)
+
+
+def checkpoint_loop(step, state, n_steps, snapshots, params=(), stats=None):
+    """Runs `state = step(state, k)` for k = 0 .. n_steps-1 and returns the final state, with a
+    backward that stores at most `snapshots` states (Revolve's optimal binomial checkpointing).
+
+    step:      a function (state, k) -> new state of the same structure, shapes and dtypes. It
+               must be deterministic: the backward re-runs it.
+    state:     a tensor or a tuple of tensors (the result has the same structure).
+    n_steps:   the number of steps, >= 0.
+    snapshots: how many states may be stored at once (>= 1; the initial state counts as one).
+               More snapshots, fewer recomputations: with s >= n_steps every step runs twice.
+    params:    every tensor requiring grad that `step` uses besides the state (closure variables,
+               `module.parameters()`). They MUST be listed here to receive gradients: the forward
+               runs without a graph, so autograd cannot see them otherwise.
+    stats:     an optional dict, filled with `step_calls` (evaluations of `step` so far, forward
+               and backward) and `max_stored` (the most snapshots held at once, <= snapshots).
+
+    Only first-order gradients are supported (no create_graph through the loop), and the backward
+    can run once.
+    """
+    if not _is_int(snapshots) or snapshots < 1:
+        raise ValueError(f"checkpoint_loop: snapshots must be an integer >= 1, got {snapshots!r}")
+    if not _is_int(n_steps) or n_steps < 0:
+        raise ValueError(f"checkpoint_loop: n_steps must be an integer >= 0, got {n_steps!r}")
+    is_tuple = isinstance(state, (tuple, list))
+    states = tuple(state) if is_tuple else (state,)
+    for j, s in enumerate(states):
+        if not isinstance(s, torch.Tensor):
+            raise TypeError(f"checkpoint_loop: state {j} is a {type(s).__name__}; expected a "
+                            "torch.Tensor")
+    params = tuple(params)
+    for j, p in enumerate(params):
+        if not isinstance(p, torch.Tensor):
+            raise TypeError(f"checkpoint_loop: params[{j}] is a {type(p).__name__}; expected a "
+                            "torch.Tensor")
+    stats = {} if stats is None else stats
+    if n_steps == 0:
+        stats.update(step_calls=0, max_stored=0, snapshots=snapshots)
+        return tuple(states) if is_tuple else states[0]
+    run = _Revolve(step, n_steps, snapshots, is_tuple, states, stats)
+    if not torch.is_grad_enabled() or not any(t.requires_grad for t in states + params):
+        # Nothing to differentiate: the plain loop, with no snapshot at all.
+        cur = states
+        with torch.no_grad():
+            for k in range(n_steps):
+                cur = run.call(cur, k)
+        return cur if is_tuple else cur[0]
+    outs = _RevolveFunction.apply(run, len(states), *states, *params)
+    return tuple(outs) if is_tuple else outs[0]
