@@ -45,8 +45,15 @@ struct KernelArgs {
   const long long* iv;  // intervals [iv[2q], iv[2q+1]) of inner indices to reduce over
   long long n_iv;
 };
+)SUPPORT";
+
+}  // namespace
+
+// The KMin insertion every backend's kernels share; KINS_QUALIFIER is set by their preludes.
+const char* kmin_insert_source() {
+  return R"KINS(
 // Insert (v, j) into the sorted K-list; NaN ranks after every number, ties keep index order.
-static inline void kins(T* kv, i64* ki, int* kf, int K, T v, i64 j) {
+KINS_QUALIFIER void kins(T* kv, i64* ki, int* kf, int K, T v, i64 j) {
   int pos = *kf;
   while (pos > 0 && v == v && (kv[pos - 1] != kv[pos - 1] || v < kv[pos - 1])) --pos;
   if (pos >= K) return;
@@ -55,7 +62,10 @@ static inline void kins(T* kv, i64* ki, int* kf, int K, T v, i64 j) {
   ki[pos] = j;
   if (*kf < K) ++*kf;
 }
-)SUPPORT";
+)KINS";
+}
+
+namespace {
 
 struct Gen {
   const CpuKernelSpec& spec;
@@ -311,6 +321,8 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
   s += "#define BLK " + to_string(blk_tiles) + "\n";
   s += cpu_prelude();
   s += kKernelSupport;
+  s += "#define KINS_QUALIFIER static inline\n";
+  s += kmin_insert_source();
   s += "extern \"C\" void tessel_kernel(const struct KernelArgs* a) {\n";
   s += "  TESSEL_FTZ_ENTER\n";
   s += "  const T* X = (const T*)a->outer; const T* Y = (const T*)a->inner; const T* P = (const T*)a->params;\n";
