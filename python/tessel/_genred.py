@@ -99,3 +99,20 @@ def ranges_arg(ranges):
             a = a.ravel().tolist()
         out.append([int(v) for v in a])
     return out
+
+
+class GenredBase:
+    """Construction and pickling shared by tessel.numpy.Genred and tessel.torch.Genred."""
+
+    def __init__(self, formula, aliases, reduction_op="Sum", axis=1, dtype=None, opt_arg=None,
+                 formula2=None, dtype_acc="auto", sum_scheme="auto", backend="auto", **unused):
+        self._spec = GenredSpec(formula, aliases, reduction_op, axis, opt_arg, formula2,
+                                dtype_acc, sum_scheme, backend)
+        self.dtype = dtype
+
+    def __getstate__(self):
+        return {"args": self._spec.args, "dtype": self.dtype}
+
+    def __setstate__(self, state):
+        self._spec = GenredSpec(**state["args"])
+        self.dtype = state["dtype"]

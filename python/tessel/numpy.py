@@ -3,12 +3,12 @@ import numpy as np
 
 from . import _core
 from .lazytensor import LazyTensor, Vi, Vj, Pm  # noqa: F401
-from ._genred import GenredSpec, ranges_arg
+from ._genred import GenredBase, ranges_arg
 
 __all__ = ["Genred", "LazyTensor", "Vi", "Vj", "Pm"]
 
 
-class Genred:
+class Genred(GenredBase):
     """A compiled reduction `a_i = Red_j F(x_i, y_j)` (axis=1) or over i (axis=0).
 
     `formula` is KeOps text (with `aliases` such as "X = Vi(3)") or a tessel.Formula;
@@ -18,11 +18,6 @@ class Genred:
     (values, int64 indices) for the two-output reductions.
     """
 
-    def __init__(self, formula, aliases, reduction_op="Sum", axis=1, dtype=None, opt_arg=None,
-                 formula2=None, dtype_acc="auto", sum_scheme="auto", backend="auto", **unused):
-        self._spec = GenredSpec(formula, aliases, reduction_op, axis, opt_arg, formula2,
-                                dtype_acc, sum_scheme, backend)
-        self.dtype = dtype
 
     def __call__(self, *args, backend=None, ni=None, nj=None, ranges=None):
         spec = self._spec
@@ -40,10 +35,3 @@ class Genred:
         out = _core.evaluate(spec.reduction, arrays, ni=-1 if ni is None else ni,
                              nj=-1 if nj is None else nj, **opts)
         return out[0] if len(out) == 1 else tuple(out)
-
-    def __getstate__(self):
-        return {"args": self._spec.args, "dtype": self.dtype}
-
-    def __setstate__(self, state):
-        self._spec = GenredSpec(**state["args"])
-        self.dtype = state["dtype"]

@@ -8,7 +8,7 @@ import torch
 
 from . import _core
 from .lazytensor import LazyTensor, Vi, Vj, Pm  # noqa: F401
-from ._genred import GenredSpec, grad_of, ranges_arg
+from ._genred import GenredBase, grad_of, ranges_arg
 from .checkpoint import checkpoint_loop  # noqa: F401
 
 __all__ = ["Genred", "LazyTensor", "Vi", "Vj", "Pm", "checkpoint_loop"]
@@ -53,18 +53,13 @@ class _GenredFunction(torch.autograd.Function):
         return tuple(grads)
 
 
-class Genred:
+class Genred(GenredBase):
     """A compiled reduction on tensors; see tessel.numpy.Genred for the arguments.
 
     Gradients flow to every input that requires them (i-, j-variables and parameters), through
     Min/Max/KMin (via the selected indices) and LogSumExp/SumSoftMaxWeight, to any order.
     """
 
-    def __init__(self, formula, aliases, reduction_op="Sum", axis=1, dtype=None, opt_arg=None,
-                 formula2=None, dtype_acc="auto", sum_scheme="auto", backend="auto", **unused):
-        self._spec = GenredSpec(formula, aliases, reduction_op, axis, opt_arg, formula2,
-                                dtype_acc, sum_scheme, backend)
-        self.dtype = dtype
 
     def __call__(self, *args, backend=None, ni=None, nj=None, ranges=None):
         """`ni` / `nj` give the number of i / j rows when no i- / j-variable tells them;
@@ -97,10 +92,3 @@ class Genred:
             opts["nj"] = nj
         opts["ranges"] = ranges_arg(ranges)
         return _GenredFunction.apply(spec.reduction, opts, *tensors)
-
-    def __getstate__(self):
-        return {"args": self._spec.args, "dtype": self.dtype}
-
-    def __setstate__(self, state):
-        self._spec = GenredSpec(**state["args"])
-        self.dtype = state["dtype"]
