@@ -1,4 +1,4 @@
-// Umbrella header: formulas, reductions, arrays and errors.
+// Umbrella header: formulas, reductions, arrays, errors, checkpoint schedules and kernel solves.
 #pragma once
 
 #include "tessel/array.hpp"
@@ -7,3 +7,4 @@
 #include "tessel/formula.hpp"
 #include "tessel/reduction.hpp"
 #include "tessel/runtime.hpp"
+#include "tessel/solve.hpp"

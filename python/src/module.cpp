@@ -1,4 +1,5 @@
-// The Python extension tessel._core: formulas, reductions and zero-copy evaluation on any DLPack array.
+// The Python extension tessel._core: formulas, reductions and zero-copy evaluation on any DLPack
+// array.
 //
 // Arrays cross as nanobind ndarrays (NumPy arrays, PyTorch tensors, anything with DLPack) without
 // copies: the core reads them through their strides. Outputs are either allocated here (NumPy)
@@ -12,6 +13,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "tessel/checkpoint.hpp"
+#include "tessel/solve.hpp"
 #include "tessel/tessel.hpp"
 
 namespace nb = nanobind;
@@ -66,21 +68,26 @@ Options options(const std::string& backend, const std::string& sum_scheme, bool 
     br->redranges_i = (*ranges)[5];
     o.ranges = br;
   }
-  if (backend == "auto") o.backend = Backend::Auto;
-  else if (backend == "compiled" || backend == "CPU" || backend == "cpu") o.backend = Backend::Compiled;
-  else if (backend == "interpreter") o.backend = Backend::Interpreter;
+  if (backend == "auto")
+    o.backend = Backend::Auto;
+  else if (backend == "compiled" || backend == "CPU" || backend == "cpu")
+    o.backend = Backend::Compiled;
+  else if (backend == "interpreter")
+    o.backend = Backend::Interpreter;
   else
-    throw nb::value_error(("tessel: backend '" + backend +
-                           "' is not one of 'auto', 'compiled', 'interpreter'")
-                              .c_str());
+    throw nb::value_error(
+        ("tessel: backend '" + backend + "' is not one of 'auto', 'compiled', 'interpreter'")
+            .c_str());
   if (sum_scheme == "block" || sum_scheme == "auto" || sum_scheme == "block_sum")
     o.sum_scheme = SumScheme::Block;
-  else if (sum_scheme == "kahan" || sum_scheme == "kahan_scheme") o.sum_scheme = SumScheme::Kahan;
-  else if (sum_scheme == "direct" || sum_scheme == "direct_sum") o.sum_scheme = SumScheme::Direct;
+  else if (sum_scheme == "kahan" || sum_scheme == "kahan_scheme")
+    o.sum_scheme = SumScheme::Kahan;
+  else if (sum_scheme == "direct" || sum_scheme == "direct_sum")
+    o.sum_scheme = SumScheme::Direct;
   else
-    throw nb::value_error(("tessel: sum_scheme '" + sum_scheme +
-                           "' is not one of 'block', 'kahan', 'direct'")
-                              .c_str());
+    throw nb::value_error(
+        ("tessel: sum_scheme '" + sum_scheme + "' is not one of 'block', 'kahan', 'direct'")
+            .c_str());
   o.accumulate_f64 = acc_f64;
   o.threads = threads;
   return o;
@@ -100,11 +107,14 @@ nb::object to_numpy(const Array& a) {
   std::vector<size_t> shape(a.shape().begin(), a.shape().end());
   switch (a.dtype()) {
     case DType::Float32:
-      return nb::cast(nb::ndarray<nb::numpy, float>(keep->as<float>(), shape.size(), shape.data(), owner));
+      return nb::cast(
+          nb::ndarray<nb::numpy, float>(keep->as<float>(), shape.size(), shape.data(), owner));
     case DType::Float64:
-      return nb::cast(nb::ndarray<nb::numpy, double>(keep->as<double>(), shape.size(), shape.data(), owner));
+      return nb::cast(
+          nb::ndarray<nb::numpy, double>(keep->as<double>(), shape.size(), shape.data(), owner));
     case DType::Int64:
-      return nb::cast(nb::ndarray<nb::numpy, int64_t>(keep->as<int64_t>(), shape.size(), shape.data(), owner));
+      return nb::cast(
+          nb::ndarray<nb::numpy, int64_t>(keep->as<int64_t>(), shape.size(), shape.data(), owner));
   }
   return nb::none();
 }
@@ -135,17 +145,19 @@ NB_MODULE(_core, m) {
       .def("__repr__", [](const Formula& f) { return "tessel.Formula(" + f.str() + ")"; });
   m.def("parse", &parse, nb::arg("text"), nb::arg("aliases") = std::vector<std::string>{},
         "Parse KeOps formula syntax with aliases such as 'X = Vi(3)'.");
-  m.def("grad_formula", [](const Formula& f, const Formula& v, const Formula& e) { return grad(f, v, e); });
+  m.def("grad_formula",
+        [](const Formula& f, const Formula& v, const Formula& e) { return grad(f, v, e); });
 
   nb::class_<Reduction>(m, "Reduction")
       .def(nb::init<>())
-      .def("__init__",
-           [](Reduction* self, const std::string& op, const Formula& f, int axis, int k,
-              std::optional<Formula> weight) {
-             new (self) Reduction(make_reduction(op, f, axis, k, weight));
-           },
-           nb::arg("op"), nb::arg("formula"), nb::arg("axis") = 1, nb::arg("k") = 0,
-           nb::arg("weight") = nb::none())
+      .def(
+          "__init__",
+          [](Reduction* self, const std::string& op, const Formula& f, int axis, int k,
+             std::optional<Formula> weight) {
+            new (self) Reduction(make_reduction(op, f, axis, k, weight));
+          },
+          nb::arg("op"), nb::arg("formula"), nb::arg("axis") = 1, nb::arg("k") = 0,
+          nb::arg("weight") = nb::none())
       .def_prop_ro("op", [](const Reduction& r) { return std::string(reduction_name(r.op())); })
       .def_prop_ro("axis", &Reduction::axis)
       .def_prop_ro("k", &Reduction::k)
@@ -155,16 +167,19 @@ NB_MODULE(_core, m) {
       .def_prop_ro("hash", [](const Reduction& r) { return r.hash().hex(); })
       .def("output_dim", &Reduction::output_dim)
       .def("output_is_index", &Reduction::output_is_index)
-      .def("inputs",
-           [](const Reduction& r) {
-             std::vector<std::tuple<int, int, int>> v;
-             for (const VarSlot& s : r.inputs())
-               v.emplace_back(s.index, static_cast<int>(s.cat), s.dim);
-             return v;
-           },
-           "(index, category, dim) of each input: category 0 = i, 1 = j, 2 = parameter")
-      .def("grad", [](const Reduction& r, int var) { return grad(r, var); }, nb::arg("var"))
-      .def("jvp", [](const Reduction& r, int var) { return jvp(r, var); }, nb::arg("var"))
+      .def(
+          "inputs",
+          [](const Reduction& r) {
+            std::vector<std::tuple<int, int, int>> v;
+            for (const VarSlot& s : r.inputs())
+              v.emplace_back(s.index, static_cast<int>(s.cat), s.dim);
+            return v;
+          },
+          "(index, category, dim) of each input: category 0 = i, 1 = j, 2 = parameter")
+      .def(
+          "grad", [](const Reduction& r, int var) { return grad(r, var); }, nb::arg("var"))
+      .def(
+          "jvp", [](const Reduction& r, int var) { return jvp(r, var); }, nb::arg("var"))
       .def("__str__", &Reduction::str);
 
   m.def(
@@ -205,6 +220,68 @@ NB_MODULE(_core, m) {
       nb::arg("sum_scheme") = "block", nb::arg("accumulate_f64") = false, nb::arg("threads") = 0,
       nb::arg("ni") = -1, nb::arg("nj") = -1, nb::arg("ranges") = nb::none(),
       "Evaluate into caller-allocated outputs (any DLPack arrays, e.g. torch tensors).");
+
+  // Kernel CG solves and their gradient, driven by tessel's KernelSolve and LazyTensor.solve.
+  auto solve_options = [](double alpha, double tol, double atol, int64_t maxiter, bool raise,
+                          const std::string& backend, const std::string& sum_scheme, bool acc_f64,
+                          int threads, const RangesArg& ranges) {
+    SolveOptions s;
+    s.alpha = alpha;
+    s.tol = tol;
+    s.atol = atol;
+    s.maxiter = maxiter;
+    s.raise_on_nonconvergence = raise;
+    s.eval = options(backend, sum_scheme, acc_f64, threads, ranges);
+    return s;
+  };
+  m.def(
+      "kernel_solve",
+      [solve_options](const Reduction& r, int var, const std::vector<InArray>& inputs, OutArray x,
+                      double alpha, double tol, double atol, int64_t maxiter, bool raise,
+                      const std::string& backend, const std::string& sum_scheme, bool acc_f64,
+                      int threads, const RangesArg& ranges) {
+        const std::vector<ArrayView> in = views(inputs, "input");
+        const ArrayView xv = view_of(x, "output", 0);
+        const SolveOptions s = solve_options(alpha, tol, atol, maxiter, raise, backend, sum_scheme,
+                                             acc_f64, threads, ranges);
+        nb::gil_scoped_release release;
+        const SolveReport rep = kernel_solve(r, var, std::span<const ArrayView>(in), xv, s);
+        return std::make_tuple(rep.iterations, rep.residual, rep.converged);
+      },
+      nb::arg("reduction"), nb::arg("var"), nb::arg("inputs"), nb::arg("x"), nb::arg("alpha") = 0.0,
+      nb::arg("tol") = 1e-6, nb::arg("atol") = 0.0, nb::arg("maxiter") = 0,
+      nb::arg("raise_on_nonconvergence") = false, nb::arg("backend") = "auto",
+      nb::arg("sum_scheme") = "block", nb::arg("accumulate_f64") = false, nb::arg("threads") = 0,
+      nb::arg("ranges") = nb::none(),
+      "Solve (alpha I + K) x = b (b = inputs[var]) into x; returns (iterations, residual, "
+      "converged).");
+  m.def(
+      "kernel_solve_grad",
+      [solve_options](const Reduction& r, int var, const std::vector<InArray>& inputs, InArray x,
+                      InArray grad_x, const std::vector<int>& wrt,
+                      const std::vector<OutArray>& grads, double alpha, double tol, double atol,
+                      int64_t maxiter, bool raise, const std::string& backend,
+                      const std::string& sum_scheme, bool acc_f64, int threads,
+                      const RangesArg& ranges) {
+        const std::vector<ArrayView> in = views(inputs, "input");
+        const std::vector<ArrayView> out = views(grads, "gradient");
+        const ArrayView xv = view_of(x, "x", 0), gv = view_of(grad_x, "grad_x", 0);
+        const SolveOptions s = solve_options(alpha, tol, atol, maxiter, raise, backend, sum_scheme,
+                                             acc_f64, threads, ranges);
+        double grad_alpha = 0;
+        nb::gil_scoped_release release;
+        const SolveReport rep = kernel_solve_grad(r, var, std::span<const ArrayView>(in), xv, gv,
+                                                  std::span<const int>(wrt),
+                                                  std::span<const ArrayView>(out), s, &grad_alpha);
+        return std::make_tuple(rep.iterations, rep.residual, rep.converged, grad_alpha);
+      },
+      nb::arg("reduction"), nb::arg("var"), nb::arg("inputs"), nb::arg("x"), nb::arg("grad_x"),
+      nb::arg("wrt"), nb::arg("grads"), nb::arg("alpha") = 0.0, nb::arg("tol") = 1e-6,
+      nb::arg("atol") = 0.0, nb::arg("maxiter") = 0, nb::arg("raise_on_nonconvergence") = false,
+      nb::arg("backend") = "auto", nb::arg("sum_scheme") = "block",
+      nb::arg("accumulate_f64") = false, nb::arg("threads") = 0, nb::arg("ranges") = nb::none(),
+      "Gradient of a kernel solve: grads[m] for variable wrt[m]; returns (iterations, residual, "
+      "converged, grad_alpha).");
 
   // Revolve checkpointing schedules, driven by tessel.checkpoint.checkpoint_loop.
   m.def(

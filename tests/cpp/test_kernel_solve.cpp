@@ -1,0 +1,234 @@
+// Kernel CG solve: solutions and gradients against dense float64 linear algebra, finite
+// differences, bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "tessel/tessel.hpp"
+
+using namespace tessel;
+
+namespace {
+
+constexpr int kN = 120, kD = 2, kC = 3;
+
+struct Problem {
+  std::vector<double> x, b, g;  // points (kN x kD), right-hand side (kN x kC), kernel scale
+  Reduction k;
+  explicit Problem(unsigned seed = 1) {
+    std::mt19937 gen(seed);
+    std::uniform_real_distribution<double> u(0, 1);
+    x.resize(kN * kD);
+    b.resize(kN * kC);
+    for (double& v : x) v = u(gen);
+    for (double& v : b) v = u(gen) - 0.5;
+    g = {5.0};
+    k = Reduction(ReductionOp::Sum, exp(-pm(3, 1) * sqdist(vi(0, kD), vj(1, kD))) * vj(2, kC));
+  }
+  std::vector<Array> arrays(const std::vector<double>& rhs) const {
+    return {Array::from(x, {kN, kD}), Array::from(x, {kN, kD}), Array::from(rhs, {kN, kC}),
+            Array::from(g, {1})};
+  }
+  // The dense matrix alpha I + K.
+  std::vector<double> dense(double alpha) const {
+    std::vector<double> a(kN * kN);
+    for (int i = 0; i < kN; ++i)
+      for (int j = 0; j < kN; ++j) {
+        double d2 = 0;
+        for (int c = 0; c < kD; ++c) d2 += std::pow(x[i * kD + c] - x[j * kD + c], 2);
+        a[i * kN + j] = std::exp(-g[0] * d2) + (i == j ? alpha : 0.0);
+      }
+    return a;
+  }
+};
+
+// Solves A X = B (A n x n, B n x c) by Gaussian elimination with partial pivoting.
+std::vector<double> dense_solve(std::vector<double> a, std::vector<double> b, int n, int c) {
+  for (int col = 0; col < n; ++col) {
+    int piv = col;
+    for (int r = col + 1; r < n; ++r)
+      if (std::abs(a[r * n + col]) > std::abs(a[piv * n + col])) piv = r;
+    for (int q = 0; q < n; ++q) std::swap(a[col * n + q], a[piv * n + q]);
+    for (int q = 0; q < c; ++q) std::swap(b[col * c + q], b[piv * c + q]);
+    for (int r = col + 1; r < n; ++r) {
+      const double f = a[r * n + col] / a[col * n + col];
+      for (int q = col; q < n; ++q) a[r * n + q] -= f * a[col * n + q];
+      for (int q = 0; q < c; ++q) b[r * c + q] -= f * b[col * c + q];
+    }
+  }
+  for (int r = n - 1; r >= 0; --r)
+    for (int q = 0; q < c; ++q) {
+      double s = b[r * c + q];
+      for (int k = r + 1; k < n; ++k) s -= a[r * n + k] * b[k * c + q];
+      b[r * c + q] = s / a[r * n + r];
+    }
+  return b;
+}
+
+std::vector<ArrayView> views(const std::vector<Array>& a) {
+  std::vector<ArrayView> v;
+  for (const Array& x : a) v.push_back(x.view());
+  return v;
+}
+
+double max_diff(const Array& a, const std::vector<double>& ref) {
+  double m = 0;
+  for (size_t k = 0; k < ref.size(); ++k) m = std::max(m, std::abs(a.at(k) - ref[k]));
+  return m;
+}
+
+TEST(KernelSolve, MatchesDenseSolveFloat64) {
+  const Problem p;
+  const std::vector<Array> in = p.arrays(p.b);
+  Array x(DType::Float64, {kN, kC});
+  SolveOptions opt;
+  opt.alpha = 0.05;
+  opt.tol = 1e-12;
+  const SolveReport rep = kernel_solve(p.k, 2, views(in), x.view(), opt);
+  EXPECT_TRUE(rep.converged) << rep.str();
+  EXPECT_LT(rep.residual, 1e-11);
+  EXPECT_GT(rep.iterations, 5);
+  EXPECT_LT(max_diff(x, dense_solve(p.dense(0.05), p.b, kN, kC)), 1e-9);
+}
+
+TEST(KernelSolve, Float32InputsConvergeToFloat32Accuracy) {
+  const Problem p;
+  std::vector<float> xf(p.x.begin(), p.x.end()), bf(p.b.begin(), p.b.end());
+  const std::vector<Array> in = {Array::from(xf, {kN, kD}), Array::from(xf, {kN, kD}),
+                                 Array::from(bf, {kN, kC}),
+                                 Array::from(std::vector<float>{5.f}, {1})};
+  Array x(DType::Float32, {kN, kC});
+  SolveOptions opt;
+  opt.alpha = 0.1;
+  opt.tol = 1e-5;
+  const SolveReport rep = kernel_solve(p.k, 2, views(in), x.view(), opt);
+  EXPECT_TRUE(rep.converged) << rep.str();
+  const std::vector<double> ref = dense_solve(p.dense(0.1), p.b, kN, kC);
+  double scale = 0;
+  for (double v : ref) scale = std::max(scale, std::abs(v));
+  EXPECT_LT(max_diff(x, ref), 1e-3 * scale);
+}
+
+TEST(KernelSolve, GradientMatchesFiniteDifferences) {
+  const Problem p;
+  const double alpha = 0.05, h = 1e-6;
+  SolveOptions opt;
+  opt.alpha = alpha;
+  opt.tol = 1e-13;
+  std::mt19937 gen(7);
+  std::normal_distribution<double> nd;
+  std::vector<double> gx(kN * kC);
+  for (double& v : gx) v = nd(gen);
+  // L(x, y, b, g) = <gx, solve(...)>.
+  auto loss = [&](const Problem& q, double a) {
+    const std::vector<Array> in = q.arrays(q.b);
+    Array x(DType::Float64, {kN, kC});
+    SolveOptions o = opt;
+    o.alpha = a;
+    kernel_solve(q.k, 2, views(in), x.view(), o);
+    double s = 0;
+    for (int k = 0; k < kN * kC; ++k) s += gx[k] * x.at(k);
+    return s;
+  };
+  const std::vector<Array> in = p.arrays(p.b);
+  Array x(DType::Float64, {kN, kC});
+  kernel_solve(p.k, 2, views(in), x.view(), opt);
+  const Array gxa = Array::from(gx, {kN, kC});
+  Array d0(DType::Float64, {kN, kD}), d1(DType::Float64, {kN, kD}), db(DType::Float64, {kN, kC}),
+      dg(DType::Float64, {1});
+  const int wrt[4] = {0, 1, 2, 3};
+  const ArrayView grads[4] = {d0.view(), d1.view(), db.view(), dg.view()};
+  double dalpha = 0;
+  const SolveReport rep =
+      kernel_solve_grad(p.k, 2, views(in), x.view(), gxa.view(), wrt, grads, opt, &dalpha);
+  EXPECT_TRUE(rep.converged);
+  // Central differences on a few coordinates of each input, and on alpha.
+  auto check = [&](std::vector<double> Problem::*field, const Array& got, int idx) {
+    Problem plus = p, minus = p;
+    (plus.*field)[idx] += h;
+    (minus.*field)[idx] -= h;
+    const double fd = (loss(plus, alpha) - loss(minus, alpha)) / (2 * h);
+    EXPECT_NEAR(got.at(idx), fd, 1e-6 * (1 + std::abs(fd))) << "index " << idx;
+  };
+  for (int idx : {0, 7, 101}) check(&Problem::b, db, idx);
+  check(&Problem::g, dg, 0);
+  // x feeds both the i and the j slot: the total derivative is the sum of the two gradients.
+  for (int idx : {3, 64}) {
+    Problem plus = p, minus = p;
+    plus.x[idx] += h;
+    minus.x[idx] -= h;
+    const double fd = (loss(plus, alpha) - loss(minus, alpha)) / (2 * h);
+    EXPECT_NEAR(d0.at(idx) + d1.at(idx), fd, 1e-6 * (1 + std::abs(fd)));
+  }
+  const double fd_alpha = (loss(p, alpha + h) - loss(p, alpha - h)) / (2 * h);
+  EXPECT_NEAR(dalpha, fd_alpha, 1e-6 * (1 + std::abs(fd_alpha)));
+}
+
+TEST(KernelSolve, ZeroRightHandSideGivesZero) {
+  const Problem p;
+  const std::vector<Array> in = p.arrays(std::vector<double>(kN * kC, 0.0));
+  Array x(DType::Float64, {kN, kC});
+  const SolveReport rep = kernel_solve(p.k, 2, views(in), x.view());
+  EXPECT_TRUE(rep.converged);
+  EXPECT_EQ(rep.iterations, 0);
+  EXPECT_EQ(max_diff(x, std::vector<double>(kN * kC, 0.0)), 0.0);
+}
+
+void expect_error(const std::function<void()>& f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one containing: " << needle;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(KernelSolve, BadInputErrors) {
+  const Problem p;
+  const std::vector<Array> in = p.arrays(p.b);
+  Array x(DType::Float64, {kN, kC});
+  const Formula base = exp(-pm(3, 1) * sqdist(vi(0, kD), vj(1, kD)));
+  auto solve_with = [&](const Reduction& r, int var, SolveOptions o = {}) {
+    return [&, r, var, o] { kernel_solve(r, var, views(in), x.view(), o); };
+  };
+  expect_error(solve_with(Reduction(ReductionOp::Sum, base * vj(2, kC) + 1.0), 2), "not linear");
+  expect_error(solve_with(Reduction(ReductionOp::Sum, base * vj(2, kC) * vj(2, kC)), 2),
+               "not linear");
+  expect_error(solve_with(Reduction(ReductionOp::Max, base * vj(2, kC)), 2), "Sum reduction");
+  expect_error(solve_with(p.k, 0), "reduced index");
+  expect_error(solve_with(p.k, 7), "not a variable");
+  SolveOptions neg;
+  neg.alpha = -1;
+  expect_error(solve_with(p.k, 2, neg), "alpha must be");
+  SolveOptions few;
+  few.maxiter = 2;
+  few.raise_on_nonconvergence = true;
+  expect_error(solve_with(p.k, 2, few), "no convergence after 2 iterations");
+  expect_error(solve_with(Reduction(ReductionOp::Sum, -base * vj(2, kC)), 2), "positive definite");
+  Array wrong(DType::Float64, {kN, kC + 1});
+  expect_error([&] { kernel_solve(p.k, 2, views(in), wrong.view()); }, "x has shape");
+  Array wrong_type(DType::Float32, {kN, kC});
+  expect_error([&] { kernel_solve(p.k, 2, views(in), wrong_type.view()); }, "dtype");
+  // Not square: 10 output rows for 120 unknowns.
+  std::vector<Array> rect = p.arrays(p.b);
+  rect[0] = Array::from(std::vector<double>(p.x.begin(), p.x.begin() + 10 * kD), {10, kD});
+  expect_error([&] { kernel_solve(p.k, 2, views(rect), x.view()); }, "square");
+}
+
+TEST(KernelSolve, NonConvergenceIsReportedWithoutRaising) {
+  const Problem p;
+  const std::vector<Array> in = p.arrays(p.b);
+  Array x(DType::Float64, {kN, kC});
+  SolveOptions few;
+  few.maxiter = 2;
+  const SolveReport rep = kernel_solve(p.k, 2, views(in), x.view(), few);
+  EXPECT_FALSE(rep.converged);
+  EXPECT_EQ(rep.iterations, 2);
+  EXPECT_GT(rep.residual, 1e-6);
+  EXPECT_NE(rep.str().find("not converged after 2 iterations"), std::string::npos);
+}
+
+}  // namespace
