@@ -191,19 +191,38 @@ _genred_cache = {}
 _GENRED_CACHE_MAX = 1024
 
 
-def _genred(backend, text, text2, aliases, op, axis, k, options):
-    key = (backend, text, text2, aliases, op, axis, k, options)
+def _cached(key, make):
+    """The Genred / KernelSolve object for `key`, built by make() on first use."""
     g = _genred_cache.get(key)
     if g is None:
-        if backend == "numpy":
-            from .numpy import Genred
-        else:
-            from .torch import Genred
         if len(_genred_cache) >= _GENRED_CACHE_MAX:
             _genred_cache.clear()
-        g = _genred_cache[key] = Genred(text, list(aliases), reduction_op=op, axis=axis,
-                                        opt_arg=k, formula2=text2, **dict(options))
+        g = _genred_cache[key] = make()
     return g
+
+
+def _common_dtype(variables, who):
+    dtypes = {v.array.dtype for v in variables if v.obj is not None}
+    if len(dtypes) > 1:
+        shown = " and ".join(sorted(str(d) for d in dtypes))
+        raise TypeError(f"LazyTensor.{who}: the arrays have dtypes {shown}; all must share one "
+                        "dtype")
+    return dtypes.pop()
+
+
+def _front_end(backend):
+    if backend == "numpy":
+        from . import numpy as front
+    else:
+        from . import torch as front
+    return front
+
+
+def _genred(backend, text, text2, aliases, op, axis, k, options):
+    return _cached((backend, text, text2, aliases, op, axis, k, options),
+                   lambda: _front_end(backend).Genred(text, list(aliases), reduction_op=op,
+                                                      axis=axis, opt_arg=k, formula2=text2,
+                                                      **dict(options)))
 
 
 
@@ -663,9 +682,38 @@ class LazyTensor:
         out = (self * Vj(v))._reduce("Sum", 1, who="__matmul__")
         return out[..., 0] if vec else out
 
-    def solve(self, b, alpha=1e-10, **kwargs):
-        raise NotImplementedError("LazyTensor.solve needs the conjugate-gradient solver of the "
-                                  "time-for-memory issue; not available yet")
+    def solve(self, b, alpha=1e-10, **options):
+        """x with (alpha I + K) x = b, by conjugate gradient: K = self is a kernel matrix of dim 1
+        (symmetric positive semi-definite: a positive definite kernel on the same points for i
+        and j) and b of shape (M,) or (M, E), indexed by j. On tensors the result is
+        differentiable (implicitly, to any order) in b, the kernel's arrays and alpha.
+
+        Options: tol, atol, maxiter, on_nonconvergence, stats (see tessel.torch.KernelSolve) and
+        the reductions' backend, dtype_acc, sum_scheme.
+        """
+        if self._dim != 1:
+            raise ValueError(f"LazyTensor.solve: the LazyTensor must have dim 1 (a kernel "
+                             f"matrix), got dim {self._dim}")
+        if self._batch:
+            raise ValueError("LazyTensor.solve: batch dimensions are not supported; solve each "
+                             "batch entry separately")
+        if _backend_of(b) is None or b.ndim not in (1, 2):
+            raise ValueError("LazyTensor.solve: b must be a NumPy array or tensor of shape (M,) or "
+                             f"(M, E), got {type(b).__name__} of shape {getattr(b, 'shape', '?')}")
+        init = {k: options.pop(k) for k in _GENRED_OPTIONS if k in options}
+        vec = b.ndim == 1
+        bv = Vj(b.reshape(-1, 1) if vec else b)
+        prod = self * bv
+        texts, variables = _merge([prod])
+        whole = LazyTensor._make(texts[0], variables, prod._dim)
+        backend = whole._backend
+        var = next(k for k, v in enumerate(variables) if v is bv._vars[0])
+        dtype = _common_dtype(variables, "solve")
+        key = ("solve", backend, texts[0], tuple(whole.aliases), var, tuple(sorted(init.items())))
+        ks = _cached(key, lambda: _front_end(backend).KernelSolve(texts[0], list(whole.aliases),
+                                                                  var, axis=1, **init))
+        out = ks(*[v.materialize(backend, dtype) for v in variables], alpha=alpha, **options)
+        return out.reshape(-1) if vec else out
 
     # ---- reductions ----------------------------------------------------------------------------
     def _axis(self, axis, dim, who, component_ok):
@@ -703,12 +751,7 @@ class LazyTensor:
                                  f"size of index {letter} is unknown; a reduction needs at least "
                                  "one i-variable and one j-variable")
         backend = whole._backend
-        dtypes = {v.array.dtype for v in variables if v.obj is not None}
-        if len(dtypes) > 1:
-            shown = " and ".join(sorted(str(d) for d in dtypes))
-            raise TypeError(f"LazyTensor.{who}: the arrays have dtypes {shown}; all must share "
-                            "one dtype")
-        dtype = dtypes.pop()
+        dtype = _common_dtype(variables, who)
         aliases = tuple(whole.aliases)
         g = _genred(backend, texts[0], texts[1] if weight is not None else None, aliases, op,
                     axis, k, tuple(sorted(options.items())))

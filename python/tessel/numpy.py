@@ -4,8 +4,9 @@ import numpy as np
 from . import _core
 from .lazytensor import LazyTensor, Vi, Vj, Pm  # noqa: F401
 from ._genred import GenredBase, ranges_arg
+from ._solve import KernelSolveBase
 
-__all__ = ["Genred", "LazyTensor", "Vi", "Vj", "Pm"]
+__all__ = ["Genred", "KernelSolve", "LazyTensor", "Vi", "Vj", "Pm"]
 
 
 class Genred(GenredBase):
@@ -35,3 +36,53 @@ class Genred(GenredBase):
         out = _core.evaluate(spec.reduction, arrays, ni=-1 if ni is None else ni,
                              nj=-1 if nj is None else nj, **opts)
         return out[0] if len(out) == 1 else tuple(out)
+
+
+class KernelSolve(KernelSolveBase):
+    __doc__ = KernelSolveBase.__doc__ + """
+    On NumPy arrays (float32 or float64, one dtype). `KernelSolve.gradient` gives the implicit
+    gradient of a solve (what tessel.torch.KernelSolve's backward computes).
+    """
+
+    def _arrays(self, args):
+        self._spec.check_count(args, self._who)
+        arrays = list(args[: self._spec.n_core])
+        dtypes = set()
+        for k, a in enumerate(arrays):
+            if not isinstance(a, np.ndarray):
+                raise TypeError(f"{self._who}: argument {k} is a {type(a).__name__}; expected a "
+                                "numpy.ndarray")
+            dtypes.add(a.dtype)
+        if len(dtypes) > 1 or not dtypes <= {np.dtype(np.float32), np.dtype(np.float64)}:
+            raise TypeError(f"{self._who}: the arrays have dtypes "
+                            f"{', '.join(sorted(str(d) for d in dtypes))}; expected one of "
+                            "float32 or float64")
+        return arrays, str(dtypes.pop())
+
+    def __call__(self, *args, alpha=0.0, tol=None, atol=0.0, maxiter=None,
+                 on_nonconvergence="warn", backend=None, ranges=None, stats=None):
+        arrays, dtype = self._arrays(args)
+        opts, mode = self._settings(args, dtype, alpha, tol, atol, maxiter, on_nonconvergence,
+                                    backend, ranges)
+        b = arrays[self.var]
+        x = np.empty(b.shape, dtype=b.dtype)
+        self._report(_core.kernel_solve(self.reduction, self.var, arrays, x, **opts), mode, stats)
+        return x
+
+    def gradient(self, *args, x, grad_x, wrt=None, alpha=0.0, tol=None, atol=0.0, maxiter=None,
+                 on_nonconvergence="warn", backend=None, ranges=None, stats=None):
+        """Gradients of <grad_x, x> for the solution x of a call with the same arguments: a dict
+        {variable index: gradient} for the variables in `wrt` (default: all), and "alpha"."""
+        arrays, dtype = self._arrays(args)
+        opts, mode = self._settings(args, dtype, alpha, tol, atol, maxiter, on_nonconvergence,
+                                    backend, ranges)
+        used = [i for i, _, _ in self.reduction.inputs()]
+        wrt = used if wrt is None else [int(k) for k in wrt]
+        bad = [k for k in wrt if k not in used]
+        if bad:
+            raise ValueError(f"{self._who}.gradient: variables {bad} do not occur in the formula")
+        outs = [np.zeros_like(arrays[k]) for k in wrt]
+        rep = _core.kernel_solve_grad(self.reduction, self.var, arrays, x, grad_x, wrt, outs,
+                                      **opts)
+        self._report(rep, mode, stats)
+        return {**dict(zip(wrt, outs)), "alpha": rep[3]}

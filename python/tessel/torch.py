@@ -9,9 +9,10 @@ import torch
 from . import _core
 from .lazytensor import LazyTensor, Vi, Vj, Pm  # noqa: F401
 from ._genred import GenredBase, grad_of, ranges_arg
+from ._solve import KernelSolveBase
 from .checkpoint import checkpoint_loop  # noqa: F401
 
-__all__ = ["Genred", "LazyTensor", "Vi", "Vj", "Pm", "checkpoint_loop"]
+__all__ = ["Genred", "KernelSolve", "LazyTensor", "Vi", "Vj", "Pm", "checkpoint_loop"]
 
 _DTYPES = (torch.float32, torch.float64)
 
@@ -67,22 +68,7 @@ class Genred(GenredBase):
         spec = self._spec
         spec.check_count(args, "Genred")
         tensors = list(args[: spec.n_core])
-        dtype = None
-        for k, a in enumerate(tensors):
-            if not isinstance(a, torch.Tensor):
-                raise TypeError(f"Genred: argument {k} is a {type(a).__name__}; expected a "
-                                "torch.Tensor")
-            if a.device.type != "cpu":
-                raise ValueError(f"Genred: argument {k} is on {a.device}; this build runs on the "
-                                 "CPU only (the CUDA backend is not built yet)")
-            if a.dtype not in _DTYPES:
-                raise TypeError(f"Genred: argument {k} has dtype {a.dtype}; expected "
-                                "torch.float32 or torch.float64")
-            if dtype is None:
-                dtype = a.dtype
-            elif a.dtype != dtype:
-                raise TypeError(f"Genred: argument {k} has dtype {a.dtype} but argument 0 has "
-                                f"{dtype}; all arguments must share one dtype")
+        _check_tensors(tensors, "Genred")
         opts = dict(spec.options)
         if backend is not None:
             opts["backend"] = backend
@@ -92,3 +78,122 @@ class Genred(GenredBase):
             opts["nj"] = nj
         opts["ranges"] = ranges_arg(ranges)
         return _GenredFunction.apply(spec.reduction, opts, *tensors)
+
+
+def _check_tensors(args, who):
+    """The call's tensors: CPU, float32 or float64, one dtype. Returns that dtype."""
+    dtype = None
+    for k, a in enumerate(args):
+        if not isinstance(a, torch.Tensor):
+            raise TypeError(f"{who}: argument {k} is a {type(a).__name__}; expected a "
+                            "torch.Tensor")
+        if a.device.type != "cpu":
+            raise ValueError(f"{who}: argument {k} is on {a.device}; this build runs on the "
+                             "CPU only (the CUDA backend is not built yet)")
+        if a.dtype not in _DTYPES:
+            raise TypeError(f"{who}: argument {k} has dtype {a.dtype}; expected "
+                            "torch.float32 or torch.float64")
+        if dtype is None:
+            dtype = a.dtype
+        elif a.dtype != dtype:
+            raise TypeError(f"{who}: argument {k} has dtype {a.dtype} but argument 0 has "
+                            f"{dtype}; all arguments must share one dtype")
+    return dtype
+
+
+class _KernelSolveFunction(torch.autograd.Function):
+    """x = (alpha I + K(theta))^-1 b, differentiated implicitly (K symmetric): the cotangent G
+    gives u = (alpha I + K)^-1 G (one more solve, no stored iterations), grad_b = u,
+    grad_theta = -d<u, K(theta) x>/dtheta and grad_alpha = -<u, x>. A first-order backward is one
+    core call; under create_graph the same quantities are built from differentiable pieces (this
+    Function and the Genred Function) so that higher orders nest."""
+
+    @staticmethod
+    def forward(ctx, solver, settings, alpha, *args):
+        opts, mode, stats = settings
+        x = torch.empty(args[solver.var].shape, dtype=args[solver.var].dtype)
+        rep = _core.kernel_solve(solver.reduction, solver.var, [a.detach() for a in args], x,
+                                 **dict(opts, alpha=float(alpha)))
+        solver._report(rep, mode, stats)
+        ctx.solver, ctx.settings = solver, settings
+        ctx.save_for_backward(alpha, x, *args)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        solver, settings = ctx.solver, ctx.settings
+        opts, mode, stats = settings
+        alpha, x, *args = ctx.saved_tensors
+        var, n = solver.var, len(args)
+        needs = ctx.needs_input_grad[3:]
+        grads = [None] * n
+        used = {i for i, _, _ in solver.reduction.inputs()}
+        want = [k for k in range(n) if needs[k] and k in used]
+        grad_alpha = None
+        if not torch.is_grad_enabled():
+            outs = [torch.zeros_like(args[k]) for k in want]
+            rep = _core.kernel_solve_grad(solver.reduction, var, [a.detach() for a in args],
+                                          x.detach(), g.contiguous(), want, outs,
+                                          **dict(opts, alpha=float(alpha)))
+            solver._report(rep, mode, stats, key="backward")
+            for k, o in zip(want, outs):
+                grads[k] = o
+            if ctx.needs_input_grad[2]:
+                grad_alpha = torch.full_like(alpha, rep[3])
+        else:
+            sub = list(args)
+            sub[var] = g
+            inner = None
+            if stats is not None:
+                inner = stats["backward"] = {}
+            u = _KernelSolveFunction.apply(solver, (opts, mode, inner), alpha, *sub)
+            others = [k for k in want if k != var]
+            if var in want:
+                grads[var] = u
+            if others:
+                # -d<u, K(theta) x>/dtheta with x held fixed: autograd through the Genred on views
+                # of theta (x's own dependence on theta is what this backward computes).
+                proxies = list(args)
+                for k in others:
+                    proxies[k] = args[k].view_as(args[k])
+                proxies[var] = x
+                kx = _GenredFunction.apply(solver.reduction, _eval_options(opts),
+                                           *proxies[:solver._spec.n_core])
+                gs = torch.autograd.grad(kx, [proxies[k] for k in others], grad_outputs=-u,
+                                         create_graph=True, allow_unused=True)
+                for k, gk in zip(others, gs):
+                    grads[k] = torch.zeros_like(args[k]) if gk is None else gk
+            if ctx.needs_input_grad[2]:
+                grad_alpha = -(u * x).sum().reshape(alpha.shape)
+        for k in range(n):
+            if needs[k] and grads[k] is None:
+                grads[k] = torch.zeros_like(args[k])
+        return (None, None, grad_alpha, *grads)
+
+
+def _eval_options(opts):
+    keep = ("backend", "sum_scheme", "accumulate_f64", "ranges")
+    return {k: v for k, v in opts.items() if k in keep}
+
+
+class KernelSolve(KernelSolveBase):
+    __doc__ = KernelSolveBase.__doc__ + """
+    On tensors, differentiable to any order with respect to b, every other argument and alpha
+    (a float, or a tensor with one element to learn it), by implicit differentiation.
+    """
+
+    def __call__(self, *args, alpha=0.0, tol=None, atol=0.0, maxiter=None,
+                 on_nonconvergence="warn", backend=None, ranges=None, stats=None):
+        who = self._who
+        dtype = _check_tensors(args, who)
+        alpha_t = alpha if isinstance(alpha, torch.Tensor) else torch.tensor(float(alpha),
+                                                                              dtype=dtype)
+        if alpha_t.numel() != 1:
+            raise ValueError(f"{who}: alpha must be a number or a one-element tensor, got shape "
+                             f"{tuple(alpha_t.shape)}")
+        opts, mode = self._settings(args, "float64" if dtype == torch.float64 else "float32",
+                                    float(alpha_t.detach()), tol, atol, maxiter,
+                                    on_nonconvergence, backend, ranges)
+        opts.pop("alpha")
+        return _KernelSolveFunction.apply(self, (opts, mode, stats), alpha_t.to(dtype),
+                                          *args[: self._spec.n_core])

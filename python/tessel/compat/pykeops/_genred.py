@@ -225,31 +225,6 @@ class GenredBase:
         self.__init__(**state)
 
 
-def conjugate_gradient(linop, b, eps, dot, maxiter=None):
-    """Solves linop(x) = b for a symmetric positive definite linop, every entry of b (whatever
-    its shape) being one coordinate; stops when |r|^2 < b.size * eps^2 (pykeops's rule)."""
-    size = math.prod(b.shape)
-    delta = size * eps ** 2
-    x = 0 * b
-    r = b + 0
-    rr = dot(r, r)
-    if rr < delta:
-        return x
-    p = r + 0
-    maxiter = maxiter if maxiter is not None else max(100, 10 * size)
-    for _ in range(maxiter):
-        Ap = linop(p)
-        step = rr / dot(p, Ap)
-        x = x + step * p
-        r = r - step * Ap
-        rr_new = dot(r, r)
-        if rr_new < delta:
-            break
-        p = r + (rr_new / rr) * p
-        rr = rr_new
-    return x
-
-
 class KernelSolveBase:
     """pykeops KernelSolve: `KernelSolve(formula, aliases, varinvalias, axis=0, ...)` solves
     (alpha * Id + K) a = b, where `formula` is linear in the variable `varinvalias` and
@@ -289,19 +264,24 @@ class KernelSolveBase:
                              f"{'ij'[axis]}: the unknown must be indexed by the reduced index")
         self.varinvpos = pos
 
-    def _linop(self, args, alpha, backend, ranges):
-        pos, g = self.varinvpos, self.genred
+    def _solver(self):
+        """The tessel KernelSolve on the translated formula (built once, on first call)."""
+        if getattr(self, "_tessel_solver", None) is None:
+            spec = self.genred._genreds[0]._spec.args
+            self._tessel_solver = self._genred_class._frontend.KernelSolve(
+                spec["formula"], spec["aliases"], self.varinvpos, axis=spec["axis"],
+                dtype_acc=spec["dtype_acc"], sum_scheme=spec["sum_scheme"])
+        return self._tessel_solver
 
-        def apply(v):
-            out = g(*args[:pos], v, *args[pos + 1:], backend=backend, ranges=ranges)
-            return out + alpha * v if alpha else out
-        return apply
-
-    def _check_call(self, args, backend):
-        check_backend(backend, self._who)
+    def _solve(self, args, backend, alpha, eps, ranges):
+        """pykeops's stopping rule |r|^2 < size eps^2, i.e. an absolute tolerance."""
+        tb = check_backend(backend, self._who)
         if len(args) != self.genred.nargs:
             raise ValueError(f"{self._who}: invalid number of arguments: expected "
                              f"{self.genred.nargs}, got {len(args)}")
+        size = math.prod(args[self.varinvpos].shape)
+        return self._solver()(*args, alpha=alpha, tol=0.0, atol=eps * math.sqrt(size),
+                              maxiter=max(100, 10 * size), backend=tb, ranges=ranges)
 
     def __getstate__(self):
         return dict(self._init_args)

@@ -2,7 +2,7 @@
 import numpy as np
 
 from .... import numpy as _tnumpy
-from .._genred import GenredBase, KernelSolveBase, conjugate_gradient, make_generic_ops
+from .._genred import GenredBase, KernelSolveBase, make_generic_ops
 from .._lazytensor import ComplexLazyTensor, GenericLazyTensor, variable_constructors  # noqa: F401
 from . import cluster  # noqa: F401
 
@@ -25,18 +25,12 @@ class Genred(GenredBase):
 generic_sum, generic_logsumexp, generic_argmin, generic_argkmin = make_generic_ops(Genred)
 
 
-def _dot(u, v):
-    return float(np.sum(u * v))
-
-
 class KernelSolve(KernelSolveBase):
     __doc__ = KernelSolveBase.__doc__
     _genred_class = Genred
 
     def __call__(self, *args, backend="auto", device_id=-1, alpha=1e-10, eps=1e-6, ranges=None):
-        self._check_call(args, backend)
-        return conjugate_gradient(self._linop(list(args), alpha, backend, ranges),
-                                  args[self.varinvpos], eps, _dot)
+        return self._solve(args, backend, alpha, eps, ranges)
 
 
 class LazyTensor(GenericLazyTensor):

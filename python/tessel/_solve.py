@@ -1,0 +1,133 @@
+"""What NumPy and PyTorch KernelSolve share: the solve's reduction, the unknown's slot, options, reports."""
+import re
+import warnings
+
+from ._genred import GenredSpec, ranges_arg
+
+_ALIAS = re.compile(r"^\s*(\w+)\s*=\s*(Vi|Vj|Pm)\s*\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\)\s*$")
+_VAR = re.compile(r"^\s*Var\s*\(\s*(\d+)\s*,\s*\d+\s*,\s*\d+\s*\)\s*$")
+_CAT_NAME = {0: "an i-variable (Vi)", 1: "a j-variable (Vj)", 2: "a parameter (Pm)"}
+_ON_NONCONVERGENCE = ("raise", "warn", "ignore")
+
+
+def _alias_index(aliases, name, who):
+    """The variable index an alias name stands for (explicit `Vj(k, d)`, else its position)."""
+    position = 0
+    for a in aliases:
+        if not a.strip():
+            continue
+        m = _ALIAS.match(a)
+        if m is None:
+            raise ValueError(f"{who}: cannot read the alias {a!r}")
+        index = int(m.group(3)) if m.group(4) is not None else position
+        if m.group(1) == name:
+            return index
+        position += 1
+    raise ValueError(f"{who}: {name!r} is not one of the aliases {list(aliases)}")
+
+
+class KernelSolveBase:
+    """Solves (alpha I + K) x = b by conjugate gradient, K(v) = Sum_j F(..., v_j) linear in v.
+
+    formula, aliases: as for Genred (KeOps text), a Sum reduction over j (axis=1, the default)
+        or over i (axis=0).
+    varinvalias: the unknown — an alias name ("B"), its variable index, or "Var(k,d,c)" — which
+        must be indexed by the reduced index and have the output's dim. The call takes one
+        argument per alias, b standing at the unknown's position.
+    K must be symmetric positive semi-definite (a positive definite kernel evaluated on the same
+    points for i and j), as conjugate gradient requires; a breakdown is reported as an error.
+
+    Call options: alpha (>= 0), tol (relative residual |b - A x| <= tol |b|; default 1e-6 in
+    float64, 1e-5 in float32), atol, maxiter (default max(100, min(2 size, 1000))),
+    on_nonconvergence ("warn" by default, "raise" or "ignore"), backend, ranges and stats (a dict
+    filled with iterations, residual and converged, and the backward's solve under "backward").
+    The CG vectors are float64 whatever the dtype; nothing is stored per iteration.
+    """
+
+    _who = "KernelSolve"
+
+    def __init__(self, formula, aliases, varinvalias, axis=1, dtype_acc="auto", sum_scheme="auto",
+                 backend="auto", **unused):
+        who = self._who
+        self._init_args = dict(formula=formula, aliases=list(aliases), varinvalias=varinvalias,
+                               axis=axis, dtype_acc=dtype_acc, sum_scheme=sum_scheme,
+                               backend=backend)
+        self._spec = GenredSpec(formula, aliases, "Sum", axis, None, None, dtype_acc, sum_scheme,
+                                backend)
+        if isinstance(varinvalias, bool) or not isinstance(varinvalias, (int, str)):
+            raise TypeError(f"{who}: varinvalias must be an alias name or a variable index, got "
+                            f"{varinvalias!r}")
+        if isinstance(varinvalias, int):
+            var = varinvalias
+        elif _VAR.match(varinvalias):
+            var = int(_VAR.match(varinvalias).group(1))
+        else:
+            var = _alias_index(list(aliases), varinvalias.strip(), who)
+        slots = {i: (c, d) for i, c, d in self._spec.reduction.inputs()}
+        if var not in slots:
+            raise ValueError(f"{who}: the unknown {varinvalias!r} (variable {var}) does not occur "
+                             f"in the formula")
+        cat, dim = slots[var]
+        want = 1 if axis == 1 else 0
+        if cat != want:
+            raise ValueError(f"{who}: the unknown {varinvalias!r} is {_CAT_NAME[cat]} but axis="
+                             f"{axis} reduces over {'ij'[want]}: the unknown must be "
+                             f"{_CAT_NAME[want]}")
+        self.var, self.dim = var, dim
+
+    @property
+    def reduction(self):
+        return self._spec.reduction
+
+    def __getstate__(self):
+        return dict(self._init_args)
+
+    def __setstate__(self, state):
+        self.__init__(**state)
+
+    def _settings(self, args, dtype, alpha, tol, atol, maxiter, on_nonconvergence, backend,
+                  ranges):
+        """The keyword arguments of _core.kernel_solve(_grad), checked."""
+        who = self._who
+        self._spec.check_count(args, who)
+        if on_nonconvergence not in _ON_NONCONVERGENCE:
+            raise ValueError(f"{who}: on_nonconvergence must be one of "
+                             f"{', '.join(_ON_NONCONVERGENCE)}, got {on_nonconvergence!r}")
+        if tol is None:
+            tol = 1e-6 if dtype == "float64" else 1e-5
+        for name, v in (("alpha", alpha), ("tol", tol), ("atol", atol)):
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not v >= 0:
+                raise ValueError(f"{who}: {name} must be a number >= 0, got {v!r}")
+        if maxiter is not None and (isinstance(maxiter, bool) or not isinstance(maxiter, int)
+                                    or maxiter < 1):
+            raise ValueError(f"{who}: maxiter must be a positive integer or None, got {maxiter!r}")
+        b = args[self.var]
+        if b.ndim not in (1, 2) or (b.ndim == 1 and self.dim != 1) or (
+                b.ndim == 2 and b.shape[1] != self.dim):
+            shape = f"(n, {self.dim})" + (" or (n,)" if self.dim == 1 else "")
+            raise ValueError(f"{who}: b (argument {self.var}) has shape {tuple(b.shape)}; "
+                             f"expected {shape} (batch dimensions are not supported)")
+        opts = dict(self._spec.options)
+        if backend is not None:
+            opts["backend"] = backend
+        opts.update(alpha=float(alpha), tol=float(tol), atol=float(atol),
+                    maxiter=0 if maxiter is None else int(maxiter),
+                    raise_on_nonconvergence=on_nonconvergence == "raise",
+                    ranges=ranges_arg(ranges))
+        return opts, on_nonconvergence
+
+    def _report(self, report, on_nonconvergence, stats, key=None):
+        iterations, residual, converged = report[:3]
+        info = dict(iterations=int(iterations), residual=float(residual),
+                    converged=bool(converged))
+        if stats is not None:
+            if key is None:
+                stats.update(info)
+            else:
+                stats[key] = info
+        if not converged and on_nonconvergence == "warn":
+            what = "backward solve" if key else "solve"
+            warnings.warn(f"{self._who}: the {what} did not converge after {iterations} "
+                          f"iterations: relative residual {residual:.3g}; raise maxiter or "
+                          "alpha, or loosen tol", RuntimeWarning, stacklevel=3)
+        return info

@@ -1,0 +1,207 @@
+"""KernelSolve / LazyTensor.solve on the core CG: solutions, implicit gradients to any order, reports, errors."""
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import tessel.numpy as tn
+import tessel.torch as tt
+from tessel.torch import KernelSolve, Vi, Vj
+
+F64 = torch.float64
+FORMULA = "Exp(-G*SqDist(X,Y))*B"
+ALIASES = ["X = Vi(2)", "Y = Vj(2)", "B = Vj(3)", "G = Pm(1)"]
+
+
+def problem(n=80, dtype=F64):
+    x = torch.rand(n, 2, dtype=dtype)
+    b = torch.randn(n, 3, dtype=dtype)
+    g = torch.tensor([4.0], dtype=dtype)
+    return x, b, g
+
+
+def dense_solve(x, b, g, alpha):
+    K = torch.exp(-g * ((x[:, None] - x[None]) ** 2).sum(-1))
+    return torch.linalg.solve(K + alpha * torch.eye(len(x), dtype=x.dtype), b)
+
+
+def test_torch_solution_matches_dense_and_reports():
+    x, b, g = problem()
+    stats = {}
+    out = KernelSolve(FORMULA, ALIASES, "B")(x, x, b, g, alpha=0.1, tol=1e-12, stats=stats)
+    torch.testing.assert_close(out, dense_solve(x, b, g, 0.1), rtol=1e-9, atol=1e-9)
+    assert stats["converged"] and stats["residual"] < 1e-12 and stats["iterations"] > 5
+
+
+@pytest.mark.parametrize("unknown", ["B", 2, "Var(2,3,1)"])
+def test_unknown_by_name_index_or_var(unknown):
+    x, b, g = problem(30)
+    out = KernelSolve(FORMULA, ALIASES, unknown)(x, x, b, g, alpha=0.5, tol=1e-12)
+    torch.testing.assert_close(out, dense_solve(x, b, g, 0.5), rtol=1e-9, atol=1e-9)
+
+
+def test_numpy_solution_and_gradient():
+    x, b, g = problem()
+    ks = tn.KernelSolve(FORMULA, ALIASES, "B")
+    xn, bn, gn = x.numpy(), b.numpy(), g.numpy()
+    out = ks(xn, xn, bn, gn, alpha=0.1, tol=1e-12)
+    np.testing.assert_allclose(out, dense_solve(x, b, g, 0.1).numpy(), rtol=1e-9, atol=1e-9)
+    w = np.random.randn(*out.shape)
+    grads = ks.gradient(xn, xn, bn, gn, x=out, grad_x=w, alpha=0.1, tol=1e-12)
+    xr, br, gr = (t.clone().requires_grad_() for t in (x, b, g))
+    ar = torch.tensor(0.1, dtype=F64, requires_grad=True)
+    ref = torch.autograd.grad((dense_solve(xr, br, gr, ar) * torch.from_numpy(w)).sum(),
+                              [xr, br, gr, ar])
+    np.testing.assert_allclose(grads[2], ref[1].numpy(), rtol=1e-8, atol=1e-9)
+    np.testing.assert_allclose(grads[3], ref[2].numpy(), rtol=1e-8, atol=1e-9)
+    np.testing.assert_allclose(grads[0] + grads[1], ref[0].numpy(), rtol=1e-8, atol=1e-9)
+    assert abs(grads["alpha"] - float(ref[3])) < 1e-8 * (1 + abs(float(ref[3])))
+
+
+def test_torch_gradients_equal_dense_autograd():
+    x, b, g = problem()
+    x.requires_grad_()
+    b.requires_grad_()
+    g.requires_grad_()
+    alpha = torch.tensor(0.2, dtype=F64, requires_grad=True)
+    w = torch.randn(len(x), 3, dtype=F64)
+    got = torch.autograd.grad((KernelSolve(FORMULA, ALIASES, "B")(x, x, b, g, alpha=alpha,
+                                                                  tol=1e-13) * w).sum(),
+                              [x, b, g, alpha])
+    ref = torch.autograd.grad((dense_solve(x, b, g, alpha) * w).sum(), [x, b, g, alpha])
+    for a, r in zip(got, ref):
+        torch.testing.assert_close(a, r, rtol=1e-8, atol=1e-9)
+
+
+def test_gradcheck_and_gradgradcheck():
+    x, b, g = problem(25)
+    alpha = torch.tensor(0.3, dtype=F64)
+    ks = KernelSolve(FORMULA, ALIASES, "B")
+    args = [t.clone().requires_grad_() for t in (x, b, g, alpha)]
+
+    def f(x, b, g, a):
+        return ks(x, x, b, g, alpha=a, tol=1e-13)
+
+    assert torch.autograd.gradcheck(f, args)
+    assert torch.autograd.gradgradcheck(f, args)
+
+
+def test_third_derivative_matches_dense():
+    x, b, g = problem(20)
+    x.requires_grad_()
+    ks = KernelSolve(FORMULA, ALIASES, "B")
+
+    def third(solve):
+        y = solve(x)
+        (g1,) = torch.autograd.grad((y ** 2).sum(), x, create_graph=True)
+        (g2,) = torch.autograd.grad((g1 ** 2).sum(), x, create_graph=True)
+        (g3,) = torch.autograd.grad(g2.sin().sum(), x)
+        return g3
+
+    got = third(lambda x: ks(x, x, b, g, alpha=0.5, tol=1e-14))
+    ref = third(lambda x: dense_solve(x, b, g, 0.5))
+    torch.testing.assert_close(got, ref, rtol=1e-6, atol=1e-8)
+
+
+def test_float32_converges_to_its_accuracy():
+    x, b, g = problem(200, torch.float32)
+    stats = {}
+    out = KernelSolve(FORMULA, ALIASES, "B")(x, x, b, g, alpha=0.1, stats=stats)
+    assert stats["converged"] and stats["residual"] <= 1e-5
+    ref = dense_solve(x.double(), b.double(), g.double(), 0.1)
+    assert (out.double() - ref).abs().max() < 1e-3 * ref.abs().max()
+
+
+def test_lazytensor_solve_torch_and_numpy():
+    x, b, g = problem(120)
+    x.requires_grad_()
+    bv = b[:, 0].clone()
+    K = (-4 * ((Vi(x) - Vj(x)) ** 2).sum()).exp()
+    out = K.solve(bv, alpha=0.1, tol=1e-12)
+    ref = dense_solve(x, bv[:, None], g, 0.1)[:, 0]
+    assert out.shape == bv.shape
+    torch.testing.assert_close(out, ref, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(torch.autograd.grad(out.sum(), x)[0],
+                               torch.autograd.grad(ref.sum(), x)[0], rtol=1e-8, atol=1e-9)
+    xn = x.detach().numpy()
+    Kn = (-4 * ((tn.Vi(xn) - tn.Vj(xn)) ** 2).sum()).exp()
+    np.testing.assert_allclose(Kn.solve(b.numpy(), alpha=0.1, tol=1e-12),
+                               dense_solve(x.detach(), b, g, 0.1).numpy(), rtol=1e-9, atol=1e-9)
+
+
+def test_saved_memory_does_not_grow_with_iterations():
+    """What autograd keeps for backward is the inputs and x, whatever the iteration count."""
+    x, b, g = problem(150)
+    b.requires_grad_()
+    ks = KernelSolve(FORMULA, ALIASES, "B")
+
+    def saved_bytes(alpha, tol):
+        total = [0]
+
+        def pack(t):
+            total[0] += t.numel() * t.element_size()
+            return t
+
+        stats = {}
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            ks(x, x, b, g, alpha=alpha, tol=tol, stats=stats)
+        return total[0], stats["iterations"]
+
+    few_bytes, few = saved_bytes(10.0, 1e-3)
+    many_bytes, many = saved_bytes(1e-4, 1e-12)
+    assert many > 10 * few
+    assert many_bytes == few_bytes
+
+
+def test_nonconvergence_warn_raise_ignore():
+    x, b, g = problem(60)
+    ks = KernelSolve(FORMULA, ALIASES, "B")
+    with pytest.warns(RuntimeWarning, match=r"did not converge after 2 iterations: relative "
+                                            r"residual"):
+        ks(x, x, b, g, alpha=1e-3, maxiter=2)
+    with pytest.raises(ValueError, match="no convergence after 2 iterations: relative residual"):
+        ks(x, x, b, g, alpha=1e-3, maxiter=2, on_nonconvergence="raise")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        stats = {}
+        ks(x, x, b, g, alpha=1e-3, maxiter=2, on_nonconvergence="ignore", stats=stats)
+        assert not stats["converged"] and stats["iterations"] == 2
+
+
+def test_bad_input_errors():
+    x, b, g = problem(20)
+    with pytest.raises(ValueError, match="not linear"):
+        KernelSolve("Exp(-G*SqDist(X,Y))*B*B", ALIASES, "B")(x, x, b, g)
+    with pytest.raises(ValueError, match="not linear"):
+        KernelSolve("Exp(-G*SqDist(X,Y))*B+1", ALIASES, "B")(x, x, b, g)
+    with pytest.raises(ValueError, match="must be a j-variable"):
+        KernelSolve("Exp(-G*SqDist(X,Y))*X", ALIASES, "X")
+    with pytest.raises(ValueError, match="not one of the aliases"):
+        KernelSolve(FORMULA, ALIASES, "Z")
+    with pytest.raises(ValueError, match="does not occur"):
+        KernelSolve("Exp(-G*SqDist(X,Y))*B", ALIASES + ["C = Vj(3)"], "C")
+    ks = KernelSolve(FORMULA, ALIASES, "B")
+    with pytest.raises(ValueError, match="alpha must be"):
+        ks(x, x, b, g, alpha=-1.0)
+    with pytest.raises(ValueError, match="tol must be"):
+        ks(x, x, b, g, tol=-1.0)
+    with pytest.raises(ValueError, match="maxiter"):
+        ks(x, x, b, g, maxiter=0)
+    with pytest.raises(ValueError, match="on_nonconvergence"):
+        ks(x, x, b, g, on_nonconvergence="maybe")
+    with pytest.raises(ValueError, match="expected 4 arguments"):
+        ks(x, x, b)
+    with pytest.raises(TypeError, match="dtype"):
+        ks(x, x, b.float(), g)
+    with pytest.raises(ValueError, match="square"):
+        ks(x[:10], x, b, g)
+    with pytest.raises(ValueError, match="positive definite"):
+        KernelSolve("-Exp(-G*SqDist(X,Y))*B", ALIASES, "B")(x, x, b, g)
+    with pytest.raises(ValueError, match="dim 1"):
+        (Vi(x) - Vj(x)).solve(b[:, 0])
+
+
+def test_exported_from_front_ends():
+    assert tt.KernelSolve is KernelSolve
+    assert "KernelSolve" in tt.__all__ and "KernelSolve" in tn.__all__
