@@ -111,9 +111,6 @@ class _Revolve:
         raise RuntimeError("checkpoint_loop: the schedule has no first reverse")
 
     def backward(self, grads, params):
-        if self.taped is None:
-            raise RuntimeError("checkpoint_loop: backward through the loop can run only once (its "
-                               "snapshots are freed); recompute the loop to differentiate again")
         param_grads = [None] * len(params)
         inp, out = self.taped
         self.taped = None
@@ -132,6 +129,31 @@ class _Revolve:
         self.snaps.clear()
         self.cur = None
         return grads, param_grads
+
+    def backward_full(self, grads, states, params, create_graph):
+        """The plain path, for what the schedule cannot serve: create_graph=True (the taped
+        single steps, cut from each other, do not make a differentiable gradient) and a second
+        backward (the schedule's snapshots are consumed by the first). The loop is recomputed
+        from the saved initial state with a full graph, so this backward has the memory of
+        unrolled autograd."""
+        self.taped = None
+        self.snaps.clear()
+        self.cur = None
+        self.stats["double_backward_fallback"] = True
+        cur = tuple(states)
+        with torch.enable_grad():
+            for k in range(self.n_steps):
+                cur = self.call(cur, k)
+        pairs = [(o, g) for o, g in zip(cur, grads) if g is not None and o.requires_grad]
+        targets = [x for x in states if x.requires_grad] + [p for p in params if p.requires_grad]
+        res = iter(torch.autograd.grad([o for o, _ in pairs], targets, [g for _, g in pairs],
+                                       create_graph=create_graph, allow_unused=True)
+                   if pairs and targets else [None] * len(targets))
+        state_grads = [next(res) if x.requires_grad else None for x in states]
+        state_grads = [torch.zeros_like(x) if g is None and x.requires_grad else g
+                       for g, x in zip(state_grads, states)]
+        param_grads = [next(res) if p.requires_grad else None for p in params]
+        return state_grads, param_grads
 
     @staticmethod
     def _reverse(inp, out, grads, params, param_grads):
@@ -166,6 +188,9 @@ class _RevolveFunction(torch.autograd.Function):
         # Kept as they are (not detached): the taped steps use them through the step's closure,
         # and autograd.grad must reach the very tensors in those graphs.
         ctx.params = tensors[n_state:]
+        # Saved for the double-backward fallback only: autograd keeps them connected to their
+        # graph, and they are the caller's tensors (no copy).
+        ctx.save_for_backward(*tensors[:n_state])
         outs = run.forward(tensors[:n_state])
         for o in outs:
             if not _differentiable(o):
@@ -176,7 +201,11 @@ class _RevolveFunction(torch.autograd.Function):
     def backward(ctx, *grads):
         # None (for an integer state, or when autograd did not materialise a zero) stops that
         # output's backpropagation in _reverse.
-        state_grads, param_grads = ctx.run.backward(list(grads), ctx.params)
+        if torch.is_grad_enabled() or ctx.run.taped is None:
+            state_grads, param_grads = ctx.run.backward_full(list(grads), ctx.saved_tensors,
+                                                             ctx.params, torch.is_grad_enabled())
+        else:
+            state_grads, param_grads = ctx.run.backward(list(grads), ctx.params)
         n_state = ctx.n_state
         state_grads = [g if ctx.needs_input_grad[2 + j] else None
                        for j, g in enumerate(state_grads)]
@@ -201,8 +230,10 @@ def checkpoint_loop(step, state, n_steps, snapshots, params=(), stats=None):
     stats:     an optional dict, filled with `step_calls` (evaluations of `step` so far, forward
                and backward) and `max_stored` (the most snapshots held at once, <= snapshots).
 
-    Only first-order gradients are supported (no create_graph through the loop), and the backward
-    can run once.
+    The first backward follows the schedule. Under create_graph=True (a gradient to be
+    differentiated again), and for any later backward through the same loop, it falls back to
+    recomputing the loop with a full graph from the initial state: correct to any order, with the
+    memory of unrolled autograd for that backward (stats gets `double_backward_fallback`).
     """
     if not _is_int(snapshots) or snapshots < 1:
         raise ValueError(f"checkpoint_loop: snapshots must be an integer >= 1, got {snapshots!r}")
