@@ -11,10 +11,13 @@ from .lazytensor import LazyTensor, Vi, Vj, Pm  # noqa: F401
 from ._genred import GenredBase, grad_of, ranges_arg
 from ._solve import KernelSolveBase
 from .checkpoint import checkpoint_loop  # noqa: F401
+from .implicit import ConvergenceError, cg_solve, fixed_point  # noqa: F401
 from .odeint import odeint_reversible  # noqa: F401
+from .reversible import ReversibleCoupling  # noqa: F401
 
 __all__ = ["Genred", "KernelSolve", "LazyTensor", "Vi", "Vj", "Pm", "checkpoint_loop",
-           "odeint_reversible"]
+           "cg_solve", "fixed_point", "ConvergenceError", "odeint_reversible",
+           "ReversibleCoupling"]
 
 _DTYPES = (torch.float32, torch.float64)
 
