@@ -59,42 +59,8 @@ std::string cache_line() {
   return s;
 }
 
-// The CUDA driver API is loaded, never linked, so that this binary runs on machines without one.
-std::string gpu_line() {
-  using CuInit = int (*)(unsigned);
-  using CuCount = int (*)(int*);
-  using CuName = int (*)(char*, int, int);
-  using CuVersion = int (*)(int*);
-  const char* kNoBackend =
-      "; kernels are generated and compiled for CUDA (see NVRTC) but not launched yet, so tessel "
-      "runs on the CPU";
-  const bool dev = file_exists("/dev/nvidia0");
-  void* h = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!h) {
-    if (dev)
-      return std::string("/dev/nvidia0 exists but libcuda.so.1 cannot be loaded (") + ::dlerror() +
-             ")" + kNoBackend;
-    return std::string("no CUDA driver found (no /dev/nvidia0, libcuda.so.1 not loadable)") +
-           kNoBackend;
-  }
-  auto init = reinterpret_cast<CuInit>(::dlsym(h, "cuInit"));
-  auto count = reinterpret_cast<CuCount>(::dlsym(h, "cuDeviceGetCount"));
-  auto name = reinterpret_cast<CuName>(::dlsym(h, "cuDeviceGetName"));
-  auto version = reinterpret_cast<CuVersion>(::dlsym(h, "cuDriverGetVersion"));
-  std::string s = "CUDA driver found";
-  int n = 0, v = 0;
-  if (version && version(&v) == 0)
-    s += " (version " + std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10) + ")";
-  if (!init || !count || init(0) != 0 || count(&n) != 0) {
-    s += " but it reports no usable GPU";
-  } else {
-    s += ", " + std::to_string(n) + (n == 1 ? " GPU" : " GPUs");
-    char buf[256] = {0};
-    if (n > 0 && name && name(buf, sizeof buf - 1, 0) == 0) s += ": " + std::string(buf);
-  }
-  // The handle stays open: unloading the driver after cuInit is not supported by it.
-  return s + kNoBackend;
-}
+// The CUDA driver is loaded, never linked, so that this binary runs on machines without one.
+std::string gpu_line() { return cuda_status(); }
 
 // Compiles and runs one tiny kernel in a throw-away cache, and compares it with the interpreter:
 // this is the check that catches broken toolchains before a user's first real call does.

@@ -29,6 +29,9 @@ int64_t cache_clear();  // returns the number of entries removed
 // NVRTC compiles CUDA kernels at run time, with or without a GPU: "NVRTC 13.0 (libnvrtc.so)",
 // or why it is not usable.
 std::string nvrtc_status();
+// The CUDA driver and GPUs: "driver 12.4 (libcuda.so.1); GPU 0: NVIDIA H100 ..., sm_90, 81559 MiB",
+// or why CUDA is not usable (no driver library, cuInit failed, no GPU).
+std::string cuda_status();
 
 // Drop the in-memory kernel table (the disk cache stays): lets tests measure disk hits.
 void cache_forget_loaded();

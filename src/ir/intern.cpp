@@ -1,6 +1,7 @@
 // Hash-consing: structurally equal nodes are one object, and each carries a stable 128-bit hash.
 #include <bit>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
@@ -67,6 +68,17 @@ Hash128 hash_words(const std::vector<int64_t>& words) {
   return Hash128{h.a, h.b};
 }
 
+Hash128 hash_bytes(std::string_view bytes) {
+  Hasher h;
+  h.add(bytes.size());
+  for (size_t k = 0; k < bytes.size(); k += 8) {
+    uint64_t w = 0;
+    std::memcpy(&w, bytes.data() + k, std::min<size_t>(8, bytes.size() - k));
+    h.add(w);
+  }
+  return Hash128{h.a, h.b};
+}
+
 Formula intern(OpCode op, int dim, std::vector<NodePtr> args, std::vector<int64_t> ip,
                double value) {
   Hasher h;
@@ -94,9 +106,11 @@ Formula intern(OpCode op, int dim, std::vector<NodePtr> args, std::vector<int64_
       it = it->second.expired() ? t.map.erase(it) : std::next(it);
     t.sweep_at = std::max<size_t>(4096, 2 * t.map.size());
   }
-  bool varies = op == OpCode::Var && ip.size() > 1 && ip[1] != static_cast<int64_t>(Category::Param);
+  bool varies =
+      op == OpCode::Var && ip.size() > 1 && ip[1] != static_cast<int64_t>(Category::Param);
   for (const auto& a : args) varies |= a->varies;
-  auto node = std::make_shared<Node>(Node{op, dim, std::move(args), std::move(ip), value, key, varies});
+  auto node =
+      std::make_shared<Node>(Node{op, dim, std::move(args), std::move(ip), value, key, varies});
   t.map.emplace(key, node);
   return Formula(std::move(node));
 }

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "tessel/formula.hpp"
@@ -109,6 +110,7 @@ Formula intern(OpCode op, int dim, std::vector<NodePtr> args, std::vector<int64_
 
 // The same stable 128-bit mixing, for other structures (reductions, kernel keys).
 Hash128 hash_words(const std::vector<int64_t>& words);
+Hash128 hash_bytes(std::string_view bytes);  // the same mixing over a byte string (sources, keys)
 
 // Nodes of f in an order where every node follows its arguments; each node once.
 std::vector<NodePtr> topo_order(const NodePtr& root);

@@ -234,38 +234,40 @@ void remove_temps(const std::string& dir, const std::string& key) {
 }
 
 std::string dir_of(const std::string& path) { return path.substr(0, path.rfind('/')); }
-std::string manifest_of(const std::string& so_path) {
-  return so_path.substr(0, so_path.size() - 3) + ".manifest";
-}
-std::string lock_of(const std::string& so_path) {
-  return so_path.substr(0, so_path.size() - 3) + ".lock";
-}
+// The entry's path without its extension: <dir>/<key>.
+std::string stem_of(const std::string& path) { return path.substr(0, path.rfind('.')); }
+std::string manifest_of(const std::string& so_path) { return stem_of(so_path) + ".manifest"; }
+std::string lock_of(const std::string& so_path) { return stem_of(so_path) + ".lock"; }
 
 }  // namespace
 
-DiskCache& DiskCache::instance() {
+const CacheKind DiskCache::kCpu{"kernels", ".so", ".cpp"};
+const CacheKind DiskCache::kCuda{"cuda", ".ptx", ".cu"};
+
+DiskCache& DiskCache::instance(const CacheKind& kind) {
   // One object per root, never destroyed: references handed out stay valid for the process.
   static std::mutex mu;
   static std::map<std::string, std::unique_ptr<DiskCache>>* caches =
       new std::map<std::string, std::unique_ptr<DiskCache>>();
   std::string root = cache_dir();
   std::lock_guard<std::mutex> lock(mu);
-  std::unique_ptr<DiskCache>& slot = (*caches)[root];
-  if (!slot) slot = std::make_unique<DiskCache>(root);
+  std::unique_ptr<DiskCache>& slot = (*caches)[root + "\n" + kind.folder];
+  if (!slot) slot = std::make_unique<DiskCache>(root, kind);
   return *slot;
 }
 
-DiskCache::DiskCache(std::string root) : root_(std::move(root)) {
+DiskCache::DiskCache(std::string root, const CacheKind& kind)
+    : root_(std::move(root)), kind_(kind) {
   while (root_.size() > 1 && root_.back() == '/') root_.pop_back();
   if (root_.empty()) detail::fail("DiskCache", "root is empty (expected a folder path)", kDirHint);
 }
 
-std::string DiskCache::kernels_dir() const { return root_ + "/kernels"; }
+std::string DiskCache::kernels_dir() const { return root_ + "/" + kind_.folder; }
 
 CacheFiles DiskCache::files(const std::string& key) const {
   check_key("DiskCache::files", key);
   std::string stem = kernels_dir() + "/" + key.substr(0, 2) + "/" + key;
-  return CacheFiles{stem + ".so", stem + ".cpp"};
+  return CacheFiles{stem + kind_.binary_ext, stem + kind_.source_ext};
 }
 
 std::string DiskCache::get_or_build(
@@ -294,7 +296,7 @@ std::string DiskCache::get_or_build(
   static std::atomic<uint64_t> counter{0};
   // Same folder as the final name, so rename() is atomic; ends in .so for compilers that care.
   std::string tmp = dir + "/" + key + ".tmp-" + std::to_string(::getpid()) + "-" +
-                    std::to_string(++counter) + ".so";
+                    std::to_string(++counter) + kind_.binary_ext;
   try {
     build(f.source_path, tmp);
   } catch (...) {
@@ -329,7 +331,9 @@ std::vector<CacheEntry> DiskCache::list() const {
   for (const std::string& sub : dir_names(kernels_dir())) {
     std::string dir = kernels_dir() + "/" + sub;
     for (const std::string& name : dir_names(dir)) {
-      if (!ends_with(name, ".so") || !is_key(name.substr(0, name.size() - 3))) continue;
+      const std::string ext = kind_.binary_ext;
+      if (!ends_with(name, ext) || name.size() != 32 + ext.size() || !is_key(name.substr(0, 32)))
+        continue;
       struct stat st;
       std::string path = dir + "/" + name;
       if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
@@ -354,10 +358,10 @@ int64_t DiskCache::clear() {
       // Under the key's lock, so an entry is never removed in the middle of its build.
       KeyLock lock(kFn, dir, stem + ".lock");
       struct stat st;
-      if (::stat((stem + ".so").c_str(), &st) == 0) ++removed;
+      if (::stat((stem + kind_.binary_ext).c_str(), &st) == 0) ++removed;
       unlink_quietly(stem + ".manifest");
-      unlink_quietly(stem + ".so");
-      unlink_quietly(stem + ".cpp");
+      unlink_quietly(stem + kind_.binary_ext);
+      unlink_quietly(stem + kind_.source_ext);
       remove_temps(dir, key);
       unlink_quietly(stem + ".lock");
     }

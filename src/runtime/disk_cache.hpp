@@ -16,7 +16,15 @@ struct CacheFiles {
   std::string source_path;
 };
 
-// Layout: <root>/kernels/<key[0:2]>/<key>.so   the published shared library
+// What one cache holds: CPU kernels (shared libraries from C++) or CUDA kernels (PTX from CUDA
+// source); each kind has its own folder under the root and its own file extensions.
+struct CacheKind {
+  const char* folder;      // "kernels", "cuda"
+  const char* binary_ext;  // ".so", ".ptx"
+  const char* source_ext;  // ".cpp", ".cu"
+};
+
+// Layout: <root>/kernels/<key[0:2]>/<key>.so   the published shared library (.ptx for CUDA)
 //                                   <key>.manifest  size + FNV-1a 64 checksum of the .so
 //                                   <key>.cpp   the generated source (kept for debugging)
 //                                   <key>.lock  flock()ed while the key is built or removed
@@ -26,8 +34,9 @@ class DiskCache {
  public:
   // The cache rooted at cache_dir(); one object per distinct root, so a test that changes
   // TESSEL_CACHE_DIR gets a cache at the new place.
-  static DiskCache& instance();
-  explicit DiskCache(std::string root);
+  static const CacheKind kCpu, kCuda;
+  static DiskCache& instance(const CacheKind& kind = kCpu);
+  explicit DiskCache(std::string root, const CacheKind& kind = kCpu);
 
   const std::string& root() const { return root_; }
   // Paths for `key` (32 lowercase hex chars); creates nothing.
@@ -47,6 +56,7 @@ class DiskCache {
  private:
   std::string kernels_dir() const;
   std::string root_;
+  CacheKind kind_;
 };
 
 }  // namespace tessel

@@ -113,9 +113,16 @@ std::string cache_dir() {
   return "/tmp/tessel-cache-" + std::to_string(::getuid());
 }
 
-std::vector<CacheEntry> cache_list() { return DiskCache::instance().list(); }
+std::vector<CacheEntry> cache_list() {
+  std::vector<CacheEntry> all = DiskCache::instance(DiskCache::kCpu).list();
+  for (CacheEntry& e : DiskCache::instance(DiskCache::kCuda).list()) all.push_back(std::move(e));
+  return all;
+}
 
-int64_t cache_clear() { return DiskCache::instance().clear(); }
+int64_t cache_clear() {
+  return DiskCache::instance(DiskCache::kCpu).clear() +
+         DiskCache::instance(DiskCache::kCuda).clear();
+}
 
 int num_threads() {
   if (const char* v = env("TESSEL_NUM_THREADS")) {

@@ -8,6 +8,7 @@
 
 #include "backend/cpu/problem.hpp"
 #include "backend/cpu/thread_pool.hpp"
+#include "backend/cuda/ptx_cache.hpp"
 #include "codegen/cpu_codegen.hpp"
 #include "runtime/compiler.hpp"
 #include "runtime/disk_cache.hpp"
@@ -33,10 +34,14 @@ struct Target {
 Target target_for(bool f64) {
   const std::string level = simd_level();
   Target t;
-  if (level == "avx512") t = {64, {"-march=native"}};
-  else if (level == "avx2") t = {32, {"-march=x86-64-v3"}};
-  else if (level == "sse2") t = {16, {"-march=x86-64"}};
-  else t = {f64 ? 8 : 4, {}};
+  if (level == "avx512")
+    t = {64, {"-march=native"}};
+  else if (level == "avx2")
+    t = {32, {"-march=x86-64-v3"}};
+  else if (level == "sse2")
+    t = {16, {"-march=x86-64"}};
+  else
+    t = {f64 ? 8 : 4, {}};
   // -O2 keeps compile time low; the code is explicit SIMD, so -O3's vectoriser has nothing to add.
   for (const char* f : {"-O2", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno",
                         "-ffp-contract=fast", "-fno-semantic-interposition", "-w"})
@@ -59,16 +64,10 @@ std::string spec_key(const ReductionImpl& r, const CpuKernelSpec& s) {
 }
 
 std::string source_key(const std::string& source, const std::vector<std::string>& flags) {
-  std::vector<int64_t> words;
   std::string all = source + "\n";
   for (const auto& f : flags) all += f + " ";
   all += compiler_identity();
-  for (size_t k = 0; k < all.size(); k += 8) {
-    uint64_t w = 0;
-    std::memcpy(&w, all.data() + k, std::min<size_t>(8, all.size() - k));
-    words.push_back(static_cast<int64_t>(w));
-  }
-  return hash_words(words).hex();
+  return hash_bytes(all).hex();
 }
 
 std::shared_ptr<Loaded> load(const Problem& p, const CpuKernelSpec& spec, const Target& tgt) {
@@ -181,15 +180,20 @@ bool run_compiled(const Problem& p, std::span<const ArrayView> outs) {
   const auto k = load(p, spec, tgt);
   if (!k) return false;
   if (p.n_outer == 0) return true;
-  if (spec.f64) launch<double>(p, *k, outs);
-  else launch<float>(p, *k, outs);
+  if (spec.f64)
+    launch<double>(p, *k, outs);
+  else
+    launch<float>(p, *k, outs);
   return true;
 }
 
 void cache_forget_loaded() {
-  Table& t = table();
-  std::lock_guard lk(t.mu);
-  t.by_spec.clear();
+  {
+    Table& t = table();
+    std::lock_guard lk(t.mu);
+    t.by_spec.clear();
+  }
+  cuda_ptx_forget_loaded();
 }
 
 }  // namespace tessel

@@ -55,15 +55,14 @@ Loaded load() {
     }
     Api& a = l.api;
     a.lib = lib;
-    const bool ok = bind(lib, "nvrtcGetErrorString", a.get_error_string) &&
-                    bind(lib, "nvrtcVersion", a.version) &&
-                    bind(lib, "nvrtcCreateProgram", a.create_program) &&
-                    bind(lib, "nvrtcDestroyProgram", a.destroy_program) &&
-                    bind(lib, "nvrtcCompileProgram", a.compile_program) &&
-                    bind(lib, "nvrtcGetPTXSize", a.get_ptx_size) &&
-                    bind(lib, "nvrtcGetPTX", a.get_ptx) &&
-                    bind(lib, "nvrtcGetProgramLogSize", a.get_log_size) &&
-                    bind(lib, "nvrtcGetProgramLog", a.get_log);
+    const bool ok =
+        bind(lib, "nvrtcGetErrorString", a.get_error_string) &&
+        bind(lib, "nvrtcVersion", a.version) && bind(lib, "nvrtcCreateProgram", a.create_program) &&
+        bind(lib, "nvrtcDestroyProgram", a.destroy_program) &&
+        bind(lib, "nvrtcCompileProgram", a.compile_program) &&
+        bind(lib, "nvrtcGetPTXSize", a.get_ptx_size) && bind(lib, "nvrtcGetPTX", a.get_ptx) &&
+        bind(lib, "nvrtcGetProgramLogSize", a.get_log_size) &&
+        bind(lib, "nvrtcGetProgramLog", a.get_log);
     l.info.path = c;
     if (!ok) {
       l.info.problem = c + " lacks NVRTC entry points (not an NVRTC library?)";

@@ -1,0 +1,334 @@
+// CUDA driver API through dlopen: the library is optional, so its absence is a message, not a link
+// error.
+#include "backend/cuda/driver.hpp"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "tessel/error.hpp"
+
+namespace tessel {
+
+namespace {
+
+// The driver's C ABI: CUresult is an int, CUdevice an int, handles are pointers.
+struct Memcpy2D {  // CUDA_MEMCPY2D
+  size_t src_x_bytes, src_y;
+  unsigned src_type;
+  const void* src_host;
+  CuDevicePtr src_device;
+  void* src_array;
+  size_t src_pitch;
+  size_t dst_x_bytes, dst_y;
+  unsigned dst_type;
+  void* dst_host;
+  CuDevicePtr dst_device;
+  void* dst_array;
+  size_t dst_pitch;
+  size_t width_bytes, height;
+};
+constexpr unsigned kMemHost = 1, kMemDevice = 2;
+constexpr int kAttrSmCount = 16, kAttrCcMajor = 75, kAttrCcMinor = 76, kAttrSharedOptin = 97;
+constexpr int kFuncMaxDynamicShared = 8;
+constexpr int kPointerMemoryType = 2, kPointerDeviceOrdinal = 9;
+
+struct Api {
+  int (*init)(unsigned) = nullptr;
+  int (*driver_version)(int*) = nullptr;
+  int (*device_count)(int*) = nullptr;
+  int (*device_get)(int*, int) = nullptr;
+  int (*device_name)(char*, int, int) = nullptr;
+  int (*device_attribute)(int*, int, int) = nullptr;
+  int (*device_total_mem)(size_t*, int) = nullptr;
+  int (*primary_ctx_retain)(void**, int) = nullptr;
+  int (*ctx_set_current)(void*) = nullptr;
+  int (*module_load)(void**, const void*, unsigned, int*, void**) = nullptr;
+  int (*module_function)(void**, void*, const char*) = nullptr;
+  int (*func_set_attribute)(void*, int, int) = nullptr;
+  int (*launch)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
+                void**, void**) = nullptr;
+  int (*mem_alloc)(CuDevicePtr*, size_t) = nullptr;
+  int (*mem_free)(CuDevicePtr) = nullptr;
+  int (*memcpy_2d)(const Memcpy2D*, void*) = nullptr;
+  int (*memset_d8)(CuDevicePtr, unsigned char, size_t, void*) = nullptr;
+  int (*stream_sync)(void*) = nullptr;
+  int (*error_name)(int, const char**) = nullptr;
+  int (*error_string)(int, const char**) = nullptr;
+  int (*pointer_attribute)(void*, int, CuDevicePtr) = nullptr;
+};
+
+struct Loaded {
+  Api api;
+  CudaInfo info;
+  std::vector<void*> contexts;  // primary context per device, retained on first use
+};
+
+template <class F>
+bool bind(void* lib, const char* name, F& fn) {
+  fn = reinterpret_cast<F>(dlsym(lib, name));
+  return fn != nullptr;
+}
+
+std::string describe(const Api& a, int rc) {
+  const char* name = nullptr;
+  const char* text = nullptr;
+  if (a.error_name) a.error_name(rc, &name);
+  if (a.error_string) a.error_string(rc, &text);
+  return std::string(name ? name : "CUDA error " + std::to_string(rc)) +
+         (text ? std::string(" (") + text + ")" : std::string());
+}
+
+bool bind_all(void* lib, Api& a) {
+  return bind(lib, "cuInit", a.init) && bind(lib, "cuDriverGetVersion", a.driver_version) &&
+         bind(lib, "cuDeviceGetCount", a.device_count) && bind(lib, "cuDeviceGet", a.device_get) &&
+         bind(lib, "cuDeviceGetName", a.device_name) &&
+         bind(lib, "cuDeviceGetAttribute", a.device_attribute) &&
+         bind(lib, "cuDeviceTotalMem_v2", a.device_total_mem) &&
+         bind(lib, "cuDevicePrimaryCtxRetain", a.primary_ctx_retain) &&
+         bind(lib, "cuCtxSetCurrent", a.ctx_set_current) &&
+         bind(lib, "cuModuleLoadDataEx", a.module_load) &&
+         bind(lib, "cuModuleGetFunction", a.module_function) &&
+         bind(lib, "cuFuncSetAttribute", a.func_set_attribute) &&
+         bind(lib, "cuLaunchKernel", a.launch) && bind(lib, "cuMemAlloc_v2", a.mem_alloc) &&
+         bind(lib, "cuMemFree_v2", a.mem_free) && bind(lib, "cuMemcpy2DAsync_v2", a.memcpy_2d) &&
+         bind(lib, "cuMemsetD8Async", a.memset_d8) &&
+         bind(lib, "cuStreamSynchronize", a.stream_sync) &&
+         bind(lib, "cuGetErrorName", a.error_name) &&
+         bind(lib, "cuGetErrorString", a.error_string) &&
+         bind(lib, "cuPointerGetAttribute", a.pointer_attribute);
+}
+
+Loaded* load() {
+  auto* l = new Loaded();  // never freed: handles stay valid until exit
+  std::vector<std::string> candidates;
+  if (const char* env = std::getenv("TESSEL_LIBCUDA"); env && *env) candidates.push_back(env);
+  candidates.insert(candidates.end(), {"libcuda.so.1", "libcuda.so"});
+  void* lib = nullptr;
+  std::string tried;
+  for (const std::string& c : candidates) {
+    if ((lib = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL))) {
+      l->info.path = c;
+      break;
+    }
+    tried += (tried.empty() ? "" : ", ") + c;
+  }
+  if (!lib) {
+    l->info.problem = "no CUDA driver (libcuda) found (tried " + tried +
+                      "); on a machine with an NVIDIA GPU install its driver, or set "
+                      "TESSEL_LIBCUDA to libcuda.so";
+    return l;
+  }
+  Api& a = l->api;
+  if (!bind_all(lib, a)) {
+    l->info.problem = l->info.path + " lacks driver API entry points (driver too old?)";
+    return l;
+  }
+  if (int rc = a.init(0); rc != 0) {
+    l->info.problem = "cuInit failed: " + describe(a, rc) +
+                      " (no usable GPU, or the driver does not match the kernel module)";
+    return l;
+  }
+  a.driver_version(&l->info.driver_version);
+  int count = 0;
+  a.device_count(&count);
+  for (int k = 0; k < count; ++k) {
+    CudaDevice d;
+    int dev = 0;
+    a.device_get(&dev, k);
+    char name[256] = {0};
+    a.device_name(name, sizeof name, dev);
+    d.index = k;
+    d.name = name;
+    a.device_attribute(&d.cc_major, kAttrCcMajor, dev);
+    a.device_attribute(&d.cc_minor, kAttrCcMinor, dev);
+    a.device_attribute(&d.sm_count, kAttrSmCount, dev);
+    a.device_attribute(&d.max_shared_per_block, kAttrSharedOptin, dev);
+    size_t mem = 0;
+    a.device_total_mem(&mem, dev);
+    d.memory = static_cast<int64_t>(mem);
+    l->info.devices.push_back(d);
+  }
+  l->contexts.assign(static_cast<size_t>(count), nullptr);
+  if (count == 0) {
+    l->info.problem = "the CUDA driver reports no GPU";
+    return l;
+  }
+  l->info.usable = true;
+  return l;
+}
+
+std::mutex& mutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+Loaded& loaded() {
+  static Loaded* l = load();
+  return *l;
+}
+
+const Api& api(const char* who) {
+  Loaded& l = loaded();
+  if (!l.info.usable) detail::fail(who, "CUDA is not usable: ", l.info.problem);
+  return l.api;
+}
+
+void check(int rc, const char* call) {
+  if (rc != 0) detail::fail("cuda", call, " failed: ", describe(loaded().api, rc));
+}
+
+}  // namespace
+
+std::string CudaDevice::arch() const {
+  return "compute_" + std::to_string(cc_major) + std::to_string(cc_minor);
+}
+
+const CudaInfo& cuda_info() { return loaded().info; }
+
+std::string cuda_status() {
+  const CudaInfo& i = cuda_info();
+  if (!i.usable) return i.problem;
+  std::string s = "driver " + std::to_string(i.driver_version / 1000) + "." +
+                  std::to_string(i.driver_version % 1000 / 10) + " (" + i.path + ")";
+  for (const CudaDevice& d : i.devices)
+    s += "; GPU " + std::to_string(d.index) + ": " + d.name + ", sm_" + std::to_string(d.cc_major) +
+         std::to_string(d.cc_minor) + ", " + std::to_string(d.memory >> 20) + " MiB";
+  return s;
+}
+
+const CudaDevice& cuda_device(int device, const char* who) {
+  const CudaInfo& i = cuda_info();
+  if (!i.usable) detail::fail(who, "CUDA is not usable: ", i.problem);
+  if (device < 0 || device >= static_cast<int>(i.devices.size()))
+    detail::fail(who, "CUDA device ", device, " does not exist (this machine has ",
+                 i.devices.size(), " GPU", i.devices.size() == 1 ? "" : "s", ")");
+  return i.devices[static_cast<size_t>(device)];
+}
+
+void cuda_set_device(int device) {
+  cuda_device(device, "cuda_set_device");
+  Loaded& l = loaded();
+  void* ctx = nullptr;
+  {
+    std::lock_guard lk(mutex());
+    void*& slot = l.contexts[static_cast<size_t>(device)];
+    if (!slot) {
+      int dev = 0;
+      check(l.api.device_get(&dev, device), "cuDeviceGet");
+      check(l.api.primary_ctx_retain(&slot, dev), "cuDevicePrimaryCtxRetain");
+    }
+    ctx = slot;
+  }
+  check(l.api.ctx_set_current(ctx), "cuCtxSetCurrent");
+}
+
+CuFunction cuda_function(int device, const std::string& ptx, const std::string& name) {
+  const Api& a = api("cuda_function");
+  static std::map<std::pair<int, std::string>, void*> functions;  // (device, ptx+name) -> fn
+  const auto key = std::make_pair(device, name + '\n' + ptx);
+  {
+    std::lock_guard lk(mutex());
+    if (auto it = functions.find(key); it != functions.end()) return it->second;
+  }
+  cuda_set_device(device);
+  void* module = nullptr;
+  // The JIT's error log says why a module does not load (e.g. PTX newer than the driver).
+  char log[4096] = {0};
+  int opts[2] = {5 /* CU_JIT_ERROR_LOG_BUFFER */, 6 /* CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES */};
+  void* vals[2] = {log, reinterpret_cast<void*>(static_cast<uintptr_t>(sizeof log))};
+  if (int rc = a.module_load(&module, ptx.c_str(), 2, opts, vals); rc != 0)
+    detail::fail("cuda", "cuModuleLoadDataEx failed: ", describe(a, rc),
+                 log[0] ? std::string("\n") + log : std::string(),
+                 "\n(the PTX comes from NVRTC; a driver older than NVRTC cannot load it)");
+  void* fn = nullptr;
+  check(a.module_function(&fn, module, name.c_str()), "cuModuleGetFunction");
+  const int max_shared = cuda_device(device, "cuda_function").max_shared_per_block;
+  if (max_shared > 48 * 1024)
+    check(a.func_set_attribute(fn, kFuncMaxDynamicShared, max_shared), "cuFuncSetAttribute");
+  std::lock_guard lk(mutex());
+  return functions.emplace(key, fn).first->second;
+}
+
+void cuda_launch(CuFunction f, unsigned grid_x, unsigned grid_y, unsigned block_x,
+                 unsigned shared_bytes, CuStream stream, void** args) {
+  const Api& a = api("cuda_launch");
+  check(a.launch(f, grid_x, grid_y, 1, block_x, 1, 1, shared_bytes, stream, args, nullptr),
+        "cuLaunchKernel");
+}
+
+CudaBuffer::CudaBuffer(int device, size_t bytes) : device_(device), bytes_(bytes) {
+  const Api& a = api("CudaBuffer");
+  cuda_set_device(device);
+  if (bytes == 0) return;
+  if (int rc = a.mem_alloc(&ptr_, bytes); rc != 0)
+    detail::fail("cuda", "cuMemAlloc of ", bytes >> 20, " MiB on GPU ", device,
+                 " failed: ", describe(a, rc));
+}
+
+CudaBuffer::~CudaBuffer() {
+  if (ptr_) {
+    cuda_set_device(device_);
+    loaded().api.mem_free(ptr_);  // a failure here cannot be reported from a destructor
+  }
+}
+
+CudaBuffer::CudaBuffer(CudaBuffer&& o) noexcept
+    : device_(o.device_), ptr_(o.ptr_), bytes_(o.bytes_) {
+  o.ptr_ = 0;
+  o.bytes_ = 0;
+}
+
+CudaBuffer& CudaBuffer::operator=(CudaBuffer&& o) noexcept {
+  std::swap(device_, o.device_);
+  std::swap(ptr_, o.ptr_);
+  std::swap(bytes_, o.bytes_);
+  return *this;
+}
+
+int cuda_pointer_device(const void* p) {
+  const Api& a = api("cuda_pointer_device");
+  unsigned type = 0;
+  const auto ptr = reinterpret_cast<CuDevicePtr>(p);
+  // Pageable host memory is unknown to the driver: that error means "host".
+  if (a.pointer_attribute(&type, kPointerMemoryType, ptr) != 0 || type != kMemDevice) return -1;
+  int ordinal = -1;
+  check(a.pointer_attribute(&ordinal, kPointerDeviceOrdinal, ptr), "cuPointerGetAttribute");
+  return ordinal;
+}
+
+void cuda_copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+                  size_t rows, CuStream stream) {
+  const Api& a = api("cuda_copy_2d");
+  if (rows == 0 || row_bytes == 0) return;
+  Memcpy2D c{};
+  const bool src_dev = cuda_pointer_device(src) >= 0, dst_dev = cuda_pointer_device(dst) >= 0;
+  c.src_type = src_dev ? kMemDevice : kMemHost;
+  if (src_dev)
+    c.src_device = reinterpret_cast<CuDevicePtr>(src);
+  else
+    c.src_host = src;
+  c.dst_type = dst_dev ? kMemDevice : kMemHost;
+  if (dst_dev)
+    c.dst_device = reinterpret_cast<CuDevicePtr>(dst);
+  else
+    c.dst_host = dst;
+  c.src_pitch = src_pitch;
+  c.dst_pitch = dst_pitch;
+  c.width_bytes = row_bytes;
+  c.height = rows;
+  check(a.memcpy_2d(&c, stream), "cuMemcpy2DAsync");
+}
+
+void cuda_memset(CuDevicePtr dst, size_t bytes, CuStream stream) {
+  if (bytes) check(api("cuda_memset").memset_d8(dst, 0, bytes, stream), "cuMemsetD8Async");
+}
+
+void cuda_synchronize(CuStream stream) {
+  check(api("cuda_synchronize").stream_sync(stream), "cuStreamSynchronize");
+}
+
+}  // namespace tessel
