@@ -26,7 +26,7 @@ step(${CMAKE_COMMAND} -S "${EXAMPLES_DIR}" -B "${example_build}" -G "${GENERATOR
      "-DCMAKE_PREFIX_PATH=${prefix}" "-DCMAKE_CXX_COMPILER=${CXX}" "-DCMAKE_BUILD_TYPE=${CONFIG}")
 step(${CMAKE_COMMAND} --build "${example_build}" --config "${CONFIG}")
 
-foreach(example gauss_builder gauss_text)
+foreach(example gauss_builder gauss_text kernel_ridge)
   set(exe "${example_build}/${example}")
   if(NOT EXISTS "${exe}")
     set(exe "${example_build}/${CONFIG}/${example}")  # multi-config generators
