@@ -1,0 +1,108 @@
+// Test-only CUDA emulator: runs CUDA kernel source on the CPU, one std::thread per CUDA thread.
+//
+// Machines without a GPU can only check that generated CUDA compiles (NVRTC); this checks what it
+// computes. The CUDA source gets a host "shim" prepended (the CUDA built-ins as plain C++), is
+// compiled by the system compiler into a shared library and run block after block, every thread
+// of a block a real thread, so that __syncthreads is a real barrier. The emulator is strict where
+// CUDA leaves behaviour undefined: threads reaching different barriers, exiting while others wait
+// at one, warp intrinsics with disagreeing masks, a barrier that never completes (a timeout) all
+// fail the launch with a message instead of deadlocking or passing by luck. Shared memory starts
+// out as NaN bytes, and GuardedBuffer puts inaccessible pages around global arrays, so reads of
+// unwritten shared memory and out-of-bounds accesses show up too.
+//
+// Supported: __global__/__device__/__forceinline__/__restrict__, threadIdx/blockIdx/blockDim/
+// gridDim (x, y, z), dynamic `extern __shared__ T s[];` and static __shared__ variables inside
+// functions, __syncthreads (and _count/_and/_or), __syncwarp, __shfl{,_up,_down,_xor}_sync,
+// __ballot_sync/__any_sync/__all_sync, atomics on int/unsigned/64-bit/float/double, the float
+// and double math functions, __int_as_float and friends, printf, assert and __trap.
+// Not emulated: textures, cooperative groups, the vector types (float2, ...), __activemask,
+// cluster/async-copy features, timing. Blocks run one after another, so inter-block races are
+// not exercised.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <stdexcept>
+#include <string>
+
+namespace tessel::emu {
+
+// A kernel misbehaved in a way CUDA would leave undefined (or hang on): see the message.
+class EmulationError : public std::runtime_error {
+ public:
+  explicit EmulationError(const std::string& what) : std::runtime_error(what) {}
+};
+
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+
+struct LaunchConfig {
+  Dim3 grid, block;
+  size_t dynamic_smem = 0;  // bytes of `extern __shared__` memory per block
+  // What a kernel may use without cudaFuncSetAttribute(MaxDynamicSharedMemorySize).
+  size_t smem_limit = 48 * 1024;
+  // A barrier or warp intrinsic waiting longer than this fails the launch as a deadlock.
+  std::chrono::milliseconds stall_timeout{20000};
+};
+
+// Why kernels cannot be emulated on this machine (no usable C++ compiler); empty when they can.
+std::string unavailable_reason();
+
+// One CUDA source compiled for the emulator (cached on disk like the CPU kernels).
+class Module {
+ public:
+  // Throws tessel::Error with the compiler's log when the source does not compile.
+  explicit Module(const std::string& cuda_source);
+  ~Module();
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // The address of an `extern "C"` kernel, to be called from launch()'s body.
+  template <class Fn>
+  Fn* kernel(const char* name) const {
+    return reinterpret_cast<Fn*>(symbol(name));
+  }
+
+  // Runs `body` once on every thread of the grid; body calls the kernel with its arguments.
+  // Throws EmulationError when the kernel deadlocks, diverges around a barrier or traps.
+  void launch(const LaunchConfig& cfg, const std::function<void()>& body) const;
+
+  // The C++ that was compiled, and where the cache keeps it (for failure messages).
+  const std::string& host_source() const { return source_; }
+  const std::string& source_path() const { return source_path_; }
+
+ private:
+  void* symbol(const char* name) const;
+  void* handle_ = nullptr;
+  void (*bind_)(const void*) = nullptr;
+  std::string source_, source_path_;
+};
+
+// Host memory standing in for a device array: inaccessible pages lie right after its end and
+// before its start, so a kernel that reads or writes out of bounds stops with a message naming
+// the buffer (SIGSEGV) instead of silently using a neighbour's data. `align` is the element
+// size: the end abuts the guard page up to that rounding.
+class GuardedBuffer {
+ public:
+  GuardedBuffer(size_t bytes, size_t align, std::string name);
+  ~GuardedBuffer();
+  GuardedBuffer(const GuardedBuffer&) = delete;
+  GuardedBuffer& operator=(const GuardedBuffer&) = delete;
+
+  void* data() const { return data_; }
+  size_t size() const { return bytes_; }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  void* base_ = nullptr;
+  void* data_ = nullptr;
+  size_t bytes_ = 0, mapped_ = 0;
+  int slot_ = -1;
+};
+
+}  // namespace tessel::emu
