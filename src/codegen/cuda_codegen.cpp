@@ -6,7 +6,10 @@
 // path is tested on machines without one. Launching it is the CUDA backend's job.
 #include "codegen/cuda_codegen.hpp"
 
+#include <algorithm>
+
 #include "codegen/emitter.hpp"
+#include "tessel/error.hpp"
 
 namespace tessel {
 
@@ -182,6 +185,25 @@ std::string generate_cuda_kernel(const ReductionImpl& r, bool f64, KernelLayout&
   }
   s += "}\n";
   return s;
+}
+
+CudaKernelPlan plan_cuda_kernel(const ReductionImpl& r, bool f64, int64_t n_outer,
+                                int64_t n_inner, const CudaDeviceCaps& caps) {
+  (void)n_outer;
+  (void)n_inner;
+  CudaKernelPlan plan;
+  plan.source = generate_cuda_kernel(r, f64, plan.layout);
+  if (plan.source.empty()) return plan;
+  // One tile of inner rows per block in shared memory: shrink the block until it fits.
+  const size_t row_bytes = static_cast<size_t>(std::max(1, plan.layout.inner_dim)) * (f64 ? 8 : 4);
+  plan.block = 128;
+  while (plan.block > 32 && plan.block * row_bytes > caps.max_shared_per_block) plan.block /= 2;
+  if (plan.block * row_bytes > caps.max_shared_per_block)
+    detail::fail("evaluate", "the inner variables have ", plan.layout.inner_dim,
+                 " components per row: a tile of 32 rows needs ", 32 * row_bytes,
+                 " bytes of shared memory, more than the GPU's ", caps.max_shared_per_block);
+  plan.shared_bytes = plan.block * row_bytes;
+  return plan;
 }
 
 }  // namespace tessel
