@@ -1,4 +1,5 @@
-// Reductions a_i = Red_j F(x_i, y_j) (or over i), their gradients (which are reductions) and evaluation.
+// Reductions a_i = Red_j F(x_i, y_j) (or over i), their gradients (which are reductions) and
+// evaluation.
 #pragma once
 
 #include <cstdint>
@@ -45,14 +46,20 @@ struct BlockRanges {
   std::vector<int64_t> ranges_i, slices_i, redranges_j;
   std::vector<int64_t> ranges_j, slices_j, redranges_i;
 };
-enum class Backend : uint8_t { Auto, Compiled, Interpreter };
+// Auto: the GPU when an input or output is a CUDA array, else compiled CPU code (the interpreter
+// when no compiler works). Cuda: on the GPU even for host arrays (copied in and out).
+enum class Backend : uint8_t { Auto, Compiled, Interpreter, Cuda };
 
 struct Options {
   Backend backend = Backend::Auto;
   SumScheme sum_scheme = SumScheme::Block;
-  bool accumulate_f64 = false;  // float32 inputs, float64 accumulators
-  int threads = 0;              // 0: TESSEL_NUM_THREADS, else all cores
+  bool accumulate_f64 = false;                // float32 inputs, float64 accumulators
+  int threads = 0;                            // 0: TESSEL_NUM_THREADS, else all cores
   std::shared_ptr<const BlockRanges> ranges;  // block-sparse reduction; null: dense
+  // CUDA: the stream to run on (a CUstream / cudaStream_t; null: the default stream) and, for
+  // Backend::Cuda with host arrays only, the GPU. The call returns when the results are written.
+  void* stream = nullptr;
+  int device = 0;
 };
 
 struct ReductionImpl;  // defined in the library
@@ -63,7 +70,7 @@ struct VarSlot {
   int index = 0;
   Category cat = Category::I;
   int dim = 1;
-  DType kind = DType::Float32;      // Int64 for gathered indices
+  DType kind = DType::Float32;  // Int64 for gathered indices
   bool computed = false;
 };
 
@@ -97,9 +104,9 @@ class Reduction {
   std::shared_ptr<const ReductionImpl> impl_;
 };
 
-// Reverse mode: the vector-Jacobian product with respect to variable `var_index`, as a new reduction
-// whose inputs are those of `r` followed by one new variable holding the cotangent of output 0
-// (shape: that output's shape). Its output has the shape of the variable.
+// Reverse mode: the vector-Jacobian product with respect to variable `var_index`, as a new
+// reduction whose inputs are those of `r` followed by one new variable holding the cotangent of
+// output 0 (shape: that output's shape). Its output has the shape of the variable.
 Reduction grad(const Reduction& r, int var_index);
 // Forward mode: the derivative along a tangent for `var_index`, appended as a new input variable
 // of the same category and dim as that variable. The output has the shape of output 0.

@@ -22,8 +22,9 @@ using namespace tessel;
 namespace {
 
 // Inputs are read-only (broadcast views and read-only NumPy arrays are fine); outputs are written.
-using InArray = nb::ndarray<nb::ro, nb::device::cpu>;
-using OutArray = nb::ndarray<nb::device::cpu>;
+// Any device: CUDA arrays (PyTorch CUDA tensors) run on their GPU.
+using InArray = nb::ndarray<nb::ro>;
+using OutArray = nb::ndarray<>;
 
 template <class A>
 DType dtype_of(const A& a, const char* what, size_t k) {
@@ -45,14 +46,24 @@ ArrayView view_of(const A& a, const char* what, size_t k) {
     v.shape.push_back(static_cast<int64_t>(a.shape(d)));
     v.strides.push_back(static_cast<int64_t>(a.stride(d)));
   }
+  if (a.device_type() == nb::device::cuda::value) {
+    v.device = Device{DeviceKind::CUDA, a.device_id()};
+  } else if (a.device_type() != nb::device::cpu::value) {
+    throw nb::type_error(("tessel: " + std::string(what) + " " + std::to_string(k) +
+                          " lives on an unsupported device (DLPack device type " +
+                          std::to_string(a.device_type()) + "); expected CPU or CUDA memory")
+                             .c_str());
+  }
   return v;
 }
 
 using RangesArg = std::optional<std::vector<std::vector<int64_t>>>;
 
 Options options(const std::string& backend, const std::string& sum_scheme, bool acc_f64,
-                int threads, const RangesArg& ranges) {
+                int threads, const RangesArg& ranges, uintptr_t stream = 0, int device = 0) {
   Options o;
+  o.stream = reinterpret_cast<void*>(stream);
+  o.device = device;
   if (ranges) {
     if (ranges->size() != 6)
       throw nb::value_error(("tessel: ranges must hold 6 arrays (ranges_i, slices_i, redranges_j, "
@@ -74,10 +85,12 @@ Options options(const std::string& backend, const std::string& sum_scheme, bool 
     o.backend = Backend::Compiled;
   else if (backend == "interpreter")
     o.backend = Backend::Interpreter;
+  else if (backend == "cuda" || backend == "GPU" || backend == "gpu")
+    o.backend = Backend::Cuda;
   else
-    throw nb::value_error(
-        ("tessel: backend '" + backend + "' is not one of 'auto', 'compiled', 'interpreter'")
-            .c_str());
+    throw nb::value_error(("tessel: backend '" + backend +
+                           "' is not one of 'auto', 'compiled', 'interpreter', 'cuda'")
+                              .c_str());
   if (sum_scheme == "block" || sum_scheme == "auto" || sum_scheme == "block_sum")
     o.sum_scheme = SumScheme::Block;
   else if (sum_scheme == "kahan" || sum_scheme == "kahan_scheme")
@@ -186,9 +199,9 @@ NB_MODULE(_core, m) {
       "evaluate",
       [](const Reduction& r, const std::vector<InArray>& inputs, const std::string& backend,
          const std::string& sum_scheme, bool acc_f64, int threads, int64_t ni, int64_t nj,
-         const RangesArg& ranges) {
+         const RangesArg& ranges, uintptr_t stream, int device) {
         const std::vector<ArrayView> in = views(inputs, "input");
-        const Options o = options(backend, sum_scheme, acc_f64, threads, ranges);
+        const Options o = options(backend, sum_scheme, acc_f64, threads, ranges, stream, device);
         std::vector<Array> out;
         {
           nb::gil_scoped_release release;
@@ -200,7 +213,8 @@ NB_MODULE(_core, m) {
       },
       nb::arg("reduction"), nb::arg("inputs"), nb::arg("backend") = "auto",
       nb::arg("sum_scheme") = "block", nb::arg("accumulate_f64") = false, nb::arg("threads") = 0,
-      nb::arg("ni") = -1, nb::arg("nj") = -1, nb::arg("ranges") = nb::none(),
+      nb::arg("ni") = -1, nb::arg("nj") = -1, nb::arg("ranges") = nb::none(), nb::arg("stream") = 0,
+      nb::arg("device") = 0,
       "Evaluate; returns freshly allocated NumPy arrays. `ranges`: KeOps block-sparse ranges.");
 
   m.def(
@@ -208,18 +222,20 @@ NB_MODULE(_core, m) {
       [](const Reduction& r, const std::vector<InArray>& inputs,
          const std::vector<OutArray>& outputs, const std::string& backend,
          const std::string& sum_scheme, bool acc_f64, int threads, int64_t ni, int64_t nj,
-         const RangesArg& ranges) {
+         const RangesArg& ranges, uintptr_t stream, int device) {
         const std::vector<ArrayView> in = views(inputs, "input");
         const std::vector<ArrayView> out = views(outputs, "output");
-        const Options o = options(backend, sum_scheme, acc_f64, threads, ranges);
+        const Options o = options(backend, sum_scheme, acc_f64, threads, ranges, stream, device);
         nb::gil_scoped_release release;
         evaluate(r, std::span<const ArrayView>(in), std::span<const ArrayView>(out), o,
                  Sizes{ni, nj});
       },
       nb::arg("reduction"), nb::arg("inputs"), nb::arg("outputs"), nb::arg("backend") = "auto",
       nb::arg("sum_scheme") = "block", nb::arg("accumulate_f64") = false, nb::arg("threads") = 0,
-      nb::arg("ni") = -1, nb::arg("nj") = -1, nb::arg("ranges") = nb::none(),
-      "Evaluate into caller-allocated outputs (any DLPack arrays, e.g. torch tensors).");
+      nb::arg("ni") = -1, nb::arg("nj") = -1, nb::arg("ranges") = nb::none(), nb::arg("stream") = 0,
+      nb::arg("device") = 0,
+      "Evaluate into caller-allocated outputs (any DLPack arrays, e.g. torch tensors, CPU or "
+      "CUDA); `stream`: the CUDA stream (an integer handle) to run on.");
 
   // Kernel CG solves and their gradient, driven by tessel's KernelSolve and LazyTensor.solve.
   auto solve_options = [](double alpha, double tol, double atol, int64_t maxiter, bool raise,
@@ -300,6 +316,7 @@ NB_MODULE(_core, m) {
         "All step evaluations of the schedule: the advances plus one per reversed step.");
 
   m.def("simd_level", &simd_level);
+  m.def("cuda_status", &cuda_status);
   m.def("num_threads", &num_threads);
   m.def("cache_dir", &cache_dir);
   m.def("compiler", [] {

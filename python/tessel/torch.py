@@ -23,9 +23,17 @@ _DTYPES = (torch.float32, torch.float64)
 
 
 def _run(reduction, options, args):
-    """Evaluates on the tensors' memory; the results are NumPy-allocated and shared, not copied."""
-    outs = _core.evaluate(reduction, [a.detach() for a in args], **options)
-    return [torch.from_numpy(o) for o in outs]
+    """Evaluates on the tensors' memory; the results are NumPy-allocated and shared, not copied.
+    CUDA tensors are reduced on their GPU, on PyTorch's current stream; the results come back
+    through host memory (the CUDA backend stages its outputs there) and are moved to the GPU."""
+    device = next((a.device for a in args if a.device.type == "cuda"), None)
+    if device is None:
+        outs = _core.evaluate(reduction, [a.detach() for a in args], **options)
+        return [torch.from_numpy(o) for o in outs]
+    stream = torch.cuda.current_stream(device).cuda_stream
+    outs = _core.evaluate(reduction, [a.detach() for a in args], stream=stream,
+                          device=device.index or 0, **options)
+    return [torch.from_numpy(o).to(device) for o in outs]
 
 
 class _GenredFunction(torch.autograd.Function):
@@ -86,15 +94,20 @@ class Genred(GenredBase):
 
 
 def _check_tensors(args, who):
-    """The call's tensors: CPU, float32 or float64, one dtype. Returns that dtype."""
-    dtype = None
+    """The call's tensors: CPU or one CUDA device, float32 or float64, one dtype. Returns that
+    dtype."""
+    dtype = device = None
     for k, a in enumerate(args):
         if not isinstance(a, torch.Tensor):
             raise TypeError(f"{who}: argument {k} is a {type(a).__name__}; expected a "
                             "torch.Tensor")
-        if a.device.type != "cpu":
-            raise ValueError(f"{who}: argument {k} is on {a.device}; this build runs on the "
-                             "CPU only (the CUDA backend is not built yet)")
+        if a.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"{who}: argument {k} is on {a.device}; expected CPU or CUDA tensors")
+        if a.device.type == "cuda" and device is not None and a.device != device:
+            raise ValueError(f"{who}: argument {k} is on {a.device} but an earlier argument is on "
+                             f"{device}; all CUDA tensors must be on one device")
+        if a.device.type == "cuda":
+            device = a.device
         if a.dtype not in _DTYPES:
             raise TypeError(f"{who}: argument {k} has dtype {a.dtype}; expected "
                             "torch.float32 or torch.float64")

@@ -4,16 +4,19 @@
 #include <map>
 
 #include "backend/cpu/problem.hpp"
+#include "backend/cuda/driver.hpp"
 #include "tessel/runtime.hpp"
 
 namespace tessel {
 
 namespace {
 
-const char* cat_word(Category c) { return c == Category::I ? "Vi" : c == Category::J ? "Vj" : "Pm"; }
+const char* cat_word(Category c) {
+  return c == Category::I ? "Vi" : c == Category::J ? "Vj" : "Pm";
+}
 
 // Checks one input against its slot and returns its rows × dim view.
-Bound bind(const VarSlot& v, const ArrayView& a) {
+Bound bind(const VarSlot& v, const ArrayView& a, bool cuda) {
   const char* fn = "evaluate";
   Bound b;
   b.index = v.index;
@@ -21,11 +24,10 @@ Bound bind(const VarSlot& v, const ArrayView& a) {
   b.dim = v.dim;
   b.dtype = a.dtype;
   b.data = a.data;
-  const std::string who = std::string("input ") + std::to_string(v.index) + " (" +
-                          cat_word(v.cat) + "(" + std::to_string(v.index) + "," +
-                          std::to_string(v.dim) + "))";
-  if (a.device.kind != DeviceKind::CPU)
-    detail::fail(fn, who, " is on a CUDA device; this build evaluates CPU arrays only");
+  const std::string who = std::string("input ") + std::to_string(v.index) + " (" + cat_word(v.cat) +
+                          "(" + std::to_string(v.index) + "," + std::to_string(v.dim) + "))";
+  if (a.device.kind != DeviceKind::CPU && !cuda)
+    detail::fail(fn, who, " is on a CUDA device but the CPU backend was requested");
   if (a.dtype != DType::Float32 && a.dtype != DType::Float64)
     detail::fail(fn, who, " has dtype ", dtype_name(a.dtype), "; expected float32 or float64");
   if (!a.strides.empty() && a.strides.size() != a.shape.size())
@@ -57,17 +59,19 @@ Bound bind(const VarSlot& v, const ArrayView& a) {
   return b;
 }
 
-void check_output(const ReductionImpl& r, int k, const ArrayView& o, int64_t rows, DType dtype) {
+void check_output(const ReductionImpl& r, int k, const ArrayView& o, int64_t rows, DType dtype,
+                  bool cuda) {
   const char* fn = "evaluate";
   const int dim = r.output_dim(k);
   const DType want = r.output_is_index(k) ? DType::Int64 : dtype;
   const std::string who = "output " + std::to_string(k);
-  if (o.device.kind != DeviceKind::CPU) detail::fail(fn, who, " must be a CPU array");
+  if (o.device.kind != DeviceKind::CPU && !cuda)
+    detail::fail(fn, who, " is on a CUDA device but the CPU backend was requested");
   if (o.dtype != want)
     detail::fail(fn, who, " has dtype ", dtype_name(o.dtype), "; expected ", dtype_name(want));
   const bool ok = (o.shape.size() == 2 && o.shape[0] == rows && o.shape[1] == dim) ||
-                  (o.shape.size() == 1 && ((dim == 1 && o.shape[0] == rows) ||
-                                           (rows == 1 && o.shape[0] == dim)));
+                  (o.shape.size() == 1 &&
+                   ((dim == 1 && o.shape[0] == rows) || (rows == 1 && o.shape[0] == dim)));
   if (!ok) detail::fail(fn, who, " must have shape (", rows, ", ", dim, ")");
   if (o.data == nullptr && rows * dim > 0) detail::fail(fn, who, " has a null data pointer");
 }
@@ -82,13 +86,33 @@ bool contiguous(const ArrayView& a) {
   return true;
 }
 
+// A CUDA output's rows as a 2-D copy: its components must be contiguous within a row.
+void device_rows(const ArrayView& dst, int64_t& rows, int64_t& cols, size_t& pitch) {
+  cols = dst.shape.size() == 2 ? dst.shape[1] : 1;
+  rows = dst.shape.empty() ? 1 : dst.shape[0];
+  if (dst.shape.size() == 2 && cols > 1 && dst.stride(1) != 1)
+    detail::fail("evaluate", "a CUDA output must be contiguous along its last dimension");
+  pitch = static_cast<size_t>(dst.shape.size() == 2 || cols == 1 ? dst.stride(0) : 1) *
+          dtype_size(dst.dtype);
+}
+
 void copy_rows(const Array& src, const ArrayView& dst) {
+  if (dst.device.kind == DeviceKind::CUDA) {
+    int64_t rows = 0, cols = 0;
+    size_t pitch = 0;
+    device_rows(dst, rows, cols, pitch);
+    const size_t row = static_cast<size_t>(cols) * dtype_size(dst.dtype);
+    cuda_copy_2d(dst.data, pitch, src.data(), row, row, static_cast<size_t>(rows), nullptr);
+    cuda_synchronize(nullptr);
+    return;
+  }
   // dst may be strided; src is contiguous with the same logical shape.
   const int64_t n = src.size();
   const int64_t cols = dst.shape.size() == 2 ? dst.shape[1] : 1;
   for (int64_t q = 0; q < n; ++q) {
     const int64_t r = q / cols, c = q % cols;
-    const int64_t off = dst.shape.size() == 2 ? r * dst.stride(0) + c * dst.stride(1) : q * dst.stride(0);
+    const int64_t off =
+        dst.shape.size() == 2 ? r * dst.stride(0) + c * dst.stride(1) : q * dst.stride(0);
     const size_t es = dtype_size(dst.dtype);
     std::memcpy(static_cast<uint8_t*>(dst.data) + off * es,
                 static_cast<const uint8_t*>(src.data()) + q * es, es);
@@ -97,14 +121,29 @@ void copy_rows(const Array& src, const ArrayView& dst) {
 
 // dst += src, elementwise over the same logical (rows, dim) shape; dst may be strided.
 void add_rows(const Array& src, const ArrayView& dst) {
+  if (dst.device.kind == DeviceKind::CUDA) {
+    // Rare (gradient terms added to an output): through the host.
+    int64_t rows = 0, cols = 0;
+    size_t pitch = 0;
+    device_rows(dst, rows, cols, pitch);
+    Array host(dst.dtype, {rows, cols});
+    const size_t row = static_cast<size_t>(cols) * dtype_size(dst.dtype);
+    cuda_copy_2d(host.data(), row, dst.data, pitch, row, static_cast<size_t>(rows), nullptr);
+    cuda_synchronize(nullptr);
+    add_rows(src, host.view());
+    copy_rows(host, dst);
+    return;
+  }
   const int64_t n = src.size();
   const int64_t cols = dst.shape.size() == 2 ? dst.shape[1] : 1;
   for (int64_t q = 0; q < n; ++q) {
     const int64_t r = q / cols, c = q % cols;
     const int64_t off =
         dst.shape.size() == 2 ? r * dst.stride(0) + c * dst.stride(1) : q * dst.stride(0);
-    if (dst.dtype == DType::Float32) static_cast<float*>(dst.data)[off] += static_cast<float>(src.at(q));
-    else static_cast<double*>(dst.data)[off] += src.at(q);
+    if (dst.dtype == DType::Float32)
+      static_cast<float*>(dst.data)[off] += static_cast<float>(src.at(q));
+    else
+      static_cast<double*>(dst.data)[off] += src.at(q);
   }
 }
 
@@ -136,14 +175,15 @@ std::vector<RowBlock> row_blocks(const ReductionImpl& r, const Options& opt, int
       detail::fail(fn, rn, " block ", c, " = [", b, ", ", e, ") is not increasing and within [0, ",
                    n_outer, ")");
     if (s < prev_slice || s * 2 > static_cast<int64_t>(red.size()))
-      detail::fail(fn, sn, "[", c, "] = ", s, " is not non-decreasing and within the ", red.size() / 2,
-                   " intervals of ", dn);
+      detail::fail(fn, sn, "[", c, "] = ", s, " is not non-decreasing and within the ",
+                   red.size() / 2, " intervals of ", dn);
     if (b > covered) blocks.push_back(RowBlock{covered, b, {}});
     RowBlock blk{b, e, {}};
     for (int64_t q = prev_slice; q < s; ++q) {
       const int64_t js = red[2 * q], je = red[2 * q + 1];
       if (js < 0 || je < js || je > n_inner)
-        detail::fail(fn, dn, " interval ", q, " = [", js, ", ", je, ") is not within [0, ", n_inner, ")");
+        detail::fail(fn, dn, " interval ", q, " = [", js, ", ", je, ") is not within [0, ", n_inner,
+                     ")");
       blk.iv.insert(blk.iv.end(), {js, je});
     }
     blocks.push_back(std::move(blk));
@@ -159,12 +199,14 @@ struct Context {
   Options opt;
   Sizes sizes;
   std::map<std::pair<uint64_t, uint64_t>, std::vector<Array>> computed;  // by source hash
+  int device = -1;  // the CUDA device evaluating, or -1 for the CPU
 };
 
 std::vector<Array> eval_impl(const ReductionImpl& r, Context& ctx, bool top);
+int pick_device(std::span<const ArrayView> inputs, std::span<const ArrayView> outputs,
+                const Options& opt);
 
-void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> outputs,
-               bool top) {
+void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> outputs, bool top) {
   const char* fn = "evaluate";
   Problem p;
   p.r = &r;
@@ -184,7 +226,7 @@ void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> 
   int dtype_from = -1;
   for (const VarSlot& v : r.vars) {
     if (v.computed) continue;
-    Bound b = bind(v, ctx.inputs[v.index]);
+    Bound b = bind(v, ctx.inputs[v.index], ctx.device >= 0);
     if (!have_dtype) {
       p.dtype = b.dtype, have_dtype = true, dtype_from = v.index;
     } else if (b.dtype != p.dtype) {
@@ -220,7 +262,8 @@ void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> 
   for (const ComputedVar& c : r.computed) {
     const auto key = std::make_pair(c.source->hash.lo, c.source->hash.hi);
     auto it = ctx.computed.find(key);
-    if (it == ctx.computed.end()) it = ctx.computed.emplace(key, eval_impl(*c.source, ctx, false)).first;
+    if (it == ctx.computed.end())
+      it = ctx.computed.emplace(key, eval_impl(*c.source, ctx, false)).first;
     const Array& a = it->second.at(c.output);
     const VarSlot* v = r.find_var(c.index);
     Bound b;
@@ -234,21 +277,25 @@ void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> 
     b.s_col = 1;
     p.vars.push_back(b);
   }
-  std::sort(p.vars.begin(), p.vars.end(), [](const Bound& a, const Bound& b) {
-    return a.index < b.index;
-  });
+  std::sort(p.vars.begin(), p.vars.end(),
+            [](const Bound& a, const Bound& b) { return a.index < b.index; });
   // Outputs: checked, then computed into contiguous row-major buffers.
   const int64_t out_rows = r.full_sum ? 1 : p.n_outer;
   if (static_cast<int>(outputs.size()) != r.num_outputs())
     detail::fail(fn, reduction_name(r.op), " has ", r.num_outputs(), " outputs, got ",
                  outputs.size());
-  for (int k = 0; k < r.num_outputs(); ++k) check_output(r, k, outputs[k], out_rows, p.dtype);
+  for (int k = 0; k < r.num_outputs(); ++k)
+    check_output(r, k, outputs[k], out_rows, p.dtype, ctx.device >= 0);
+  // Device outputs are filled from host staging buffers (see launch.cpp).
+  auto direct = [&](int k) {
+    return !r.full_sum && contiguous(outputs[k]) && outputs[k].device.kind == DeviceKind::CPU;
+  };
 
   std::vector<Array> tmp;
   std::vector<ArrayView> views;
   for (int k = 0; k < r.num_outputs(); ++k) {
     const DType t = r.output_is_index(k) ? DType::Int64 : p.dtype;
-    if (!r.full_sum && contiguous(outputs[k])) {
+    if (direct(k)) {
       ArrayView v = outputs[k];
       v.shape = {p.n_outer, r.output_dim(k)};
       v.strides.clear();
@@ -260,7 +307,9 @@ void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> 
   }
   const bool interpret = ctx.opt.backend == Backend::Interpreter ||
                          r.op == ReductionOp::GatherSum || r.op == ReductionOp::ScatterSum;
-  if (interpret || !run_compiled(p, views)) {
+  if (ctx.device >= 0) {
+    run_cuda(p, ctx.device, views);
+  } else if (interpret || !run_compiled(p, views)) {
     if (ctx.opt.backend == Backend::Compiled && !interpret)
       detail::fail(fn, "the compiled backend was requested but cannot run this reduction");
     run_interpreter(p, views);
@@ -268,7 +317,7 @@ void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> 
   // Copy back what went through temporaries (strided outputs, and sums over all rows).
   size_t t = 0;
   for (int k = 0; k < r.num_outputs(); ++k) {
-    if (!r.full_sum && contiguous(outputs[k])) continue;
+    if (direct(k)) continue;
     const Array& src = tmp[t++];
     if (r.full_sum) {
       const int d = r.output_dim(k);
@@ -276,8 +325,10 @@ void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> 
       for (int c = 0; c < d; ++c) {
         double s = 0;
         for (int64_t q = 0; q < p.n_outer; ++q) s += src.at(q * d + c);
-        if (p.dtype == DType::Float32) total.as<float>()[c] = static_cast<float>(s);
-        else total.as<double>()[c] = s;
+        if (p.dtype == DType::Float32)
+          total.as<float>()[c] = static_cast<float>(s);
+        else
+          total.as<double>()[c] = s;
       }
       copy_rows(total, outputs[k]);
     } else {
@@ -296,7 +347,8 @@ std::vector<Array> eval_impl(const ReductionImpl& r, Context& ctx, bool top) {
     const ArrayView& a = ctx.inputs[v.index];
     dtype = a.dtype;
     if (v.cat != Category::Param && !a.shape.empty())
-      rows[static_cast<int>(v.cat)] = a.shape.size() >= 2 ? a.shape[a.shape.size() - 2] : a.shape[0];
+      rows[static_cast<int>(v.cat)] =
+          a.shape.size() >= 2 ? a.shape[a.shape.size() - 2] : a.shape[0];
   }
   if (dtype == DType::Int64) dtype = DType::Float32;
   const int64_t n = r.full_sum ? 1 : std::max<int64_t>(0, rows[static_cast<int>(r.outer())]);
@@ -311,10 +363,11 @@ std::vector<Array> eval_impl(const ReductionImpl& r, Context& ctx, bool top) {
   return outs;
 }
 
-// ---- batch dimensions ----------------------------------------------------------------------------
-// Variables may carry leading batch dimensions: (B..., n, dim) for i and j variables, (B..., dim)
-// for parameters. Batch shapes broadcast as in NumPy and the output gets (B..., n, dim); each
-// batch element is one ordinary evaluation on sliced views.
+// ---- batch dimensions
+// ---------------------------------------------------------------------------- Variables may carry
+// leading batch dimensions: (B..., n, dim) for i and j variables, (B..., dim) for parameters. Batch
+// shapes broadcast as in NumPy and the output gets (B..., n, dim); each batch element is one
+// ordinary evaluation on sliced views.
 struct BatchPlan {
   bool batched = false;
   std::vector<int64_t> shape;
@@ -343,8 +396,9 @@ BatchPlan plan_batch(const ReductionImpl& r, std::span<const ArrayView> inputs) 
       const int64_t got = a.shape[k];
       if (got == have || got == 1) continue;
       if (have != 1)
-        detail::fail("evaluate", "input ", v.index, " has batch size ", got, " where another input has ",
-                     have, "; batch dimensions must be equal or 1 (NumPy broadcasting)");
+        detail::fail("evaluate", "input ", v.index, " has batch size ", got,
+                     " where another input has ", have,
+                     "; batch dimensions must be equal or 1 (NumPy broadcasting)");
       have = got;
     }
   }
@@ -385,8 +439,8 @@ void evaluate_batched(const ReductionImpl& r, std::span<const ArrayView> inputs,
     if (!ok) {
       std::string want;
       for (int64_t d : plan.shape) want += std::to_string(d) + ", ";
-      detail::fail("evaluate", "output ", k, " must have the batch shape (", want, "...) followed by ",
-                   r.full_sum ? "(dim)" : "(n, dim)");
+      detail::fail("evaluate", "output ", k, " must have the batch shape (", want,
+                   "...) followed by ", r.full_sum ? "(dim)" : "(n, dim)");
     }
   }
   std::vector<ArrayView> in(inputs.size()), out(outputs.size());
@@ -397,9 +451,32 @@ void evaluate_batched(const ReductionImpl& r, std::span<const ArrayView> inputs,
       in[q] = inputs[q].shape.empty() ? inputs[q] : slice_batch(inputs[q], core, plan, b);
     }
     for (size_t q = 0; q < outputs.size(); ++q) out[q] = slice_batch(outputs[q], out_core, plan, b);
-    Context ctx{in, opt, sizes, {}};
+    Context ctx{in, opt, sizes, {}, pick_device(in, out, opt)};
     eval_into(r, ctx, out, true);
   }
+}
+
+// Where a call runs: the CUDA device of its CUDA arrays (all on one device), the GPU asked for
+// with Backend::Cuda, or the CPU (-1).
+int pick_device(std::span<const ArrayView> inputs, std::span<const ArrayView> outputs,
+                const Options& opt) {
+  int device = -1;
+  std::string first;
+  auto visit = [&](const ArrayView& a, const std::string& who) {
+    if (a.device.kind != DeviceKind::CUDA) return;
+    if (opt.backend == Backend::Compiled || opt.backend == Backend::Interpreter)
+      detail::fail("evaluate", who, " is on CUDA device ", a.device.index,
+                   " but a CPU backend was requested");
+    if (device >= 0 && a.device.index != device)
+      detail::fail("evaluate", who, " is on CUDA device ", a.device.index, " but ", first,
+                   " is on CUDA device ", device, "; all CUDA arrays must be on one device");
+    if (device < 0) device = a.device.index, first = who;
+  };
+  for (size_t k = 0; k < inputs.size(); ++k) visit(inputs[k], "input " + std::to_string(k));
+  for (size_t k = 0; k < outputs.size(); ++k) visit(outputs[k], "output " + std::to_string(k));
+  if (device < 0 && opt.backend == Backend::Cuda) device = opt.device;
+  if (device >= 0) cuda_device(device, "evaluate");  // a clear error without a usable GPU
+  return device;
 }
 
 int64_t rows_of(const ReductionImpl& r, std::span<const ArrayView> inputs, Category c, Sizes s) {
@@ -419,7 +496,7 @@ void evaluate(const Reduction& r, std::span<const ArrayView> inputs,
   if (plan.batched && opt.ranges)
     detail::fail("evaluate", "block-sparse ranges with batch dimensions are not supported");
   if (plan.batched) return evaluate_batched(r.impl(), inputs, outputs, opt, sizes, plan);
-  Context ctx{inputs, opt, sizes, {}};
+  Context ctx{inputs, opt, sizes, {}, pick_device(inputs, outputs, opt)};
   eval_into(r.impl(), ctx, outputs, true);
 }
 
@@ -430,7 +507,8 @@ std::vector<Array> evaluate(const Reduction& r, std::span<const ArrayView> input
   if (plan.batched && opt.ranges)
     detail::fail("evaluate", "block-sparse ranges with batch dimensions are not supported");
   if (!plan.batched) {
-    Context ctx{inputs, opt, sizes, {}};
+    // Outputs allocated here are host arrays; CUDA inputs are read on their device.
+    Context ctx{inputs, opt, sizes, {}, pick_device(inputs, {}, opt)};
     return eval_impl(R, ctx, true);
   }
   DType dtype = DType::Float32;

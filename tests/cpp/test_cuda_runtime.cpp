@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "backend/cuda/driver.hpp"
@@ -134,6 +135,53 @@ TEST(CudaDriver, MissingDeviceIndexIsNamed) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("does not exist"), std::string::npos) << e.what();
   }
+}
+
+}  // namespace
+
+namespace {
+
+// Host memory labelled as CUDA: the engine must decide where to run before touching it.
+ArrayView on_cuda(const Array& a, int device) {
+  ArrayView v = a.view();
+  v.device = Device{DeviceKind::CUDA, device};
+  return v;
+}
+
+void expect_error(const std::function<void()>& f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one containing: " << needle;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaEvaluate, DeviceChoiceErrorsAreClear) {
+  const Reduction r(ReductionOp::Sum, exp(-sqdist(vi(0, 3), vj(1, 3))) * vj(2, 1));
+  const Array x(DType::Float32, {4, 3}), y(DType::Float32, {5, 3}), b(DType::Float32, {5, 1});
+  Array out(DType::Float32, {4, 1});
+  auto run = [&](std::vector<ArrayView> in, Options opt = {}) {
+    const ArrayView o[1] = {out.view()};
+    evaluate(r, in, o, opt);
+  };
+  expect_error(
+      [&] {
+        run({on_cuda(x, 0), on_cuda(y, 1), b.view()});
+      },
+      "all CUDA arrays must be on one device");
+  Options cpu;
+  cpu.backend = Backend::Compiled;
+  expect_error(
+      [&] {
+        run({on_cuda(x, 0), y.view(), b.view()}, cpu);
+      },
+      "but a CPU backend was requested");
+  if (cuda_info().usable) return;  // the rest is about machines without a GPU
+  expect_error([&] { run({on_cuda(x, 0), y.view(), b.view()}); }, "CUDA is not usable");
+  Options gpu;
+  gpu.backend = Backend::Cuda;
+  expect_error([&] { run({x.view(), y.view(), b.view()}, gpu); }, "CUDA is not usable");
 }
 
 }  // namespace

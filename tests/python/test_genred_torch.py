@@ -382,12 +382,19 @@ def test_bad_inputs():
         Genred("SqDist(X,Q)*B", GAUSS.aliases)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: CUDA tensors cannot "
-                                                          "be made, so their rejection is untestable")
-def test_cuda_tensor_is_rejected():
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (or a CPU-only PyTorch)")
+def test_cuda_tensors_match_the_cpu():
     x, y, b, gam = to_torch(GAUSS.data(N, M))
-    with pytest.raises(ValueError, match="CPU only"):
-        make("Sum")(x.cuda(), y, b, gam)
+    x.requires_grad_()
+    k = make("Sum")
+    ref = k(x, y, b, gam)
+    (gref,) = torch.autograd.grad(ref.sum(), x)
+    xc = x.detach().cuda().requires_grad_()
+    out = k(xc, y.cuda(), b.cuda(), gam.cuda())
+    assert out.device == xc.device
+    (g,) = torch.autograd.grad(out.sum(), xc)
+    torch.testing.assert_close(out.cpu(), ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(g.cpu(), gref, rtol=1e-5, atol=1e-6)
 
 
 # ---- pickling, options ----------------------------------------------------------------------------

@@ -23,9 +23,12 @@ struct Bound {
   double at(int64_t row, int c) const {
     const int64_t off = row * s_row + c * s_col;
     switch (dtype) {
-      case DType::Float32: return static_cast<const float*>(data)[off];
-      case DType::Float64: return static_cast<const double*>(data)[off];
-      case DType::Int64: return static_cast<double>(static_cast<const int64_t*>(data)[off]);
+      case DType::Float32:
+        return static_cast<const float*>(data)[off];
+      case DType::Float64:
+        return static_cast<const double*>(data)[off];
+      case DType::Int64:
+        return static_cast<double>(static_cast<const int64_t*>(data)[off]);
     }
     return 0;
   }
@@ -60,5 +63,8 @@ struct Problem {
 void run_interpreter(const Problem& p, std::span<const ArrayView> outs);
 // Returns false when no compiled kernel applies (then the caller interprets).
 bool run_compiled(const Problem& p, std::span<const ArrayView> outs);
+// Runs on CUDA device `device` (src/backend/cuda/launch.cpp); outputs as for the CPU runners
+// (host buffers); inputs may be host or device memory.
+void run_cuda(const Problem& p, int device, std::span<const ArrayView> outs);
 
 }  // namespace tessel

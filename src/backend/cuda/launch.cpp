@@ -1,0 +1,173 @@
+// Runs a validated Problem on a GPU: packs the variables into device buffers, launches the planned
+// kernels.
+//
+// Inputs may live in device memory (on the evaluating GPU) or in host memory (copied in, so
+// Backend::Cuda can reduce host arrays); outputs are written to the caller's contiguous host
+// buffers (the engine then copies them to device outputs, sums them over rows or adds gradient
+// terms, as on the CPU). The stream is the caller's (PyTorch's current stream from Python) and
+// the call returns once the results are in place. Device buffers are reused between calls (one
+// workspace per device, grown on demand) so a repeated call allocates nothing on the device.
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "backend/cpu/problem.hpp"
+#include "backend/cuda/driver.hpp"
+#include "backend/cuda/ptx_cache.hpp"
+#include "codegen/cuda_codegen.hpp"
+#include "tessel/error.hpp"
+
+namespace tessel {
+
+namespace {
+
+constexpr const char* kWho = "evaluate";
+
+// Device buffers reused across calls on one device; the mutex serialises calls on it, which is
+// what makes the reuse safe (each call synchronises its stream before releasing it).
+struct Workspace {
+  std::mutex mu;
+  std::vector<CudaBuffer> slots;
+
+  CuDevicePtr get(int device, size_t slot, size_t bytes) {
+    if (slots.size() <= slot) slots.resize(slot + 1);
+    if (slots[slot].bytes() < bytes) {
+      slots[slot] = CudaBuffer();  // free before allocating the larger one
+      slots[slot] = CudaBuffer(device, std::max(bytes, slots[slot].bytes() * 2));
+    }
+    return slots[slot].ptr();
+  }
+};
+
+Workspace& workspace(int device) {
+  static std::mutex mu;
+  static std::map<int, std::unique_ptr<Workspace>>* all =
+      new std::map<int, std::unique_ptr<Workspace>>();
+  std::lock_guard lk(mu);
+  auto& w = (*all)[device];
+  if (!w) w = std::make_unique<Workspace>();
+  return *w;
+}
+
+// Plans (source, layout, launch shape) by reduction, dtype, device and size class.
+const CudaKernelPlan& plan_for(const Problem& p, const CudaDevice& dev) {
+  static std::mutex mu;
+  static std::map<std::tuple<uint64_t, uint64_t, bool, int, int64_t, int64_t>,
+                  CudaKernelPlan>* plans =
+      new std::map<std::tuple<uint64_t, uint64_t, bool, int, int64_t, int64_t>, CudaKernelPlan>();
+  const bool f64 = p.dtype == DType::Float64;
+  const auto key =
+      std::make_tuple(p.r->hash.lo, p.r->hash.hi, f64, dev.index, p.n_outer, p.n_inner);
+  std::lock_guard lk(mu);
+  auto it = plans->find(key);
+  if (it == plans->end()) {
+    CudaDeviceCaps caps;
+    caps.sm_count = dev.sm_count;
+    caps.max_shared_per_block = static_cast<size_t>(std::max(dev.max_shared_per_block, 48 * 1024));
+    it = plans->emplace(key, plan_cuda_kernel(*p.r, f64, p.n_outer, p.n_inner, caps)).first;
+  }
+  return it->second;
+}
+
+// Copies one variable's rows into its columns of a packed row-major device array.
+void pack(const Bound& b, int64_t rows, int offset, int width, CuDevicePtr dst, size_t elem,
+          CuStream stream, std::vector<std::vector<unsigned char>>& staging) {
+  if (rows == 0) return;
+  const void* src = b.data;
+  size_t src_pitch = static_cast<size_t>(b.s_row) * elem;
+  if (b.s_col != 1 || (b.s_row == 0 && b.rows == 1 && rows > 1)) {
+    // Strided columns cannot be a 2-D copy: gather them on the host first.
+    if (cuda_pointer_device(b.data) >= 0)
+      detail::fail(kWho, "input ", b.index, " is a CUDA array whose rows are not contiguous ",
+                   "(element stride ", b.s_col, "); pass a contiguous array (.contiguous())");
+    auto& tmp = staging.emplace_back(static_cast<size_t>(b.rows) * b.dim * elem);
+    for (int64_t r = 0; r < b.rows; ++r)
+      for (int c = 0; c < b.dim; ++c)
+        std::memcpy(tmp.data() + (r * b.dim + c) * elem,
+                    static_cast<const unsigned char*>(b.data) + (r * b.s_row + c * b.s_col) * elem,
+                    elem);
+    src = tmp.data();
+    src_pitch = static_cast<size_t>(b.dim) * elem;
+  }
+  cuda_copy_2d(reinterpret_cast<void*>(dst + offset * elem), width * elem, src, src_pitch,
+               b.dim * elem, static_cast<size_t>(rows), stream);
+}
+
+}  // namespace
+
+void run_cuda(const Problem& p, int device, std::span<const ArrayView> outs) {
+  const CudaDevice& dev = cuda_device(device, kWho);
+  const ReductionImpl& r = *p.r;
+  if (r.op == ReductionOp::GatherSum || r.op == ReductionOp::ScatterSum)
+    detail::fail(kWho, "gradients through Min/Max/KMin (", reduction_name(r.op),
+                 ") do not run on CUDA yet; evaluate them on CPU arrays");
+  if (p.opt.ranges) detail::fail(kWho, "block-sparse ranges do not run on CUDA yet");
+  const CudaKernelPlan& plan = plan_for(p, dev);
+  if (plan.source.empty())
+    detail::fail(kWho, "no CUDA kernel for ", reduction_name(r.op), " (", r.f.str(), ")");
+  const KernelLayout& L = plan.layout;
+  const size_t elem = p.dtype == DType::Float64 ? 8 : 4;
+  const std::string ptx = cuda_ptx(plan.source, dev.arch());
+  CuFunction kernel = cuda_function(device, ptx, "tessel_kernel");
+  CuFunction combine = plan.split_j > 1 ? cuda_function(device, ptx, "tessel_combine") : nullptr;
+
+  Workspace& ws = workspace(device);
+  std::lock_guard lk(ws.mu);
+  cuda_set_device(device);
+  auto stream = static_cast<CuStream>(p.opt.stream);
+  const int64_t no = p.n_outer, ni = p.n_inner;
+  const CuDevicePtr X = ws.get(device, 0, std::max<size_t>(1, no * L.outer_dim * elem));
+  const CuDevicePtr Y = ws.get(device, 1, std::max<size_t>(1, ni * L.inner_dim * elem));
+  const CuDevicePtr P = ws.get(device, 2, std::max<size_t>(1, L.param_dim * elem));
+  std::vector<std::vector<unsigned char>> staging;
+  for (const auto& e : L.vars) {
+    const Bound& b = p.var(e.index);
+    if (e.cat == Category::Param)
+      pack(b, 1, e.offset, std::max(1, L.param_dim), P, elem, stream, staging);
+    else if (e.cat == Category::I)
+      pack(b, no, e.offset, L.outer_dim, X, elem, stream, staging);
+    else
+      pack(b, ni, e.offset, L.inner_dim, Y, elem, stream, staging);
+  }
+  // Value and index outputs, row-major, in device memory; copied to the caller's buffers below.
+  CuDevicePtr out[2] = {0, 0};
+  size_t out_bytes[2] = {0, 0};
+  int value_slot = -1, index_slot = -1;
+  for (int k = 0; k < r.num_outputs(); ++k) {
+    const bool idx = r.output_is_index(k);
+    (idx ? index_slot : value_slot) = k;
+    out_bytes[idx] = std::max<size_t>(1, no * r.output_dim(k) * (idx ? 8 : elem));
+    out[idx] = ws.get(device, 3 + idx, out_bytes[idx]);
+  }
+  const CuDevicePtr work = plan.split_j > 1 ? ws.get(device, 5, plan.workspace_bytes) : 0;
+  long long n_outer = no, n_inner = ni;
+  long long chunk = plan.split_j > 1 ? (ni + plan.split_j - 1) / plan.split_j : ni;
+  void* args[] = {(void*)&X, (void*)&Y, (void*)&P,    &n_outer, &n_inner,
+                  &out[0],   &out[1],   (void*)&work, &chunk};
+  const int64_t per_block = static_cast<int64_t>(plan.block) * plan.rows_per_thread;
+  const auto grid = static_cast<unsigned>((no + per_block - 1) / per_block);
+  if (grid > 0) {
+    cuda_launch(kernel, grid, static_cast<unsigned>(plan.split_j),
+                static_cast<unsigned>(plan.block), static_cast<unsigned>(plan.shared_bytes), stream,
+                args);
+    if (combine) {
+      int split = plan.split_j;
+      void* cargs[] = {(void*)&work, &n_outer, &split, &out[0], &out[1]};
+      cuda_launch(combine, static_cast<unsigned>((no + plan.block - 1) / plan.block), 1,
+                  static_cast<unsigned>(plan.block), 0, stream, cargs);
+    }
+  }
+  for (int slot : {value_slot, index_slot}) {
+    if (slot < 0) continue;
+    const bool idx = r.output_is_index(slot);
+    const size_t row = r.output_dim(slot) * (idx ? 8 : elem);
+    cuda_copy_2d(outs[slot].data, row, reinterpret_cast<const void*>(out[idx]), row, row,
+                 static_cast<size_t>(no), stream);
+  }
+  cuda_synchronize(stream);
+}
+
+}  // namespace tessel
