@@ -75,7 +75,8 @@ struct Gen {
   std::unordered_map<int, const KernelLayout::Entry*> by_index;
 
   string name(const KernelLayout::Entry& e, int row, int c) const {
-    if (e.cat == Category::I) return "o" + to_string(e.index) + "_" + to_string(row) + "_" + to_string(c);
+    if (e.cat == Category::I)
+      return "o" + to_string(e.index) + "_" + to_string(row) + "_" + to_string(c);
     if (e.cat == Category::J) return "j" + to_string(e.index) + "_" + to_string(c);
     return "p" + to_string(e.index) + "_" + to_string(c);
   }
@@ -99,22 +100,26 @@ struct Gen {
       if (r.op == ReductionOp::Sum) {
         for (int c = 0; c < D; ++c) {
           s += "    " + string(acc_t) + " " + acc("acc", row, c) + " = {};\n";
-          if (spec.scheme == SumScheme::Block && !spec.acc_f64) s += "    V " + acc("blk", row, c) + " = {};\n";
-          if (spec.scheme == SumScheme::Kahan && !spec.acc_f64) s += "    V " + acc("cmp", row, c) + " = {};\n";
+          if (spec.scheme == SumScheme::Block && !spec.acc_f64)
+            s += "    V " + acc("blk", row, c) + " = {};\n";
+          if (spec.scheme == SumScheme::Kahan && !spec.acc_f64)
+            s += "    V " + acc("cmp", row, c) + " = {};\n";
         }
       } else if (is_minmax(r.op)) {
         for (int c = 0; c < D; ++c) {
-          s += "    V " + acc("best", row, c) + " = bc(" + (is_max(r.op) ? "-" : "") + "__builtin_inf());\n";
+          s += "    V " + acc("best", row, c) + " = bc(" + (is_max(r.op) ? "-" : "") +
+               "__builtin_inf());\n";
           s += "    VI " + acc("bidx", row, c) + " = (VI){} - 1;\n";
         }
       } else if (is_kmin(r.op)) {
-        s += "    T kv_" + to_string(row) + "[" + to_string(r.k) + "]; i64 ki_" + to_string(row) + "[" +
-             to_string(r.k) + "]; int kf_" + to_string(row) + " = 0;\n";
+        s += "    T kv_" + to_string(row) + "[" + to_string(r.k) + "]; i64 ki_" + to_string(row) +
+             "[" + to_string(r.k) + "]; int kf_" + to_string(row) + " = 0;\n";
       } else if (is_softmax(r.op)) {
         // Values of one block of tiles wait in L1 while the block's maximum is found, so the
         // running sum is rescaled once per block instead of testing every tile.
         s += "    V fb_" + to_string(row) + "[BLK]; V bm_" + to_string(row) + ";\n";
-        for (int c = 0; c < WD; ++c) s += "    V wb_" + to_string(row) + "_" + to_string(c) + "[BLK];\n";
+        for (int c = 0; c < WD; ++c)
+          s += "    V wb_" + to_string(row) + "_" + to_string(c) + "[BLK];\n";
         s += "    V " + acc("mv", row, 0) + " = bc(-__builtin_inf());\n";
         for (int c = 0; c < std::max(WD, 1); ++c) s += "    V " + acc("sv", row, c) + " = {};\n";
         if (r.op == ReductionOp::SumSoftMaxWeight) s += "    V " + acc("ss", row, 0) + " = {};\n";
@@ -124,7 +129,8 @@ struct Gen {
   }
 
   // Folds formula values into the accumulators; `tail` masks lanes past n_inner.
-  string accumulate(int row, const std::vector<Expr>& f, const std::vector<Expr>& w, bool tail) const {
+  string accumulate(int row, const std::vector<Expr>& f, const std::vector<Expr>& w,
+                    bool tail) const {
     string s;
     auto masked = [&](const string& x, const char* neutral) {
       return tail ? "(valid ? " + x + " : " + neutral + ")" : x;
@@ -148,8 +154,8 @@ struct Gen {
       const char* cmp = is_max(r.op) ? ">" : "<";
       for (int c = 0; c < D; ++c) {
         const string b = acc("best", row, c), bi = acc("bidx", row, c);
-        s += "    { const V f_ = " + f[c].s + "; VI tk_ = (f_ " + cmp + " " + b + ") | ((f_ != f_) & (" + b +
-             " == " + b + ")) | (" + bi + " < 0);";
+        s += "    { const V f_ = " + f[c].s + "; VI tk_ = (f_ " + cmp + " " + b +
+             ") | ((f_ != f_) & (" + b + " == " + b + ")) | (" + bi + " < 0);";
         if (tail) s += " tk_ &= valid;";
         s += " " + b + " = tk_ ? f_ : " + b + "; " + bi + " = tk_ ? tv : " + bi + "; }\n";
       }
@@ -157,22 +163,28 @@ struct Gen {
       const string R_ = to_string(row), K = to_string(r.k);
       const string lane_ok = tail ? "if (valid[l]) " : "";
       s += "    { const V f_ = " + f[0].s + ";\n";
-      s += "      if (kf_" + R_ + " < " + K + " || kv_" + R_ + "[" + K + " - 1] != kv_" + R_ + "[" + K + " - 1]) {\n";
-      s += "        for (int l = 0; l < W; ++l) " + lane_ok + "kins(kv_" + R_ + ", ki_" + R_ + ", &kf_" + R_ + ", " + K +
-           ", f_[l], t * W + l);\n";
-      s += "      } else { VI c_ = f_ < bc(kv_" + R_ + "[" + K + " - 1]);" + (tail ? " c_ &= valid;" : "") + "\n";
-      s += "        if (v_any(c_)) for (int l = 0; l < W; ++l) if (c_[l]) kins(kv_" + R_ + ", ki_" + R_ + ", &kf_" +
-           R_ + ", " + K + ", f_[l], t * W + l);\n      }\n    }\n";
+      s += "      if (kf_" + R_ + " < " + K + " || kv_" + R_ + "[" + K + " - 1] != kv_" + R_ + "[" +
+           K + " - 1]) {\n";
+      s += "        for (int l = 0; l < W; ++l) " + lane_ok + "kins(kv_" + R_ + ", ki_" + R_ +
+           ", &kf_" + R_ + ", " + K + ", f_[l], t * W + l);\n";
+      s += "      } else { VI c_ = f_ < bc(kv_" + R_ + "[" + K + " - 1]);" +
+           (tail ? " c_ &= valid;" : "") + "\n";
+      s += "        if (v_any(c_)) for (int l = 0; l < W; ++l) if (c_[l]) kins(kv_" + R_ + ", ki_" +
+           R_ + ", &kf_" + R_ + ", " + K + ", f_[l], t * W + l);\n      }\n    }\n";
     } else if (is_softmax(r.op)) {
       const string R_ = to_string(row);
       if (!tail) {
-        s += "    fb_" + R_ + "[t - tb] = " + f[0].s + "; bm_" + R_ + " = v_max(bm_" + R_ + ", " + f[0].s + ");\n";
-        for (int c = 0; c < WD; ++c) s += "    wb_" + R_ + "_" + to_string(c) + "[t - tb] = " + w[c].s + ";\n";
+        s += "    fb_" + R_ + "[t - tb] = " + f[0].s + "; bm_" + R_ + " = v_max(bm_" + R_ + ", " +
+             f[0].s + ");\n";
+        for (int c = 0; c < WD; ++c)
+          s += "    wb_" + R_ + "_" + to_string(c) + "[t - tb] = " + w[c].s + ";\n";
       } else {
         s += "    bm_" + R_ + " = " + acc("mv", row, 0) + ";\n";
-        s += "    { const V f_ = " + masked(f[0].s, "bc(-__builtin_inf())") + "; bm_" + R_ + " = v_max(bm_" + R_ + ", f_);\n";
+        s += "    { const V f_ = " + masked(f[0].s, "bc(-__builtin_inf())") + "; bm_" + R_ +
+             " = v_max(bm_" + R_ + ", f_);\n";
         s += rescale(row);
-        s += "      const V e_ = f_ == bc(-__builtin_inf()) ? bc(0.0) : v_exp(f_ - " + acc("mv", row, 0) + ");\n";
+        s += "      const V e_ = f_ == bc(-__builtin_inf()) ? bc(0.0) : v_exp(f_ - " +
+             acc("mv", row, 0) + ");\n";
         s += add_terms(row, "e_", [&](int c) { return masked(w[c].s, "bc(0.0)"); });
         s += "    }\n";
       }
@@ -183,7 +195,8 @@ struct Gen {
   // Moves the running max of `row` to bm_row, rescaling its sums.
   string rescale(int row) const {
     const string R_ = to_string(row), mv = acc("mv", row, 0);
-    string s = "      { const V sc_ = " + mv + " == bc(-__builtin_inf()) ? bc(0.0) : v_exp(" + mv + " - bm_" + R_ + ");";
+    string s = "      { const V sc_ = " + mv + " == bc(-__builtin_inf()) ? bc(0.0) : v_exp(" + mv +
+               " - bm_" + R_ + ");";
     for (int c = 0; c < std::max(WD, 1); ++c) s += " " + acc("sv", row, c) + " *= sc_;";
     if (r.op == ReductionOp::SumSoftMaxWeight) s += " " + acc("ss", row, 0) + " *= sc_;";
     return s + " " + mv + " = bm_" + R_ + "; }\n";
@@ -191,7 +204,8 @@ struct Gen {
   template <class WFn>
   string add_terms(int row, const string& e, WFn weight) const {
     string s;
-    if (r.op == ReductionOp::SumSoftMaxWeight) s += "      " + acc("ss", row, 0) + " += " + e + ";\n";
+    if (r.op == ReductionOp::SumSoftMaxWeight)
+      s += "      " + acc("ss", row, 0) + " += " + e + ";\n";
     for (int c = 0; c < std::max(WD, 1); ++c)
       s += "      " + acc("sv", row, c) + " += " + (WD ? e + " * " + weight(c) : e) + ";\n";
     return s;
@@ -203,7 +217,8 @@ struct Gen {
       const string R_ = to_string(row);
       s += rescale(row);
       s += "      for (i64 q = 0; q < te - tb; ++q) { const V f_ = fb_" + R_ + "[q];\n";
-      s += "      const V e_ = f_ == bc(-__builtin_inf()) ? bc(0.0) : v_exp(f_ - " + acc("mv", row, 0) + ");\n";
+      s += "      const V e_ = f_ == bc(-__builtin_inf()) ? bc(0.0) : v_exp(f_ - " +
+           acc("mv", row, 0) + ");\n";
       s += add_terms(row, "e_", [&](int c) { return "wb_" + R_ + "_" + to_string(c) + "[q]"; });
       s += "      }\n";
     }
@@ -222,37 +237,52 @@ struct Gen {
       const bool both = r.op == ReductionOp::MinArgMin || r.op == ReductionOp::MaxArgMax;
       const char* cmp = is_max(r.op) ? ">" : "<";
       for (int c = 0; c < D; ++c) {
-        const string b = acc("best", row, c), bi = acc("bidx", row, c), at = out_row + " * " + to_string(D) + " + " + to_string(c);
+        const string b = acc("best", row, c), bi = acc("bidx", row, c),
+                     at = out_row + " * " + to_string(D) + " + " + to_string(c);
         s += "      { T bv = 0; i64 bj = -1;\n        for (int l = 0; l < W; ++l) { if (" + bi +
-             "[l] < 0) continue; const T v = " + b + "[l]; const i64 j = (i64)" + bi + "[l] * W + l;\n";
-        s += string("          const bool take = bj < 0 || (v != v && (bv == bv || j < bj)) || (v == v && bv == bv && (v ") +
+             "[l] < 0) continue; const T v = " + b + "[l]; const i64 j = (i64)" + bi +
+             "[l] * W + l;\n";
+        s += string(
+                 "          const bool take = bj < 0 || (v != v && (bv == bv || j < bj)) || (v == "
+                 "v && bv == bv && (v ") +
              cmp + " bv || (v == bv && j < bj)));\n          if (take) { bv = v; bj = j; } }\n";
         s += "        if (bj < 0) bv = " + string(is_max(r.op) ? "-" : "") + "__builtin_inf();\n";
-        if (arg_only) s += "        outi[" + at + "] = bj;\n";
-        else s += "        out0[" + at + "] = bv;\n";
+        if (arg_only)
+          s += "        outi[" + at + "] = bj;\n";
+        else
+          s += "        out0[" + at + "] = bv;\n";
         if (both) s += "        outi[" + at + "] = bj;\n";
         s += "      }\n";
       }
     } else if (is_kmin(r.op)) {
       const string K = to_string(r.k);
       s += "      for (int q = 0; q < " + K + "; ++q) {\n";
-      if (r.op != ReductionOp::ArgKMin) s += "        out0[" + out_row + " * " + K + " + q] = q < kf_" + R_ + " ? kv_" + R_ + "[q] : (T)__builtin_inf();\n";
-      if (r.op != ReductionOp::KMin) s += "        outi[" + out_row + " * " + K + " + q] = q < kf_" + R_ + " ? ki_" + R_ + "[q] : -1;\n";
+      if (r.op != ReductionOp::ArgKMin)
+        s += "        out0[" + out_row + " * " + K + " + q] = q < kf_" + R_ + " ? kv_" + R_ +
+             "[q] : (T)__builtin_inf();\n";
+      if (r.op != ReductionOp::KMin)
+        s += "        outi[" + out_row + " * " + K + " + q] = q < kf_" + R_ + " ? ki_" + R_ +
+             "[q] : -1;\n";
       s += "      }\n";
     } else if (is_softmax(r.op)) {
       const string mv = acc("mv", row, 0);
       const int nc = std::max(WD, 1);
-      s += "      double M = -__builtin_inf(); for (int l = 0; l < W; ++l) if (" + mv + "[l] > M) M = " + mv + "[l];\n";
+      s += "      double M = -__builtin_inf(); for (int l = 0; l < W; ++l) if (" + mv +
+           "[l] > M) M = " + mv + "[l];\n";
       s += "      double den = 0;\n";
       if (r.op == ReductionOp::SumSoftMaxWeight)
-        s += "      for (int l = 0; l < W; ++l) den += " + mv + "[l] == -__builtin_inf() ? (double)" +
-             acc("ss", row, 0) + "[l] : " + acc("ss", row, 0) + "[l] * __builtin_exp(" + mv + "[l] - M);\n";
+        s += "      for (int l = 0; l < W; ++l) den += " + mv +
+             "[l] == -__builtin_inf() ? (double)" + acc("ss", row, 0) +
+             "[l] : " + acc("ss", row, 0) + "[l] * __builtin_exp(" + mv + "[l] - M);\n";
       for (int c = 0; c < nc; ++c) {
-        s += "      { double sum = 0; for (int l = 0; l < W; ++l) sum += " + mv + "[l] == -__builtin_inf() ? (double)" +
-             acc("sv", row, c) + "[l] : " + acc("sv", row, c) + "[l] * __builtin_exp(" + mv + "[l] - M);\n";
+        s += "      { double sum = 0; for (int l = 0; l < W; ++l) sum += " + mv +
+             "[l] == -__builtin_inf() ? (double)" + acc("sv", row, c) +
+             "[l] : " + acc("sv", row, c) + "[l] * __builtin_exp(" + mv + "[l] - M);\n";
         const string at = "out0[" + out_row + " * " + to_string(nc) + " + " + to_string(c) + "]";
         if (r.op == ReductionOp::LogSumExp)
-          s += "        " + at + " = (T)(sum != sum ? sum : M == -__builtin_inf() ? -__builtin_inf() : M + __builtin_log(sum)); }\n";
+          s += "        " + at +
+               " = (T)(sum != sum ? sum : M == -__builtin_inf() ? -__builtin_inf() : M + "
+               "__builtin_log(sum)); }\n";
         else
           s += "        " + at + " = (T)(sum != sum ? sum : den == 0 ? 0.0 : sum / den); }\n";
       }
@@ -266,7 +296,8 @@ struct Gen {
     for (const auto& e : lay.vars)
       if (e.cat == Category::J)
         for (int c = 0; c < e.dim; ++c)
-          em.raw("    const V " + name(e, 0, c) + " = vload(yt + " + to_string((e.offset + c) * W) + ");\n");
+          em.raw("    const V " + name(e, 0, c) + " = vload(yt + " + to_string((e.offset + c) * W) +
+                 ");\n");
     string acc_code;
     for (int row = 0; row < R; ++row) {
       std::vector<Expr> f, w;
@@ -293,7 +324,9 @@ bool kernel_layout(const ReductionImpl& r, KernelLayout& lay) {
     const Category kc = v.cat == Category::Param ? Category::Param
                         : v.cat == r.outer()     ? Category::I
                                                  : Category::J;
-    int& off = kc == Category::I ? lay.outer_dim : kc == Category::J ? lay.inner_dim : lay.param_dim;
+    int& off = kc == Category::I   ? lay.outer_dim
+               : kc == Category::J ? lay.inner_dim
+                                   : lay.param_dim;
     lay.vars.push_back({v.index, kc, v.dim, off});
     off += v.dim;
   }
@@ -312,9 +345,10 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
                                              : 100;
   g.R = is_kmin(r.op) ? 1 : state <= 4 ? 4 : state <= 8 ? 2 : 1;
 
-  string s = "// generated by tessel: " + Reduction(std::shared_ptr<const ReductionImpl>(
-                                                        spec.r, [](const ReductionImpl*) {}))
-                                               .str() + "\n";
+  string s =
+      "// generated by tessel: " +
+      Reduction(std::shared_ptr<const ReductionImpl>(spec.r, [](const ReductionImpl*) {})).str() +
+      "\n";
   s += "#define TESSEL_F64 " + to_string(spec.f64 ? 1 : 0) + "\n";
   s += "#define TESSEL_VBYTES " + to_string(spec.vbytes) + "\n";
   const int blk_tiles = std::max(1, 1024 / g.W);  // ~1024 terms per block: sums and softmax maxima
@@ -325,9 +359,11 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
   s += kmin_insert_source();
   s += "extern \"C\" void tessel_kernel(const struct KernelArgs* a) {\n";
   s += "  TESSEL_FTZ_ENTER\n";
-  s += "  const T* X = (const T*)a->outer; const T* Y = (const T*)a->inner; const T* P = (const T*)a->params;\n";
+  s += "  const T* X = (const T*)a->outer; const T* Y = (const T*)a->inner; const T* P = (const "
+       "T*)a->params;\n";
   s += "  T* out0 = (T*)a->out[0]; i64* outi = (i64*)a->out[" +
-       to_string(r.num_outputs() == 2 ? 1 : 0) + "];\n  (void)X; (void)Y; (void)P; (void)out0; (void)outi;\n";
+       to_string(r.num_outputs() == 2 ? 1 : 0) +
+       "];\n  (void)X; (void)Y; (void)P; (void)out0; (void)outi;\n";
   s += "  VI lane_ = {}; for (int l = 0; l < W; ++l) lane_[l] = (TI)l;\n";
   for (const auto& e : lay.vars)
     if (e.cat == Category::Param)
@@ -355,9 +391,11 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
   s += tile_setup + g.tile_body(true) + "    ++ts;\n    }\n";
   const bool block = r.op == ReductionOp::Sum && spec.scheme == SumScheme::Block && !spec.acc_f64;
   s += "    for (i64 tb = ts; tb < tf; tb += " + to_string(blk_tiles) + ") {\n";
-  s += "      const i64 te = tb + " + to_string(blk_tiles) + " < tf ? tb + " + to_string(blk_tiles) + " : tf;\n";
+  s += "      const i64 te = tb + " + to_string(blk_tiles) + " < tf ? tb + " +
+       to_string(blk_tiles) + " : tf;\n";
   if (is_softmax(r.op))
-    for (int row = 0; row < g.R; ++row) s += "      bm_" + to_string(row) + " = " + g.acc("mv", row, 0) + ";\n";
+    for (int row = 0; row < g.R; ++row)
+      s += "      bm_" + to_string(row) + " = " + g.acc("mv", row, 0) + ";\n";
   s += "      for (i64 t = tb; t < te; ++t) {\n" + tile_setup;
   s += g.tile_body(false);
   s += "      }\n";
@@ -365,7 +403,8 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
   if (block)
     for (int row = 0; row < g.R; ++row)
       for (int c = 0; c < g.D; ++c)
-        s += "      " + g.acc("acc", row, c) + " += " + g.acc("blk", row, c) + "; " + g.acc("blk", row, c) + " = (V){};\n";
+        s += "      " + g.acc("acc", row, c) + " += " + g.acc("blk", row, c) + "; " +
+             g.acc("blk", row, c) + " = (V){};\n";
   s += "    }\n";
   s += "    if (je % W && tf >= ts) {\n    const i64 t = tf;\n";
   s += "    const VI valid = lane_ < (TI)(je - t * W);\n";

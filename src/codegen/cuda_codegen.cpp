@@ -1,13 +1,27 @@
-// Reduction spec -> CUDA source: one thread per output row, inner rows streamed through shared memory.
+// Reduction spec -> CUDA source (R outer rows per thread, inner rows through shared memory) + plan.
 //
 // The formula comes from the same op table as the CPU kernels (apply<Expr>), over a scalar
-// prelude; reductions keep the CPU semantics exactly (NaN, ties, online max for LogSumExp).
-// This file only generates source: NVRTC compiles it with no GPU present, which is how the CUDA
-// path is tested on machines without one. Launching it is the CUDA backend's job.
+// prelude; the reduction states (cuda_reduce.cpp) keep the CPU semantics exactly (NaN, ties,
+// -inf). This file only generates source: NVRTC compiles it with no GPU present, which is how
+// the CUDA path is tested on machines without one. Launching it is the CUDA backend's job.
+//
+// Why the kernel looks the way it does (an H100 SM issues 4 warp instructions per clock, the rate
+// of its float pipes, so every instruction per (i, j) pair counts; the Gaussian sum takes ~10):
+// - Each thread holds R outer rows in registers and evaluates them against every inner row of a
+//   tile in shared memory: one 16-byte shared load per inner row serves R rows.
+// - Inner rows sit in shared memory padded to 16 bytes, read as float4/double2 (LDS.128).
+// - float32 exp is ex2.approx.ftz(x log2e): 2 instructions instead of ~9 for expf; its error,
+//   2 + 1.2|x| ulp (CUDA's bound for __expf), is far below float32 tolerances for the sums it
+//   feeds, whose large terms have small |x|.
+// - Sums add in T within a tile and in double across tiles (block summation).
+// - Thread t of a block owns rows t*R .. t*R+R-1 of the block's range, so a small n_outer leaves
+//   whole warps idle (they skip the arithmetic) instead of every thread computing dead rows.
 #include "codegen/cuda_codegen.hpp"
 
 #include <algorithm>
+#include <unordered_map>
 
+#include "codegen/cuda_reduce.hpp"
 #include "codegen/emitter.hpp"
 #include "tessel/error.hpp"
 
@@ -29,7 +43,23 @@ typedef T V;
 // NVRTC has no <math.h>: the special values come from their bit patterns.
 #define INFINITY __int_as_float(0x7f800000)
 #define NAN __int_as_float(0x7fffffff)
+#define INF ((T)INFINITY)
+#define LOG2E_T ((T)1.4426950408889634)
 #define DEV static __device__ __forceinline__
+#if TESSEL_F64
+DEV T ex2(T a) { return exp2(a); }
+DEV T v_exp(T a) { return exp(a); }
+#else
+#ifdef TESSEL_CUDA_EMULATOR
+// The emulator runs no PTX: exp2f made 2 ulp too large (the instruction's error bound, all in one
+// direction) and flushing subnormal results, as .ftz does, stands in for it.
+DEV T ex2(T a) { const T r = exp2f(a) * (1.0f + 0x1p-22f); return r < 1.17549435e-38f ? 0.0f : r; }
+#else
+// One MUFU.EX2; without .ftz (NVRTC's default) it costs 3 more instructions for subnormals.
+DEV T ex2(T a) { T r; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(a)); return r; }
+#endif
+DEV T v_exp(T a) { return ex2(a * LOG2E_T); }
+#endif
 DEV V bc(double c) { return (V)c; }
 DEV V v_lt(V a, V b, V x, V y) { return a < b ? x : y; }
 DEV V v_le(V a, V b, V x, V y) { return a <= b ? x : y; }
@@ -37,7 +67,6 @@ DEV V v_eq(V a, V b, V x, V y) { return a == b ? x : y; }
 DEV V v_min(V a, V b) { return a < b ? a : b; }
 DEV V v_max(V a, V b) { return a > b ? a : b; }
 DEV V v_abs(V a) { return fabs(a); }
-DEV V v_exp(V a) { return exp(a); }
 DEV V v_log(V a) { return log(a); }
 DEV V v_sqrt(V a) { return sqrt(a); }
 DEV V v_rsqrt(V a) { return (V)1 / sqrt(a); }
@@ -49,160 +78,231 @@ DEV V v_atan(V a) { return atan(a); }
 DEV V v_atan2(V y, V x) { return atan2(y, x); }
 DEV V v_floor(V a) { return floor(a); }
 DEV V v_round(V a) { return round(a); }  // halves away from zero, like the CPU kernels
-DEV bool nan_(V a) { return a != a; }
-#define KINS_QUALIFIER DEV
 )PRELUDE";
 
-bool is_max(ReductionOp op) {
-  return op == ReductionOp::Max || op == ReductionOp::ArgMax || op == ReductionOp::MaxArgMax;
-}
-bool is_minmax(ReductionOp op) {
-  return is_max(op) || op == ReductionOp::Min || op == ReductionOp::ArgMin ||
-         op == ReductionOp::MinArgMin;
-}
-bool is_kmin(ReductionOp op) {
-  return op == ReductionOp::KMin || op == ReductionOp::ArgKMin || op == ReductionOp::KMinArgKMin;
+const char* kLanes = "xyzw";
+
+// Values per 16-byte shared-memory vector, and the vector type.
+int vec_width(bool f64) { return f64 ? 2 : 4; }
+const char* vec_type(bool f64) { return f64 ? "double2" : "float4"; }
+// Inner-row stride in shared memory: inner_dim padded to whole vectors.
+int padded_dim(const KernelLayout& lay, bool f64) {
+  const int w = vec_width(f64);
+  return (lay.inner_dim + w - 1) / w * w;
 }
 
-string var_name(const KernelLayout::Entry& e, int c) {
-  const char* p = e.cat == Category::I ? "o" : e.cat == Category::J ? "j" : "p";
-  return string(p) + to_string(e.index) + "_" + to_string(c);
+string var_name(const KernelLayout::Entry& e, int row, int c) {
+  if (e.cat == Category::I)
+    return string("o") + to_string(e.index) + "_" + to_string(row) + "_" + to_string(c);
+  return string(e.cat == Category::J ? "j" : "p") + to_string(e.index) + "_" + to_string(c);
+}
+
+// Emits row `row`'s formula and weight through the active Emitter.
+void emit_row(const ReductionImpl& r, const KernelLayout& lay, int row, std::vector<string>& f,
+              std::vector<string>& w) {
+  std::unordered_map<int, const KernelLayout::Entry*> by_index;
+  for (const auto& e : lay.vars) by_index[e.index] = &e;
+  auto name = [&](const Node& n, int c) { return var_name(*by_index.at(n.var_index()), row, c); };
+  ExprMemo memo;
+  f.clear();
+  w.clear();
+  for (const Expr& e : emit_formula(r.f, name, memo)) f.push_back(e.s);
+  if (r.weight.valid())
+    for (const Expr& e : emit_formula(r.weight, name, memo)) w.push_back(e.s);
+}
+
+// Statements one row's formula takes: the size measure of the rows-per-thread heuristic.
+int formula_statements(const ReductionImpl& r, const KernelLayout& lay) {
+  Emitter em;
+  std::vector<string> f, w;
+  emit_row(r, lay, 0, f, w);
+  return static_cast<int>(std::count(em.code().begin(), em.code().end(), '\n'));
+}
+
+// Rows per thread: R rows share each shared-memory load and give the scheduler R independent
+// chains, but their states, outer values and temporaries all stay live in registers. Budget: 64
+// registers of state and outer values per thread, and few enough formula statements that R
+// copies' temporaries fit beside them (past ~255 registers the kernel spills).
+int pick_rows(const ReductionImpl& r, bool f64, const KernelLayout& lay) {
+  const int per_row = cuda_gen::ReduceCode(r).state_registers(f64) + lay.outer_dim * (f64 ? 2 : 1);
+  const int statements = formula_statements(r, lay);
+  if (4 * per_row <= 64 && statements <= 24) return 4;
+  if (2 * per_row <= 64 && statements <= 96) return 2;
+  return 1;
+}
+
+string kernel_source(const ReductionImpl& r, bool f64, const KernelLayout& lay, int R) {
+  const cuda_gen::ReduceCode red(r);
+  const int DO = lay.outer_dim, DI = lay.inner_dim, S = padded_dim(lay, f64), VW = vec_width(f64);
+  auto sfx = [](int row) { return string("_") + to_string(row); };
+  string s = "// generated by tessel (CUDA)\n#define TESSEL_F64 " + to_string(f64 ? 1 : 0) + "\n";
+  s += kCudaPrelude;
+  s += red.helpers();
+
+  // ---- main kernel ----
+  s += "extern \"C\" __global__ void __launch_bounds__(256) tessel_kernel(\n"
+       "    const T* __restrict__ X, const T* __restrict__ Y, const T* __restrict__ P, i64 "
+       "n_outer,\n"
+       "    i64 n_inner, T* __restrict__ out0, i64* __restrict__ outi, void* __restrict__ work,\n"
+       "    i64 chunk) {\n";
+  s += "  extern __shared__ __align__(16) unsigned char smem_[];\n  T* ys = (T*)smem_;\n";
+  s += "  (void)X; (void)Y; (void)P; (void)out0; (void)outi; (void)ys;\n";
+  s += "  const int tid = threadIdx.x, nb = blockDim.x;\n";
+  s += "  const i64 i0 = ((i64)blockIdx.x * nb + tid) * " + to_string(R) + ";\n";
+  s += "  const bool live = i0 < n_outer;  // some of this thread's rows exist\n";
+  s += "  const i64 jb = (i64)blockIdx.y * chunk, je = jb + chunk < n_inner ? jb + chunk : "
+       "n_inner;\n";
+  for (int row = 0; row < R; ++row) {
+    const string ir = "ir" + to_string(row), ix = "i0 + " + to_string(row);
+    s += "  const i64 " + ir + " = " + ix + " < n_outer ? " + ix + " : n_outer - 1;  (void)" + ir +
+         ";\n";
+    for (const auto& e : lay.vars)
+      if (e.cat == Category::I)
+        for (int c = 0; c < e.dim; ++c)
+          s += "  const V " + var_name(e, row, c) + " = X[" + ir + " * " + to_string(DO) + " + " +
+               to_string(e.offset + c) + "];\n";
+  }
+  for (const auto& e : lay.vars)
+    if (e.cat == Category::Param)
+      for (int c = 0; c < e.dim; ++c)
+        s += "  const V " + var_name(e, 0, c) + " = P[" + to_string(e.offset + c) + "];\n";
+  for (int row = 0; row < R; ++row) s += red.declare(sfx(row));
+
+  // The body for one inner row jj of the tile: shared loads, then R formulas and their folds.
+  string body;
+  int statements = 0;
+  {
+    Emitter em;
+    for (int v = 0; v < S / VW; ++v)
+      em.raw("        const " + string(vec_type(f64)) + " y" + to_string(v) + "_ = ((const " +
+             vec_type(f64) + "*)ys)[jj * " + to_string(S / VW) + " + " + to_string(v) + "];\n");
+    for (const auto& e : lay.vars)
+      if (e.cat == Category::J)
+        for (int c = 0; c < e.dim; ++c) {
+          const int k = e.offset + c;
+          em.raw("        const V " + var_name(e, 0, c) + " = y" + to_string(k / VW) + "_." +
+                 kLanes[k % VW] + ";\n");
+        }
+    std::vector<std::vector<string>> f(R), w(R);
+    std::vector<string> rows;
+    for (int row = 0; row < R; ++row) {
+      emit_row(r, lay, row, f[row], w[row]);
+      rows.push_back(sfx(row));
+    }
+    em.raw(red.push(rows, f, w));
+    body = em.code();
+    statements = static_cast<int>(std::count(body.begin(), body.end(), '\n'));
+  }
+  // Unrolling hides the loop's counter and branch; big bodies gain nothing and cost registers.
+  const int unroll = statements <= 48 ? 4 : statements <= 160 ? 2 : 1;
+
+  s += "  for (i64 j0 = jb; j0 < je; j0 += nb) {\n";
+  s += "    const int nj = (int)(je - j0 < nb ? je - j0 : nb);\n";
+  if (DI > 0) {
+    const string to =
+        DI == S ? "q" : "q / " + to_string(DI) + " * " + to_string(S) + " + q % " + to_string(DI);
+    s += "    for (int q = tid; q < nj * " + to_string(DI) + "; q += nb) ys[" + to + "] = Y[j0 * " +
+         to_string(DI) + " + q];\n";
+  }
+  s += "    __syncthreads();\n    if (live) {\n";
+  s += "#pragma unroll " + to_string(unroll) + "\n";
+  s += "      for (int jj = 0; jj < nj; ++jj) {\n";
+  if (red.needs_index()) s += "        const i64 j = j0 + jj;\n";
+  s += body + "      }\n";
+  for (int row = 0; row < R; ++row) s += red.flush(sfx(row));
+  s += "    }\n    __syncthreads();  // the tile is read before the next one overwrites it\n  }\n";
+  s += "  if (!live) return;\n";
+  for (int row = 0; row < R; ++row) s += red.close(sfx(row), "jb", "je");
+  s += "  if (gridDim.y == 1) {\n";
+  for (int row = 0; row < R; ++row)
+    s += "    if (i0 + " + to_string(row) + " < n_outer) {\n" +
+         red.finish(sfx(row), "(i0 + " + to_string(row) + ")") + "    }\n";
+  s += "  } else {  // partial states of inner rows [jb, je) for tessel_combine\n";
+  s += "    double* wv = (double*)work; i64* wi = (i64*)work; (void)wv; (void)wi;\n";
+  s += "    const i64 ws = (i64)gridDim.y * n_outer, at = (i64)blockIdx.y * n_outer + i0;\n";
+  for (int row = 0; row < R; ++row)
+    s += "    if (i0 + " + to_string(row) + " < n_outer) {\n" +
+         red.store(sfx(row), "at + " + to_string(row)) + "    }\n";
+  s += "  }\n}\n";
+
+  // ---- second pass: merges the split_j partial states of each row, in inner-row order ----
+  s += "extern \"C\" __global__ void __launch_bounds__(256) tessel_combine(\n"
+       "    const void* __restrict__ work, i64 n_outer, int split, T* __restrict__ out0,\n"
+       "    i64* __restrict__ outi) {\n";
+  s += "  const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n  if (i >= n_outer) return;\n";
+  s += "  const double* wv = (const double*)work; const i64* wi = (const i64*)work;\n";
+  s += "  const i64 ws = (i64)split * n_outer;\n  (void)wv; (void)wi; (void)out0; (void)outi;\n";
+  s += red.declare("_a") + red.declare("_b");
+  s += "  {\n" + red.load("_a", "i") + "  }\n";
+  s += "  for (int y = 1; y < split; ++y) {\n" + red.load("_b", "(i64)y * n_outer + i");
+  s += red.merge("_a", "_b") + "  }\n";
+  s += red.finish("_a", "i") + "}\n";
+  return s;
 }
 
 }  // namespace
 
-std::string generate_cuda_kernel(const ReductionImpl& r, bool f64, KernelLayout& lay) {
+std::string generate_cuda_kernel(const ReductionImpl& r, bool f64, KernelLayout& lay,
+                                 int rows_per_thread) {
   if (!kernel_layout(r, lay)) return {};
-  const int D = r.f.dim(), WD = r.weight.valid() ? r.weight.dim() : 0;
-  const int DO = lay.outer_dim, DI = lay.inner_dim;
-  string s = "// generated by tessel (CUDA)\n#define TESSEL_F64 " + to_string(f64 ? 1 : 0) + "\n";
-  s += kCudaPrelude;
-  s += kmin_insert_source();
-  s += "extern \"C\" __global__ void tessel_kernel(const T* __restrict__ X, const T* __restrict__ Y,\n"
-       "    const T* __restrict__ P, i64 n_outer, i64 n_inner, T* out0, i64* outi) {\n";
-  s += "  extern __shared__ unsigned char smem_[];\n  T* ys = (T*)smem_;\n  (void)X; (void)P; (void)out0; (void)outi;\n";
-  s += "  const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n  const bool active = i < n_outer;\n";
-  for (const auto& e : lay.vars)
-    for (int c = 0; c < e.dim; ++c) {
-      if (e.cat == Category::I)
-        s += "  const V " + var_name(e, c) + " = active ? X[i * " + to_string(DO) + " + " +
-             to_string(e.offset + c) + "] : (T)0;\n";
-      else if (e.cat == Category::Param)
-        s += "  const V " + var_name(e, c) + " = P[" + to_string(e.offset + c) + "];\n";
-    }
-  // accumulators
-  if (r.op == ReductionOp::Sum) {
-    for (int c = 0; c < D; ++c) s += "  double acc" + to_string(c) + " = 0;\n";
-  } else if (is_minmax(r.op)) {
-    for (int c = 0; c < D; ++c)
-      s += "  T best" + to_string(c) + " = " + (is_max(r.op) ? "-" : "") + "(T)INFINITY; i64 bidx" +
-           to_string(c) + " = -1;\n";
-  } else if (is_kmin(r.op)) {
-    s += "  T kv[" + to_string(r.k) + "]; i64 ki[" + to_string(r.k) + "]; int kf = 0;\n";
-  } else {  // LogSumExp, SumSoftMaxWeight: online maximum
-    s += "  T m = -(T)INFINITY; double ss = 0; bool nan_seen = false;\n";
-    for (int c = 0; c < std::max(WD, 1); ++c) s += "  double sv" + to_string(c) + " = 0;\n";
-  }
-  s += "  for (i64 j0 = 0; j0 < n_inner; j0 += blockDim.x) {\n";
-  s += "    const i64 jl = j0 + threadIdx.x;\n";
-  s += "    if (jl < n_inner) for (int c = 0; c < " + to_string(DI) + "; ++c) ys[threadIdx.x * " +
-       to_string(DI) + " + c] = Y[jl * " + to_string(DI) + " + c];\n";
-  s += "    __syncthreads();\n";
-  s += "    const int nj = (int)(n_inner - j0 < (i64)blockDim.x ? n_inner - j0 : (i64)blockDim.x);\n";
-  s += "    if (active) for (int jj = 0; jj < nj; ++jj) {\n      const i64 j = j0 + jj; (void)j;\n";
-  for (const auto& e : lay.vars)
-    if (e.cat == Category::J)
-      for (int c = 0; c < e.dim; ++c)
-        s += "      const V " + var_name(e, c) + " = ys[jj * " + to_string(DI) + " + " +
-             to_string(e.offset + c) + "];\n";
-  {
-    Emitter em;
-    ExprMemo memo;
-    std::unordered_map<int, const KernelLayout::Entry*> by_index;
-    for (const auto& e : lay.vars) by_index[e.index] = &e;
-    auto name = [&](const Node& n, int c) { return var_name(*by_index.at(n.var_index()), c); };
-    const std::vector<Expr> f = emit_formula(r.f, name, memo);
-    std::vector<Expr> w;
-    if (r.weight.valid()) w = emit_formula(r.weight, name, memo);
-    string code = em.code();
-    // The emitter writes "const V tN = ..."; indent it into the loop body.
-    s += code;
-    if (r.op == ReductionOp::Sum) {
-      for (int c = 0; c < D; ++c) s += "      acc" + to_string(c) + " += (double)" + f[c].s + ";\n";
-    } else if (is_minmax(r.op)) {
-      const char* cmp = is_max(r.op) ? ">" : "<";
-      for (int c = 0; c < D; ++c) {
-        const string b = "best" + to_string(c), bi = "bidx" + to_string(c);
-        s += "      { const T v = " + f[c].s + "; if (" + bi + " < 0 || (nan_(v) && !nan_(" + b +
-             ")) || v " + cmp + " " + b + ") { " + b + " = v; " + bi + " = j; } }\n";
-      }
-    } else if (is_kmin(r.op)) {
-      s += "      kins(kv, ki, &kf, " + to_string(r.k) + ", " + f[0].s + ", j);\n";
-    } else {
-      s += "      { const T v = " + f[0].s + ";\n";
-      s += "        if (nan_(v)) nan_seen = true;\n";
-      s += "        else if (v != -(T)INFINITY) {\n";
-      s += "          double scale = 1, term = 1;\n";
-      s += "          if (v > m) { scale = m == -(T)INFINITY ? 0.0 : exp((double)(m - v)); m = v; }\n";
-      s += "          else term = exp((double)(v - m));\n";
-      s += "          ss = ss * scale + term;\n";
-      for (int c = 0; c < std::max(WD, 1); ++c)
-        s += "          sv" + to_string(c) + " = sv" + to_string(c) + " * scale + term" +
-             (WD ? " * (double)" + w[c].s : "") + ";\n";
-      s += "        }\n      }\n";
-    }
-  }
-  s += "    }\n    __syncthreads();\n  }\n  if (!active) return;\n";
-  // outputs
-  if (r.op == ReductionOp::Sum) {
-    for (int c = 0; c < D; ++c)
-      s += "  out0[i * " + to_string(D) + " + " + to_string(c) + "] = (T)acc" + to_string(c) + ";\n";
-  } else if (is_minmax(r.op)) {
-    const bool arg_only = r.op == ReductionOp::ArgMin || r.op == ReductionOp::ArgMax;
-    const bool both = r.op == ReductionOp::MinArgMin || r.op == ReductionOp::MaxArgMax;
-    for (int c = 0; c < D; ++c) {
-      const string at = "i * " + to_string(D) + " + " + to_string(c);
-      if (!arg_only) s += "  out0[" + at + "] = best" + to_string(c) + ";\n";
-      if (arg_only || both) s += "  outi[" + at + "] = bidx" + to_string(c) + ";\n";
-    }
-  } else if (is_kmin(r.op)) {
-    const string K = to_string(r.k);
-    s += "  for (int q = 0; q < " + K + "; ++q) {\n";
-    if (r.op != ReductionOp::ArgKMin)
-      s += "    out0[i * " + K + " + q] = q < kf ? kv[q] : (T)INFINITY;\n";
-    if (r.op != ReductionOp::KMin) s += "    outi[i * " + K + " + q] = q < kf ? ki[q] : -1;\n";
-    s += "  }\n";
-  } else {
-    const int nc = std::max(WD, 1);
-    for (int c = 0; c < nc; ++c) {
-      const string at = "out0[i * " + to_string(nc) + " + " + to_string(c) + "]";
-      if (r.op == ReductionOp::LogSumExp)
-        s += "  " + at + " = nan_seen ? (T)NAN : m == -(T)INFINITY ? -(T)INFINITY : (T)(m + log(sv" +
-             to_string(c) + "));\n";
-      else
-        s += "  " + at + " = nan_seen ? (T)NAN : ss == 0 ? (T)0 : (T)(sv" + to_string(c) + " / ss);\n";
-    }
-  }
-  s += "}\n";
-  return s;
+  const int R = rows_per_thread > 0 ? rows_per_thread : pick_rows(r, f64, lay);
+  return kernel_source(r, f64, lay, R);
 }
 
-CudaKernelPlan plan_cuda_kernel(const ReductionImpl& r, bool f64, int64_t n_outer,
-                                int64_t n_inner, const CudaDeviceCaps& caps) {
-  (void)n_outer;
-  (void)n_inner;
+int cuda_rows_per_thread(const ReductionImpl& r, bool f64) {
+  KernelLayout lay;
+  return kernel_layout(r, lay) ? pick_rows(r, f64, lay) : 1;
+}
+
+CudaKernelPlan plan_cuda_kernel(const ReductionImpl& r, bool f64, int64_t n_outer, int64_t n_inner,
+                                const CudaDeviceCaps& caps, const CudaPlanOverrides& force) {
   CudaKernelPlan plan;
-  plan.source = generate_cuda_kernel(r, f64, plan.layout);
-  if (plan.source.empty()) return plan;
-  // One tile of inner rows per block in shared memory: shrink the block until it fits.
-  const size_t row_bytes = static_cast<size_t>(std::max(1, plan.layout.inner_dim)) * (f64 ? 8 : 4);
-  plan.block = 128;
-  while (plan.block > 32 && plan.block * row_bytes > caps.max_shared_per_block) plan.block /= 2;
+  if (!kernel_layout(r, plan.layout)) return plan;
+  plan.rows_per_thread =
+      force.rows_per_thread > 0 ? force.rows_per_thread : pick_rows(r, f64, plan.layout);
+  plan.source = kernel_source(r, f64, plan.layout, plan.rows_per_thread);
+
+  // Block: 128 threads when each holds several rows (256-512 rows per block), 256 with one row
+  // per thread so that a tile's shared loads and barriers still serve 256 rows. Shrunk while a
+  // tile of inner rows does not fit in shared memory (wide float64 inner variables).
+  const size_t row_bytes = static_cast<size_t>(padded_dim(plan.layout, f64)) * (f64 ? 8 : 4);
+  plan.block = force.block > 0 ? force.block : plan.rows_per_thread == 1 ? 256 : 128;
+  while (force.block <= 0 && plan.block > 32 && plan.block * row_bytes > caps.max_shared_per_block)
+    plan.block /= 2;
   if (plan.block * row_bytes > caps.max_shared_per_block)
     detail::fail("evaluate", "the inner variables have ", plan.layout.inner_dim,
-                 " components per row: a tile of 32 rows needs ", 32 * row_bytes,
-                 " bytes of shared memory, more than the GPU's ", caps.max_shared_per_block);
+                 " components per row: a tile of ", plan.block, " rows needs ",
+                 plan.block * row_bytes, " bytes of shared memory, more than the GPU's ",
+                 caps.max_shared_per_block);
   plan.shared_bytes = plan.block * row_bytes;
+
+  // Split the inner rows across block rows when the outer rows alone make few blocks. Blocks of
+  // one launch take equal time, so a launch of W waves (W = blocks / resident blocks) runs
+  // ceil(W) waves: 1.5 waves cost as much as 2. Aim at >= 4 waves even at full residency (2048
+  // threads per SM), where the last partial wave costs at most ~20%, whatever the kernel's real
+  // occupancy. Limits: chunks of at least kMinTiles tiles (a block's fixed costs, outer loads
+  // and the state store, stay small beside its pairs), a workspace of at most kMaxWorkspace
+  // (memory the caller did not ask for: K-best lists of many rows stay unsplit), and gridDim.y's
+  // 65535.
+  constexpr int64_t kMinTiles = 4;
+  constexpr int64_t kMaxWorkspace = int64_t{64} << 20;
+  const int64_t rows_per_block = int64_t{plan.block} * plan.rows_per_thread;
+  const int64_t blocks_x = std::max<int64_t>(1, (n_outer + rows_per_block - 1) / rows_per_block);
+  const int64_t want = 4 * std::max(1, caps.sm_count) * std::max(1, 2048 / plan.block);
+  const int64_t state_bytes = int64_t{cuda_gen::ReduceCode(r).slots()} * 8;
+  int64_t split = 1;
+  if (force.split_j > 0) {
+    split = force.split_j;
+  } else if (blocks_x < want) {
+    split = (want + blocks_x - 1) / blocks_x;
+    split = std::min(split, n_inner / (kMinTiles * plan.block));
+    split = std::min(split, kMaxWorkspace / std::max<int64_t>(1, state_bytes * n_outer));
+    split = std::clamp<int64_t>(split, 1, 65535);
+  }
+  plan.split_j = static_cast<int>(split);
+  if (plan.split_j > 1)
+    plan.workspace_bytes = static_cast<size_t>(state_bytes) * static_cast<size_t>(plan.split_j) *
+                           static_cast<size_t>(n_outer);
   return plan;
 }
 

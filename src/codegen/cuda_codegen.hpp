@@ -9,12 +9,14 @@
 
 namespace tessel {
 
-// Kernel `tessel_kernel(X, Y, P, n_outer, n_inner, out0, outi)`: X holds the outer rows
-// (n_outer × layout.outer_dim), Y the inner rows (n_inner × layout.inner_dim), P the parameters;
-// one thread per output row, blockDim.x × inner_dim values of dynamic shared memory.
-// Index outputs (ArgMin, ArgKMin, ...) go to `outi`, values to `out0`, both row-major
-// (n_outer × output dim). Empty when no generated kernel applies (gather/scatter reductions).
-std::string generate_cuda_kernel(const ReductionImpl& r, bool f64, KernelLayout& layout);
+// The CUDA source of a reduction: `tessel_kernel` and `tessel_combine` (see CudaKernelPlan).
+// `rows_per_thread` 0 picks the plan's choice, which depends on the formula alone, so that one
+// source (one NVRTC compile) serves every size. Empty when no generated kernel applies
+// (gather/scatter reductions).
+std::string generate_cuda_kernel(const ReductionImpl& r, bool f64, KernelLayout& layout,
+                                 int rows_per_thread = 0);
+// The rows per thread plan_cuda_kernel picks for r.
+int cuda_rows_per_thread(const ReductionImpl& r, bool f64);
 
 // What the launcher needs to know about the device.
 struct CudaDeviceCaps {
@@ -31,17 +33,35 @@ struct CudaDeviceCaps {
 // partial states in `work` (workspace_bytes, allocated by the launcher, uninitialised), and
 // `tessel_combine(work, n_outer, split_j, out0, outi)` then runs on ceil(n_outer / block) blocks
 // of `block` threads (no shared memory) to merge them into the outputs.
+//
+// Parameter types (T: float, or double for float64):
+//   tessel_kernel(const T* X, const T* Y, const T* P, long long n_outer, long long n_inner,
+//                 T* out0, long long* outi, void* work, long long chunk)
+//   tessel_combine(const void* work, long long n_outer, int split_j, T* out0, long long* outi)
+// X holds the outer rows (n_outer × layout.outer_dim), Y the inner rows (n_inner ×
+// layout.inner_dim), P the parameters, all packed row-major; index outputs (ArgMin, ArgKMin, ...)
+// go to `outi`, values to `out0`, both row-major (n_outer × output dim). Both kernels are
+// compiled for at most 256 threads per block (__launch_bounds__). Shared memory above 48 KiB
+// needs cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) before the launch.
 struct CudaKernelPlan {
   std::string source;  // empty: no CUDA kernel for this reduction
   KernelLayout layout;
   int block = 128;
-  int rows_per_thread = 1;
+  int rows_per_thread = 1;  // outer rows per thread (baked into the source)
   size_t shared_bytes = 0;
   int split_j = 1;
-  size_t workspace_bytes = 0;
+  size_t workspace_bytes = 0;  // split_j × n_outer × (8-byte words per row state); 0 if unsplit
 };
 
-CudaKernelPlan plan_cuda_kernel(const ReductionImpl& r, bool f64, int64_t n_outer,
-                                int64_t n_inner, const CudaDeviceCaps& caps);
+// Test-only: forces the plan's choices (0 keeps the heuristic's), so that tests can run the
+// combine pass, odd block sizes and every rows-per-thread on small inputs.
+struct CudaPlanOverrides {
+  int block = 0;
+  int rows_per_thread = 0;
+  int split_j = 0;
+};
+
+CudaKernelPlan plan_cuda_kernel(const ReductionImpl& r, bool f64, int64_t n_outer, int64_t n_inner,
+                                const CudaDeviceCaps& caps, const CudaPlanOverrides& force = {});
 
 }  // namespace tessel

@@ -14,8 +14,9 @@
 // gridDim (x, y, z), dynamic `extern __shared__ T s[];` and static __shared__ variables inside
 // functions, __syncthreads (and _count/_and/_or), __syncwarp, __shfl{,_up,_down,_xor}_sync,
 // __ballot_sync/__any_sync/__all_sync, atomics on int/unsigned/64-bit/float/double, the float
-// and double math functions, __int_as_float and friends, printf, assert and __trap.
-// Not emulated: textures, cooperative groups, the vector types (float2, ...), __activemask,
+// and double math functions, __int_as_float and friends, printf, assert and __trap, and the
+// 16-byte vector types float4 and double2.
+// Not emulated: textures, cooperative groups, the other vector types (float2, ...), __activemask,
 // cluster/async-copy features, timing. Blocks run one after another, so inter-block races are
 // not exercised.
 #pragma once

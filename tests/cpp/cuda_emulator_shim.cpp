@@ -25,6 +25,9 @@ const char* shim_source() {
 #define warpSize 32
 
 struct uint3 { unsigned x, y, z; };
+// The 16-byte vector types kernels load shared or global memory through (LDS.128 / LDG.128).
+struct __align__(16) float4 { float x, y, z, w; };
+struct __align__(16) double2 { double x, y; };
 struct dim3 {
   unsigned x, y, z;
   dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}

@@ -1,4 +1,5 @@
-// CUDA code generation, checked by compiling every op and every reduction with NVRTC (no GPU).
+// CUDA code generation, checked by compiling every op and every reduction with NVRTC (no GPU), and
+// the launch plan's choices (a pure function of the reduction, the sizes and the device).
 #include <gtest/gtest.h>
 
 #include "backend/cuda/nvrtc.hpp"
@@ -18,25 +19,37 @@ bool have_nvrtc() {
   return false;
 }
 
-void expect_compiles(const Reduction& r, bool f64) {
+// The PTX of r's kernels (both entries checked), or "" after a failure.
+std::string expect_compiles(const Reduction& r, bool f64, int rows_per_thread = 0) {
   KernelLayout lay;
-  const std::string src = generate_cuda_kernel(r.impl(), f64, lay);
-  ASSERT_FALSE(src.empty()) << r.str();
+  const std::string src = generate_cuda_kernel(r.impl(), f64, lay, rows_per_thread);
+  EXPECT_FALSE(src.empty()) << r.str();
   std::string ptx;
   try {
     ptx = nvrtc_compile(src, "tessel_kernel.cu", "compute_90");
   } catch (const Error& e) {
-    FAIL() << e.what() << "\n--- source ---\n" << src;
+    ADD_FAILURE() << e.what() << "\n--- source ---\n" << src;
+    return {};
   }
   EXPECT_NE(ptx.find(".entry tessel_kernel"), std::string::npos) << r.str();
+  EXPECT_NE(ptx.find(".entry tessel_combine"), std::string::npos) << r.str();
+  return ptx;
 }
+
+// The variables of the plan tests: x_i, y_j in R^3, a weight b_j, a parameter g.
+struct Vars {
+  Formula x = vi(0, 3), y = vj(1, 3), b = vj(2, 1), g = pm(3, 1);
+  Reduction gauss() const { return Reduction(ReductionOp::Sum, exp(-g * sqdist(x, y)) * b); }
+};
 
 }  // namespace
 
 TEST(CudaCodegen, NvrtcIsFoundOrExplained) {
   const NvrtcInfo& info = nvrtc_info();
-  if (info.usable) EXPECT_FALSE(info.version.empty());
-  else EXPECT_NE(info.problem.find("NVRTC"), std::string::npos);
+  if (info.usable)
+    EXPECT_FALSE(info.version.empty());
+  else
+    EXPECT_NE(info.problem.find("NVRTC"), std::string::npos);
 }
 
 TEST(CudaCodegen, EveryReductionCompiles) {
@@ -65,18 +78,63 @@ TEST(CudaCodegen, EveryOpCompiles) {
   // One kernel holding every op of the table, so NVRTC runs once per dtype.
   const Formula x = vi(0, 3), y = vj(1, 3), a = x - y, pos = square(a) + 0.5, s = a[0];
   std::vector<Formula> parts = {
-      x + y, x - y, x * y, x / pos, sin(-a), exp(a), log(pos), xlogx(pos), sqrt(pos), rsqrt(pos),
-      inv(pos), pow(a, 3), powf(pos, y), square(a), abs(a), sign(a), step(a), relu(a), sin(a),
-      cos(a), asin(0.5 * sin(a)), acos(0.5 * sin(a)), atan(a), atan2(x, y), floor(a), round(a),
-      make(OpCode::Round, {a}, {2}), mod(a, constant(1.5), constant(0.25)),
-      clamp(a, constant(-0.3), y), clampint(a, -1, 2), ifelse(s, x, y), elem_min(x, y),
-      elem_max(x, y), less(x, y), less_eq(x, y), greater(x, y), greater_eq(x, y), equal(x, y),
-      not_equal(x, y), sum(a) + 0.0 * x, max(a) + 0.0 * x, min(a) + 0.0 * x, argmax(a) + 0.0 * x,
-      argmin(a) + 0.0 * x, elem(a, 2) + 0.0 * x, concat(extract(a, 1, 2), s),
-      one_hot(clampint(s, 0, 2), 3), sqnorm2(a) + 0.0 * x, norm2(a) + 0.0 * x, normalize(a),
-      sqdist(x, y) + 0.0 * x, (x | y) + 0.0 * x, sqnorm_iso(s, a) + 0.0 * x,
-      sqnorm_diag(pos, a) + 0.0 * x, sym_sqnorm(tensorprod(x, y), a) + 0.0 * x,
-      matvecmult(tensorprod(x, y), a), vecmatmult(a, tensorprod(x, y)),
+      x + y,
+      x - y,
+      x * y,
+      x / pos,
+      sin(-a),
+      exp(a),
+      log(pos),
+      xlogx(pos),
+      sqrt(pos),
+      rsqrt(pos),
+      inv(pos),
+      pow(a, 3),
+      powf(pos, y),
+      square(a),
+      abs(a),
+      sign(a),
+      step(a),
+      relu(a),
+      sin(a),
+      cos(a),
+      asin(0.5 * sin(a)),
+      acos(0.5 * sin(a)),
+      atan(a),
+      atan2(x, y),
+      floor(a),
+      round(a),
+      make(OpCode::Round, {a}, {2}),
+      mod(a, constant(1.5), constant(0.25)),
+      clamp(a, constant(-0.3), y),
+      clampint(a, -1, 2),
+      ifelse(s, x, y),
+      elem_min(x, y),
+      elem_max(x, y),
+      less(x, y),
+      less_eq(x, y),
+      greater(x, y),
+      greater_eq(x, y),
+      equal(x, y),
+      not_equal(x, y),
+      sum(a) + 0.0 * x,
+      max(a) + 0.0 * x,
+      min(a) + 0.0 * x,
+      argmax(a) + 0.0 * x,
+      argmin(a) + 0.0 * x,
+      elem(a, 2) + 0.0 * x,
+      concat(extract(a, 1, 2), s),
+      one_hot(clampint(s, 0, 2), 3),
+      sqnorm2(a) + 0.0 * x,
+      norm2(a) + 0.0 * x,
+      normalize(a),
+      sqdist(x, y) + 0.0 * x,
+      (x | y) + 0.0 * x,
+      sqnorm_iso(s, a) + 0.0 * x,
+      sqnorm_diag(pos, a) + 0.0 * x,
+      sym_sqnorm(tensorprod(x, y), a) + 0.0 * x,
+      matvecmult(tensorprod(x, y), a),
+      vecmatmult(a, tensorprod(x, y)),
       extract(tensorprod(x, y), 0, 3),
       extract(tensordot(tensorprod(x, y), concat(y, x), {3, 3}, {2, 3}, {1}, {1}), 0, 3)};
   Formula total = parts[0];
@@ -89,10 +147,144 @@ TEST(CudaCodegen, EveryOpCompiles) {
   for (bool f64 : {false, true}) expect_compiles(Reduction(ReductionOp::Sum, total), f64);
 }
 
+// What the kernels are built for, visible in the PTX: float32 exp as one ex2.approx.ftz, inner
+// rows read from shared memory 16 bytes at a time, K-best lists in registers (no local memory)
+// up to K = 16, and every rows-per-thread compiles.
+TEST(CudaCodegen, KernelsUseTheFastPaths) {
+  if (!have_nvrtc()) GTEST_SKIP() << nvrtc_info().problem;
+  const Vars v;
+  const Formula &x = v.x, &y = v.y, &b = v.b, &g = v.g;
+  const Reduction kGauss = v.gauss();
+  const std::string gauss = expect_compiles(kGauss, false);
+  EXPECT_NE(gauss.find("ex2.approx.ftz.f32"), std::string::npos);
+  EXPECT_NE(gauss.find("ld.shared.v4.f32"), std::string::npos);
+  EXPECT_NE(expect_compiles(kGauss, true).find("ld.shared.v2.f64"), std::string::npos);
+  const std::string kmin =
+      expect_compiles(Reduction(ReductionOp::ArgKMin, sqdist(x, y), 1, 8), false);
+  EXPECT_EQ(kmin.find("__local_depot"), std::string::npos) << "K = 8 spilled to local memory";
+  expect_compiles(Reduction(ReductionOp::KMinArgKMin, sqdist(x, y), 1, 40), false);
+  // The plan picks 4 for the Gaussian and 2 for this SoftMax: the other values here.
+  for (int rows : {1, 2}) expect_compiles(kGauss, false, rows);
+  for (int rows : {1, 4})
+    expect_compiles(Reduction(ReductionOp::SumSoftMaxWeight, -sqdist(x, y), 1, 0, b), false, rows);
+}
+
+// ---- the launch plan --------------------------------------------------------------------------
+
+// The headline case: Gaussian kernel sum, D = 3, float32, on an H100 (132 SMs).
+TEST(CudaCodegenPlan, GaussianSumOnAnH100) {
+  const Vars v;
+  const Formula &x = v.x, &y = v.y, &b = v.b, &g = v.g;
+  const Reduction kGauss = v.gauss();
+  const CudaDeviceCaps h100;
+  const CudaKernelPlan big = plan_cuda_kernel(kGauss.impl(), false, 1000000, 1000000, h100);
+  EXPECT_EQ(big.rows_per_thread, 4);
+  EXPECT_EQ(big.block, 128);
+  EXPECT_EQ(big.shared_bytes, 128u * 4 * 4);  // y (3) and b (1): one float4 per inner row
+  // 1954 blocks of 512 rows are < 4 waves of 16 resident blocks on 132 SMs: 5 chunks of 2e5.
+  EXPECT_EQ(big.split_j, 5);
+  EXPECT_EQ(big.workspace_bytes, size_t{8} * 5 * 1000000);
+  // The source does not depend on the sizes: one compile serves them all.
+  EXPECT_EQ(plan_cuda_kernel(kGauss.impl(), false, 10, 7, h100).source, big.source);
+  const CudaKernelPlan mid = plan_cuda_kernel(kGauss.impl(), false, 100000, 100000, h100);
+  EXPECT_EQ(mid.split_j, 44);  // 196 blocks × 44 = 8624 >= 4 × 132 × 16
+  const CudaKernelPlan few = plan_cuda_kernel(kGauss.impl(), false, 100000, 1000, h100);
+  EXPECT_EQ(few.split_j, 1) << "chunks shorter than 4 tiles";
+  EXPECT_EQ(few.workspace_bytes, 0u);
+  const CudaKernelPlan f64 = plan_cuda_kernel(kGauss.impl(), true, 1000000, 1000000, h100);
+  EXPECT_EQ(f64.rows_per_thread, 4);
+  EXPECT_EQ(f64.shared_bytes, 128u * 4 * 8);
+}
+
+// Rows per thread: 4 for small states and formulas, fewer as the registers they need grow.
+TEST(CudaCodegenPlan, RowsPerThreadFollowTheState) {
+  const Vars v;
+  const Formula &x = v.x, &y = v.y, &b = v.b, &g = v.g;
+  const Reduction kGauss = v.gauss();
+  auto rows = [](const Reduction& r, bool f64 = false) {
+    return cuda_rows_per_thread(r.impl(), f64);
+  };
+  EXPECT_EQ(rows(Reduction(ReductionOp::MinArgMin, x - y)), 4);
+  EXPECT_EQ(rows(Reduction(ReductionOp::LogSumExp, -g * sqdist(x, y))), 4);
+  EXPECT_EQ(rows(Reduction(ReductionOp::ArgKMin, sqdist(x, y), 1, 5)), 2);
+  EXPECT_EQ(rows(Reduction(ReductionOp::ArgKMin, sqdist(x, y), 1, 20)), 1);
+  EXPECT_EQ(rows(Reduction(ReductionOp::SumSoftMaxWeight, -sqdist(x, y), 1, 0, vj(2, 3))), 2);
+  Formula big = sin(x - y);
+  for (int k = 0; k < 12; ++k) big = big * cos(big + y);
+  EXPECT_EQ(rows(Reduction(ReductionOp::Sum, big)), 1) << "a long formula";
+  const CudaKernelPlan one = plan_cuda_kernel(Reduction(ReductionOp::Sum, big).impl(), false,
+                                              100000, 100000, CudaDeviceCaps{});
+  EXPECT_EQ(one.block, 256) << "one row per thread: 256 threads keep 256 rows per tile";
+}
+
+TEST(CudaCodegenPlan, SplitFillsTheGpuWithinLimits) {
+  const Vars v;
+  const Formula &x = v.x, &y = v.y, &b = v.b, &g = v.g;
+  const Reduction kGauss = v.gauss();
+  const CudaDeviceCaps h100;
+  // 1000 rows make 2 blocks: split until 4 waves, chunks of ~2400 inner rows.
+  const CudaKernelPlan p = plan_cuda_kernel(kGauss.impl(), false, 1000, 10000000, h100);
+  EXPECT_EQ(p.split_j, 4224);
+  EXPECT_EQ(p.workspace_bytes, size_t{8} * 4224 * 1000);
+  // Chunks keep 4 tiles: 1e4 inner rows in at most 19 chunks.
+  EXPECT_EQ(plan_cuda_kernel(kGauss.impl(), false, 1000, 10000, h100).split_j, 19);
+  // A smaller GPU wants fewer blocks.
+  CudaDeviceCaps small;
+  small.sm_count = 8;
+  EXPECT_EQ(plan_cuda_kernel(kGauss.impl(), false, 1000, 10000000, small).split_j, 256);
+  // gridDim.y stops at 65535.
+  CudaDeviceCaps huge;
+  huge.sm_count = 100000;
+  EXPECT_EQ(plan_cuda_kernel(kGauss.impl(), false, 1, int64_t{1} << 40, huge).split_j, 65535);
+  // The workspace stays under 64 MiB: 16-best lists of 1e6 rows (256 bytes each) stay unsplit.
+  const Reduction k16(ReductionOp::KMinArgKMin, sqdist(x, y), 1, 16);
+  const CudaKernelPlan kp = plan_cuda_kernel(k16.impl(), false, 1000000, 1000000, h100);
+  EXPECT_EQ(kp.split_j, 1);
+  EXPECT_EQ(kp.workspace_bytes, 0u);
+  // Workspace words per row: Sum D, Min/Max 2D, KMin 2K, LogSumExp 2, SoftMax 2 + weights.
+  const std::pair<Reduction, size_t> words[] = {
+      {Reduction(ReductionOp::Sum, x - y), 3},
+      {Reduction(ReductionOp::ArgMin, x - y), 6},
+      {Reduction(ReductionOp::KMin, sqdist(x, y), 1, 4), 8},
+      {Reduction(ReductionOp::LogSumExp, -sqdist(x, y)), 2},
+      {Reduction(ReductionOp::SumSoftMaxWeight, -sqdist(x, y), 1, 0, vj(2, 3)), 5}};
+  for (const auto& [r, n] : words)
+    EXPECT_EQ(plan_cuda_kernel(r.impl(), false, 100, 1000, h100, {.split_j = 3}).workspace_bytes,
+              8 * n * 3 * 100)
+        << r.str();
+}
+
+TEST(CudaCodegenPlan, OverridesAndSharedMemoryLimits) {
+  const Vars v;
+  const Formula &x = v.x, &y = v.y, &b = v.b, &g = v.g;
+  const Reduction kGauss = v.gauss();
+  const CudaDeviceCaps h100;
+  const CudaKernelPlan p = plan_cuda_kernel(kGauss.impl(), false, 1000000, 1000000, h100,
+                                            {.block = 64, .rows_per_thread = 2, .split_j = 3});
+  EXPECT_EQ(p.block, 64);
+  EXPECT_EQ(p.rows_per_thread, 2);
+  EXPECT_EQ(p.split_j, 3);
+  EXPECT_EQ(p.shared_bytes, 64u * 16);
+  // 200 float64 components per inner row: 256 rows need 400 KiB, 128 rows fit in 227 KiB.
+  const Reduction wide(ReductionOp::Sum, sqdist(vi(0, 200), vj(1, 200)));
+  const CudaKernelPlan w = plan_cuda_kernel(wide.impl(), true, 100000, 100000, h100);
+  EXPECT_EQ(w.block, 128);
+  EXPECT_EQ(w.shared_bytes, 128u * 200 * 8);
+  // 1000 of them do not fit even 32 rows: an error that says why.
+  const Reduction wider(ReductionOp::Sum, sqdist(vi(0, 1000), vj(1, 1000)));
+  try {
+    plan_cuda_kernel(wider.impl(), true, 10, 10, h100);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("shared memory"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CudaCodegen, CompileErrorsCarryTheLog) {
   if (!have_nvrtc()) GTEST_SKIP() << nvrtc_info().problem;
   try {
-    nvrtc_compile("extern \"C\" __global__ void k() { undefined_thing(); }", "bad.cu", "compute_90");
+    nvrtc_compile("extern \"C\" __global__ void k() { undefined_thing(); }", "bad.cu",
+                  "compute_90");
     FAIL() << "expected an error";
   } catch (const Error& e) {
     const std::string m = e.what();

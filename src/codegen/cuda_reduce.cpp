@@ -1,0 +1,312 @@
+// Per-reduction state code of the CUDA kernels: declare, fold a term, merge, write outputs.
+//
+// Semantics are the CPU's (backend/cpu/reduce_state.hpp), reached by cheap per-term code:
+// - Sum: terms add into a T partial per tile, moved into a double total after every tile (block
+//   summation: float adds in the loop, the error of ~n/tile float roundings instead of ~n).
+// - Min/Max: the first NaN wins, ties keep the lowest index. `!(v >= best) && best == best`
+//   takes a smaller value or the first NaN in one test; the first term is not forced in, so a
+//   range whose terms all equal the initial +-inf ends with index -1, which close() turns into
+//   the range's first index (the CPU's answer for that case).
+// - KMin: a list sorted by (value, NaN last, index) held in registers (constant indices after
+//   unrolling) up to K = 16, in local memory above; a term costs one comparison with the K-th.
+// - LogSumExp/SumSoftMaxWeight: one pass with a running maximum m. Terms are exp(v - m) =
+//   ex2(v log2e - m log2e), one fma and one ex2 per term; the rare new maximum rescales the sums.
+//   A NaN term makes the sums NaN (so the outputs), as the CPU's NaN flag does.
+// Merges treat the second state as terms that come after the first one's, which is what keeps
+// ties and first-NaN indices the same across chunk boundaries.
+#include "codegen/cuda_reduce.hpp"
+
+#include <algorithm>
+
+namespace tessel::cuda_gen {
+
+namespace {
+
+using std::string;
+using std::to_string;
+
+bool is_max(ReductionOp op) {
+  return op == ReductionOp::Max || op == ReductionOp::ArgMax || op == ReductionOp::MaxArgMax;
+}
+bool is_minmax(ReductionOp op) {
+  return is_max(op) || op == ReductionOp::Min || op == ReductionOp::ArgMin ||
+         op == ReductionOp::MinArgMin;
+}
+bool is_kmin(ReductionOp op) {
+  return op == ReductionOp::KMin || op == ReductionOp::ArgKMin || op == ReductionOp::KMinArgKMin;
+}
+bool is_softmax(ReductionOp op) {
+  return op == ReductionOp::LogSumExp || op == ReductionOp::SumSoftMaxWeight;
+}
+
+// Up to this K the K-best list lives in registers (every index constant after unrolling).
+constexpr int kRegisterK = 16;
+
+string slot(int k, const string& at) { return string("[") + to_string(k) + " * ws + " + at + "]"; }
+
+}  // namespace
+
+ReduceCode::ReduceCode(const ReductionImpl& r)
+    : r_(r), d_(r.f.dim()), wd_(r.weight.valid() ? r.weight.dim() : 0), k_(r.k) {}
+
+bool ReduceCode::needs_index() const { return is_minmax(r_.op) || is_kmin(r_.op); }
+
+std::vector<string> ReduceCode::sums() const {
+  std::vector<string> s;
+  if (r_.op == ReductionOp::SumSoftMaxWeight) s.push_back("ss");
+  if (wd_ == 0) s.push_back("s");
+  for (int c = 0; c < wd_; ++c) s.push_back(string("s") + to_string(c));
+  return s;
+}
+
+int ReduceCode::slots() const {
+  if (r_.op == ReductionOp::Sum) return d_;
+  if (is_minmax(r_.op)) return 2 * d_;
+  if (is_kmin(r_.op)) return 2 * k_;
+  return 1 + static_cast<int>(sums().size());
+}
+
+int ReduceCode::state_registers(bool f64) const {
+  const int t = f64 ? 2 : 1;  // a T value; doubles and indices take 2
+  if (r_.op == ReductionOp::Sum || is_minmax(r_.op)) return d_ * (t + 2);
+  if (is_kmin(r_.op)) return k_ * (t + 2);
+  return 2 * t + static_cast<int>(sums().size()) * (t + 2);
+}
+
+string ReduceCode::helpers() const {
+  if (!is_kmin(r_.op)) return {};
+  const string K = to_string(k_);
+  // Ranks before slot (w, wi): empty slots (index -1) rank last, NaN after every number, and an
+  // equal value never ranks before (terms and merged lists arrive in increasing index order).
+  string s =
+      "DEV bool kbefore(T v, T w, i64 wi) { return wi < 0 || (v == v && !(v >= w)); }\n"
+      "DEV void kpush(T (&kv)[" +
+      K + "], i64 (&ki)[" + K +
+      "], T v, i64 j) {\n"
+      "  if (!kbefore(v, kv[" +
+      K + " - 1], ki[" + K + " - 1])) return;\n";
+  if (k_ <= kRegisterK)
+    s += "  kv[" + K + " - 1] = v; ki[" + K +
+         " - 1] = j;\n"
+         "#pragma unroll\n"
+         "  for (int q = " +
+         K +
+         " - 1; q > 0; --q)\n"
+         "    if (kbefore(v, kv[q - 1], ki[q - 1])) {\n"
+         "      kv[q] = kv[q - 1]; ki[q] = ki[q - 1]; kv[q - 1] = v; ki[q - 1] = j;\n"
+         "    }\n";
+  else
+    s += "  int q = " + K +
+         " - 1;\n"
+         "  for (; q > 0 && kbefore(v, kv[q - 1], ki[q - 1]); --q) {\n"
+         "    kv[q] = kv[q - 1]; ki[q] = ki[q - 1];\n"
+         "  }\n"
+         "  kv[q] = v; ki[q] = j;\n";
+  return s + "}\n";
+}
+
+string ReduceCode::declare(const string& s) const {
+  string o;
+  if (r_.op == ReductionOp::Sum) {
+    for (int c = 0; c < d_; ++c)
+      o += "  T st" + to_string(c) + s + " = 0; double sd" + to_string(c) + s + " = 0;\n";
+  } else if (is_minmax(r_.op)) {
+    for (int c = 0; c < d_; ++c)
+      o += "  T bv" + to_string(c) + s + " = " + (is_max(r_.op) ? "-" : "") + "INF; i64 bi" +
+           to_string(c) + s + " = -1;\n";
+  } else if (is_kmin(r_.op)) {
+    const string K = to_string(k_);
+    o += "  T kv" + s + "[" + K + "]; i64 ki" + s + "[" + K + "];\n";
+    o += "#pragma unroll\n  for (int q = 0; q < " + K + "; ++q) { kv" + s + "[q] = INF; ki" + s +
+         "[q] = -1; }\n";
+  } else {
+    o += "  T m" + s + " = -INF, ml" + s + " = 0; (void)ml" + s + ";\n";
+    for (const string& n : sums())
+      o += "  T " + n + "t" + s + " = 0; double " + n + "d" + s + " = 0;\n";
+  }
+  return o;
+}
+
+string ReduceCode::push(const std::vector<string>& rows, const std::vector<std::vector<string>>& f,
+                        const std::vector<std::vector<string>>& w) const {
+  string o;
+  if (r_.op == ReductionOp::Sum) {
+    for (size_t q = 0; q < rows.size(); ++q)
+      for (int c = 0; c < d_; ++c)
+        o += "      st" + to_string(c) + rows[q] + " += " + f[q][c] + ";\n";
+  } else if (is_minmax(r_.op)) {
+    const char* not_better = is_max(r_.op) ? " <= " : " >= ";
+    for (size_t q = 0; q < rows.size(); ++q)
+      for (int c = 0; c < d_; ++c) {
+        const string b = "bv" + to_string(c) + rows[q], bi = "bi" + to_string(c) + rows[q];
+        o += "      { const T v_ = " + f[q][c] + "; const bool tk_ = !(v_" + not_better + b +
+             ") && " + b + " == " + b + "; " + b + " = tk_ ? v_ : " + b + "; " + bi +
+             " = tk_ ? j : " + bi + "; }\n";
+      }
+  } else if (is_kmin(r_.op)) {
+    for (size_t q = 0; q < rows.size(); ++q)
+      o += "      kpush(kv" + rows[q] + ", ki" + rows[q] + ", " + f[q][0] + ", j);\n";
+  } else {
+    // The common case, v <= m, is straight-line code; one branch for all rows handles a new
+    // maximum (or NaN) in any of them, which keeps divergence bookkeeping out of the loop.
+    string any;
+    for (size_t q = 0; q < rows.size(); ++q) {
+      const string& s = rows[q];
+      o += "      const T v" + s + " = " + f[q][0] + "; T e" + s + " = ex2(fma(v" + s +
+           ", LOG2E_T, -ml" + s + "));\n";
+      any += (q ? " | " : "") + string("!(v") + s + " <= m" + s + ")";
+    }
+    o += "      if (" + any + ") {  // a new maximum, or NaN: rescale the sums\n";
+    for (const string& s : rows) {
+      o += "        if (!(v" + s + " <= m" + s + ")) {\n";
+      o += "          const T vl_ = v" + s + " * LOG2E_T;\n";
+      o += "          const T sc_ = m" + s + " == -INF ? (T)0 : ex2(ml" + s + " - vl_);\n";
+      o += "          m" + s + " = v" + s + "; ml" + s + " = vl_; e" + s + " = v" + s + " == v" +
+           s + " ? (T)1 : v" + s + ";\n";
+      for (const string& n : sums())
+        o += "          " + n + "t" + s + " *= sc_; " + n + "d" + s + " *= sc_;\n";
+      o += "        }\n";
+    }
+    o += "      }\n";
+    for (size_t q = 0; q < rows.size(); ++q) {
+      int c = 0;
+      for (const string& n : sums()) {
+        const bool weighted = n != "s" && n != "ss";
+        o += "      " + n + "t" + rows[q] +
+             " += " + (weighted ? "e" + rows[q] + " * " + w[q][c++] : "e" + rows[q]) + ";\n";
+      }
+    }
+  }
+  return o;
+}
+
+string ReduceCode::flush(const string& s) const {
+  string o;
+  if (r_.op == ReductionOp::Sum)
+    for (int c = 0; c < d_; ++c)
+      o += "      sd" + to_string(c) + s + " += st" + to_string(c) + s + "; st" + to_string(c) + s +
+           " = 0;\n";
+  if (is_softmax(r_.op))
+    for (const string& n : sums())
+      o += "      " + n + "d" + s + " += " + n + "t" + s + "; " + n + "t" + s + " = 0;\n";
+  return o;
+}
+
+string ReduceCode::close(const string& s, const string& jb, const string& je) const {
+  string o;
+  if (is_minmax(r_.op))
+    for (int c = 0; c < d_; ++c) {
+      const string bi = "bi" + to_string(c) + s;
+      o += "  if (" + bi + " < 0 && " + jb + " < " + je + ") " + bi + " = " + jb + ";\n";
+    }
+  return o;
+}
+
+string ReduceCode::store(const string& s, const string& at) const {
+  string o;
+  if (r_.op == ReductionOp::Sum) {
+    for (int c = 0; c < d_; ++c) o += "    wv" + slot(c, at) + " = sd" + to_string(c) + s + ";\n";
+  } else if (is_minmax(r_.op)) {
+    for (int c = 0; c < d_; ++c)
+      o += "    wv" + slot(2 * c, at) + " = bv" + to_string(c) + s + "; wi" + slot(2 * c + 1, at) +
+           " = bi" + to_string(c) + s + ";\n";
+  } else if (is_kmin(r_.op)) {
+    o += "#pragma unroll\n    for (int q = 0; q < " + to_string(k_) + "; ++q) { wv[2 * q * ws + " +
+         at + "] = kv" + s + "[q]; wi[(2 * q + 1) * ws + " + at + "] = ki" + s + "[q]; }\n";
+  } else {
+    o += "    wv" + slot(0, at) + " = m" + s + ";\n";
+    int k = 1;
+    for (const string& n : sums()) o += "    wv" + slot(k++, at) + " = " + n + "d" + s + ";\n";
+  }
+  return o;
+}
+
+string ReduceCode::load(const string& s, const string& at) const {
+  string o;
+  if (r_.op == ReductionOp::Sum) {
+    for (int c = 0; c < d_; ++c) o += "    sd" + to_string(c) + s + " = wv" + slot(c, at) + ";\n";
+  } else if (is_minmax(r_.op)) {
+    for (int c = 0; c < d_; ++c)
+      o += "    bv" + to_string(c) + s + " = (T)wv" + slot(2 * c, at) + "; bi" + to_string(c) + s +
+           " = wi" + slot(2 * c + 1, at) + ";\n";
+  } else if (is_kmin(r_.op)) {
+    o += "#pragma unroll\n    for (int q = 0; q < " + to_string(k_) + "; ++q) { kv" + s +
+         "[q] = (T)wv[2 * q * ws + " + at + "]; ki" + s + "[q] = wi[(2 * q + 1) * ws + " + at +
+         "]; }\n";
+  } else {
+    o += "    m" + s + " = (T)wv" + slot(0, at) + ";\n";
+    int k = 1;
+    for (const string& n : sums()) o += "    " + n + "d" + s + " = wv" + slot(k++, at) + ";\n";
+  }
+  return o;
+}
+
+string ReduceCode::merge(const string& a, const string& b) const {
+  string o;
+  if (r_.op == ReductionOp::Sum) {
+    for (int c = 0; c < d_; ++c)
+      o += "    sd" + to_string(c) + a + " += sd" + to_string(c) + b + ";\n";
+  } else if (is_minmax(r_.op)) {
+    const char* better = is_max(r_.op) ? " > " : " < ";
+    for (int c = 0; c < d_; ++c) {
+      const string va = "bv" + to_string(c) + a, ia = "bi" + to_string(c) + a;
+      const string vb = "bv" + to_string(c) + b, ib = "bi" + to_string(c) + b;
+      o += "    if (" + ib + " >= 0 && (" + ia + " < 0 || (" + vb + " != " + vb + " && " + va +
+           " == " + va + ") || " + vb + better + va + ")) { " + va + " = " + vb + "; " + ia +
+           " = " + ib + "; }\n";
+    }
+  } else if (is_kmin(r_.op)) {
+    o += "#pragma unroll\n    for (int q = 0; q < " + to_string(k_) + "; ++q) if (ki" + b +
+         "[q] >= 0) kpush(kv" + a + ", ki" + a + ", kv" + b + "[q], ki" + b + "[q]);\n";
+  } else {
+    // b's terms come after a's: the same rescaling as one more term, NaN and +-inf included.
+    const string ma = "(double)m" + a, mb = "(double)m" + b;
+    o += "    if (!(m" + b + " <= m" + a + ")) {\n";
+    o += "      const double sc_ = m" + a + " == -INF ? 0.0 : exp(" + ma + " - " + mb + ");\n";
+    for (const string& n : sums())
+      o += "      " + n + "d" + a + " = " + n + "d" + a + " * sc_ + " + n + "d" + b + ";\n";
+    o += "      m" + a + " = m" + b + ";\n    } else {\n";
+    o += "      const double sc_ = m" + b + " == -INF ? 0.0 : exp(" + mb + " - " + ma + ");\n";
+    for (const string& n : sums()) o += "      " + n + "d" + a + " += " + n + "d" + b + " * sc_;\n";
+    o += "    }\n";
+  }
+  return o;
+}
+
+string ReduceCode::finish(const string& s, const string& row) const {
+  string o;
+  if (r_.op == ReductionOp::Sum) {
+    for (int c = 0; c < d_; ++c)
+      o += "    out0[" + row + " * " + to_string(d_) + " + " + to_string(c) + "] = (T)sd" +
+           to_string(c) + s + ";\n";
+  } else if (is_minmax(r_.op)) {
+    const bool arg_only = r_.op == ReductionOp::ArgMin || r_.op == ReductionOp::ArgMax;
+    const bool both = r_.op == ReductionOp::MinArgMin || r_.op == ReductionOp::MaxArgMax;
+    for (int c = 0; c < d_; ++c) {
+      const string at = row + " * " + to_string(d_) + " + " + to_string(c);
+      if (!arg_only) o += "    out0[" + at + "] = bv" + to_string(c) + s + ";\n";
+      if (arg_only || both) o += "    outi[" + at + "] = bi" + to_string(c) + s + ";\n";
+    }
+  } else if (is_kmin(r_.op)) {
+    const string K = to_string(k_);
+    o += "#pragma unroll\n    for (int q = 0; q < " + K + "; ++q) {";
+    if (r_.op != ReductionOp::ArgKMin) o += " out0[" + row + " * " + K + " + q] = kv" + s + "[q];";
+    if (r_.op != ReductionOp::KMin) o += " outi[" + row + " * " + K + " + q] = ki" + s + "[q];";
+    o += " }\n";
+  } else {
+    // Empty or all -inf: m = -inf and zero sums give -inf (LogSumExp) and 0 (SoftMax); NaN terms
+    // left NaN sums.
+    const int nc = std::max(wd_, 1);
+    for (int c = 0; c < nc; ++c) {
+      const string sum = (wd_ ? "s" + to_string(c) : string("s")) + "d" + s;
+      const string at = "out0[" + row + " * " + to_string(nc) + " + " + to_string(c) + "]";
+      if (r_.op == ReductionOp::LogSumExp)
+        o += "    " + at + " = (T)((double)m" + s + " + log(" + sum + "));\n";
+      else
+        o += "    " + at + " = (T)(ssd" + s + " == 0 ? 0.0 : " + sum + " / ssd" + s + ");\n";
+    }
+  }
+  return o;
+}
+
+}  // namespace tessel::cuda_gen

@@ -1,0 +1,58 @@
+// Per-reduction pieces of the generated CUDA kernels: a row's state, folding a term, merging.
+//
+// The main kernel keeps one state per output row in registers, folds the terms of its inner rows
+// into it and either writes the outputs or, when the inner rows are split across block rows,
+// stores the state in the workspace; tessel_combine loads those states and merges them in the
+// order of their inner rows. Every piece is text for one state whose variables end in a suffix
+// ("_0".."_3" for a thread's rows, "_a"/"_b" in the combine kernel), so both kernels run the same
+// code and a split reduction gives the same answer as an unsplit one: indices exactly, values up
+// to the rounding of the sums.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ir/reduction_impl.hpp"
+
+namespace tessel::cuda_gen {
+
+class ReduceCode {
+ public:
+  explicit ReduceCode(const ReductionImpl& r);
+
+  // Device functions the pieces call (the K-best insertion), placed before the kernels.
+  std::string helpers() const;
+  // 8-byte workspace words one row's state takes: values as double, indices as int64.
+  int slots() const;
+  // 32-bit registers one row's state occupies (the plan's rows-per-thread heuristic).
+  int state_registers(bool f64) const;
+  // Whether terms carry their inner index j (ArgMin, KMin, ...).
+  bool needs_index() const;
+
+  // The state of suffix s, empty (no term yet).
+  std::string declare(const std::string& s) const;
+  // Folds one term into each of the states `rows` (suffixes): f[q]/w[q] are row q's formula and
+  // weight component expressions; the inner index is the variable `j`.
+  std::string push(const std::vector<std::string>& rows,
+                   const std::vector<std::vector<std::string>>& f,
+                   const std::vector<std::vector<std::string>>& w) const;
+  // After each tile: moves the tile's float partial sums into the double totals.
+  std::string flush(const std::string& s) const;
+  // After the last tile of inner rows [jb, je): fixes what only the range knows (see .cpp).
+  std::string close(const std::string& s, const std::string& jb, const std::string& je) const;
+  // Workspace word k of this state is at wv/wi[k * ws + at] (wv: double*, wi: int64*).
+  std::string store(const std::string& s, const std::string& at) const;
+  std::string load(const std::string& s, const std::string& at) const;
+  // a = a (+) b, b holding the terms of later inner rows than a.
+  std::string merge(const std::string& a, const std::string& b) const;
+  // Writes the outputs of row `row` (out0: values, outi: indices).
+  std::string finish(const std::string& s, const std::string& row) const;
+
+ private:
+  std::vector<std::string> sums() const;  // softmax family: the running sums' names
+
+  const ReductionImpl& r_;
+  int d_, wd_, k_;
+};
+
+}  // namespace tessel::cuda_gen
