@@ -1,0 +1,139 @@
+// On a real GPU: every reduction and some gradients through the CUDA backend, against the
+// interpreter; skipped without one.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/driver.hpp"
+#include "reduction_helpers.hpp"
+#include "tessel/tessel.hpp"
+
+using namespace tessel;
+using namespace tessel::testing;
+
+namespace {
+
+#define SKIP_WITHOUT_GPU() \
+  if (!cuda_info().usable) GTEST_SKIP() << "no usable GPU: " << cuda_status()
+
+struct GpuCase {
+  std::string name;
+  Reduction r;
+};
+
+std::vector<GpuCase> cases() {
+  const Formula x = vi(0, 3), y = vj(1, 3), b = vj(2, 2), g = pm(3, 1);
+  const Formula k = exp(-g * sqdist(x, y));
+  const Formula d = sqdist(x, y);
+  return {
+      {"Sum", Reduction(ReductionOp::Sum, k * b)},
+      {"SumOverI", Reduction(ReductionOp::Sum, exp(-g * sqdist(vj(0, 3), vi(1, 3))) * vi(2, 2), 0)},
+      {"Min", Reduction(ReductionOp::Min, d)},
+      {"ArgMax", Reduction(ReductionOp::ArgMax, d)},
+      {"MinArgMin", Reduction(ReductionOp::MinArgMin, d)},
+      {"KMinArgKMin", Reduction(ReductionOp::KMinArgKMin, d, 1, 7)},
+      {"ArgKMin", Reduction(ReductionOp::ArgKMin, d, 1, 3)},
+      {"LogSumExp", Reduction(ReductionOp::LogSumExp, -g * d)},
+      {"LogSumExpWeighted", Reduction(ReductionOp::LogSumExp, -g * d, 1, 0, exp(b[0]))},
+      {"SoftMax", Reduction(ReductionOp::SumSoftMaxWeight, -g * d, 1, 0, b)},
+  };
+}
+
+std::vector<Array> inputs(DType t, int64_t n, int64_t m) {
+  return {random_array(t, {n, 3}, 1), random_array(t, {m, 3}, 2), random_array(t, {m, 2}, 3),
+          Array::from(std::vector<double>{4.0}, {1})};
+}
+
+std::vector<Array> with_dtype(std::vector<Array> in, DType t) {
+  if (t == DType::Float32) in[3] = Array::from(std::vector<float>{4.0f}, {1});
+  return in;
+}
+
+// Host arrays copied to the GPU, viewed as CUDA arrays.
+struct OnDevice {
+  std::vector<CudaBuffer> buffers;
+  std::vector<ArrayView> views;
+  explicit OnDevice(const std::vector<Array>& host) {
+    for (const Array& a : host) {
+      const size_t bytes = static_cast<size_t>(a.size()) * dtype_size(a.dtype());
+      buffers.emplace_back(0, bytes);
+      cuda_copy_2d(reinterpret_cast<void*>(buffers.back().ptr()), bytes, a.data(), bytes, bytes, 1,
+                   nullptr);
+      ArrayView v = a.view();
+      v.data = reinterpret_cast<void*>(buffers.back().ptr());
+      v.device = Device{DeviceKind::CUDA, 0};
+      views.push_back(v);
+    }
+    cuda_synchronize(nullptr);
+  }
+};
+
+void expect_same(const std::vector<Array>& got, const std::vector<Array>& want, double tol,
+                 const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t k = 0; k < got.size(); ++k) {
+    ASSERT_EQ(got[k].size(), want[k].size()) << what;
+    for (int64_t q = 0; q < got[k].size(); ++q) {
+      const double a = got[k].at(q), b = want[k].at(q);
+      if (std::isnan(b)) {
+        EXPECT_TRUE(std::isnan(a)) << what << " output " << k << " entry " << q;
+      } else if (got[k].dtype() == DType::Int64) {
+        EXPECT_EQ(a, b) << what << " output " << k << " entry " << q;
+      } else {
+        EXPECT_NEAR(a, b, tol * (1 + std::abs(b))) << what << " output " << k << " entry " << q;
+      }
+    }
+  }
+}
+
+class CudaGpu : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CudaGpu, EveryReductionMatchesTheInterpreter) {
+  SKIP_WITHOUT_GPU();
+  const DType t = GetParam() ? DType::Float64 : DType::Float32;
+  const double tol = t == DType::Float64 ? 1e-11 : 2e-5;
+  Options cpu, gpu;
+  cpu.backend = Backend::Interpreter;
+  gpu.backend = Backend::Cuda;
+  // Sizes that leave partial blocks and tiles, and a short outer side that makes the plan split.
+  for (auto [n, m] : {std::pair<int64_t, int64_t>{1000, 1500}, {37, 20000}}) {
+    const std::vector<Array> in = with_dtype(inputs(t, n, m), t);
+    for (const GpuCase& c : cases()) {
+      const std::string what = c.name + " n=" + std::to_string(n) + " m=" + std::to_string(m);
+      const std::vector<Array> want = evaluate(c.r, in, cpu);
+      expect_same(evaluate(c.r, in, gpu), want, tol, what + " (host arrays)");
+      const OnDevice dev(in);
+      expect_same(evaluate(c.r, std::span<const ArrayView>(dev.views)), want, tol,
+                  what + " (device arrays)");
+    }
+  }
+}
+
+TEST_P(CudaGpu, GradientsMatchTheInterpreter) {
+  SKIP_WITHOUT_GPU();
+  const DType t = GetParam() ? DType::Float64 : DType::Float32;
+  const double tol = t == DType::Float64 ? 1e-10 : 1e-4;
+  Options cpu, gpu;
+  cpu.backend = Backend::Interpreter;
+  gpu.backend = Backend::Cuda;
+  const int64_t n = 700, m = 900;
+  for (const GpuCase& c : cases()) {
+    if (c.name != "Sum" && c.name != "LogSumExp" && c.name != "SoftMax") continue;
+    for (int var : {0, 1, 3}) {
+      const Reduction gr = grad(c.r, var);
+      std::vector<Array> in = with_dtype(inputs(t, n, m), t);
+      in.push_back(random_array(t, {n, c.r.output_dim(0)}, 9));
+      expect_same(evaluate(gr, in, gpu), evaluate(gr, in, cpu), tol,
+                  c.name + " gradient in var " + std::to_string(var));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, CudaGpu, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return std::string(i.param ? "f64" : "f32");
+                         });
+
+}  // namespace
