@@ -1,10 +1,12 @@
 """Peak-memory measurement of a piece of code, in a fresh Python process (for tests and benchmarks).
 
 PyTorch's CPU allocator keeps no statistics and `tracemalloc` does not see tensor storage, so the
-honest CPU measure is the process's peak resident set (the kernel's high-water mark, ru_maxrss).
-A high-water mark only grows, hence a fresh process per measurement: `run_isolated` runs
-`setup`, records the mark, runs `work`, and reports how far the mark rose (bytes) and how long
-`work` took. On a CUDA device the same harness reports torch.cuda.max_memory_allocated instead.
+honest CPU measure is the process's peak resident set (the kernel's high-water mark, VmHWM).
+`run_isolated` runs `setup` in a fresh process, resets the mark to the current resident set
+(Linux: /proc/self/clear_refs), runs `work`, and reports how far the mark rose above the resident
+set at the start of `work` (bytes) and how long `work` took. Without the reset (a kernel that
+refuses it) the mark is that of the whole process, whose transient peaks during imports and setup
+can hide part of the rise. On a CUDA device the harness reports torch.cuda.max_memory_allocated.
 """
 import json
 import os
@@ -20,15 +22,35 @@ _TEMPLATE = """
 import json, resource, sys, time
 import torch
 torch.set_num_threads({threads})
+def _status(key):
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
 def _hwm():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    v = _status("VmHWM")
+    return v if v is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+def _reset_hwm():
+    # The mark then restarts from the current resident set: transient peaks of the imports and
+    # the setup no longer hide the rise of `work`.
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return _hwm()
+    return _status("VmRSS") or _hwm()
 {setup}
 _cuda = {cuda}
 if _cuda:
     torch.cuda.synchronize(); torch.cuda.reset_peak_memory_stats()
     _base = torch.cuda.memory_allocated()
 else:
-    _base = _hwm()
+    import gc; gc.collect()
+    _base = _reset_hwm()
 _t0 = time.perf_counter()
 {work}
 if _cuda:

@@ -3,9 +3,11 @@ import pickle
 
 import numpy as np
 import pytest
+
 import torch
 
 import tessel
+from tessel import _core
 from tessel.numpy import Genred
 
 from dense import CASES, LSE_F, LSE_W, SOFTMAX_G, reduce, to_torch
@@ -364,7 +366,10 @@ def test_bad_construction():
     with pytest.raises(ValueError, match="dim 1"):  # KMin of a vector formula
         Genred(CASES["gauss_vec"].formula, CASES["gauss_vec"].aliases, "KMin", opt_arg=2)
     with pytest.raises(ValueError, match="backend"):
-        gauss_genred(backend="gpu")(*gauss_args())
+        gauss_genred(backend="tpu")(*gauss_args())
+    if "no CUDA driver" in _core.cuda_status() or "cuInit" in _core.cuda_status():
+        with pytest.raises(ValueError, match="CUDA is not usable"):
+            gauss_genred(backend="gpu")(*gauss_args())
 
 
 def test_k_larger_than_rows():
