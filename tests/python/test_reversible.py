@@ -311,6 +311,12 @@ class Branch(nn.Module):
         return torch.addcmul(self.b, x, self.w)
 
 def hwm():
+    # VmHWM: run_isolated resets it to the resident set before the work (ru_maxrss would keep
+    # the import's transient peaks, which can hide the shallow stack's rise).
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 def train_step(depth):
