@@ -7,8 +7,10 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "ir/eval_ref.hpp"
@@ -17,14 +19,29 @@
 
 namespace tessel::testing {
 
+// Runs f, expects tessel::Error, and checks that each fragment occurs in its message.
+template <class F>
+void expect_error(F f, std::initializer_list<const char*> fragments) {
+  try {
+    f();
+    ADD_FAILURE() << "expected tessel::Error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const char* frag : fragments)
+      EXPECT_NE(msg.find(frag), std::string::npos) << "missing '" << frag << "' in: " << msg;
+  }
+}
+
 inline Array random_array(DType t, std::vector<int64_t> shape, uint64_t seed, double lo = -1,
                           double hi = 1) {
   Array a(t, std::move(shape));
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> u(lo, hi);
   for (int64_t k = 0; k < a.size(); ++k) {
-    if (t == DType::Float32) a.as<float>()[k] = static_cast<float>(u(rng));
-    else a.as<double>()[k] = u(rng);
+    if (t == DType::Float32)
+      a.as<float>()[k] = static_cast<float>(u(rng));
+    else
+      a.as<double>()[k] = u(rng);
   }
   return a;
 }

@@ -1,4 +1,5 @@
-// Bad input: every mistake raises tessel::Error naming the function, the argument and the expectation.
+// Bad input: every mistake raises tessel::Error naming the function, the argument and the
+// expectation.
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,19 +13,6 @@ using namespace tessel;
 using namespace tessel::testing;
 
 namespace {
-
-// Runs f, expects tessel::Error, and checks that each fragment occurs in its message.
-template <class F>
-void expect_error(F f, std::initializer_list<const char*> fragments) {
-  try {
-    f();
-    ADD_FAILURE() << "expected tessel::Error";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const char* frag : fragments)
-      EXPECT_NE(msg.find(frag), std::string::npos) << "missing '" << frag << "' in: " << msg;
-  }
-}
 
 const Reduction kGauss(ReductionOp::Sum, exp(-sqdist(vi(0, 3), vj(1, 3))) * vj(2, 1));
 
@@ -57,7 +45,8 @@ TEST(BadInput, WrongDtypesAndMixedDtypes) {
   in[2] = random_array(DType::Float64, {7, 1}, 3);
   expect_error([&] { evaluate(kGauss, in); }, {"evaluate", "input 2", "float64", "float32"});
   in[2] = Array(DType::Int64, {7, 1});
-  expect_error([&] { evaluate(kGauss, in); }, {"evaluate", "input 2", "int64", "float32 or float64"});
+  expect_error([&] { evaluate(kGauss, in); },
+               {"evaluate", "input 2", "int64", "float32 or float64"});
   // outputs of the wrong dtype
   auto ok = good_inputs();
   Array out(DType::Float64, {5, 1});
@@ -91,8 +80,12 @@ TEST(BadInput, MismatchedLengthsAndCounts) {
   auto two = good_inputs();
   two.pop_back();
   expect_error([&] { evaluate(kGauss, two); }, {"evaluate", "expected 3 inputs", "got 2"});
-  expect_error([] { evaluate(Reduction(ReductionOp::Sum, vj(0, 1)), std::vector<Array>{Array(DType::Float32, {3, 1})}); },
-               {"evaluate", "number of i rows", "Sizes"});
+  expect_error(
+      [] {
+        evaluate(Reduction(ReductionOp::Sum, vj(0, 1)),
+                 std::vector<Array>{Array(DType::Float32, {3, 1})});
+      },
+      {"evaluate", "number of i rows", "Sizes"});
 }
 
 TEST(BadInput, KLargerThanM) {
@@ -102,8 +95,7 @@ TEST(BadInput, KLargerThanM) {
   expect_error([&] { evaluate(r, in); }, {"ArgKMin", "K = 10", "7"});
   expect_error([] { Reduction(ReductionOp::KMin, sqdist(vi(0, 3), vj(1, 3)), 1, 0); },
                {"KMin", "K >= 1"});
-  expect_error([] { Reduction(ReductionOp::KMin, vi(0, 3) - vj(1, 3), 1, 2); },
-               {"KMin", "dim 1"});
+  expect_error([] { Reduction(ReductionOp::KMin, vi(0, 3) - vj(1, 3), 1, 2); }, {"KMin", "dim 1"});
   expect_error([] { Reduction(ReductionOp::Sum, vi(0, 3), 2); }, {"axis"});
 }
 

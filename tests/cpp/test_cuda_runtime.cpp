@@ -11,12 +11,14 @@
 #include "backend/cuda/ptx_cache.hpp"
 #include "codegen/cuda_codegen.hpp"
 #include "ir/reduction_impl.hpp"
+#include "reduction_helpers.hpp"
 #include "temp_env.hpp"
 #include "tessel/tessel.hpp"
 
 using namespace tessel;
 using tessel::test_env::ScopedEnv;
 using tessel::test_env::TempDir;
+using tessel::testing::expect_error;
 
 namespace {
 
@@ -148,15 +150,6 @@ ArrayView on_cuda(const Array& a, int device) {
   return v;
 }
 
-void expect_error(const std::function<void()>& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one containing: " << needle;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
-
 TEST(CudaEvaluate, DeviceChoiceErrorsAreClear) {
   const Reduction r(ReductionOp::Sum, exp(-sqdist(vi(0, 3), vj(1, 3))) * vj(2, 1));
   const Array x(DType::Float32, {4, 3}), y(DType::Float32, {5, 3}), b(DType::Float32, {5, 1});
@@ -169,19 +162,19 @@ TEST(CudaEvaluate, DeviceChoiceErrorsAreClear) {
       [&] {
         run({on_cuda(x, 0), on_cuda(y, 1), b.view()});
       },
-      "all CUDA arrays must be on one device");
+      {"all CUDA arrays must be on one device"});
   Options cpu;
   cpu.backend = Backend::Compiled;
   expect_error(
       [&] {
         run({on_cuda(x, 0), y.view(), b.view()}, cpu);
       },
-      "but a CPU backend was requested");
+      {"but a CPU backend was requested"});
   if (cuda_info().usable) return;  // the rest is about machines without a GPU
-  expect_error([&] { run({on_cuda(x, 0), y.view(), b.view()}); }, "CUDA is not usable");
+  expect_error([&] { run({on_cuda(x, 0), y.view(), b.view()}); }, {"CUDA is not usable"});
   Options gpu;
   gpu.backend = Backend::Cuda;
-  expect_error([&] { run({x.view(), y.view(), b.view()}, gpu); }, "CUDA is not usable");
+  expect_error([&] { run({x.view(), y.view(), b.view()}, gpu); }, {"CUDA is not usable"});
 }
 
 }  // namespace

@@ -35,8 +35,9 @@ struct Workspace {
   CuDevicePtr get(int device, size_t slot, size_t bytes) {
     if (slots.size() <= slot) slots.resize(slot + 1);
     if (slots[slot].bytes() < bytes) {
+      const size_t grown = std::max(bytes, slots[slot].bytes() * 2);
       slots[slot] = CudaBuffer();  // free before allocating the larger one
-      slots[slot] = CudaBuffer(device, std::max(bytes, slots[slot].bytes() * 2));
+      slots[slot] = CudaBuffer(device, grown);
     }
     return slots[slot].ptr();
   }

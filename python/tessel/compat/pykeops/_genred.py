@@ -273,6 +273,9 @@ class KernelSolveBase:
                 dtype_acc=spec["dtype_acc"], sum_scheme=spec["sum_scheme"])
         return self._tessel_solver
 
+    def __call__(self, *args, backend="auto", device_id=-1, alpha=1e-10, eps=1e-6, ranges=None):
+        return self._solve(args, backend, alpha, eps, ranges)
+
     def _solve(self, args, backend, alpha, eps, ranges):
         """pykeops's stopping rule |r|^2 < size eps^2, i.e. an absolute tolerance."""
         tb = check_backend(backend, self._who)

@@ -29,9 +29,6 @@ class KernelSolve(KernelSolveBase):
     __doc__ = KernelSolveBase.__doc__
     _genred_class = Genred
 
-    def __call__(self, *args, backend="auto", device_id=-1, alpha=1e-10, eps=1e-6, ranges=None):
-        return self._solve(args, backend, alpha, eps, ranges)
-
 
 class LazyTensor(GenericLazyTensor):
     """pykeops.numpy.LazyTensor: a symbolic (B..., N, M, D) array reduced by tessel."""

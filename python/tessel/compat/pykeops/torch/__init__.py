@@ -32,9 +32,6 @@ class KernelSolve(KernelSolveBase):
     """
     _genred_class = Genred
 
-    def __call__(self, *args, backend="auto", device_id=-1, alpha=1e-10, eps=1e-6, ranges=None):
-        return self._solve(args, backend, alpha, eps, ranges)
-
 
 class LazyTensor(GenericLazyTensor):
     """pykeops.torch.LazyTensor: a symbolic (B..., N, M, D) tensor reduced by tessel."""
