@@ -145,6 +145,20 @@ std::vector<Formula> variables(const Formula& f);
 Formula substitute(const Formula& f, const std::vector<Formula>& from,
                    const std::vector<Formula>& to);
 
+// ---- the op table, for tools and tests that iterate over every op ------------------------------
+// How an op's output dim follows from its argument dims, read off the op's own dim rule:
+// "elementwise" (equal dims, dim-1 arguments broadcast), "to_scalar" (one argument, any dim -> 1),
+// "same_to_scalar" (equal dims -> 1) or "custom" (anything else, or a rule that depends on the
+// op's integer parameters).
+struct OpSummary {
+  std::string name;        // the KeOps text name the parser reads
+  int arity = 0;           // formula arguments
+  int n_int_params = 0;    // integer parameters after them (TensorDot: tuples, listed as 0)
+  std::string infix;       // "+", "-", "*", "/", "|" for ops printed infix, else empty
+  std::string dim_rule;
+};
+std::vector<OpSummary> op_table();
+
 // ---- text -----------------------------------------------------------------------------------------
 // Parse KeOps syntax, e.g. parse("Exp(-G*SqDist(X,Y)) * B", {"G = Pm(1)", "X = Vi(3)", ...}).
 // Aliases without an explicit index are numbered in the order given.

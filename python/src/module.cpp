@@ -158,6 +158,16 @@ NB_MODULE(_core, m) {
       .def("__repr__", [](const Formula& f) { return "tessel.Formula(" + f.str() + ")"; });
   m.def("parse", &parse, nb::arg("text"), nb::arg("aliases") = std::vector<std::string>{},
         "Parse KeOps formula syntax with aliases such as 'X = Vi(3)'.");
+  m.def(
+      "op_table",
+      [] {
+        std::vector<std::tuple<std::string, int, int, std::string, std::string>> v;
+        for (const OpSummary& o : op_table())
+          v.emplace_back(o.name, o.arity, o.n_int_params, o.infix, o.dim_rule);
+        return v;
+      },
+      "Every op of the core: (name, arity, integer parameters, infix symbol or '', dim rule: "
+      "'elementwise', 'to_scalar', 'same_to_scalar' or 'custom').");
   m.def("grad_formula",
         [](const Formula& f, const Formula& v, const Formula& e) { return grad(f, v, e); });
 

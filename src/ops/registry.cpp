@@ -51,6 +51,63 @@ const OpInfo* op_by_name(const std::string& name) {
   return it == by_name.end() ? nullptr : it->second;
 }
 
+namespace {
+
+// The output dim an op's dim rule gives for arguments of these dims, or -1 when it refuses them.
+int probe_dim(const OpInfo& o, const std::vector<int>& dims, int64_t ip_value) {
+  std::vector<Formula> args;
+  for (size_t k = 0; k < dims.size(); ++k) args.push_back(vi(static_cast<int>(k), dims[k]));
+  const std::vector<int64_t> ip(static_cast<size_t>(o.n_ip), ip_value);
+  try {
+    return o.dim(args, ip);
+  } catch (const Error&) {
+    return -1;
+  }
+}
+
+// Classifies a dim rule by asking it, so the summary cannot drift from the rule. A rule must
+// answer alike for integer parameters 0 and 1 to count as independent of them.
+std::string dim_rule_kind(const OpInfo& o) {
+  if (!o.dim || o.arity == 0) return "custom";
+  auto holds = [&](auto&& pred) { return pred(int64_t{0}) && pred(int64_t{1}); };
+  const bool elementwise = holds([&](int64_t ip) {
+    for (int d : {1, 2, 3})
+      if (probe_dim(o, std::vector<int>(o.arity, d), ip) != d) return false;
+    for (int k = 0; k < o.arity && o.arity > 1; ++k) {
+      std::vector<int> dims(o.arity, 3);
+      dims[k] = 1;
+      if (probe_dim(o, dims, ip) != 3) return false;
+      dims[k] = 2;
+      if (probe_dim(o, dims, ip) != -1) return false;
+    }
+    return true;
+  });
+  if (elementwise) return "elementwise";
+  if (o.arity == 1 && holds([&](int64_t ip) {
+        return probe_dim(o, {1}, ip) == 1 && probe_dim(o, {2}, ip) == 1 &&
+               probe_dim(o, {3}, ip) == 1;
+      }))
+    return "to_scalar";
+  if (o.arity == 2 && holds([&](int64_t ip) {
+        return probe_dim(o, {1, 1}, ip) == 1 && probe_dim(o, {3, 3}, ip) == 1 &&
+               probe_dim(o, {2, 3}, ip) == -1 && probe_dim(o, {1, 3}, ip) == -1 &&
+               probe_dim(o, {6, 3}, ip) == -1 && probe_dim(o, {3, 6}, ip) == -1;
+      }))
+    return "same_to_scalar";
+  return "custom";
+}
+
+}  // namespace
+
+std::vector<OpSummary> op_table() {
+  std::vector<OpSummary> v;
+  for (const OpInfo& o : table()) {
+    if (!o.apply_d) continue;  // leaves (variables, constants, zeros) are no ops
+    v.push_back({o.name, o.arity, o.n_ip, o.infix ? o.infix : "", dim_rule_kind(o)});
+  }
+  return v;
+}
+
 void dim_error(const char* op, const std::string& what) { detail::fail(op, what); }
 
 int broadcast_dim(const char* op, int a, int b) {
