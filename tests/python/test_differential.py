@@ -231,7 +231,7 @@ def check_case(c, keops_genred, report):
                 report.append(f"output {q} shape {t.shape} != {p.shape}: {where}")
                 continue
             if _is_index(c, q):
-                # Deliberate: tessel returns exact int64 indices (pykeops: float-encoded).
+                # tessel computes indices as int64 (pykeops computes floats, then casts).
                 assert t.dtype == np.int64, f"index output {q} has dtype {t.dtype}: {where}"
                 ok = (t == p.astype(np.int64)) | _index_ties(c, arrays, p, t)
             else:
