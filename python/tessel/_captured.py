@@ -193,19 +193,46 @@ class Captured:
             self._add(t)
 
 
-def grad_once(outputs, inputs, grad_outputs, **kwargs):
-    """torch.autograd.grad where a tensor may stand in `inputs` more than once (a state that the
-    function also captures): autograd.grad would give each occurrence the whole gradient, and the
-    caller's Function, whose inputs autograd sums, would count it twice. The first occurrence gets
-    it, the others None."""
-    first, unique = {}, []
+
+def grad_once(outputs, inputs, grad_outputs, create_graph=False):
+    """torch.autograd.grad(outputs, inputs, grad_outputs, allow_unused=True) for a Function's
+    backward that returns the result for its inputs, which autograd then propagates further:
+
+    * a non-leaf input W (a captured weight made before the call, a state computed by the caller)
+      is where this gradient stops. autograd.grad would also carry W's share on into W's own
+      history and add it to an input W was made from (P, when the function reads P too), and the
+      caller's backward would add it a second time through W. A pre-hook on W's node zeroes
+      what enters it through W during this call (captures are taken before node pre-hooks, so W
+      still gets its own gradient).
+    * a tensor standing in `inputs` twice (a state the function also captures) gets the gradient
+      at its first occurrence and None at the others: autograd sums a Function's inputs.
+    * the graph is retained: it may run through the graph of a tensor made outside, which the
+      caller's backward may still have to traverse.
+    """
+    first, unique, cuts = {}, [], {}
     for t in inputs:
-        if id(t) not in first:
-            first[id(t)] = len(unique)
-            unique.append(t)
-    res = torch.autograd.grad(outputs, unique, grad_outputs, allow_unused=True, **kwargs)
+        if id(t) in first:
+            continue
+        first[id(t)] = len(unique)
+        unique.append(t)
+        if t.grad_fn is not None:
+            cuts.setdefault(id(t.grad_fn), (t.grad_fn, set()))[1].add(t.output_nr)
+    handles = [node.register_prehook(_zeroing(nrs)) for node, nrs in cuts.values()]
+    try:
+        res = torch.autograd.grad(outputs, unique, grad_outputs, allow_unused=True,
+                                  retain_graph=True, create_graph=create_graph)
+    finally:
+        for h in handles:
+            h.remove()
     out, given = [], set()
     for t in inputs:
         out.append(None if id(t) in given else res[first[id(t)]])
         given.add(id(t))
     return out
+
+
+def _zeroing(nrs):
+    def hook(grad_outputs):
+        return tuple(torch.zeros_like(g) if k in nrs and g is not None else g
+                     for k, g in enumerate(grad_outputs))
+    return hook

@@ -186,10 +186,7 @@ class _Revolve:
         pairs = [(o, g) for o, g in zip(out, grads) if g is not None and o.requires_grad]
         targets = [x for x in inp if x.requires_grad] + [p for p in params if p.requires_grad]
         if pairs and targets:
-            # retain_graph: the step's graph may pass through the graph of a captured tensor
-            # made before the loop, which the caller's backward may still have to traverse.
-            res = torch.autograd.grad([o for o, _ in pairs], targets, [g for _, g in pairs],
-                                      allow_unused=True, retain_graph=True)
+            res = grad_once([o for o, _ in pairs], targets, [g for _, g in pairs])
         else:
             res = [None] * len(targets)
         it = iter(res)

@@ -158,10 +158,7 @@ class _Solver:
         pairs = [(o, c) for o, c in zip(F, cot) if o.requires_grad]
         self.stats["vjp_backward"] += 1
         if pairs:
-            # retain_graph: f's graph may pass through the graph of a captured tensor made
-            # before the solve, which the caller's backward may still have to traverse.
-            res = torch.autograd.grad([o for o, _ in pairs], targets, [c for _, c in pairs],
-                                      allow_unused=True, retain_graph=True)
+            res = grad_once([o for o, _ in pairs], targets, [c for _, c in pairs])
         else:  # f ignores its state and every listed parameter
             res = [None] * len(targets)
         dz = [torch.zeros_like(x) if r is None else r for x, r in zip(zl, res)]

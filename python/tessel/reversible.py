@@ -282,11 +282,7 @@ def _reversible_backward(ctx, gy):
             xl = saved[0].detach().requires_grad_()
             y = c._forward_plain(xl)
             ctx.captured.check(y, (xl,))
-            # retain_graph (here and below): F or G may read a tensor made outside, whose graph
-            # the caller's backward may still have to traverse.
-            grads = torch.autograd.grad(y, (xl,) + tuple(params), gy, allow_unused=True,
-                                        retain_graph=True)
-        return grads
+            return tuple(grad_once(y, (xl,) + tuple(params), gy))
     y = ctx.y
     if y is None:
         raise RuntimeError(_MISSING)
@@ -305,8 +301,7 @@ def _reversible_backward(ctx, gy):
         with torch.no_grad():
             x2 = c._uncombine(y2, hg)
         x2.requires_grad_()
-        out = torch.autograd.grad(c._combine(x2, hg), [x2, y1l] + pg, g2, allow_unused=True,
-                                  retain_graph=True)
+        out = grad_once(c._combine(x2, hg), [x2, y1l] + pg, g2)
         gx2, g1 = out[0], _add(g1, out[1])
         for k, g in zip(ctx.g_idx, out[2:]):
             gp[k] = _add(gp[k], g)
@@ -316,8 +311,7 @@ def _reversible_backward(ctx, gy):
         with torch.no_grad():
             x1 = c._uncombine(y1, hf)
         x1.requires_grad_()
-        out = torch.autograd.grad(c._combine(x1, hf), [x1, x2] + pf, g1, allow_unused=True,
-                                  retain_graph=True)
+        out = grad_once(c._combine(x1, hf), [x1, x2] + pf, g1)
     gx = torch.cat([out[0], _add(gx2, out[1])], dim=1)
     for k, g in zip(ctx.f_idx, out[2:]):
         gp[k] = _add(gp[k], g)
