@@ -31,6 +31,7 @@ class World:
         self.P = (0.4 * torch.randn(d, d, dtype=F64, generator=g)).requires_grad_()
         self.W = self.P * 0.5 + 0.1  # non-leaf: its gradient must flow on to P
         self.stack = (0.2 * torch.randn(n, d, dtype=F64, generator=g)).requires_grad_()
+        self.rows = self.stack * 1.5  # non-leaf, read by indexing only (which 1.13 hides)
         self.rare = torch.randn(d, dtype=F64, generator=g).requires_grad_()
         self.net = torch.nn.Sequential(torch.nn.Linear(d, 8), torch.nn.Tanh(),
                                        torch.nn.Linear(8, d)).double()
@@ -42,7 +43,7 @@ class World:
 
     def step(self, x, k):
         # P is read directly and through W: its gradient must count each path once.
-        y = torch.tanh(x @ self.W) + 0.1 * x @ self.P + self.stack[k % self.stack.shape[0]]
+        y = torch.tanh(x @ self.W) + 0.1 * x @ self.P + self.rows[k % self.stack.shape[0]]
         y = y + self.net.scale * self.net(x)
         if k % 4 == 2:  # read at a few steps only
             y = y + self.rare * x
