@@ -16,6 +16,7 @@ together; that graph, of one step, is the only one kept between forward and back
 import torch
 
 from . import _core
+from ._captured import Captured, grad_once
 
 __all__ = ["checkpoint_loop", "revolve_schedule", "revolve_optimal_recomputations"]
 
@@ -41,8 +42,11 @@ def _differentiable(x):
 class _Revolve:
     """One loop's schedule, snapshots and counters, shared by the forward and the backward."""
 
-    def __init__(self, step, n_steps, snapshots, is_tuple, states, stats):
+    def __init__(self, step, n_steps, snapshots, is_tuple, states, params, stats):
         self.step, self.n_steps, self.is_tuple, self.stats = step, n_steps, is_tuple, stats
+        # What step reads besides the state: params= first, then what the first sweep finds.
+        self.captured = Captured("checkpoint_loop", params)
+        self.discovering = False
         # What each state tensor must keep: a step that changes it is a user error, reported at
         # once rather than as a shape mismatch deep inside autograd.
         self.spec = [(s.shape, s.dtype, s.device) for s in states]
@@ -78,6 +82,13 @@ class _Revolve:
         return out
 
     def _advance(self, a, b):
+        if self.discovering:
+            # The first sweep runs every step once: each runs with a graph (of that step only,
+            # dropped at once) so that the tensors it reads are found, even those read by a few
+            # steps only.
+            for k in range(a, b):
+                self.cur = tuple(o.detach() for o in self.captured.run(self.call, self.cur, k))
+            return
         with torch.no_grad():
             for k in range(a, b):
                 self.cur = self.call(self.cur, k)
@@ -90,25 +101,38 @@ class _Revolve:
         """Step k from the current state, with a graph whose leaves are detached copies of it."""
         inp = tuple(x.detach().requires_grad_() if _differentiable(x) else x.detach()
                     for x in self.cur)
+        if self.discovering:
+            return inp, self.captured.run(self.call, inp, k, inputs=inp)
         with torch.enable_grad():
             out = self.call(inp, k)
+        self.captured.check(out, inp)
         return inp, out
 
     def forward(self, states):
+        """The first sweep, finding the tensors step reads (self.captured) on the way."""
         self.cur = tuple(s.detach() for s in states)
-        for i, (action, a, b, slot) in enumerate(self.schedule):
-            if action == "advance":
-                self._advance(a, b)
-            elif action == "snapshot":
-                self._store(slot)
-            elif action == "first_reverse":
-                self.pos = i + 1
-                self.taped = self._tape(a)
-                self.cur = None
-                return tuple(o.detach() for o in self.taped[1])
-            else:  # the schedule's first sweep holds nothing else
-                raise RuntimeError(f"checkpoint_loop: unexpected {action} in the first sweep")
-        raise RuntimeError("checkpoint_loop: the schedule has no first reverse")
+        self.discovering = True
+        try:
+            for i, (action, a, b, slot) in enumerate(self.schedule):
+                if action == "advance":
+                    self._advance(a, b)
+                elif action == "snapshot":
+                    self._store(slot)
+                elif action == "first_reverse":
+                    self.pos = i + 1
+                    self.taped = self._tape(a)
+                    self.cur = None
+                    return tuple(o.detach() for o in self.taped[1])
+                else:  # the schedule's first sweep holds nothing else
+                    raise RuntimeError(f"checkpoint_loop: unexpected {action} in the first sweep")
+            raise RuntimeError("checkpoint_loop: the schedule has no first reverse")
+        finally:
+            self.discovering = False
+
+    def release(self):
+        """Drops the snapshots and the taped step: nothing will differentiate this loop."""
+        self.snaps.clear()
+        self.taped = self.cur = None
 
     def backward(self, grads, params):
         param_grads = [None] * len(params)
@@ -144,10 +168,11 @@ class _Revolve:
         with torch.enable_grad():
             for k in range(self.n_steps):
                 cur = self.call(cur, k)
+        self.captured.check(cur, states)
         pairs = [(o, g) for o, g in zip(cur, grads) if g is not None and o.requires_grad]
         targets = [x for x in states if x.requires_grad] + [p for p in params if p.requires_grad]
-        res = iter(torch.autograd.grad([o for o, _ in pairs], targets, [g for _, g in pairs],
-                                       create_graph=create_graph, allow_unused=True)
+        res = iter(grad_once([o for o, _ in pairs], targets, [g for _, g in pairs],
+                             create_graph=create_graph)
                    if pairs and targets else [None] * len(targets))
         state_grads = [next(res) if x.requires_grad else None for x in states]
         state_grads = [torch.zeros_like(x) if g is None and x.requires_grad else g
@@ -161,8 +186,7 @@ class _Revolve:
         pairs = [(o, g) for o, g in zip(out, grads) if g is not None and o.requires_grad]
         targets = [x for x in inp if x.requires_grad] + [p for p in params if p.requires_grad]
         if pairs and targets:
-            res = torch.autograd.grad([o for o, _ in pairs], targets, [g for _, g in pairs],
-                                      allow_unused=True)
+            res = grad_once([o for o, _ in pairs], targets, [g for _, g in pairs])
         else:
             res = [None] * len(targets)
         it = iter(res)
@@ -183,7 +207,7 @@ class _Revolve:
 
 class _RevolveFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, run, n_state, *tensors):
+    def forward(ctx, run, outs, n_state, *tensors):
         ctx.run, ctx.n_state = run, n_state
         # Kept as they are (not detached): the taped steps use them through the step's closure,
         # and autograd.grad must reach the very tensors in those graphs.
@@ -191,7 +215,6 @@ class _RevolveFunction(torch.autograd.Function):
         # Saved for the double-backward fallback only: autograd keeps them connected to their
         # graph, and they are the caller's tensors (no copy).
         ctx.save_for_backward(*tensors[:n_state])
-        outs = run.forward(tensors[:n_state])
         for o in outs:
             if not _differentiable(o):
                 ctx.mark_non_differentiable(o)
@@ -207,11 +230,11 @@ class _RevolveFunction(torch.autograd.Function):
         else:
             state_grads, param_grads = ctx.run.backward(list(grads), ctx.params)
         n_state = ctx.n_state
-        state_grads = [g if ctx.needs_input_grad[2 + j] else None
+        state_grads = [g if ctx.needs_input_grad[3 + j] else None
                        for j, g in enumerate(state_grads)]
-        param_grads = [g if ctx.needs_input_grad[2 + n_state + j] else None
+        param_grads = [g if ctx.needs_input_grad[3 + n_state + j] else None
                        for j, g in enumerate(param_grads)]
-        return (None, None, *state_grads, *param_grads)
+        return (None, None, None, *state_grads, *param_grads)
 
 
 def checkpoint_loop(step, state, n_steps, snapshots, params=(), stats=None):
@@ -224,11 +247,19 @@ def checkpoint_loop(step, state, n_steps, snapshots, params=(), stats=None):
     n_steps:   the number of steps, >= 0.
     snapshots: how many states may be stored at once (>= 1; the initial state counts as one).
                More snapshots, fewer recomputations: with s >= n_steps every step runs twice.
-    params:    every tensor requiring grad that `step` uses besides the state (closure variables,
-               `module.parameters()`). They MUST be listed here to receive gradients: the forward
-               runs without a graph, so autograd cannot see them otherwise.
+    params:    optional tensors to differentiate besides those found (see below): the union of
+               both receives gradients. Listing is never needed; a listed tensor that step does
+               not read gets a zero gradient.
     stats:     an optional dict, filled with `step_calls` (evaluations of `step` so far, forward
                and backward) and `max_stored` (the most snapshots held at once, <= snapshots).
+
+    Tensors that step reads besides the state (closure variables, an nn.Module's parameters, a
+    weight computed from a parameter before the loop) are found by themselves: each step of the
+    first sweep runs with grad enabled, its graph is walked to the leaves requiring grad and to
+    the outside tensors it was computed from, then dropped (tessel._captured). A tensor read by
+    a few steps only is found too. Every recomputation in backward is checked the same way, and
+    a tensor requiring grad that was not found raises RuntimeError instead of losing its
+    gradient (a step must read the same tensors when it runs again).
 
     The first backward follows the schedule. Under create_graph=True (a gradient to be
     differentiated again), and for any later backward through the same loop, it falls back to
@@ -254,13 +285,18 @@ def checkpoint_loop(step, state, n_steps, snapshots, params=(), stats=None):
     if n_steps == 0:
         stats.update(step_calls=0, max_stored=0, snapshots=snapshots)
         return tuple(states) if is_tuple else states[0]
-    run = _Revolve(step, n_steps, snapshots, is_tuple, states, stats)
-    if not torch.is_grad_enabled() or not any(t.requires_grad for t in states + params):
+    run = _Revolve(step, n_steps, snapshots, is_tuple, states, params, stats)
+    if not torch.is_grad_enabled():
         # Nothing to differentiate: the plain loop, with no snapshot at all.
         cur = states
         with torch.no_grad():
             for k in range(n_steps):
                 cur = run.call(cur, k)
         return cur if is_tuple else cur[0]
-    outs = _RevolveFunction.apply(run, len(states), *states, *params)
+    outs = run.forward(states)
+    params = tuple(run.captured.tensors)
+    if not any(t.requires_grad for t in states) and not params:
+        run.release()
+        return outs if is_tuple else outs[0]
+    outs = _RevolveFunction.apply(run, outs, len(states), *states, *params)
     return tuple(outs) if is_tuple else outs[0]

@@ -28,9 +28,10 @@ stiff field (h |lambda| not small for Re lambda < 0) excites a growing parasitic
 which degrades both the solution and the reconstruction. Use small steps for such fields.
 """
 import math
-import warnings
 
 import torch
+
+from ._captured import Captured, grad_once
 
 __all__ = ["odeint_reversible"]
 
@@ -60,8 +61,11 @@ class _Solver:
     """One solve's vector field, grid and counters, shared by the forward and the backward."""
 
     def __init__(self, f, is_tuple, y0s, counts, params, stats):
-        self.f, self.is_tuple, self.counts, self.params, self.stats = (f, is_tuple, counts,
-                                                                       params, stats)
+        self.f, self.is_tuple, self.counts, self.stats = f, is_tuple, counts, stats
+        # What f reads besides (t, y): params= first, then what the forward finds.
+        self.captured = Captured(_NAME, params)
+        self.params = self.captured.tensors  # grows while the forward finds more
+        self.discovering = False
         self.spec = [(y.shape, y.dtype, y.device) for y in y0s]
         self.out_index = [0]
         for m in counts:
@@ -99,7 +103,7 @@ class _Solver:
         grid = _grid(t, self.counts)
         key = "nfe_forward" if not torch.is_grad_enabled() else "nfe_backward"
         y, z = list(y0s), list(y0s)
-        F = self.call(grid[0], z)
+        F = self._eval(grid[0], z)
         self.stats[key] += 1
         outs = [torch.empty((len(self.counts) + 1, *y.shape), dtype=y.dtype, device=y.device)
                 for y in y0s]
@@ -110,7 +114,7 @@ class _Solver:
             for _ in range(m):
                 h = grid[n + 1] - grid[n]
                 z1 = [2 * yi - zi + Fi * h for yi, zi, Fi in zip(y, z, F)]
-                F1 = self.call(grid[n + 1], z1)
+                F1 = self._eval(grid[n + 1], z1)
                 self.stats[key] += 1
                 y = [yi + (Fi + F1i) * (h / 2) for yi, Fi, F1i in zip(y, F, F1)]
                 z, F = z1, F1
@@ -119,9 +123,20 @@ class _Solver:
                 o[k + 1] = yi
         return grid, outs, (y, z, F)
 
+    def _eval(self, s, z):
+        if not self.discovering:
+            return self.call(s, z)
+        # The forward: f runs with a graph of this one evaluation, walked to find the tensors
+        # it reads (even those read at a few times only), then dropped.
+        return [o.detach() for o in self.captured.run(self.call, s, z)]
+
     def forward(self, t, y0s):
-        with torch.no_grad():
-            self.grid, outs, self.final = self.solve(t, y0s)
+        self.discovering = True
+        try:
+            with torch.no_grad():
+                self.grid, outs, self.final = self.solve(t, y0s)
+        finally:
+            self.discovering = False
         return outs
 
     def _live(self, n, z, want_s):
@@ -130,6 +145,7 @@ class _Solver:
         sl = self.grid[n].detach().requires_grad_(want_s)
         with torch.enable_grad():
             F = self.call(sl, zl)
+        self.captured.check(F, zl + [sl])
         self.stats["nfe_backward"] += 1
         return zl, sl, F
 
@@ -142,8 +158,7 @@ class _Solver:
         pairs = [(o, c) for o, c in zip(F, cot) if o.requires_grad]
         self.stats["vjp_backward"] += 1
         if pairs:
-            res = torch.autograd.grad([o for o, _ in pairs], targets, [c for _, c in pairs],
-                                      allow_unused=True)
+            res = grad_once([o for o, _ in pairs], targets, [c for _, c in pairs])
         else:  # f ignores its state and every listed parameter
             res = [None] * len(targets)
         dz = [torch.zeros_like(x) if r is None else r for x, r in zip(zl, res)]
@@ -208,20 +223,20 @@ class _Solver:
 
 class _ReversibleFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, run, n_y, t, *tensors):
+    def forward(ctx, run, outs, n_y, t, *tensors):
         y0s = tensors[:n_y]
         # Kept as they are: the backward's local graphs must reach these very tensors.
         ctx.run, ctx.n_y, ctx.params = run, n_y, tensors[n_y:]
         ctx.save_for_backward(t, *y0s)
-        return tuple(run.forward(t, y0s))
+        return tuple(outs)
 
     @staticmethod
     def backward(ctx, *grads):
         run, n_y = ctx.run, ctx.n_y
         t, *y0s = ctx.saved_tensors
-        need = ctx.needs_input_grad[2:]
+        need = ctx.needs_input_grad[3:]
         if torch.is_grad_enabled():
-            return (None, None, *_stored_backward(run, t, y0s, ctx.params, grads, need))
+            return (None, None, None, *_stored_backward(run, t, y0s, ctx.params, grads, need))
         y0_grads, param_grads, grid_grad = run.backward(grads, need[0], [y.detach()
                                                                          for y in y0s])
         t_grad = None
@@ -231,7 +246,7 @@ class _ReversibleFunction(torch.autograd.Function):
                 t_grad, = torch.autograd.grad(_grid(tl, run.counts), tl, grid_grad)
         y0_grads = [g if w else None for g, w in zip(y0_grads, need[1:1 + n_y])]
         param_grads = [g if w else None for g, w in zip(param_grads, need[1 + n_y:])]
-        return (None, None, t_grad, *y0_grads, *param_grads)
+        return (None, None, None, t_grad, *y0_grads, *param_grads)
 
 
 def _stored_backward(run, t, y0s, params, grads, need):
@@ -241,9 +256,9 @@ def _stored_backward(run, t, y0s, params, grads, need):
     inputs = [t, *y0s, *params]
     with torch.enable_grad():
         _, outs, _ = run.solve(t, y0s)
+        run.captured.check(outs, [t, *y0s])
         wanted = [x for x, w in zip(inputs, need) if w]
-        res = iter(torch.autograd.grad(outs, wanted, grads, create_graph=True,
-                                       allow_unused=True))
+        res = iter(grad_once(outs, wanted, grads, create_graph=True))
     out = []
     for x, w in zip(inputs, need):
         r = next(res) if w else None
@@ -303,17 +318,23 @@ def odeint_reversible(f, y0, t, *, step_size=None, steps_per_interval=None, para
     step_size / steps_per_interval (at most one): each interval [t[k], t[k+1]] is cut into
             ceil(|t[k+1] - t[k]| / step_size) or steps_per_interval equal steps. By default
             one step per interval: t itself is the grid.
-    params: every tensor requiring grad that f uses besides y (closure variables,
-            module.parameters()); they MUST be listed to receive gradients, as the forward runs
-            without a graph. Default: f.parameters() if f is an nn.Module, else none. When no
-            listed tensor requires grad but f's result does, a UserWarning says so (at the cost
-            of one more evaluation of f).
+    params: optional tensors to differentiate besides those found (see below): the union of
+            both receives gradients. Default: f.parameters() if f is an nn.Module (as in
+            torchdiffeq; a parameter f does not use gets a zero gradient), else none.
     stats:  an optional dict, filled with `steps`, `nfe_forward`, `nfe_backward` (evaluations
             of f), `vjp_backward`, and after a backward `backward` ("reversible" or "stored"),
             `reconstruction_error` (max abs difference between the reconstructed y_0 and z_0
             and the true y0) and `reconstruction_error_rel` (the same over max |y0|).
 
-    Gradients flow to y0, params and t (through the step sizes and f's time argument; the grid
+    Tensors that f reads besides (t, y) (closure variables, an nn.Module's parameters, also of
+    modules called inside a closure, a weight computed from a parameter before the solve) are
+    found by themselves: each evaluation of f in the forward runs with grad enabled, its graph is
+    walked to the leaves requiring grad and to the outside tensors it was computed from, then
+    dropped (tessel._captured); a tensor read at a few times only is found too. The backward's
+    evaluations are checked the same way: a tensor requiring grad that was not found raises
+    RuntimeError instead of losing its gradient (f must read the same tensors every time).
+
+    Gradients flow to y0, params, the tensors f reads and t (through the step sizes and f's time argument; the grid
     points inside an interval move linearly with its ends). A first-order backward costs
     steps + 1 evaluations of f and as many vector-Jacobian products, and can run again (with
     retain_graph). With create_graph=True (double backward) it falls back to differentiating the
@@ -342,20 +363,14 @@ def odeint_reversible(f, y0, t, *, step_size=None, steps_per_interval=None, para
     counts = _step_counts(d, step_size, steps_per_interval)
     stats = {} if stats is None else stats
     run = _Solver(f, is_tuple, y0s, counts, params, stats)
-    if torch.is_grad_enabled() and not any(p.requires_grad for p in params):
-        _warn_unlisted(run, t, y0s)
-    if not torch.is_grad_enabled() or not any(x.requires_grad for x in (t, *y0s, *params)):
-        outs = run.forward(t, y0s)
+    if not torch.is_grad_enabled():
+        with torch.no_grad():
+            _, outs, _ = run.solve(t, y0s)
         return tuple(outs) if is_tuple else outs[0]
-    outs = _ReversibleFunction.apply(run, len(y0s), t, *y0s, *params)
+    # Detached: y0 read by f through a closure is then found as a tensor of its own.
+    outs = run.forward(t, [y.detach() for y in y0s])
+    params = tuple(run.captured.tensors)
+    if not params and not any(x.requires_grad for x in (t, *y0s)):
+        return tuple(outs) if is_tuple else outs[0]
+    outs = _ReversibleFunction.apply(run, outs, len(y0s), t, *y0s, *params)
     return tuple(outs) if is_tuple else outs[0]
-
-
-def _warn_unlisted(run, t, y0s):
-    """The likeliest misuse: f closes over tensors that require grad and none is listed. One
-    extra evaluation of f, on detached inputs, and only when no listed parameter needs grad."""
-    with torch.enable_grad():
-        F = run.call(t[0].detach(), [y.detach() for y in y0s])
-    if any(o.requires_grad for o in F):
-        warnings.warn(f"{_NAME}: f's result requires grad through tensors that are not in "
-                      "params=; they receive no gradient (list them in params=)", stacklevel=3)

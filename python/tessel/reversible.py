@@ -47,6 +47,8 @@ import math
 import torch
 from torch import nn
 
+from ._captured import Captured, grad_once
+
 __all__ = ["ReversibleCoupling"]
 
 _MODES = ("additive", "affine")
@@ -68,6 +70,12 @@ class ReversibleCoupling(nn.Module):
     mode: "additive" or "affine". scale, log_scale_bound: the affine scale (see the module doc).
     free_inputs: take and free an input produced by another coupling (see the module doc).
     reversible: False runs plain autograd (stores every activation) instead.
+
+    Gradients reach F's and G's parameters and every other tensor requiring grad they read (a
+    tensor captured by their forward, a weight computed before the block): each forward runs F
+    and G once with a graph of the block and walks it to find them (tessel._captured). Every
+    recomputation in backward is checked the same way; a tensor requiring grad that the forward
+    did not reach raises RuntimeError instead of losing its gradient.
     """
 
     def __init__(self, F, G, mode="additive", *, scale="exp", log_scale_bound=2.0,
@@ -187,10 +195,21 @@ class ReversibleCoupling(nn.Module):
 
     def forward(self, x):
         self._check_input(x, "x", "forward")
-        params = tuple(p for p in self.parameters() if p.requires_grad)
-        if not self.reversible or not torch.is_grad_enabled() or not (x.requires_grad or params):
+        if not self.reversible or not torch.is_grad_enabled():
             return self._forward_plain(x)
-        return _CouplingFunction.apply(self, x, *params)
+        # F and G run once with a graph of this block only, walked to find every tensor requiring
+        # grad they read: the registered parameters and anything else (a tensor captured by F's
+        # forward, a weight computed outside); then the graph is dropped.
+        captured = Captured("ReversibleCoupling", self.parameters())
+        xd = x.detach()
+        y = captured.run(self._forward_plain, xd, inputs=(xd,))
+        # In place: a detached copy would be a view, which the taking of outputs (x.data = ...)
+        # may not touch; the concatenation that makes y is never a view itself.
+        y.detach_()
+        params = tuple(captured.tensors)
+        if not (x.requires_grad or params):
+            return y
+        return _CouplingFunction.apply(self, captured, x, [y], *params)
 
     def inverse(self, y):
         """The x with forward(x) == y, with ordinary (differentiable) torch ops."""
@@ -208,18 +227,21 @@ _MISSING = ("ReversibleCoupling: backward reached a block whose output was taken
 
 
 class _CouplingFunction(torch.autograd.Function):
-    """Inputs: the coupling module, x, then the parameters that require grad (so that autograd
-    sees them). State on ctx: has_x (x saved: first block of a chain), producer (ctx of the
+    """Inputs: the coupling module, what F and G read (tessel._captured), x, its output y
+    (computed by the caller, which found the tensors F and G read on the way), then those tensors:
+    the parameters and anything else requiring grad. State on ctx: has_x (x saved: first block of a chain), producer (ctx of the
     coupling whose output x is, when taken), y (own output, or the rebuilt one handed back),
     taken (own output taken by the next block), x_graph (create_graph path cache)."""
 
     @staticmethod
-    def forward(ctx, coupling, x, *params):
-        y = coupling._forward_plain(x)
-        ids = {id(p): k for k, p in enumerate(params)}
-        ctx.coupling = coupling
-        ctx.f_idx = [ids[id(p)] for p in coupling.F.parameters() if id(p) in ids]
-        ctx.g_idx = [ids[id(p)] for p in coupling.G.parameters() if id(p) in ids]
+    def forward(ctx, coupling, captured, x, y, *params):
+        y, = y  # in a list: a tensor input returned as the output would become a view of it
+        ctx.coupling, ctx.captured = coupling, captured
+        in_f = {id(p) for p in coupling.F.parameters()}
+        in_g = {id(p) for p in coupling.G.parameters()}
+        # A tensor neither branch registers may be read by either: both differentiate it.
+        ctx.f_idx = [k for k, p in enumerate(params) if id(p) in in_f or id(p) not in in_g]
+        ctx.g_idx = [k for k, p in enumerate(params) if id(p) in in_g or id(p) not in in_f]
         producer = x.grad_fn if coupling.free_inputs else None
         if not (isinstance(producer, _CouplingFunction._backward_cls) and not producer.taken
                 and producer.out_ptr == x.data_ptr() and producer.out_version == x._version):
@@ -246,8 +268,8 @@ class _CouplingFunction(torch.autograd.Function):
             grads = _stored_backward(ctx, gy)
         else:
             grads = _reversible_backward(ctx, gy)
-        gx = grads[0] if ctx.needs_input_grad[1] else None
-        return (None, gx) + tuple(grads[1:])
+        gx = grads[0] if ctx.needs_input_grad[2] else None
+        return (None, None, gx, None) + tuple(grads[1:])
 
 
 def _reversible_backward(ctx, gy):
@@ -258,9 +280,9 @@ def _reversible_backward(ctx, gy):
     if ctx.has_x:
         with torch.enable_grad():
             xl = saved[0].detach().requires_grad_()
-            grads = torch.autograd.grad(c._forward_plain(xl), (xl,) + tuple(params), gy,
-                                        allow_unused=True)
-        return grads
+            y = c._forward_plain(xl)
+            ctx.captured.check(y, (xl,))
+            return tuple(grad_once(y, (xl,) + tuple(params), gy))
     y = ctx.y
     if y is None:
         raise RuntimeError(_MISSING)
@@ -275,19 +297,21 @@ def _reversible_backward(ctx, gy):
         # y2 = x2 (*) G(y1): one evaluation of G gives x2 and the products for x2, y1, G.
         y1l = y1.detach().requires_grad_()
         hg = c._branch("G", y1l, y2)
+        ctx.captured.check(hg, (y1l,))
         with torch.no_grad():
             x2 = c._uncombine(y2, hg)
         x2.requires_grad_()
-        out = torch.autograd.grad(c._combine(x2, hg), [x2, y1l] + pg, g2, allow_unused=True)
+        out = grad_once(c._combine(x2, hg), [x2, y1l] + pg, g2)
         gx2, g1 = out[0], _add(g1, out[1])
         for k, g in zip(ctx.g_idx, out[2:]):
             gp[k] = _add(gp[k], g)
         # y1 = x1 (*) F(x2), with the total gradient reaching y1.
         hf = c._branch("F", x2, y1)
+        ctx.captured.check(hf, (x2,))
         with torch.no_grad():
             x1 = c._uncombine(y1, hf)
         x1.requires_grad_()
-        out = torch.autograd.grad(c._combine(x1, hf), [x1, x2] + pf, g1, allow_unused=True)
+        out = grad_once(c._combine(x1, hf), [x1, x2] + pf, g1)
     gx = torch.cat([out[0], _add(gx2, out[1])], dim=1)
     for k, g in zip(ctx.f_idx, out[2:]):
         gp[k] = _add(gp[k], g)
@@ -322,6 +346,6 @@ def _stored_backward(ctx, gy):
     params = tuple(saved[1:] if ctx.has_x else saved)
     with_x = x.requires_grad
     y = ctx.coupling._forward_plain(x)
-    grads = torch.autograd.grad(y, ((x,) if with_x else ()) + params, gy, create_graph=True,
-                                allow_unused=True)
+    ctx.captured.check(y, (x,))
+    grads = tuple(grad_once(y, ((x,) if with_x else ()) + params, gy, create_graph=True))
     return grads if with_x else (None,) + grads

@@ -211,13 +211,6 @@ def test_single_time_no_grad_and_float32():
     torch.testing.assert_close(g, ref, rtol=1e-5, atol=1e-5)
 
 
-def test_warns_when_closure_parameters_are_not_listed():
-    w = torch.randn(3, dtype=F64, requires_grad=True)
-    y0 = torch.randn(3, dtype=F64, requires_grad=True)
-    with pytest.warns(UserWarning, match="params="):
-        odeint_reversible(lambda t, y: w * y, y0, torch.linspace(0, 1, 3, dtype=F64))
-
-
 _MEMORY_SETUP = """
 import torch
 from tessel.torch import odeint_reversible

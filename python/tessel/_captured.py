@@ -1,0 +1,238 @@
+"""Finds the tensors requiring grad that a user function reads besides its arguments (closure
+variables, module parameters, tensors computed from them), so that the tools which run it without
+a graph and recompute it in backward can give those tensors gradients.
+
+How. `Captured.run` evaluates the function once with grad enabled and looks at two things:
+
+* the torch calls it makes (a TorchFunctionMode): a non-leaf tensor requiring grad that enters a
+  call without having come out of an earlier call of this evaluation was computed outside, before
+  the function ran (`W = P * 2` before the loop). It is kept as a tensor of its own, so the outer
+  backward routes its gradient through W's own graph to P, and `autograd.grad(loss, W)` works.
+* the autograd graph of its results: walking `grad_fn.next_functions` from them, every leaf
+  requiring grad (`AccumulateGrad.variable`: an nn.Parameter, a captured leaf) is found, whatever
+  the path that brought it in; the walk stops at the non-leaf tensors of the first kind.
+
+The graph is the ground truth, the calls only name the outside non-leaf tensors: a non-leaf tensor
+the mode did not see (PyTorch 1.13 does not route `x[0]` through modes, for one) is walked through
+to the leaves behind it, which then receive their gradient by differentiating through its graph
+(the tools keep that graph with retain_graph=True). Telling an outside tensor from one made inside
+the evaluation uses autograd's sequence numbers where PyTorch has them (2.x); PyTorch 1.13 has
+none, so there a captured non-leaf tensor that is a view, an indexing result or a custom autograd
+Function's output (`P[0]`, `P.t()`, a Genred of P) counts as made inside and is walked through
+to the leaves behind it: they get the same gradients, only hooks on that tensor do not see them
+and `autograd.grad` with respect to it does not include the function's share.
+
+`Captured.check` walks a recomputation's graph (in backward) and raises if it reaches a tensor
+requiring grad that is not among those found: such a tensor would silently get no gradient.
+"""
+import torch
+from torch.overrides import TorchFunctionMode
+
+__all__ = ["Captured", "grad_once"]
+
+
+def _flat(obj, out):
+    """The tensors in obj (nested tuples, lists, dicts), appended to out."""
+    if isinstance(obj, torch.Tensor):
+        out.append(obj)
+    elif isinstance(obj, (tuple, list)):
+        for o in obj:
+            _flat(o, out)
+    elif isinstance(obj, dict):
+        for o in obj.values():
+            _flat(o, out)
+    return out
+
+
+class _Reads(TorchFunctionMode):
+    """Records the non-leaf tensors requiring grad that enter a torch call without coming out of
+    an earlier call of the same evaluation, and the leaves requiring grad that calls create."""
+
+    def __init__(self):
+        super().__init__()
+        # ids of every result, requiring grad or not (a custom autograd Function's forward makes
+        # its outputs before they require grad); alive or not, they are not outside tensors.
+        self.made = set()
+        self.outside = {}  # id -> tensor
+
+    def _note_args(self, args):
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                if a.requires_grad and a.grad_fn is not None and id(a) not in self.made:
+                    self.outside.setdefault(id(a), a)
+            elif isinstance(a, (tuple, list)):
+                self._note_args(a)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        self._note_args(args)
+        if kwargs:
+            self._note_args(kwargs.values())
+        out = func(*args, **kwargs)
+        if isinstance(out, torch.Tensor):
+            self.made.add(id(out))
+        elif isinstance(out, (tuple, list)):
+            for t in _flat(out, []):
+                self.made.add(id(t))
+        return out
+
+
+def _next_sequence_nr():
+    """The sequence number the next autograd node of this thread gets, or None (PyTorch 1.13)."""
+    with torch.enable_grad():
+        node = torch.zeros((), requires_grad=True).view(()).grad_fn
+    seq = getattr(node, "_sequence_nr", None)
+    return None if seq is None else seq() + 1
+
+
+def _made_before(t, mark):
+    """Whether the non-leaf tensor t existed before the evaluation that started at `mark`."""
+    if mark is not None:
+        seq = getattr(t.grad_fn, "_sequence_nr", None)
+        if seq is not None:
+            return seq() < mark
+    # No sequence numbers: the results the mode misses are indexing's (views, or copies by
+    # advanced indexing) and those of custom autograd Functions that return (views of) their
+    # inputs; walking through such a tensor is correct whether it is old or new.
+    node = t.grad_fn
+    return not (t._is_view() or type(node).__name__.startswith("IndexBackward")
+                or hasattr(node, "_forward_cls"))
+
+
+def _describe(t):
+    kind = "an nn.Parameter" if isinstance(t, torch.nn.Parameter) else "a tensor"
+    return f"{kind} of shape {tuple(t.shape)}, {t.dtype}"
+
+
+class Captured:
+    """The tensors requiring grad a function reads besides its arguments, gathered over any number
+    of its evaluations. `tensors` lists the explicit ones first (in their order), then the found
+    ones in the order found. The tools pass them to their autograd Function as inputs and ask
+    autograd.grad for their gradients in every recomputation."""
+
+    def __init__(self, who, explicit=()):
+        self.who = who
+        self.tensors = []
+        self._ids = set()
+        self._stops = {}  # (id(grad_fn), output_nr) -> (tensor, grad_fn): walks stop there
+        for t in explicit:
+            if t.requires_grad:
+                self._add(t)
+
+    def _add(self, t):
+        if id(t) in self._ids:
+            return
+        self._ids.add(id(t))
+        self.tensors.append(t)
+        if t.grad_fn is not None:
+            self._stops[(id(t.grad_fn), t.output_nr)] = (t, t.grad_fn)
+
+    def run(self, fn, *args, inputs=()):
+        """fn(*args) with grad enabled, adding what its result depends on besides `inputs` (the
+        caller's fresh leaves standing for the state). Returns the result, graph included."""
+        mark = _next_sequence_nr()
+        reads = _Reads()
+        with torch.enable_grad(), reads:
+            out = fn(*args)
+        pending = {}
+        for t in reads.outside.values():
+            if id(t) not in self._ids and _made_before(t, mark):
+                pending[(id(t.grad_fn), t.output_nr)] = (t, t.grad_fn)
+        self._walk(_flat(out, []), inputs, pending, reads.made)
+        return out
+
+    def check(self, out, inputs=()):
+        """Raises if the graph of `out` (a recomputation) reaches a tensor requiring grad that is
+        neither one of `inputs` nor among the found tensors."""
+        self._walk(_flat(out, []), inputs, None, None)
+
+    def _walk(self, outs, inputs, pending, made):
+        skip = {id(t) for t in inputs}
+        # A non-leaf input (a state computed by the caller) ends the walk like a found tensor.
+        hold = [t.grad_fn for t in inputs if t.grad_fn is not None]
+        ends = {(id(t.grad_fn), t.output_nr) for t in inputs if t.grad_fn is not None}
+        stack, seen = [], set()
+        for o in outs:
+            if not o.requires_grad:
+                continue
+            if o.grad_fn is None:
+                self._leaf(o, skip, made)
+            else:
+                stack.append((o.grad_fn, o.output_nr))
+        while stack:
+            node, nr = stack.pop()
+            key = (id(node), nr)
+            if key in self._stops or key in ends:
+                continue
+            if pending is not None and key in pending:
+                self._add(pending.pop(key)[0])
+                continue
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            hold.append(node)  # keeps the ids in `seen` from being reused during the walk
+            variable = getattr(node, "variable", None)
+            if variable is not None:  # AccumulateGrad: a leaf requiring grad
+                self._leaf(variable, skip, made)
+                continue
+            for nxt, n in node.next_functions:
+                if nxt is not None:
+                    stack.append((nxt, n))
+
+    def _leaf(self, t, skip, made):
+        if id(t) in skip or id(t) in self._ids:
+            return
+        if made is None:
+            raise RuntimeError(
+                f"{self.who}: a recomputation of the function read {_describe(t)} requiring "
+                "grad that the forward pass never reached, so it would get no gradient; the "
+                "function must read the same tensors on every evaluation (no randomness, no "
+                "state that changes between forward and backward, no leaf created inside it "
+                "with requires_grad=True)")
+        if id(t) not in made:  # a leaf created by the function itself has no outside gradient
+            self._add(t)
+
+
+
+def grad_once(outputs, inputs, grad_outputs, create_graph=False):
+    """torch.autograd.grad(outputs, inputs, grad_outputs, allow_unused=True) for a Function's
+    backward that returns the result for its inputs, which autograd then propagates further:
+
+    * a non-leaf input W (a captured weight made before the call, a state computed by the caller)
+      is where this gradient stops. autograd.grad would also carry W's share on into W's own
+      history and add it to an input W was made from (P, when the function reads P too), and the
+      caller's backward would add it a second time through W. A pre-hook on W's node zeroes
+      what enters it through W during this call (captures are taken before node pre-hooks, so W
+      still gets its own gradient).
+    * a tensor standing in `inputs` twice (a state the function also captures) gets the gradient
+      at its first occurrence and None at the others: autograd sums a Function's inputs.
+    * the graph is retained: it may run through the graph of a tensor made outside, which the
+      caller's backward may still have to traverse.
+    """
+    first, unique, cuts = {}, [], {}
+    for t in inputs:
+        if id(t) in first:
+            continue
+        first[id(t)] = len(unique)
+        unique.append(t)
+        if t.grad_fn is not None:
+            cuts.setdefault(id(t.grad_fn), (t.grad_fn, set()))[1].add(t.output_nr)
+    handles = [node.register_prehook(_zeroing(nrs)) for node, nrs in cuts.values()]
+    try:
+        res = torch.autograd.grad(outputs, unique, grad_outputs, allow_unused=True,
+                                  retain_graph=True, create_graph=create_graph)
+    finally:
+        for h in handles:
+            h.remove()
+    out, given = [], set()
+    for t in inputs:
+        out.append(None if id(t) in given else res[first[id(t)]])
+        given.add(id(t))
+    return out
+
+
+def _zeroing(nrs):
+    def hook(grad_outputs):
+        return tuple(torch.zeros_like(g) if k in nrs and g is not None else g
+                     for k, g in enumerate(grad_outputs))
+    return hook

@@ -1,0 +1,312 @@
+"""Tensors a user function reads without their being passed in (closures, nn.Module parameters,
+weights computed before the call) get the gradients of unrolled autograd, in every tool."""
+import pytest
+import torch
+
+from tessel.torch import (Genred, KernelSolve, ReversibleCoupling, cg_solve, checkpoint_loop,
+                          fixed_point, odeint_reversible)
+
+F64 = torch.float64
+TOL = 1e-10
+
+
+def close(got, ref, tol=TOL):
+    assert len(got) == len(ref)
+    for g, r in zip(got, ref):
+        assert g is not None, "a tensor the function reads got no gradient"
+        torch.testing.assert_close(g, r, rtol=tol, atol=tol)
+
+
+def grads(loss, tensors, **kw):
+    return torch.autograd.grad(loss, tensors, retain_graph=True, **kw)
+
+
+class World:
+    """What the functions below read: a leaf P, a non-leaf W computed from it before the call, a
+    stack of per-step weights indexed by the step, a bias read at a few steps only, and a module
+    with a buffer."""
+
+    def __init__(self, d=3, n=9):
+        g = torch.Generator().manual_seed(7)
+        self.P = (0.4 * torch.randn(d, d, dtype=F64, generator=g)).requires_grad_()
+        self.W = self.P * 0.5 + 0.1  # non-leaf: its gradient must flow on to P
+        self.stack = (0.2 * torch.randn(n, d, dtype=F64, generator=g)).requires_grad_()
+        self.rows = self.stack * 1.5  # non-leaf, read by indexing only (which 1.13 hides)
+        self.rare = torch.randn(d, dtype=F64, generator=g).requires_grad_()
+        self.net = torch.nn.Sequential(torch.nn.Linear(d, 8), torch.nn.Tanh(),
+                                       torch.nn.Linear(8, d)).double()
+        self.net.register_buffer("scale", torch.tensor(0.3, dtype=F64))
+        self.x0 = torch.randn(2, d, dtype=F64, generator=g).requires_grad_()
+
+    def leaves(self):
+        return [self.x0, self.P, self.stack, self.rare, *self.net.parameters()]
+
+    def step(self, x, k):
+        # P is read directly and through W: its gradient must count each path once.
+        y = torch.tanh(x @ self.W) + 0.1 * x @ self.P + self.rows[k % self.stack.shape[0]]
+        y = y + self.net.scale * self.net(x)
+        if k % 4 == 2:  # read at a few steps only
+            y = y + self.rare * x
+        return 0.5 * (x + y)
+
+
+def unrolled(step, x, n):
+    for k in range(n):
+        x = step(x, k)
+    return x
+
+
+# ---- checkpoint_loop ----------------------------------------------------------------------------
+@pytest.mark.parametrize("snapshots", [1, 3, 20])
+def test_checkpoint_closure_nonleaf_module_buffer_and_rare_parameters(snapshots):
+    w, n = World(), 13
+    ts = w.leaves() + [w.W]
+    ref = grads(unrolled(w.step, w.x0, n).square().sum(), ts)
+    out = checkpoint_loop(w.step, w.x0, n, snapshots)
+    close(grads(out.square().sum(), ts), ref)
+
+
+def test_checkpoint_backward_accumulates_into_every_parameter():
+    w, n = World(), 10
+    ref = grads(unrolled(w.step, w.x0, n).sum(), w.leaves())
+    checkpoint_loop(w.step, w.x0, n, 3).sum().backward()
+    close([t.grad for t in w.leaves()], ref)
+    assert w.net.scale.grad is None and not w.net.scale.requires_grad
+
+
+class _ModuleStep(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3).double()
+        self.register_buffer("shift", torch.full((3,), 0.05, dtype=F64))
+
+    def forward(self, x, k):
+        return torch.sin(self.lin(x)) + self.shift * k
+
+
+def test_checkpoint_module_step_and_explicit_params_union():
+    step, n = _ModuleStep(), 11
+    x0 = torch.randn(4, 3, dtype=F64, requires_grad=True)
+    extra = torch.randn(3, dtype=F64, requires_grad=True)  # listed, unused: a zero gradient
+    ts = [x0, *step.parameters()]
+    ref = grads(unrolled(step, x0, n).square().sum(), ts)
+    out = checkpoint_loop(step, x0, n, 2, params=[step.lin.weight, extra])
+    got = grads(out.square().sum(), ts + [extra], allow_unused=True)
+    close(got[:-1], ref)
+    assert got[-1] is None or not got[-1].any()
+
+
+def test_checkpoint_create_graph_and_a_state_the_step_also_captures():
+    w, n = World(), 7
+
+    def step(x, k):  # reads the initial state through the closure too
+        return w.step(x, k) + 0.1 * w.x0
+
+    def hvp(run):
+        gx, gp = torch.autograd.grad(run(w.x0).square().sum(), [w.x0, w.P], create_graph=True)
+        return grads(gx.square().sum() + gp.sum(), w.leaves())
+
+    ref = hvp(lambda x: unrolled(step, x, n))
+    close(hvp(lambda x: checkpoint_loop(step, x, n, 3)), ref)
+
+
+def test_checkpoint_genred_inside_the_step_without_params():
+    gauss = Genred("Exp(-SqDist(X,Y))*B", ["X = Vi(2)", "Y = Vj(2)", "B = Vj(2)"], "Sum", axis=1)
+    y = torch.randn(9, 2, dtype=F64, requires_grad=True)
+    b = (0.3 * torch.randn(9, 2, dtype=F64)).requires_grad_()
+    bw = b * 2.0  # non-leaf, read only through the custom autograd Function
+
+    def step(x, k):
+        return x + 0.1 * gauss(x, y, bw)
+
+    x0 = torch.randn(6, 2, dtype=F64, requires_grad=True)
+    ts = [x0, y, b]
+    ref = grads(unrolled(step, x0, 8).sum(), ts)
+    close(grads(checkpoint_loop(step, x0, 8, 2).sum(), ts), ref)
+
+
+def test_checkpoint_tensor_appearing_only_in_backward_raises():
+    holder = [torch.randn(3, dtype=F64, requires_grad=True)]
+    x0 = torch.randn(3, dtype=F64, requires_grad=True)
+    out = checkpoint_loop(lambda x, k: x * holder[0], x0, 6, 2)
+    holder[0] = torch.randn(3, dtype=F64, requires_grad=True)  # not what the forward read
+    with pytest.raises(RuntimeError, match="checkpoint_loop: .*never reached"):
+        out.sum().backward()
+
+
+# ---- odeint_reversible --------------------------------------------------------------------------
+def heun_unrolled(f, y0, t, m):
+    """Reversible Heun with autograd through every step (the reference)."""
+    rows, y = [y0], y0
+    for k in range(len(t) - 1):
+        h = (t[k + 1] - t[k]) / m
+        grid = [t[k] + j * h for j in range(m + 1)]
+        if k == 0:
+            z, F = y0, f(grid[0], y0)
+        for j in range(m):
+            z1 = 2 * y - z + F * h
+            F1 = f(grid[j + 1], z1)
+            y = y + (F + F1) * (h / 2)
+            z, F = z1, F1
+        rows.append(y)
+    return torch.stack(rows)
+
+
+def test_odeint_closure_nonleaf_module_buffer_and_rare_parameters():
+    w = World()
+
+    def f(t, y):
+        k = int(float(t) * 8)  # the stack row and the rare bias depend on the time
+        return w.step(y, k) - y
+
+    t = torch.linspace(0, 1, 3, dtype=F64)
+    ts = w.leaves() + [w.W]
+    ref = grads(heun_unrolled(f, w.x0, t, 4).square().sum(), ts)
+    stats = {}
+    out = odeint_reversible(f, w.x0, t, steps_per_interval=4, stats=stats)
+    close(grads(out.square().sum(), ts), ref, tol=1e-9)
+    assert stats["reconstruction_error"] < 1e-12
+    out = odeint_reversible(f, w.x0, t, steps_per_interval=4)
+    out.square().sum().backward()
+    close([p.grad for p in w.leaves()], ref[:len(w.leaves())], tol=1e-9)
+
+
+class _Field(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3).double()
+        self.register_buffer("damp", torch.tensor(0.2, dtype=F64))
+
+    def forward(self, t, y):
+        return torch.tanh(self.lin(y)) - self.damp * y
+
+
+@pytest.mark.parametrize("inside_closure", [False, True])
+def test_odeint_module_field(inside_closure):
+    field = _Field()
+    f = (lambda t, y: 2.0 * field(t, y)) if inside_closure else field
+    y0 = torch.randn(5, 3, dtype=F64, requires_grad=True)
+    t = torch.tensor([0.0, 0.3, 0.7], dtype=F64)
+    ts = [y0, *field.parameters()]
+    ref = grads(heun_unrolled(f, y0, t, 3).sum(), ts)
+    close(grads(odeint_reversible(f, y0, t, steps_per_interval=3).sum(), ts), ref, tol=1e-9)
+
+
+def test_odeint_create_graph_and_a_state_the_field_also_captures():
+    w = World()
+    y0 = w.x0
+
+    def f(t, y):
+        return torch.tanh(y @ w.W) - 0.3 * y0
+
+    t = torch.tensor([0.0, 0.5], dtype=F64)
+
+    def second(run):
+        gy, gp = torch.autograd.grad(run().sin().sum(), [y0, w.P], create_graph=True)
+        return grads(gy.square().sum() + gp.square().sum(), [y0, w.P])
+
+    ref = second(lambda: heun_unrolled(f, y0, t, 5))
+    close(second(lambda: odeint_reversible(f, y0, t, steps_per_interval=5)), ref, tol=1e-9)
+
+
+# ---- fixed_point and cg_solve (they differentiate through a graph of the function) ---------------
+def test_fixed_point_closure_nonleaf_and_module():
+    w = World()
+    lin = torch.nn.Linear(3, 3).double()
+    with torch.no_grad():
+        lin.weight.mul_(0.2)
+
+    def f(x):  # a contraction: |df/dx| < 1
+        return 0.3 * torch.tanh(x @ w.W) + 0.2 * lin(x) + 0.1 * w.rare
+
+    x0 = torch.zeros(2, 3, dtype=F64)
+    ts = [w.P, w.rare, *lin.parameters(), w.W]
+    x = x0
+    for _ in range(200):
+        x = f(x)
+    ref = grads(x.square().sum(), ts)
+    got = fixed_point(f, x0, tol=1e-14, backward_tol=1e-14)
+    close(grads(got.square().sum(), ts), ref, tol=1e-9)
+    with pytest.raises(RuntimeError, match="fixed_point: double backward"):
+        torch.autograd.grad(torch.autograd.grad(fixed_point(f, x0).sum(), w.P,
+                                                create_graph=True)[0].sum(), w.P)
+
+
+def test_cg_solve_closure_nonleaf_and_module_to_second_order():
+    g = torch.Generator().manual_seed(3)
+    n = 6
+    L = (0.3 * torch.randn(n, n, dtype=F64, generator=g)).requires_grad_()
+    M = L @ L.T + torch.eye(n, dtype=F64)  # non-leaf, made before the solve
+    lin = torch.nn.Linear(n, n, bias=False).double()
+    b = torch.randn(n, dtype=F64, requires_grad=True)
+
+    def matvec(v):
+        return M @ v + 0.1 * lin.weight.T @ (lin.weight @ v)
+
+    A = M + 0.1 * lin.weight.T @ lin.weight
+
+    def second(solve):
+        x = solve()
+        gl, gw = torch.autograd.grad(x.square().sum(), [L, lin.weight], create_graph=True)
+        return [x.detach()] + list(grads(gl.square().sum() + gw.sum(), [L, lin.weight, b]))
+
+    ref = second(lambda: torch.linalg.solve(A, b))
+    close(second(lambda: cg_solve(matvec, b, tol=1e-13)), ref, tol=1e-8)
+
+
+# ---- ReversibleCoupling -------------------------------------------------------------------------
+class _Branch(torch.nn.Module):
+    """A branch that reads, besides its parameters, a captured leaf and a non-leaf weight."""
+
+    def __init__(self, extra, weight):
+        super().__init__()
+        self.lin = torch.nn.Linear(2, 2).double()
+        self.register_buffer("gain", torch.tensor(0.5, dtype=F64))
+        self._extra, self._weight = [extra], [weight]  # not registered: plain attributes
+
+    def forward(self, h):
+        return self.gain * torch.tanh(self.lin(h) @ self._weight[0]) + self._extra[0]
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_reversible_coupling_reads_unregistered_tensors(depth):
+    g = torch.Generator().manual_seed(5)
+    extra = torch.randn(2, dtype=F64, generator=g).requires_grad_()
+    P = torch.randn(2, 2, dtype=F64, generator=g).requires_grad_()
+    W = P.T * 0.7  # non-leaf (a view-free product of a view)
+    blocks = [ReversibleCoupling(_Branch(extra, W), _Branch(extra * 2, P)) for _ in range(depth)]
+    x = torch.randn(5, 4, dtype=F64, generator=g).requires_grad_()
+    ts = [x, extra, P] + [p for blk in blocks for p in blk.parameters()]
+
+    def plain(x):
+        for blk in blocks:
+            x1, x2 = x.chunk(2, dim=1)
+            y1 = x1 + blk.F(x2)
+            x = torch.cat([y1, x2 + blk.G(y1)], dim=1)
+        return x
+
+    def run(x):
+        for blk in blocks:
+            x = blk(x)
+        return x
+
+    ref = grads(plain(x).square().sum(), ts)
+    close(grads(run(x).square().sum(), ts), ref)
+    ref2 = grads(torch.autograd.grad(plain(x).square().sum(), P, create_graph=True)[0].sum(), ts)
+    got2 = grads(torch.autograd.grad(run(x).square().sum(), P, create_graph=True)[0].sum(), ts)
+    close(got2, ref2)
+
+
+# ---- KernelSolve (no user function: every tensor it reads is an argument) ------------------------
+def test_kernel_solve_arguments_made_by_a_module():
+    g = torch.Generator().manual_seed(2)
+    lin = torch.nn.Linear(2, 2).double()
+    z = torch.randn(12, 2, dtype=F64, generator=g).requires_grad_()
+    b = torch.randn(12, 1, dtype=F64, generator=g).requires_grad_()
+    solve = KernelSolve("Exp(-SqDist(X,Y))*B", ["X = Vi(2)", "Y = Vj(2)", "B = Vj(1)"], "B")
+    x = lin(z)  # non-leaf arguments: gradients go on to z and the module
+    ts = [z, b, *lin.parameters()]
+    K = torch.exp(-((x[:, None, :] - x[None, :, :]) ** 2).sum(-1))
+    ref = grads(torch.linalg.solve(K + 0.5 * torch.eye(12, dtype=F64), b).square().sum(), ts)
+    got = solve(x, x, b, alpha=0.5, tol=1e-13)
+    close(grads(got.square().sum(), ts), ref, tol=1e-7)
