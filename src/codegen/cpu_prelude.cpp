@@ -30,7 +30,8 @@ typedef T V __attribute__((vector_size(TESSEL_VBYTES)));
 typedef TI VI __attribute__((vector_size(TESSEL_VBYTES)));
 typedef double VD __attribute__((vector_size(TESSEL_VBYTES * 8 / sizeof(T))));
 
-static inline V bc(double c) { return (V){} + (T)c; }
+// -0 + c is c for every c; +0 + c would turn c = -0 into +0 (Atan2(0, -0) is pi, not 0).
+static inline V bc(double c) { return -(V){} + (T)c; }
 static inline V vload(const T* p) { V v; __builtin_memcpy(&v, p, sizeof v); return v; }
 static inline V v_lt(V a, V b, V x, V y) { return a < b ? x : y; }
 static inline V v_le(V a, V b, V x, V y) { return a <= b ? x : y; }
@@ -105,7 +106,7 @@ static inline V v_round(V a) {
   V t = v_trunc(a), d = a - t;
   return t + (v_abs(d) >= bc(0.5) ? (a < bc(0.0) ? bc(-1.0) : bc(1.0)) : bc(0.0));
 }
-static inline V v_rsqrt(V a) { return bc(1.0) / v_sqrt(a); }
+static inline V v_rsqrt(V a) { return a == bc(0.0) ? bc(0.0) : bc(1.0) / v_sqrt(a); }  // Rsqrt(0) = 0
 
 // p * 2^n for integral n: one instruction with AVX-512; otherwise two exponent-bit halves so that
 // subnormal and near-overflow results stay right.

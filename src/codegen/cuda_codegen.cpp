@@ -69,7 +69,7 @@ DEV V v_max(V a, V b) { return a > b ? a : b; }
 DEV V v_abs(V a) { return fabs(a); }
 DEV V v_log(V a) { return log(a); }
 DEV V v_sqrt(V a) { return sqrt(a); }
-DEV V v_rsqrt(V a) { return (V)1 / sqrt(a); }
+DEV V v_rsqrt(V a) { return a == (V)0 ? (V)0 : (V)1 / sqrt(a); }  // Rsqrt(0) = 0
 DEV V v_sin(V a) { return sin(a); }
 DEV V v_cos(V a) { return cos(a); }
 DEV V v_asin(V a) { return asin(a); }

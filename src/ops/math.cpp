@@ -45,6 +45,11 @@ std::vector<Formula> no_grad(const Formula& self, const Formula&) {
 Formula x0(const Formula& self) { return arg(self, 0); }
 Formula x1(const Formula& self) { return arg(self, 1); }
 Formula x2(const Formula& self) { return arg(self, 2); }
+// `value` where `guard` != 0, and exactly 0 where guard == 0 (NaN guards stay NaN): a derivative
+// whose limit at a singular point is 0 but whose formula there is 0 * inf.
+Formula zero_where_zero(const Formula& guard, const Formula& value) {
+  return ifelse(-abs(guard), zero(value.dim()), value);
+}
 
 #define TESSEL_NAME(s) static constexpr const char* name = s
 
@@ -73,14 +78,14 @@ struct SqrtOp : Unary<SqrtOp> {
   static constexpr bool zero_preserving = true;
   template <class S> static S f(const Node&, const S& x) { return t_sqrt(x); }
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
-    return {(0.5 * g) / s};
+    return {(0.5 * g) * rsqrt(x0(s))};  // through Rsqrt: 0 at 0, not 0.5 / 0
   }
 };
 struct RsqrtOp : Unary<RsqrtOp> {
   TESSEL_NAME("Rsqrt");
   template <class S> static S f(const Node&, const S& x) { return t_rsqrt(x); }
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
-    return {(-0.5 * g) * (s / x0(s))};
+    return {(-0.5 * g) * pow(s, 3)};  // Rsqrt(x)^3, not Rsqrt(x) / x: 0 at 0, not 0 / 0
   }
 };
 struct InvOp : Unary<InvOp> {
@@ -120,12 +125,16 @@ struct PowOp : Unary<PowOp> {
 };
 struct PowfOp : Binary<PowfOp> {
   TESSEL_NAME("Powf");
+  // Powf(x, 0) = 1 for every x, as pow(0, 0) = 1 (exp(0 * log 0) would be NaN).
   template <class S> static S f(const Node&, const S& x, const S& y) {
-    return t_exp(y * t_log(x));
+    return t_eq(y, S(0.0), S(1.0), t_exp(y * t_log(x)));
   }
+  // d/dx = y x^(y-1) (not y s / x, which is 0 / 0 at x = 0): its limit at 0 for every y, and 0
+  // for y = 0. d/dy = s log x, 0 where s = 0 (x = 0, y > 0), its limit there.
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
     const Formula x = x0(s), y = x1(s);
-    return {unbroadcast(g * y * (s / x), x.dim()), unbroadcast(g * s * log(x), y.dim())};
+    return {unbroadcast(g * zero_where_zero(y, y * powf(x, y - 1.0)), x.dim()),
+            unbroadcast(g * zero_where_zero(s, s * log(x)), y.dim())};
   }
 };
 struct SquareOp : Unary<SquareOp> {
@@ -210,7 +219,8 @@ struct Atan2Op : Binary<Atan2Op> {
   template <class S> static S f(const Node&, const S& y, const S& x) { return t_atan2(y, x); }
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
     const Formula y = x0(s), x = x1(s);
-    const Formula r = g / (square(x) + square(y));
+    // 1 / (x^2 + y^2) as Rsqrt(.)^2: 0 at the origin, where the gradient has no limit.
+    const Formula r = g * square(rsqrt(square(x) + square(y)));
     return {unbroadcast(r * x, y.dim()), unbroadcast(-(r * y), x.dim())};
   }
 };

@@ -21,7 +21,9 @@ namespace tessel {
 inline double t_exp(double a) { return std::exp(a); }
 inline double t_log(double a) { return std::log(a); }
 inline double t_sqrt(double a) { return std::sqrt(a); }
-inline double t_rsqrt(double a) { return 1.0 / std::sqrt(a); }
+// Rsqrt(0) = 0, as in KeOps: the derivatives of Sqrt, Norm2 and Normalize are written through it,
+// so they vanish at 0 instead of giving 0 * inf = NaN (docs/conventions.md).
+inline double t_rsqrt(double a) { return a == 0.0 ? 0.0 : 1.0 / std::sqrt(a); }
 inline double t_sin(double a) { return std::sin(a); }
 inline double t_cos(double a) { return std::cos(a); }
 inline double t_asin(double a) { return std::asin(a); }
@@ -72,7 +74,7 @@ TESSEL_LANES_UN(operator-, -x)
 TESSEL_LANES_UN(t_exp, std::exp(x))
 TESSEL_LANES_UN(t_log, std::log(x))
 TESSEL_LANES_UN(t_sqrt, std::sqrt(x))
-TESSEL_LANES_UN(t_rsqrt, 1.0 / std::sqrt(x))
+TESSEL_LANES_UN(t_rsqrt, x == 0.0 ? 0.0 : 1.0 / std::sqrt(x))
 TESSEL_LANES_UN(t_sin, std::sin(x))
 TESSEL_LANES_UN(t_cos, std::cos(x))
 TESSEL_LANES_UN(t_asin, std::asin(x))

@@ -7,6 +7,11 @@ namespace {
 
 // g (dim 1) repeated to dim d: the VJP of every "sum over components".
 Formula spread(const Formula& g, int d) { return g.dim() == d ? g : zero(d) + g; }
+// g (dim 1) in component `which` (a float-encoded index) of a dim-d vector, 0 elsewhere. A select,
+// not g * OneHot: an infinite g must not turn the other components into inf * 0 = NaN.
+Formula scatter(const Formula& g, const Formula& which, int d) {
+  return ifelse(one_hot(which, d) - 0.5, spread(g, d), zero(d));
+}
 int need_dim1(const char* op, const Formula& a, const char* what) {
   if (a.dim() != 1) dim_error(op, std::string(what) + " must have dim 1, got " + std::to_string(a.dim()));
   return 1;
@@ -64,14 +69,14 @@ struct MaxOp : Extreme<true, false> {
   TESSEL_NAME("Max");
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
     const Formula a = arg(s, 0);
-    return {g * one_hot(argmax(a), a.dim())};
+    return {scatter(g, argmax(a), a.dim())};
   }
 };
 struct MinOp : Extreme<false, false> {
   TESSEL_NAME("Min");
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
     const Formula a = arg(s, 0);
-    return {g * one_hot(argmin(a), a.dim())};
+    return {scatter(g, argmin(a), a.dim())};
   }
 };
 struct ArgMaxOp : Extreme<true, true> {
@@ -99,8 +104,11 @@ struct ElemOp {
     out[0] = a[0][n.ip[0]];
   }
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
-    const int d = arg(s, 0).dim();
-    return {g * one_hot(int_cst(s.node().ip[0]), d)};
+    const int d = arg(s, 0).dim(), k = static_cast<int>(s.node().ip[0]);
+    Formula r = g;  // zeros around g, as Extract's: g * OneHot would make inf * 0 = NaN
+    if (k > 0) r = concat(zero(k), r);
+    if (k + 1 < d) r = concat(r, zero(d - k - 1));
+    return {r};
   }
 };
 struct ExtractOp {
@@ -182,7 +190,8 @@ struct Norm2Op {
     out[0] = t_sqrt(dot_of(a[0], a[0], n.args[0]->dim));
   }
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
-    return {(g / s) * arg(s, 0)};
+    const Formula a = arg(s, 0);  // through Rsqrt: 0 at a = 0 (KeOps's convention), not 0 / 0
+    return {(g * rsqrt(sqnorm2(a))) * a};
   }
 };
 struct NormalizeOp {

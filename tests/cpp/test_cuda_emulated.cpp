@@ -11,6 +11,7 @@
 #include "ir/reduction_impl.hpp"
 #include "ops/op.hpp"
 #include "reduction_helpers.hpp"
+#include "singular_cases.hpp"
 
 using namespace tessel;
 using namespace tessel::testing;
@@ -579,6 +580,19 @@ TEST_P(CudaEmulatedKernels, Gradients) {
     expect_matches(dr, gin, {.block = 64}, tol, tol, dr.str());
     expect_matches(dr, gin, {.block = 64, .split_j = 3}, tol, tol, dr.str());
   }
+}
+
+// Every op at its singular points (Rsqrt(0) = 0, ...), value and two derivatives: the CUDA
+// prelude's math against the interpreter, which test_singular_points.cpp checks against references.
+TEST_P(CudaEmulatedKernels, SingularPoints) {
+  SKIP_WITHOUT_COMPILER();
+  const DType t = dtype();
+  const double tol = t == DType::Float64 ? 1e-11 : 3e-4;
+  for (const singular::Batch& b : {singular::unary_batch(t), singular::multi_batch(t)})
+    for (int order = 0; order <= 2; ++order) {
+      const auto [r, in] = singular::derivative(b, order, t);
+      expect_matches(r, in, {.block = 32}, tol, tol, "derivative " + std::to_string(order));
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(CudaEmulated, CudaEmulatedKernels, ::testing::Bool(), dtype_label);
