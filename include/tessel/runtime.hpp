@@ -39,6 +39,9 @@ struct CacheEntry {
 };
 std::string cache_dir();  // TESSEL_CACHE_DIR, else $XDG_CACHE_HOME/tessel, else ~/.cache/tessel
 std::vector<CacheEntry> cache_list();
+// Why kernels are not loaded from cache_dir() (another user could write there), with the fix;
+// "" when the folder is safe or does not exist yet.
+std::string cache_dir_problem();
 int64_t cache_clear();  // returns the number of entries removed
 // NVRTC compiles CUDA kernels at run time, with or without a GPU: "NVRTC 13.0 (libnvrtc.so)",
 // or why it is not usable.

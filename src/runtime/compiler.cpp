@@ -42,7 +42,13 @@ std::string log_head(const std::string& log_path, int max_lines) {
 namespace detail {
 
 int run_capture(const std::vector<std::string>& argv, std::string& out) {
-  const double limit = compile_timeout_s();
+  // A malformed TESSEL_COMPILE_TIMEOUT is reported by the compile itself; probing the compiler
+  // must not turn it into "no usable compiler", which Backend::Auto would hide.
+  double limit = 60;
+  try {
+    limit = compile_timeout_s();
+  } catch (const Error&) {
+  }
   ChildResult r = run_child("run_capture", argv, ChildIo{"", false}, limit, &out);
   if (r.timed_out)
     fail("run_capture", "'", argv[0], "' did not finish within ", limit,

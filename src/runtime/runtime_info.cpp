@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "runtime/cache_guard.hpp"
 #include "runtime/compiler.hpp"
 #include "runtime/disk_cache.hpp"
 #include "runtime/subprocess.hpp"
@@ -112,6 +113,15 @@ std::string cache_dir() {
   if (const char* v = env("XDG_CACHE_HOME")) return std::string(v) + "/tessel";
   if (const char* v = env("HOME")) return std::string(v) + "/.cache/tessel";
   return "/tmp/tessel-cache-" + std::to_string(::getuid());
+}
+
+std::string cache_dir_problem() {
+  const std::string root = cache_dir();
+  for (const CacheKind* kind : {&DiskCache::kCpu, &DiskCache::kCuda}) {
+    std::string why = detail::unsafe_folder_reason(root, root + "/" + kind->folder);
+    if (!why.empty()) return why;
+  }
+  return "";
 }
 
 std::vector<CacheEntry> cache_list() {
