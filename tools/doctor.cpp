@@ -56,7 +56,19 @@ std::string cache_line() {
                   format_bytes(static_cast<double>(folder_bytes(dir))) + " on disk";
   if (::access(dir.c_str(), W_OK) != 0)
     s += "; NOT WRITABLE: set TESSEL_CACHE_DIR to a writable folder";
+  const std::string unsafe = cache_dir_problem();
+  if (!unsafe.empty()) s += "; NOT USED: " + unsafe;
   return s;
+}
+
+std::string limits_line() {
+  try {
+    auto secs = [](double s) { return s > 0 ? format_seconds(s) : std::string("none"); };
+    return "compile " + secs(compile_timeout_s()) + " (TESSEL_COMPILE_TIMEOUT), wait for " +
+           "another build " + secs(cache_lock_timeout_s()) + " (TESSEL_CACHE_LOCK_TIMEOUT)";
+  } catch (const Error& e) {
+    return std::string("problem: ") + e.what();
+  }
 }
 
 // The CUDA driver is loaded, never linked, so that this binary runs on machines without one.
@@ -129,6 +141,7 @@ int doctor_main(const Args& args) {
   row("SIMD", simd_line());
   row("threads", threads_line());
   row("cache", cache_line());
+  row("limits", limits_line());
   row("NVRTC", nvrtc_status());
   row("GPU", gpu_line());
   // Diagnostics are the output; a failed check is reported above, not through the exit code,

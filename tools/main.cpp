@@ -47,6 +47,9 @@ environment:
   TESSEL_NUM_THREADS  worker threads (default: all cores)
   TESSEL_CXX          C++ compiler for run-time kernels (default: the one that built tessel)
   TESSEL_SIMD         lower the SIMD level: avx512, avx2, sse2 or scalar
+  TESSEL_COMPILE_TIMEOUT     seconds a kernel compile may take (default 60, 0: none)
+  TESSEL_CACHE_LOCK_TIMEOUT  seconds to wait for another process's build (default:
+                             the compile limit + 10)
 
 exit codes: 0 success, 1 error (printed as "tessel: <message>"), 2 bad command line
 )";

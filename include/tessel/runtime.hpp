@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,19 @@ CompilerInfo compiler_info();
 std::string simd_level();  // "avx512", "avx2", "sse2" or "scalar": what generated code targets
 int num_threads();         // TESSEL_NUM_THREADS, else all cores
 
+// Seconds a run-time compile may run before it is stopped: TESSEL_COMPILE_TIMEOUT, default 60,
+// 0 for no limit. Backend::Auto then evaluates the reduction with the interpreter (and says so
+// once); Backend::Compiled throws.
+double compile_timeout_s();
+// Seconds to wait for another process's lock on a kernel cache entry before compiling into a
+// private folder instead: TESSEL_CACHE_LOCK_TIMEOUT, default the compile limit + 10 (0: forever).
+double cache_lock_timeout_s();
+
+// Where tessel's warnings go (a fallback to the interpreter, an unsafe cache folder, a wait for a
+// lock): each distinct warning is given once per process to `handler`; by default it is printed
+// on stderr as "tessel: warning: ...". An empty handler restores the default.
+void set_warning_handler(std::function<void(const std::string&)> handler);
+
 struct CacheEntry {
   std::string key;
   std::string path;
@@ -25,6 +39,9 @@ struct CacheEntry {
 };
 std::string cache_dir();  // TESSEL_CACHE_DIR, else $XDG_CACHE_HOME/tessel, else ~/.cache/tessel
 std::vector<CacheEntry> cache_list();
+// Why kernels are not loaded from cache_dir() (another user could write there), with the fix;
+// "" when the folder is safe or does not exist yet.
+std::string cache_dir_problem();
 int64_t cache_clear();  // returns the number of entries removed
 // NVRTC compiles CUDA kernels at run time, with or without a GPU: "NVRTC 13.0 (libnvrtc.so)",
 // or why it is not usable.

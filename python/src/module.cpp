@@ -143,6 +143,16 @@ NB_MODULE(_core, m) {
   m.doc() = "tessel core: compiled, differentiable kernel reductions";
   // Genred objects and gradient caches legitimately live until interpreter exit.
   nb::set_leak_warnings(false);
+  // Library warnings (fallback to the interpreter, unsafe cache folder, a long lock wait) become
+  // Python RuntimeWarnings, which users can filter or log; if that fails they go to stderr.
+  set_warning_handler([](const std::string& message) {
+    if (!Py_IsInitialized()) throw std::runtime_error("the Python interpreter is gone");
+    nb::gil_scoped_acquire gil;
+    if (PyErr_WarnEx(PyExc_RuntimeWarning, ("tessel: " + message).c_str(), 1) != 0) {
+      PyErr_Clear();
+      throw std::runtime_error("the warning was turned into an error");
+    }
+  });
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
       std::rethrow_exception(p);

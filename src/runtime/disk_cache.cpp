@@ -19,14 +19,18 @@
 #include <optional>
 #include <set>
 
+#include "runtime/cache_guard.hpp"
+#include "runtime/warning.hpp"
 #include "tessel/error.hpp"
 
 namespace tessel {
 
 namespace {
 
+using detail::fail_folder;
+using detail::KeyLock;
+
 constexpr const char* kManifestHeader = "tessel-kernel-manifest 1";
-constexpr const char* kDirHint = " (set TESSEL_CACHE_DIR to a writable folder)";
 
 bool is_key(const std::string& s) {
   if (s.size() != 32) return false;
@@ -43,13 +47,6 @@ void check_key(const char* function, const std::string& key) {
   if (!is_key(key))
     detail::fail(function, "key '", key, "' is not a kernel cache key (expected 32 lowercase hex ",
                  "characters)");
-}
-
-// Every failure to create or write inside the cache is most likely a bad cache location, so the
-// message always says which folder and how to pick another one.
-[[noreturn]] void fail_folder(const char* function, const char* what, const std::string& path,
-                              int err) {
-  detail::fail(function, what, " '", path, "': ", std::strerror(err), kDirHint);
 }
 
 // mkdir -p with 0755; an existing folder is fine, an existing non-folder is not.
@@ -134,13 +131,15 @@ std::optional<std::string> read_small_file(const std::string& path, size_t limit
   }
 }
 
-// True when the .so exists and matches its manifest exactly. Safe without the lock: both files
-// are only ever replaced by rename(), and a stale manifest can only match identical bytes.
+// True when the .so exists, is this user's and writable by nobody else (as is its manifest), and
+// matches its manifest exactly. Safe without the lock: both files are only ever replaced by
+// rename(), and a stale manifest can only match identical bytes.
 bool entry_valid(const std::string& key, const CacheFiles& f, const std::string& manifest_path) {
+  struct stat st, mst;
+  if (::stat(manifest_path.c_str(), &mst) != 0 || !detail::trusted_file(mst)) return false;
   std::optional<std::string> manifest = read_small_file(manifest_path, 1024);
   if (!manifest) return false;
-  struct stat st;
-  if (::stat(f.so_path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  if (::stat(f.so_path.c_str(), &st) != 0 || !detail::trusted_file(st)) return false;
   std::optional<FileDigest> d = digest_file(f.so_path, false);
   if (!d || d->size == 0 || d->size != static_cast<int64_t>(st.st_size)) return false;
   return *manifest == manifest_text(key, *d);
@@ -176,41 +175,6 @@ void write_atomic(const char* function, const std::string& dir, const std::strin
     fail_folder(function, "cannot write in the kernel cache folder", dir, err);
   }
 }
-
-// Exclusive flock() on <key>.lock, held for the object's lifetime. flock() locks belong to an
-// open file description, so two threads of one process exclude each other as well (each opens
-// the file itself). clear() unlinks lock files while holding them; a waiter that then gets the
-// lock on the unlinked inode notices (inode differs from the path's) and locks the new file.
-class KeyLock {
- public:
-  KeyLock(const char* function, const std::string& dir, const std::string& path) {
-    for (;;) {
-      fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-      if (fd_ < 0) fail_folder(function, "cannot write in the kernel cache folder", dir, errno);
-      while (::flock(fd_, LOCK_EX) != 0) {
-        if (errno == EINTR) continue;
-        int err = errno;
-        ::close(fd_);
-        fail_folder(function, "cannot lock a file in the kernel cache folder", dir, err);
-      }
-      struct stat held, now;
-      if (::fstat(fd_, &held) == 0 && ::stat(path.c_str(), &now) == 0 &&
-          held.st_dev == now.st_dev && held.st_ino == now.st_ino)
-        return;
-      ::close(fd_);
-    }
-  }
-  ~KeyLock() {
-    // Explicit unlock: a child forked between open() and exec() may still share the description.
-    ::flock(fd_, LOCK_UN);
-    ::close(fd_);
-  }
-  KeyLock(const KeyLock&) = delete;
-  KeyLock& operator=(const KeyLock&) = delete;
-
- private:
-  int fd_ = -1;
-};
 
 std::vector<std::string> dir_names(const std::string& dir) {
   std::vector<std::string> names;
@@ -259,7 +223,9 @@ DiskCache& DiskCache::instance(const CacheKind& kind) {
 DiskCache::DiskCache(std::string root, const CacheKind& kind)
     : root_(std::move(root)), kind_(kind) {
   while (root_.size() > 1 && root_.back() == '/') root_.pop_back();
-  if (root_.empty()) detail::fail("DiskCache", "root is empty (expected a folder path)", kDirHint);
+  if (root_.empty())
+    detail::fail("DiskCache", "root is empty (expected a folder path; set TESSEL_CACHE_DIR to a ",
+                 "writable folder)");
 }
 
 std::string DiskCache::kernels_dir() const { return root_ + "/" + kind_.folder; }
@@ -270,6 +236,39 @@ CacheFiles DiskCache::files(const std::string& key) const {
   return CacheFiles{stem + kind_.binary_ext, stem + kind_.source_ext};
 }
 
+DiskCache& DiskCache::private_instance(const CacheKind& kind) {
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<DiskCache>>* caches =
+      new std::map<std::string, std::unique_ptr<DiskCache>>();
+  std::lock_guard<std::mutex> lock(mu);
+  std::unique_ptr<DiskCache>& slot = (*caches)[kind.folder];
+  if (!slot) {
+    slot = std::make_unique<DiskCache>(detail::private_cache_root(), kind);
+    slot->private_ = true;
+  }
+  return *slot;
+}
+
+// Leftovers of builders that died (killed mid-compile): a temporary file whose key's lock is
+// free belongs to nobody, since every writer holds that lock. Once per process and cache, at the
+// first build, so a warm cache never pays for the walk.
+void DiskCache::remove_stale_temps() {
+  std::call_once(swept_, [this] {
+    for (const std::string& sub : dir_names(kernels_dir())) {
+      const std::string dir = kernels_dir() + "/" + sub;
+      std::set<std::string> keys;
+      for (const std::string& name : dir_names(dir))
+        if (name.size() > 32 && is_key(name.substr(0, 32)) &&
+            name.find(".tmp-") != std::string::npos)
+          keys.insert(name.substr(0, 32));
+      for (const std::string& key : keys) {
+        KeyLock lock("DiskCache::get_or_build", dir, dir + "/" + key + ".lock", -1);
+        if (lock.held()) remove_temps(dir, key);
+      }
+    }
+  });
+}
+
 std::string DiskCache::get_or_build(
     const std::string& key, const std::string& source,
     const std::function<void(const std::string& source_path, const std::string& so_path)>& build) {
@@ -278,16 +277,35 @@ std::string DiskCache::get_or_build(
   if (!build) detail::fail(kFn, "build is empty (expected a function that writes the .so)");
   CacheFiles f = files(key);
   std::string dir = dir_of(f.so_path), manifest = manifest_of(f.so_path);
+  // Another user able to write here could plant a library: never load from such a folder.
+  std::string unsafe = detail::unsafe_folder_reason(root_, dir);
   // Fast path without the lock: the common case is a warm cache.
-  if (entry_valid(key, f, manifest)) return f.so_path;
-
-  make_dirs(kFn, dir);
-  KeyLock lock(kFn, dir, lock_of(f.so_path));
+  if (unsafe.empty() && entry_valid(key, f, manifest)) return f.so_path;
+  if (unsafe.empty()) {
+    make_dirs(kFn, dir);
+    unsafe = detail::unsafe_folder_reason(root_, dir);
+  }
+  if (!unsafe.empty()) {
+    if (private_) detail::fail(kFn, unsafe);
+    detail::warn_once("unsafe:" + root_, unsafe + ". Kernels are compiled into a private " +
+                                             "temporary folder instead, and not kept.");
+    return private_instance(kind_).get_or_build(key, source, build);
+  }
+  remove_stale_temps();
+  std::optional<KeyLock> lock;
+  try {
+    lock.emplace(kFn, dir, lock_of(f.so_path), private_ ? 0.0 : cache_lock_timeout_s());
+  } catch (const detail::LockTimeout& e) {
+    detail::warn_once("lock-timeout:" + f.so_path,
+                      std::string(e.what()) + "; compiling into a private folder instead");
+    return private_instance(kind_).get_or_build(key, source, build);
+  }
   // Someone may have built it while we waited for the lock.
   if (entry_valid(key, f, manifest)) return f.so_path;
 
-  // Absent, half-written or corrupt: drop what is there (manifest first, so a lock-free reader
-  // never pairs the old manifest with new bytes and a mismatch just sends it to the lock).
+  // Absent, half-written, corrupt or not trusted: drop what is there (manifest first, so a
+  // lock-free reader never pairs the old manifest with new bytes and a mismatch just sends it to
+  // the lock).
   unlink_quietly(manifest);
   unlink_quietly(f.so_path);
   remove_temps(dir, key);
@@ -309,6 +327,8 @@ std::string DiskCache::get_or_build(
     detail::fail(kFn, "building key ", key, " produced no shared library at '", tmp,
                  "' (expected build(source_path, so_path) to write a non-empty file there)");
   }
+  // A linker under umask 002 makes the file group-writable, which entry_valid() would distrust.
+  ::chmod(tmp.c_str(), 0644);
   std::optional<FileDigest> digest = digest_file(tmp, true);
   if (!digest) {
     int err = errno;
@@ -356,7 +376,7 @@ int64_t DiskCache::clear() {
     for (const std::string& key : keys) {
       std::string stem = dir + "/" + key;
       // Under the key's lock, so an entry is never removed in the middle of its build.
-      KeyLock lock(kFn, dir, stem + ".lock");
+      KeyLock lock(kFn, dir, stem + ".lock", cache_lock_timeout_s());
       struct stat st;
       if (::stat((stem + kind_.binary_ext).c_str(), &st) == 0) ++removed;
       unlink_quietly(stem + ".manifest");

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,9 @@ struct CacheKind {
 //                                   <key>.lock  flock()ed while the key is built or removed
 // An entry counts as present only when the manifest matches the .so byte for byte, so a
 // crash half-way through a publish or a damaged file is rebuilt instead of dlopen()ed.
+// Nothing is loaded from a folder or file that another user could write (see cache_guard.hpp):
+// the kernel is then built in a private per-process folder, with a warning; the same happens when
+// another process holds a key's lock longer than cache_lock_timeout_s().
 class DiskCache {
  public:
   // The cache rooted at cache_dir(); one object per distinct root, so a test that changes
@@ -45,18 +49,25 @@ class DiskCache {
   // Returns the path of a valid shared library for `key`, calling build(source_path, so_tmp_path)
   // to make it when it is absent or corrupt. Exactly one caller builds a key at a time (others
   // wait on the key's lock file, then use the result). Exceptions from `build` propagate
-  // unchanged and publish nothing.
+  // unchanged and publish nothing. The path may be in the private folder (see above), which is
+  // removed when the process exits: load or read it at once.
   std::string get_or_build(
       const std::string& key, const std::string& source,
       const std::function<void(const std::string& source_path, const std::string& so_path)>& build);
+
+  // The per-process private cache of this kind (created on first use, removed at exit).
+  static DiskCache& private_instance(const CacheKind& kind);
 
   std::vector<CacheEntry> list() const;  // published entries, sorted by key
   int64_t clear();                       // removes every entry; returns how many had a .so
 
  private:
   std::string kernels_dir() const;
+  void remove_stale_temps();
   std::string root_;
   CacheKind kind_;
+  bool private_ = false;  // the private folder itself: nowhere further to fall back to
+  std::once_flag swept_;
 };
 
 }  // namespace tessel

@@ -11,8 +11,10 @@
 #include <mutex>
 #include <thread>
 
+#include "runtime/cache_guard.hpp"
 #include "runtime/compiler.hpp"
 #include "runtime/disk_cache.hpp"
+#include "runtime/subprocess.hpp"
 #include "tessel/error.hpp"
 #include "tessel/runtime.hpp"
 
@@ -113,6 +115,15 @@ std::string cache_dir() {
   return "/tmp/tessel-cache-" + std::to_string(::getuid());
 }
 
+std::string cache_dir_problem() {
+  const std::string root = cache_dir();
+  for (const CacheKind* kind : {&DiskCache::kCpu, &DiskCache::kCuda}) {
+    std::string why = detail::unsafe_folder_reason(root, root + "/" + kind->folder);
+    if (!why.empty()) return why;
+  }
+  return "";
+}
+
 std::vector<CacheEntry> cache_list() {
   std::vector<CacheEntry> all = DiskCache::instance(DiskCache::kCpu).list();
   for (CacheEntry& e : DiskCache::instance(DiskCache::kCuda).list()) all.push_back(std::move(e));
@@ -136,6 +147,29 @@ int num_threads() {
     return n;
   }
   return std::max(1u, std::thread::hardware_concurrency());
+}
+
+namespace {
+
+// A non-negative number of seconds from `name`, else `fallback`.
+double seconds_from_env(const char* name, double fallback) {
+  const char* v = env(name);
+  if (!v) return fallback;
+  char* end = nullptr;
+  const double s = std::strtod(v, &end);
+  if (end == v || *end != '\0' || !(s >= 0) || s > 1e9)
+    detail::fail("runtime", name, "='", v, "' is not a number of seconds (expected e.g. ", name,
+                 "=120, or 0 for no limit)");
+  return s;
+}
+
+}  // namespace
+
+double compile_timeout_s() { return seconds_from_env("TESSEL_COMPILE_TIMEOUT", 60); }
+
+double cache_lock_timeout_s() {
+  const double compile = compile_timeout_s();
+  return seconds_from_env("TESSEL_CACHE_LOCK_TIMEOUT", compile > 0 ? compile + 10 : 0);
 }
 
 std::string simd_level() {

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "reduction_helpers.hpp"
+#include "temp_env.hpp"
 
 using namespace tessel;
 using namespace tessel::testing;
@@ -185,7 +186,7 @@ TEST(DiskCacheProcesses, TwoProcessesBuildTheSameKernelAtOnce) {
     ASSERT_TRUE(WIFEXITED(status));
     EXPECT_EQ(WEXITSTATUS(status), 0);
   }
-  setenv("TESSEL_CACHE_DIR", dir, 1);
+  // Scoped: unsetting it afterwards sent later tests of this process to the user's own cache.
+  test_env::ScopedEnv cache("TESSEL_CACHE_DIR", std::string(dir));
   EXPECT_EQ(cache_list().size(), 1u);
-  unsetenv("TESSEL_CACHE_DIR");
 }

@@ -3,6 +3,7 @@
 
 #include "ops/op.hpp"
 #include "reduction_helpers.hpp"
+#include "temp_env.hpp"
 
 using namespace tessel;
 using namespace tessel::testing;
@@ -215,7 +216,8 @@ class CompiledSimdLevel : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(CompiledSimdLevel, MatchesInterpreter) {
   const std::string level = GetParam();
-  setenv("TESSEL_SIMD", level.c_str(), 1);
+  // Scoped, so a run of the whole suite at TESSEL_SIMD=avx2 keeps that level after this test.
+  test_env::ScopedEnv simd("TESSEL_SIMD", level);
   const Formula x = vi(0, 3), y = vj(1, 3), b = vj(2, 2), a = x - y;
   const std::vector<std::pair<ReductionOp, Formula>> cases = {
       {ReductionOp::Sum, exp(-sqdist(x, y)) * b},
@@ -243,7 +245,6 @@ TEST_P(CompiledSimdLevel, MatchesInterpreter) {
       }
     }
   }
-  unsetenv("TESSEL_SIMD");
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, CompiledSimdLevel, ::testing::Values("avx2", "sse2", "scalar"));

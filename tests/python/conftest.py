@@ -1,9 +1,35 @@
 """pytest setup: the package under test is the one built in <build>/python (see scripts/test.sh)."""
+import atexit
 import os
+import shutil
+import tempfile
 
 import pytest
 
 os.environ.setdefault("TESSEL_NUM_THREADS", "2")
+# Run without scripts/test.sh, the suite still keeps its kernels out of the user's ~/.cache.
+if not os.environ.get("TESSEL_CACHE_DIR"):
+    os.environ["TESSEL_CACHE_DIR"] = tempfile.mkdtemp(prefix="tessel-pytest-cache-")
+    atexit.register(shutil.rmtree, os.environ["TESSEL_CACHE_DIR"], True)
+
+# What decides where kernels go and how they are built: a test that changes one must restore it.
+_WATCHED = ("TESSEL_CACHE_DIR", "TESSEL_SIMD", "TESSEL_CXX", "TESSEL_NUM_THREADS",
+            "TESSEL_COMPILE_TIMEOUT", "TESSEL_CACHE_LOCK_TIMEOUT", "XDG_CACHE_HOME", "HOME")
+
+
+@pytest.fixture(autouse=True)
+def _environment_restored():
+    before = {k: os.environ.get(k) for k in _WATCHED}
+    yield
+    changed = {k: (v, os.environ.get(k)) for k, v in before.items() if os.environ.get(k) != v}
+    for k, (v, _) in changed.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    if changed:
+        pytest.fail(f"the test changed {changed} (before, after) without restoring it "
+                    "(use monkeypatch.setenv)")
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "backend/cpu/problem.hpp"
 #include "backend/cpu/thread_pool.hpp"
@@ -12,6 +14,7 @@
 #include "codegen/cpu_codegen.hpp"
 #include "runtime/compiler.hpp"
 #include "runtime/disk_cache.hpp"
+#include "runtime/warning.hpp"
 #include "tessel/runtime.hpp"
 
 namespace tessel {
@@ -49,9 +52,17 @@ Target target_for(bool f64) {
   return t;
 }
 
+// Backend::Auto leaves generated sources larger than this to the interpreter: g++ -O2 takes about
+// 15 s per MB of kernel source (measured: 0.17 MB 4 s, 2.7 MB 42 s on a 2-core machine) and far
+// longer for deep nesting, while the interpreter starts at once. Backend::Compiled still tries.
+constexpr size_t kAutoSourceLimit = size_t{1} << 20;
+
 struct Table {
   std::mutex mu;
   std::unordered_map<std::string, std::shared_ptr<Loaded>> by_spec;
+  // Specs that Backend::Auto gave to the interpreter (too large, or the compile ran out of
+  // time): later calls in this process go straight there instead of waiting again.
+  std::unordered_set<std::string> interpret_only;
 };
 Table& table() {
   static Table* t = new Table;  // kernels stay loaded for the life of the process
@@ -72,15 +83,28 @@ std::string source_key(const std::string& source, const std::vector<std::string>
 
 std::shared_ptr<Loaded> load(const Problem& p, const CpuKernelSpec& spec, const Target& tgt) {
   const std::string key = spec_key(*p.r, spec);
+  const bool automatic = p.opt.backend == Backend::Auto;
   Table& t = table();
   {
     std::lock_guard lk(t.mu);
     auto it = t.by_spec.find(key);
     if (it != t.by_spec.end()) return it->second;
+    if (automatic && t.interpret_only.count(key)) return nullptr;
   }
+  auto give_up = [&](const std::string& why) {
+    detail::warn_once("interpret:" + key, why + "; with backend 'auto' the interpreter evaluates " +
+                                              "it instead (slower), here and in later calls");
+    std::lock_guard lk(t.mu);
+    t.interpret_only.insert(key);
+    return nullptr;
+  };
   auto k = std::make_shared<Loaded>();
   const std::string source = generate_cpu_kernel(spec, k->layout);
   if (source.empty()) return nullptr;
+  if (automatic && source.size() > kAutoSourceLimit)
+    return give_up("a formula's kernel would be " + std::to_string(source.size() >> 10) +
+                   " KiB of C++, too large to compile quickly (the limit for backend='auto' is " +
+                   std::to_string(kAutoSourceLimit >> 10) + " KiB)");
   k->lanes = lanes(spec);
   const CompilerInfo cc = compiler_info();
   if (!cc.usable) {
@@ -89,16 +113,27 @@ std::shared_ptr<Loaded> load(const Problem& p, const CpuKernelSpec& spec, const 
     return nullptr;
   }
   const std::string skey = source_key(source, tgt.flags);
-  const std::string so = DiskCache::instance().get_or_build(
-      skey, source, [&](const std::string& src_path, const std::string& so_path) {
-        std::vector<std::string> args = tgt.flags;
-        args.insert(args.end(), {"-o", so_path, src_path, "-lm"});
-        try {
-          run_compiler(cc.path, args, src_path + ".log");
-        } catch (const Error& e) {
-          throw Error(std::string(e.what()) + "\ngenerated source kept at: " + src_path);
-        }
-      });
+  std::string so;
+  try {
+    so = DiskCache::instance().get_or_build(
+        skey, source, [&](const std::string& src_path, const std::string& so_path) {
+          std::vector<std::string> args = tgt.flags;
+          args.insert(args.end(), {"-o", so_path, src_path, "-lm"});
+          try {
+            run_compiler(cc.path, args, src_path + ".log");
+          } catch (const CompileTimeout&) {
+            throw;
+          } catch (const Error& e) {
+            throw Error(std::string(e.what()) + "\ngenerated source kept at: " + src_path);
+          }
+        });
+  } catch (const CompileTimeout& e) {
+    if (!automatic) throw;
+    std::ostringstream why;
+    why << "compiling a kernel was stopped after " << compile_timeout_s()
+        << " s (the limit; set TESSEL_COMPILE_TIMEOUT=<seconds> to change it)";
+    return give_up(why.str());
+  }
   void* h = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h) detail::fail("evaluate", "cannot load the compiled kernel ", so, ": ", dlerror());
   k->fn = reinterpret_cast<KernelFn>(dlsym(h, "tessel_kernel"));
