@@ -592,6 +592,13 @@ class LazyTensor:
                 if k is not Ellipsis and k != slice(None):
                     raise IndexError("LazyTensor: only the last (D) axis can be indexed; use "
                                      "':' or '...' for the others")
+            # Without '...' the last index names the D axis only if every axis has an entry:
+            # x[:, k] on an (N, M, D) LazyTensor means the M axis, which is not indexable.
+            n_axes = len(self.shape)
+            if not any(k is Ellipsis for k in lead) and len(lead) != n_axes - 1:
+                raise IndexError(f"LazyTensor: {len(lead) + 1} indices for the {n_axes} axes of "
+                                 f"shape {self.shape}; index the D axis as x[..., k] or give "
+                                 f"one entry per axis")
         if isinstance(key, numbers.Integral) and not isinstance(key, bool):
             i = int(key) + (self._dim if key < 0 else 0)
             if not 0 <= i < self._dim:

@@ -299,3 +299,35 @@ def test_row_major_tensor_ops_match_pykeops():
                        (u[..., None, :] @ _mat(B, 2, 3))[..., 0, :],
                        (u[..., :, None] * y[..., None, :]).flatten(-2)], -1).sum(1)
     _close(theirs, dense)
+
+
+# ---- indexing and the NumPy front end ------------------------------------------------------------
+def test_getitem_indexes_only_the_D_axis():
+    x = ttorch.LazyTensor(_t(N, 1, 6)) - ttorch.LazyTensor(_t(1, M, 6))  # shape (N, M, 6)
+    for same in (x[..., 2], x[:, :, 2], x[2], x[..., -4], x[:, :, -4]):
+        assert same.formula == x.elem(2).formula
+    assert x[..., 1:3].formula == x[:, :, 1:3].formula == x[1:3].formula == x.extract(1, 2).formula
+    # x[:, 2] would be column 2 of the M axis in torch, not component 2 of D: an error, as in
+    # pykeops, never Elem(x, 2).
+    for bad in ((slice(None), 2), (slice(None), slice(1, 3)), (slice(None),) * 3 + (0,)):
+        with pytest.raises(IndexError, match="indices for the 3 axes"):
+            x[bad]
+    b = ttorch.LazyTensor(_t(2, N, 1, 6))  # shape (2, N, 1, 6)
+    assert b[:, :, :, 4].formula == b[..., 4].formula == b.elem(4).formula
+    with pytest.raises(IndexError, match="indices for the 4 axes"):
+        b[:, :, 4]
+
+
+def test_numpy_strided_inputs():
+    from tessel import numpy as tnp
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((6, N)).T[:, ::2]  # (N, 3): transposed and every other column
+    y = rng.standard_normal((M, 8))[:, 1:7:2]  # (M, 3)
+    A = rng.standard_normal((2, 6, N)).transpose(0, 2, 1)  # (2, N, 6), batch of matrices
+    assert not (x.flags.c_contiguous or y.flags.c_contiguous or A.flags.c_contiguous)
+    f = tnp.Vi(A).matvecmult(tnp.Vj(y)).concat(tnp.Vi(x).tensorprod(tnp.Vj(y))[3:5])
+    dense = np.concatenate(np.broadcast_arrays(
+        np.einsum("bnpq,mq->bnmp", A.reshape(2, N, 2, 3), y),
+        np.einsum("np,mq->nmpq", x, y).reshape(N, M, 9)[None, ..., 3:5]), -1)
+    np.testing.assert_allclose(f.sum(axis=-3), dense.sum(1), **TOL)
+    np.testing.assert_allclose(f.sum(axis=-2), dense.sum(2), **TOL)
