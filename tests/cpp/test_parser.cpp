@@ -244,6 +244,8 @@ TEST(Parser, TensorDotSpellings) {
   const Formula perm = tensordot(a, b, {2, 2}, {2}, {}, {}, {1, 2, 0});
   EXPECT_TRUE(parse("TensorDot(A, B, (2,2), (2), (), (), (1,2,0))", al).same(perm));
   EXPECT_FALSE(parse("TensorDot(A, B, (2,2), (2), (), (), (2,0,1))", al).same(perm));
+  EXPECT_NE(perm.str().find("(1,2,0)"), std::string::npos) << perm.str();
+  expect_round_trip(perm);
   // Full contraction: empty tuples.
   const Formula full = tensordot(a, pm(2, 4), {2, 2}, {2, 2}, {0, 1}, {0, 1});
   EXPECT_TRUE(parse("TensorDot(A, Pm(2,4), (2,2), (2,2), (0,1), (0,1), ())", al).same(full));

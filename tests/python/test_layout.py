@@ -331,3 +331,15 @@ def test_numpy_strided_inputs():
         np.einsum("np,mq->nmpq", x, y).reshape(N, M, 9)[None, ..., 3:5]), -1)
     np.testing.assert_allclose(f.sum(axis=-3), dense.sum(1), **TOL)
     np.testing.assert_allclose(f.sum(axis=-2), dense.sum(2), **TOL)
+
+
+def test_tensordot_arguments_as_pykeops_takes_them():
+    a, b = _t(N, 1, 6), _t(1, M, 6)
+    La, Lb = ttorch.LazyTensor(a), ttorch.LazyTensor(b)
+    # an int for a 1-axis tuple, lists for tuples
+    got = La.keops_tensordot(Lb, 6, [6], [], (), [1, 0]).sum(axis=1)
+    _close(got, tensordot_dense(a, b, (6,), (6,), (), (), (1, 0)).sum(1))
+    with pytest.raises(ValueError, match="cannot be contracted"):
+        La.keops_tensordot(Lb, (2, 3), (3, 2), (2,), (0,))
+    with pytest.raises(TypeError, match="contfa must be an integer or a sequence"):
+        La.keops_tensordot(Lb, (2, 3), (3, 2), 1.0, (0,))
