@@ -191,6 +191,7 @@ BATCHES = {
     "batch_2d_broadcast": ((2, 1, N, 1, 6), (1, 3, 1, M, 3), (2, 3, 1, 1, 2)),
     "batch_param_flat": ((2, N, 1, 6), (2, 1, M, 3), (2,)),
     "batch_only_x": ((2, 3, N, 1, 6), (1, M, 3), (1, 1, 1, 1, 2)),
+    "batch_only_p": ((N, 1, 6), (1, M, 3), (3, 1, 1, 2)),
 }
 
 
@@ -204,6 +205,14 @@ def test_vector_ops_with_batch_dims(op, batch, axis):
     if len(p.shape) == 1:
         dense = (lambda f: lambda x, y, p: f(x, y, p.reshape(1, 1, 1, -1)))(dense)
     _check(_lazy(op), dense, (x, y, p), axis)
+
+
+@pytest.mark.parametrize("op", list(OPS))
+def test_vector_ops_with_batch_dims_compiled(op):
+    """The compiled kernels (SIMD over j, batches in one call) on broadcast batch dims."""
+    x, y, p = (_t(*s) for s in BATCHES["batch_2d_broadcast"])
+    for axis in (0, 1):
+        _check(_lazy(op), OPS[op][1], (x, y, p), axis, backend="compiled")
 
 
 def test_tensordot_with_batch_dims_and_permutation():
