@@ -665,8 +665,10 @@ class LazyTensor:
 
     def keops_tensordot(self, other, dimfa, dimfb, contfa, contfb, *args):
         """KeOps TensorDot: self and other are row-major tensors of shapes dimfa and dimfb; the
-        axes contfa of self are contracted with the axes contfb of other (optionally followed by
-        the permutation of the output axes)."""
+        axes contfa of self are contracted with the axes contfb of other. The free axes, self's
+        then other's, come out in that order, or, given a permutation `permute` (one more
+        argument), free axis q goes to output position permute[q], as in KeOps:
+        torch.tensordot(a, b, (contfa, contfb)).permute(argsort(permute))."""
         o = self._operand(other, "keops_tensordot")
         dimfa, dimfb, contfa, contfb = (_int_tuple("keops_tensordot", name, v) for name, v in (
             ("dimfa", dimfa), ("dimfb", dimfb), ("contfa", contfa), ("contfb", contfb)))
