@@ -128,10 +128,11 @@ Formula sqnorm_diag(const Formula& s, const Formula& a);  // s: diagonal, dim d
 Formula matvecmult(const Formula& a, const Formula& v);  // a: (m×n), v: n -> m
 Formula vecmatmult(const Formula& v, const Formula& a);  // v: m, a: (m×n) -> n
 Formula tensorprod(const Formula& a, const Formula& b);  // outer product, dim(a)*dim(b)
-// KeOps TensorDot: contract dims_a[contr_a[k]] with dims_b[contr_b[k]].
+// KeOps TensorDot: contract dims_a[contr_a[k]] with dims_b[contr_b[k]]; the remaining axes, a's
+// then b's, go to output positions perm[0], perm[1], ... (KeOps's convention; empty: in order).
 Formula tensordot(const Formula& a, const Formula& b, const std::vector<int>& dims_a,
                   const std::vector<int>& dims_b, const std::vector<int>& contr_a,
-                  const std::vector<int>& contr_b);
+                  const std::vector<int>& contr_b, const std::vector<int>& perm = {});
 
 // ---- calculus on formulas ------------------------------------------------------------------------
 // Reverse mode: the gradient of <f, cot> with respect to variable `v` (a leaf made by var()).

@@ -180,6 +180,20 @@ def _same_dims(who, a, b):
     return a
 
 
+def _int_tuple(who, name, v):
+    """An int or a sequence of ints (as pykeops accepts them) as a tuple."""
+    seq = (v,) if isinstance(v, numbers.Integral) else v
+    try:
+        out = tuple(seq)
+    except TypeError:
+        out = None
+    if out is None or any(isinstance(x, bool) or not isinstance(x, numbers.Integral)
+                          for x in out):
+        raise TypeError(f"LazyTensor.{who}: {name} must be an integer or a sequence of integers, "
+                        f"got {v!r}")
+    return tuple(int(x) for x in out)
+
+
 def _positive_int(who, name, v):
     if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
         raise ValueError(f"LazyTensor.{who}: {name} must be a positive integer, got {v!r}")
@@ -592,6 +606,13 @@ class LazyTensor:
                 if k is not Ellipsis and k != slice(None):
                     raise IndexError("LazyTensor: only the last (D) axis can be indexed; use "
                                      "':' or '...' for the others")
+            # Without '...' the last index names the D axis only if every axis has an entry:
+            # x[:, k] on an (N, M, D) LazyTensor means the M axis, which is not indexable.
+            n_axes = len(self.shape)
+            if not any(k is Ellipsis for k in lead) and len(lead) != n_axes - 1:
+                raise IndexError(f"LazyTensor: {len(lead) + 1} indices for the {n_axes} axes of "
+                                 f"shape {self.shape}; index the D axis as x[..., k] or give "
+                                 f"one entry per axis")
         if isinstance(key, numbers.Integral) and not isinstance(key, bool):
             i = int(key) + (self._dim if key < 0 else 0)
             if not 0 <= i < self._dim:
@@ -644,20 +665,27 @@ class LazyTensor:
 
     def keops_tensordot(self, other, dimfa, dimfb, contfa, contfb, *args):
         """KeOps TensorDot: self and other are row-major tensors of shapes dimfa and dimfb; the
-        axes contfa of self are contracted with the axes contfb of other (optionally followed by
-        the permutation of the output axes)."""
+        axes contfa of self are contracted with the axes contfb of other. The free axes, self's
+        then other's, come out in that order, or, given a permutation `permute` (one more
+        argument), free axis q goes to output position permute[q], as in KeOps:
+        torch.tensordot(a, b, (contfa, contfb)).permute(argsort(permute))."""
         o = self._operand(other, "keops_tensordot")
-        dimfa, dimfb = tuple(int(d) for d in dimfa), tuple(int(d) for d in dimfb)
-        contfa, contfb = tuple(int(c) for c in contfa), tuple(int(c) for c in contfb)
+        dimfa, dimfb, contfa, contfb = (_int_tuple("keops_tensordot", name, v) for name, v in (
+            ("dimfa", dimfa), ("dimfb", dimfb), ("contfa", contfa), ("contfb", contfb)))
         if math.prod(dimfa) != self._dim or math.prod(dimfb) != o._dim:
             raise ValueError(f"LazyTensor.keops_tensordot: incompatible dims {self._dim} and "
                              f"{o._dim} for tensor shapes {dimfa} and {dimfb}")
-        if len(contfa) != len(contfb) or any(dimfa[a] != dimfb[b] for a, b in zip(contfa, contfb)):
+        in_range = all(0 <= a < len(dimfa) for a in contfa) and all(
+            0 <= b < len(dimfb) for b in contfb)
+        if (len(contfa) != len(contfb) or not in_range
+                or any(dimfa[a] != dimfb[b] for a, b in zip(contfa, contfb))):
             raise ValueError(f"LazyTensor.keops_tensordot: axes {contfa} of {dimfa} and {contfb} "
                              f"of {dimfb} cannot be contracted")
         free = [d for k, d in enumerate(dimfa) if k not in contfa]
         free += [d for k, d in enumerate(dimfb) if k not in contfb]
-        tuples = [dimfa, dimfb, contfa, contfb] + [tuple(int(x) for x in a) for a in args]
+        # KeOps's permute: free axis q (a's, then b's) goes to output position permute[q].
+        tuples = [dimfa, dimfb, contfa, contfb] + [_int_tuple("keops_tensordot", "permute", a)
+                                                   for a in args]
         params = ",".join("(" + "".join(f"{x}," for x in t) + ")" for t in tuples)
         return LazyTensor._apply([self, o], lambda a, b: f"TensorDot({a},{b},{params})",
                                  math.prod(free))

@@ -109,7 +109,7 @@ Formula vecmatmult(const Formula& v, const Formula& a) { return make(OpCode::Vec
 Formula tensorprod(const Formula& a, const Formula& b) { return make(OpCode::TensorProd, {a, b}); }
 Formula tensordot(const Formula& a, const Formula& b, const std::vector<int>& dims_a,
                   const std::vector<int>& dims_b, const std::vector<int>& contr_a,
-                  const std::vector<int>& contr_b) {
+                  const std::vector<int>& contr_b, const std::vector<int>& perm) {
   TensorDotSpec t;
   t.dims_a.assign(dims_a.begin(), dims_a.end());
   t.dims_b.assign(dims_b.begin(), dims_b.end());
@@ -117,8 +117,12 @@ Formula tensordot(const Formula& a, const Formula& b, const std::vector<int>& di
   t.contr_b.assign(contr_b.begin(), contr_b.end());
   if (t.contr_a.size() > std::min(t.dims_a.size(), t.dims_b.size()))
     detail::fail("TensorDot", "more contracted axes than the tensors have");
-  t.perm.resize(t.dims_a.size() + t.dims_b.size() - 2 * t.contr_a.size());
-  std::iota(t.perm.begin(), t.perm.end(), 0);
+  if (!perm.empty()) {
+    t.perm.assign(perm.begin(), perm.end());
+  } else {
+    t.perm.resize(t.dims_a.size() + t.dims_b.size() - 2 * t.contr_a.size());
+    std::iota(t.perm.begin(), t.perm.end(), 0);
+  }
   return make(OpCode::TensorDot, {a, b}, t.encode());
 }
 

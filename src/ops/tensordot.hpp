@@ -10,8 +10,11 @@
 
 namespace tessel {
 
-// out = permute(contract(a, b), perm); the pre-permutation axes are a's free axes then b's.
-// The permutation lets a VJP be another TensorDot, so derivatives of any order stay in the IR.
+// out = contract(a, b) with its axes permuted; the pre-permutation axes are a's free axes then b's.
+// As in KeOps's TensorDot, perm[q] is the output position of pre-permutation axis q (so that
+// out = pre.permute(argsort(perm)) in torch's words); the IR holds KeOps's own parameters, so the
+// text, the builder and the printer need no translation. The permutation also lets a VJP be
+// another TensorDot, so derivatives of any order stay in the IR.
 struct TensorDotSpec {
   std::vector<int64_t> dims_a, dims_b, contr_a, contr_b, perm;
 
@@ -67,10 +70,17 @@ struct TensorDotSpec {
     for (int64_t ax : free_b()) d.push_back(dims_b[ax]);
     return d;
   }
+  // inverse(p)[p[q]] = q. Applied to perm: the pre-permutation axis that output axis t holds.
+  static std::vector<int64_t> inverse(const std::vector<int64_t>& p) {
+    std::vector<int64_t> inv(p.size());
+    for (size_t q = 0; q < p.size(); ++q) inv[p[q]] = static_cast<int64_t>(q);
+    return inv;
+  }
+  std::vector<int64_t> source_axes() const { return inverse(perm); }
   std::vector<int64_t> out_dims() const {
     const auto pre = pre_dims();
     std::vector<int64_t> d;
-    for (int64_t q : perm) d.push_back(pre[q]);
+    for (int64_t q : source_axes()) d.push_back(pre[q]);
     return d;
   }
   int out_size() const { return static_cast<int>(product(out_dims())); }
@@ -115,7 +125,7 @@ struct TensorDotSpec {
   template <class F>
   void for_each_term(F f) const {
     const auto fa = free_a(), fb = free_b();
-    const auto od = out_dims();
+    const auto od = out_dims(), src = source_axes();
     const size_t R = od.size(), nc = contr_a.size();
     std::vector<int64_t> sa(dims_a.size(), 1), sb(dims_b.size(), 1);
     for (int k = static_cast<int>(dims_a.size()) - 2; k >= 0; --k) sa[k] = sa[k + 1] * dims_a[k + 1];
@@ -125,10 +135,9 @@ struct TensorDotSpec {
     int64_t n_con = 1;
     for (size_t k = 0; k < nc; ++k) n_con *= dims_a[contr_a[k]];
     for (int64_t o = 0; o < n_out; ++o) {
-      // out axis t holds pre-axis perm[t]
       int64_t base_a = 0, base_b = 0;
       for (size_t t = 0; t < R; ++t) {
-        const int64_t q = perm[t];
+        const int64_t q = src[t];
         if (q < static_cast<int64_t>(fa.size())) base_a += oi[t] * sa[fa[q]];
         else base_b += oi[t] * sb[fb[q - fa.size()]];
       }
@@ -152,47 +161,49 @@ struct TensorDotSpec {
   static int64_t position(const std::vector<int64_t>& v, int64_t x) {
     return std::find(v.begin(), v.end(), x) - v.begin();
   }
-  // d<out, g>/da as TensorDot(g, b, ...).
+  // d<out, g>/da as TensorDot(g, b, ...). `from` is built as source axes (a's axis al receives
+  // the VJP's pre-permutation axis from[al]) and stored inverted, as every perm is.
   TensorDotSpec vjp_a() const {
-    const auto fa = free_a(), fb = free_b();
+    const auto fa = free_a(), fb = free_b(), src = source_axes();
     const int64_t nfa = fa.size();
     TensorDotSpec s;
     s.dims_a = out_dims();
     s.dims_b = dims_b;
     std::vector<int64_t> fg;  // g axes left free: they carry a's free axes
-    for (size_t t = 0; t < perm.size(); ++t) {
-      if (perm[t] >= nfa) {
+    for (size_t t = 0; t < src.size(); ++t) {
+      if (src[t] >= nfa) {
         s.contr_a.push_back(t);
-        s.contr_b.push_back(fb[perm[t] - nfa]);
+        s.contr_b.push_back(fb[src[t] - nfa]);
       } else {
         fg.push_back(t);
       }
     }
     std::vector<int64_t> cb_sorted = contr_b;
     std::sort(cb_sorted.begin(), cb_sorted.end());
-    s.perm.resize(dims_a.size());
+    std::vector<int64_t> from(dims_a.size());
     for (int64_t al = 0; al < static_cast<int64_t>(dims_a.size()); ++al) {
       const int64_t r = position(fa, al);
       if (r < nfa) {
-        s.perm[al] = position(fg, position(perm, r));
+        from[al] = position(fg, perm[r]);
       } else {
         const int64_t beta = contr_b[position(contr_a, al)];
-        s.perm[al] = fg.size() + position(cb_sorted, beta);
+        from[al] = fg.size() + position(cb_sorted, beta);
       }
     }
+    s.perm = inverse(from);
     return s;
   }
-  // d<out, g>/db as TensorDot(a, g, ...).
+  // d<out, g>/db as TensorDot(a, g, ...), built as vjp_a is.
   TensorDotSpec vjp_b() const {
-    const auto fa = free_a(), fb = free_b();
+    const auto fa = free_a(), fb = free_b(), src = source_axes();
     const int64_t nfa = fa.size();
     TensorDotSpec s;
     s.dims_a = dims_a;
     s.dims_b = out_dims();
     std::vector<int64_t> fg;  // g axes left free: they carry b's free axes
-    for (size_t t = 0; t < perm.size(); ++t) {
-      if (perm[t] < nfa) {
-        s.contr_a.push_back(fa[perm[t]]);
+    for (size_t t = 0; t < src.size(); ++t) {
+      if (src[t] < nfa) {
+        s.contr_a.push_back(fa[src[t]]);
         s.contr_b.push_back(t);
       } else {
         fg.push_back(t);
@@ -200,16 +211,17 @@ struct TensorDotSpec {
     }
     std::vector<int64_t> ca_sorted = contr_a;
     std::sort(ca_sorted.begin(), ca_sorted.end());
-    s.perm.resize(dims_b.size());
+    std::vector<int64_t> from(dims_b.size());
     for (int64_t be = 0; be < static_cast<int64_t>(dims_b.size()); ++be) {
       const int64_t m = position(fb, be);
       if (m < static_cast<int64_t>(fb.size())) {
-        s.perm[be] = ca_sorted.size() + position(fg, position(perm, nfa + m));
+        from[be] = ca_sorted.size() + position(fg, perm[nfa + m]);
       } else {
         const int64_t alpha = contr_a[position(contr_b, be)];
-        s.perm[be] = position(ca_sorted, alpha);
+        from[be] = position(ca_sorted, alpha);
       }
     }
+    s.perm = inverse(from);
     return s;
   }
 };

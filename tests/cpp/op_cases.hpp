@@ -13,7 +13,6 @@
 #include "ir/eval_ref.hpp"
 #include "ir/node.hpp"
 #include "ops/op.hpp"
-#include "ops/tensordot.hpp"
 #include "tessel/formula.hpp"
 
 namespace op_cases {
@@ -181,27 +180,20 @@ inline Vec tensordot_ref(const TdConfig& t, const Vec& a, const Vec& b) {
     }
   }
   if (t.perm.empty()) return out;
-  // output axis q holds pre-permutation axis perm[q]
-  std::vector<int> od;
-  for (int q : t.perm) od.push_back(pre[q]);
+  // KeOps's convention: pre-permutation axis q goes to output position perm[q]
+  std::vector<int> od(pre.size());
+  for (size_t q = 0; q < t.perm.size(); ++q) od[t.perm[q]] = pre[q];
   Vec r(out.size());
-  for (int o = 0; o < prod(od); ++o) {
-    const auto mo = unravel(o, od);
-    std::vector<int> mp(pre.size());
-    for (size_t q = 0; q < t.perm.size(); ++q) mp[t.perm[q]] = mo[q];
-    r[o] = out[ravel(mp, pre)];
+  for (int p = 0; p < prod(pre); ++p) {
+    const auto mp = unravel(p, pre);
+    std::vector<int> mo(pre.size());
+    for (size_t q = 0; q < t.perm.size(); ++q) mo[t.perm[q]] = mp[q];
+    r[ravel(mo, od)] = out[p];
   }
   return r;
 }
 inline Formula build_tensordot(const TdConfig& t, const Formula& a, const Formula& b) {
-  if (t.perm.empty()) return tessel::tensordot(a, b, t.dims_a, t.dims_b, t.contr_a, t.contr_b);
-  tessel::TensorDotSpec s;
-  s.dims_a.assign(t.dims_a.begin(), t.dims_a.end());
-  s.dims_b.assign(t.dims_b.begin(), t.dims_b.end());
-  s.contr_a.assign(t.contr_a.begin(), t.contr_a.end());
-  s.contr_b.assign(t.contr_b.begin(), t.contr_b.end());
-  s.perm.assign(t.perm.begin(), t.perm.end());
-  return tessel::make(OpCode::TensorDot, {a, b}, s.encode());
+  return tessel::tensordot(a, b, t.dims_a, t.dims_b, t.contr_a, t.contr_b, t.perm);
 }
 inline std::vector<TdConfig> tensordot_configs() {
   return {

@@ -167,6 +167,17 @@ TEST(OpValues, TensorDotHandExamples) {
   EXPECT_EQ(eval_point(tensordot(x, y, {6}, {6}, {}, {}), v), eval_point(tensorprod(x, y), v));
   EXPECT_EQ(tensordot(x, y, {2, 3}, {3, 2}, {1}, {0}).dim(), 4);
   EXPECT_EQ(tensordot(x, y, {6}, {6}, {}, {}).dim(), 36);
+  // KeOps's permutation: pre-permutation axis q goes to output position perm[q]. Here the pre
+  // axes (i, j, k) of a[i,j] b[k] are sent to positions (1, 2, 0): out[k,i,j] = a[i,j] b[k].
+  const Formula z = vj(2, 2);
+  const std::map<int, Vec> w = {{0, a}, {2, {7, 8}}};
+  EXPECT_EQ(eval_point(tensordot(x, z, {2, 3}, {2}, {}, {}, {1, 2, 0}), w),
+            (Vec{7, 14, 21, 28, 35, 42, 8, 16, 24, 32, 40, 48}));
+  // and the same from the KeOps text
+  EXPECT_EQ(eval_point(parse("TensorDot(X, Z, (2,3), (2), (), (), (1,2,0))",
+                             {"X = Vi(0,6)", "Z = Vj(2,2)"}),
+                       w),
+            (Vec{7, 14, 21, 28, 35, 42, 8, 16, 24, 32, 40, 48}));
 }
 
 TEST(OpValues, WeightedSqNormDispatchesOnWeightDim) {

@@ -240,6 +240,12 @@ TEST(Parser, TensorDotSpellings) {
   EXPECT_TRUE(parse("TensorDot(A,B,(2,2),(2),(1),(0),(0))", al).same(want));
   EXPECT_TRUE(parse("TensorDot(A, B, Ind(2,2), Ind(2), Ind(1), Ind(0))", al).same(want));
   EXPECT_TRUE(parse("TensorDot(A, B, (2,2), (2,), (1,), (0,))", al).same(want));
+  // The text's permutation is the builder's, in KeOps's convention, not its inverse.
+  const Formula perm = tensordot(a, b, {2, 2}, {2}, {}, {}, {1, 2, 0});
+  EXPECT_TRUE(parse("TensorDot(A, B, (2,2), (2), (), (), (1,2,0))", al).same(perm));
+  EXPECT_FALSE(parse("TensorDot(A, B, (2,2), (2), (), (), (2,0,1))", al).same(perm));
+  EXPECT_NE(perm.str().find("(1,2,0)"), std::string::npos) << perm.str();
+  expect_round_trip(perm);
   // Full contraction: empty tuples.
   const Formula full = tensordot(a, pm(2, 4), {2, 2}, {2, 2}, {0, 1}, {0, 1});
   EXPECT_TRUE(parse("TensorDot(A, Pm(2,4), (2,2), (2,2), (0,1), (0,1), ())", al).same(full));
