@@ -158,6 +158,27 @@ NB_MODULE(_core, m) {
       .def("__repr__", [](const Formula& f) { return "tessel.Formula(" + f.str() + ")"; });
   m.def("parse", &parse, nb::arg("text"), nb::arg("aliases") = std::vector<std::string>{},
         "Parse KeOps formula syntax with aliases such as 'X = Vi(3)'.");
+  m.def(
+      "parse_aliases",
+      [](const std::vector<std::string>& aliases) {
+        std::vector<std::tuple<std::string, int, int, int>> v;
+        for (const AliasInfo& a : parse_aliases(aliases))
+          v.emplace_back(a.name, a.index, a.dim, static_cast<int>(a.cat));
+        return v;
+      },
+      nb::arg("aliases"),
+      "The aliases as parse() reads them: (name, index, dim, category) each, name '' when "
+      "unnamed, category 0 = i, 1 = j, 2 = parameter.");
+  m.def(
+      "named_variables",
+      [](const std::string& text, const std::vector<std::string>& aliases) {
+        std::vector<std::tuple<int, int, int>> v;
+        for (const AliasInfo& a : named_variables(text, aliases))
+          v.emplace_back(a.index, a.dim, static_cast<int>(a.cat));
+        return v;
+      },
+      nb::arg("text"), nb::arg("aliases") = std::vector<std::string>{},
+      "(index, dim, category) of each variable the formula text names, simplified away or not.");
   m.def("grad_formula",
         [](const Formula& f, const Formula& v, const Formula& e) { return grad(f, v, e); });
 
