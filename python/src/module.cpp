@@ -338,6 +338,7 @@ NB_MODULE(_core, m) {
 
   m.def("simd_level", &simd_level);
   m.def("cuda_status", &cuda_status);
+  m.def("cuda_available", &cuda_available);
   m.def("num_threads", &num_threads);
   m.def("cache_dir", &cache_dir);
   m.def("compiler", [] {

@@ -205,7 +205,7 @@ def test_bad_input_errors():
         KernelSolve("Exp(-G*SqDist(X,Y))*B+1", ALIASES, "B")(x, x, b, g)
     with pytest.raises(ValueError, match="must be a j-variable"):
         KernelSolve("Exp(-G*SqDist(X,Y))*X", ALIASES, "X")
-    with pytest.raises(ValueError, match="not one of the aliases"):
+    with pytest.raises(ValueError, match="'Z' is neither one of the alias names"):
         KernelSolve(FORMULA, ALIASES, "Z")
     with pytest.raises(ValueError, match="does not occur"):
         KernelSolve("Exp(-G*SqDist(X,Y))*B", ALIASES + ["C = Vj(3)"], "C")
