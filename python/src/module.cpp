@@ -182,6 +182,11 @@ NB_MODULE(_core, m) {
   m.def("grad_formula",
         [](const Formula& f, const Formula& v, const Formula& e) { return grad(f, v, e); });
 
+  m.def(
+      "reduction_name",
+      [](const std::string& name) { return std::string(reduction_name(reduction_from_name(name))); },
+      nb::arg("name"), "tessel's name of a reduction given by any of its KeOps spellings.");
+
   nb::class_<Reduction>(m, "Reduction")
       .def(nb::init<>())
       .def(

@@ -3,10 +3,6 @@ import numbers
 
 from . import _core
 
-_REDUCTIONS = (
-    "Sum", "Min", "Max", "ArgMin", "ArgMax", "Min_ArgMin", "Max_ArgMax", "KMin", "ArgKMin",
-    "KMin_ArgKMin", "LogSumExp", "SumSoftMaxWeight",
-)
 _K_REDUCTIONS = ("KMin", "ArgKMin", "KMin_ArgKMin")
 _SUM_SCHEMES = {"auto": "block", "block_sum": "block", "block": "block",
                 "kahan_scheme": "kahan", "kahan": "kahan", "direct_sum": "direct",
@@ -54,6 +50,18 @@ def _plain(e):
     return m.split(": ", 1)[1] if m.startswith("tessel::") else m
 
 
+def reduction_name(name, who):
+    """tessel's name of a reduction given by any of its KeOps spellings ("Min_ArgMin",
+    "MinArgMin", "LogSumExpWeight", ...); the core's table is the only one."""
+    if not isinstance(name, str):
+        raise TypeError(f"{who}: reduction_op must be a string such as 'Sum', got "
+                        f"{type(name).__name__}")
+    try:
+        return _core.reduction_name(name)
+    except ValueError as e:
+        raise ValueError(f"{who}: reduction_op {name!r}: {_plain(e)}") from None
+
+
 def alias_index(aliases, which, who):
     """The variable index that `which` stands for: an alias name ("B"), or an alias text of its
     own ("Var(2,3,1)", "Vj(2,3)")."""
@@ -77,9 +85,7 @@ class GenredSpec:
                  formula2=None, dtype_acc="auto", sum_scheme="auto", backend="auto",
                  who="Genred"):
         declared = read_aliases(aliases, who)
-        if reduction_op not in _REDUCTIONS:
-            raise ValueError(f"{who}: reduction_op {reduction_op!r} is not one of "
-                             f"{', '.join(_REDUCTIONS)}")
+        reduction_op = reduction_name(reduction_op, who)
         check_int(axis, "axis (0: reduce over i, 1: reduce over j)", who, 0, 1)
         if reduction_op in _K_REDUCTIONS:
             if opt_arg is None:

@@ -2,21 +2,12 @@
 import math
 
 from ... import _core
-from ..._genred import alias_index, read_aliases
+from ..._genred import alias_index, read_aliases, reduction_name
 
 __all__ = ["GenredBase", "KernelSolveBase", "check_backend", "make_generic_ops"]
 
 _CAT_TEXT = ("Vi", "Vj", "Pm")
 
-# KeOps reduction names -> tessel's. The KeOps-internal Max_SumShiftExp* reductions are not offered.
-_REDUCTIONS = {
-    "Sum": "Sum", "Min": "Min", "Max": "Max", "ArgMin": "ArgMin", "ArgMax": "ArgMax",
-    "Min_ArgMin": "Min_ArgMin", "MinArgMin": "Min_ArgMin", "Max_ArgMax": "Max_ArgMax",
-    "MaxArgMax": "Max_ArgMax", "KMin": "KMin", "ArgKMin": "ArgKMin",
-    "KMin_ArgKMin": "KMin_ArgKMin", "KMinArgKMin": "KMin_ArgKMin", "LogSumExp": "LogSumExp",
-    "LogSumExpWeight": "LogSumExp", "SumSoftMaxWeight": "SumSoftMaxWeight",
-    "SoftMax": "SumSoftMaxWeight",
-}
 _SUM_LIKE = ("Sum", "LogSumExp", "SumSoftMaxWeight")
 _K_REDUCTIONS = ("KMin", "ArgKMin", "KMin_ArgKMin")
 _CPU_BACKENDS = {"auto": None, "CPU": None, "compiled": "compiled", "interpreter": "interpreter"}
@@ -105,11 +96,11 @@ class GenredBase:
                                axis=axis, opt_arg=opt_arg, formula2=formula2,
                                dtype_acc=dtype_acc, use_double_acc=use_double_acc,
                                sum_scheme=sum_scheme)
-        if reduction_op not in _REDUCTIONS:
-            raise NotImplementedError(
-                f"{who}: reduction_op {reduction_op!r} is not supported by tessel; supported: "
-                + ", ".join(sorted(_REDUCTIONS)))
-        op = _REDUCTIONS[reduction_op]
+        try:  # the core's table of reductions and their KeOps spellings
+            op = reduction_name(reduction_op, who)
+        except ValueError as e:
+            raise NotImplementedError(f"{e} (the KeOps-internal Max_SumShiftExp* reductions are "
+                                      "not offered)") from None
         if reduction_op == "LogSumExpWeight" and not formula2:
             raise ValueError(f"{who}: LogSumExpWeight needs a weight formula (formula2)")
         if axis not in (0, 1):
