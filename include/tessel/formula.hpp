@@ -165,4 +165,22 @@ std::vector<OpSummary> op_table();
 // Aliases without an explicit index are numbered in the order given.
 Formula parse(const std::string& text, const std::vector<std::string>& aliases = {});
 
+// One alias: "X = Vi(3)" (index = its position in the list), "X = Vi(0, 3)", "X = Var(0, 3, 0)"
+// (index, dim, category), or the same without a name (it declares an argument that a formula
+// names as Var(index, dim, cat)); Vx / Vy are old spellings of Vi / Vj.
+struct AliasInfo {
+  std::string name;  // empty for an unnamed alias
+  int index = 0;
+  int dim = 1;
+  Category cat = Category::I;
+};
+// The aliases as parse() reads them, with the same checks (syntax, duplicate names, one variable
+// per index): front ends that need the declared variables use this, not a parser of their own.
+std::vector<AliasInfo> parse_aliases(const std::vector<std::string>& aliases);
+// The variables a formula text names (through its aliases or as Var(...), Vi(...), ...), by
+// index and unnamed, including those that simplification removes from parse()'s result (as in
+// Grad(x, y, e) = 0): KeOps counts them among a call's arguments.
+std::vector<AliasInfo> named_variables(const std::string& text,
+                                       const std::vector<std::string>& aliases = {});
+
 }  // namespace tessel

@@ -49,6 +49,8 @@ std::string nvrtc_status();
 // The CUDA driver and GPUs: "driver 12.4 (libcuda.so.1); GPU 0: NVIDIA H100 ..., sm_90, 81559 MiB",
 // or why CUDA is not usable (no driver library, cuInit failed, no GPU).
 std::string cuda_status();
+// Whether reductions can run on a GPU here: a CUDA driver that initialises and at least one GPU.
+bool cuda_available();
 
 // Drop the in-memory kernel table (the disk cache stays): lets tests measure disk hits.
 void cache_forget_loaded();

@@ -178,8 +178,34 @@ NB_MODULE(_core, m) {
       },
       "Every op of the core: (name, arity, integer parameters, infix symbol or '', dim rule: "
       "'elementwise', 'to_scalar', 'same_to_scalar' or 'custom').");
+  m.def(
+      "parse_aliases",
+      [](const std::vector<std::string>& aliases) {
+        std::vector<std::tuple<std::string, int, int, int>> v;
+        for (const AliasInfo& a : parse_aliases(aliases))
+          v.emplace_back(a.name, a.index, a.dim, static_cast<int>(a.cat));
+        return v;
+      },
+      nb::arg("aliases"),
+      "The aliases as parse() reads them: (name, index, dim, category) each, name '' when "
+      "unnamed, category 0 = i, 1 = j, 2 = parameter.");
+  m.def(
+      "named_variables",
+      [](const std::string& text, const std::vector<std::string>& aliases) {
+        std::vector<std::tuple<int, int, int>> v;
+        for (const AliasInfo& a : named_variables(text, aliases))
+          v.emplace_back(a.index, a.dim, static_cast<int>(a.cat));
+        return v;
+      },
+      nb::arg("text"), nb::arg("aliases") = std::vector<std::string>{},
+      "(index, dim, category) of each variable the formula text names, simplified away or not.");
   m.def("grad_formula",
         [](const Formula& f, const Formula& v, const Formula& e) { return grad(f, v, e); });
+
+  m.def(
+      "reduction_name",
+      [](const std::string& name) { return std::string(reduction_name(reduction_from_name(name))); },
+      nb::arg("name"), "tessel's name of a reduction given by any of its KeOps spellings.");
 
   nb::class_<Reduction>(m, "Reduction")
       .def(nb::init<>())
@@ -337,6 +363,7 @@ NB_MODULE(_core, m) {
 
   m.def("simd_level", &simd_level);
   m.def("cuda_status", &cuda_status);
+  m.def("cuda_available", &cuda_available);
   m.def("num_threads", &num_threads);
   m.def("cache_dir", &cache_dir);
   m.def("compiler", [] {

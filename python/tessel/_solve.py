@@ -1,29 +1,10 @@
 """What NumPy and PyTorch KernelSolve share: the solve's reduction, the unknown's slot, options, reports."""
-import re
 import warnings
 
-from ._genred import GenredSpec, ranges_arg
+from ._genred import GenredSpec, alias_index, ranges_arg, read_aliases
 
-_ALIAS = re.compile(r"^\s*(\w+)\s*=\s*(Vi|Vj|Pm)\s*\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\)\s*$")
-_VAR = re.compile(r"^\s*Var\s*\(\s*(\d+)\s*,\s*\d+\s*,\s*\d+\s*\)\s*$")
 _CAT_NAME = {0: "an i-variable (Vi)", 1: "a j-variable (Vj)", 2: "a parameter (Pm)"}
 _ON_NONCONVERGENCE = ("raise", "warn", "ignore")
-
-
-def _alias_index(aliases, name, who):
-    """The variable index an alias name stands for (explicit `Vj(k, d)`, else its position)."""
-    position = 0
-    for a in aliases:
-        if not a.strip():
-            continue
-        m = _ALIAS.match(a)
-        if m is None:
-            raise ValueError(f"{who}: cannot read the alias {a!r}")
-        index = int(m.group(3)) if m.group(4) is not None else position
-        if m.group(1) == name:
-            return index
-        position += 1
-    raise ValueError(f"{who}: {name!r} is not one of the aliases {list(aliases)}")
 
 
 class KernelSolveBase:
@@ -49,20 +30,19 @@ class KernelSolveBase:
     def __init__(self, formula, aliases, varinvalias, axis=1, dtype_acc="auto", sum_scheme="auto",
                  backend="auto", **unused):
         who = self._who
+        read_aliases(aliases, who)
         self._init_args = dict(formula=formula, aliases=list(aliases), varinvalias=varinvalias,
                                axis=axis, dtype_acc=dtype_acc, sum_scheme=sum_scheme,
                                backend=backend)
         self._spec = GenredSpec(formula, aliases, "Sum", axis, None, None, dtype_acc, sum_scheme,
-                                backend)
+                                backend, who=who)
         if isinstance(varinvalias, bool) or not isinstance(varinvalias, (int, str)):
             raise TypeError(f"{who}: varinvalias must be an alias name or a variable index, got "
                             f"{varinvalias!r}")
         if isinstance(varinvalias, int):
             var = varinvalias
-        elif _VAR.match(varinvalias):
-            var = int(_VAR.match(varinvalias).group(1))
         else:
-            var = _alias_index(list(aliases), varinvalias.strip(), who)
+            var = alias_index(aliases, varinvalias, who)
         slots = {i: (c, d) for i, c, d in self._spec.reduction.inputs()}
         if var not in slots:
             raise ValueError(f"{who}: the unknown {varinvalias!r} (variable {var}) does not occur "

@@ -713,8 +713,11 @@ class LazyTensor:
     def solve(self, b, alpha=1e-10, **options):
         """x with (alpha I + K) x = b, by conjugate gradient: K = self is a kernel matrix of dim 1
         (symmetric positive semi-definite: a positive definite kernel on the same points for i
-        and j) and b of shape (M,) or (M, E), indexed by j. On tensors the result is
-        differentiable (implicitly, to any order) in b, the kernel's arrays and alpha.
+        and j). b is an array of shape (M,) or (M, E), or, as in pykeops, a LazyTensor that is one
+        variable: an i-variable (`LazyTensor(b[:, None, :])`, `Vi(b)`: K x = b, the sum runs over
+        j) or a j-variable (the sum runs over i: K^T x = b); x is (M,) or (M, E) as in pykeops. On
+        tensors the result is differentiable (implicitly, to any order) in b, the kernel's arrays
+        and alpha.
 
         Options: tol, atol, maxiter, on_nonconvergence, stats (see tessel.torch.KernelSolve) and
         the reductions' backend, dtype_acc, sum_scheme.
@@ -725,13 +728,24 @@ class LazyTensor:
         if self._batch:
             raise ValueError("LazyTensor.solve: batch dimensions are not supported; solve each "
                              "batch entry separately")
-        if _backend_of(b) is None or b.ndim not in (1, 2):
+        kernel = self
+        if isinstance(b, LazyTensor):
+            v = b._vars[0] if len(b._vars) == 1 and b._text == "V0" else None
+            if v is None or v.cat == _P or v.batch:
+                raise ValueError("LazyTensor.solve: b must be an array or a LazyTensor that is one "
+                                 "i- or j-variable without batch dims (e.g. LazyTensor(b[:, None, "
+                                 f":])), got {b!r}")
+            if v.cat == _J:
+                kernel = self.t()  # sum over i of K_ij x_i = sum over j of K^T_ij x_j
+            b = v.array
+        elif _backend_of(b) is None or b.ndim not in (1, 2):
             raise ValueError("LazyTensor.solve: b must be a NumPy array or tensor of shape (M,) or "
-                             f"(M, E), got {type(b).__name__} of shape {getattr(b, 'shape', '?')}")
+                             f"(M, E), or a LazyTensor that is one i- or j-variable; got "
+                             f"{type(b).__name__} of shape {getattr(b, 'shape', '?')}")
         init = {k: options.pop(k) for k in _GENRED_OPTIONS if k in options}
         vec = b.ndim == 1
         bv = Vj(b.reshape(-1, 1) if vec else b)
-        prod = self * bv
+        prod = kernel * bv
         texts, variables = _merge([prod])
         whole = LazyTensor._make(texts[0], variables, prod._dim)
         backend = whole._backend

@@ -3,10 +3,12 @@ import numpy as np
 
 from . import _core
 from .lazytensor import LazyTensor, Vi, Vj, Pm  # noqa: F401
-from ._genred import GenredBase, ranges_arg
+from ._genred import GenredBase, call_sizes, ranges_arg
 from ._solve import KernelSolveBase
 
 __all__ = ["Genred", "KernelSolve", "LazyTensor", "Vi", "Vj", "Pm"]
+
+_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 class Genred(GenredBase):
@@ -28,13 +30,15 @@ class Genred(GenredBase):
             if not isinstance(a, np.ndarray):
                 raise TypeError(f"Genred: argument {k} is a {type(a).__name__}; expected a "
                                 "numpy.ndarray")
+            if a.dtype not in _DTYPES:
+                raise TypeError(f"Genred: argument {k} has dtype {a.dtype}; expected float32 or "
+                                "float64")
             arrays.append(a)
-        opts = dict(spec.options)
+        opts = dict(spec.options, **call_sizes(ni, nj, "Genred"))
         if backend is not None:
             opts["backend"] = backend
         opts["ranges"] = ranges_arg(ranges)
-        out = _core.evaluate(spec.reduction, arrays, ni=-1 if ni is None else ni,
-                             nj=-1 if nj is None else nj, **opts)
+        out = _core.evaluate(spec.reduction, arrays, **opts)
         return out[0] if len(out) == 1 else tuple(out)
 
 
@@ -53,7 +57,7 @@ class KernelSolve(KernelSolveBase):
                 raise TypeError(f"{self._who}: argument {k} is a {type(a).__name__}; expected a "
                                 "numpy.ndarray")
             dtypes.add(a.dtype)
-        if len(dtypes) > 1 or not dtypes <= {np.dtype(np.float32), np.dtype(np.float64)}:
+        if len(dtypes) > 1 or not dtypes <= set(_DTYPES):
             raise TypeError(f"{self._who}: the arrays have dtypes "
                             f"{', '.join(sorted(str(d) for d in dtypes))}; expected one of "
                             "float32 or float64")

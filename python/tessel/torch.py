@@ -8,7 +8,7 @@ import torch
 
 from . import _core
 from .lazytensor import LazyTensor, Vi, Vj, Pm  # noqa: F401
-from ._genred import GenredBase, grad_of, ranges_arg
+from ._genred import GenredBase, call_sizes, grad_of, ranges_arg
 from ._solve import KernelSolveBase
 from .checkpoint import checkpoint_loop  # noqa: F401
 from .implicit import ConvergenceError, cg_solve, fixed_point  # noqa: F401
@@ -82,13 +82,9 @@ class Genred(GenredBase):
         spec.check_count(args, "Genred")
         tensors = list(args[: spec.n_core])
         _check_tensors(tensors, "Genred")
-        opts = dict(spec.options)
+        opts = dict(spec.options, **call_sizes(ni, nj, "Genred"))
         if backend is not None:
             opts["backend"] = backend
-        if ni is not None:
-            opts["ni"] = ni
-        if nj is not None:
-            opts["nj"] = nj
         opts["ranges"] = ranges_arg(ranges)
         return _GenredFunction.apply(spec.reduction, opts, *tensors)
 

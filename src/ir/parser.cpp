@@ -221,6 +221,10 @@ class Parser {
   Parser(const std::string& text, const std::unordered_map<std::string, Formula>& names)
       : cur_(text), names_(names) {}
 
+  // The variables the text names (aliases and Var/Vi/Vj/Pm leaves), as written: simplification
+  // may drop some from the formula (Grad(x, y, e) = 0), but they remain arguments of the call.
+  const std::vector<Formula>& named() const { return named_; }
+
   Formula run() {
     if (cur_.done()) fail_at(0, "empty formula");
     std::vector<Frame> stack(1);
@@ -294,6 +298,7 @@ class Parser {
       auto it = names_.find(name);
       if (it == names_.end()) fail_at(at, "unknown name '" + name + "'");
       stack.back().vals.push_back(it->second);
+      named_.push_back(it->second);
       return true;
     }
     const std::optional<Callee> ce = callee(name);
@@ -365,12 +370,13 @@ class Parser {
     return build_at(f.at, [&]() -> Formula {
       switch (f.callee.form) {
         case Form::Var:
-          return var(static_cast<int>(ip[0]), static_cast<int>(ip[1]), f.callee.cat);
+          return named_.emplace_back(
+              var(static_cast<int>(ip[0]), static_cast<int>(ip[1]), f.callee.cat));
         case Form::VarCat:
           if (ip[2] < 0 || ip[2] > 2)
             detail::fail("Var", "category must be 0 (i), 1 (j) or 2 (parameter), got ", ip[2]);
-          return var(static_cast<int>(ip[0]), static_cast<int>(ip[1]),
-                     static_cast<Category>(ip[2]));
+          return named_.emplace_back(var(static_cast<int>(ip[0]), static_cast<int>(ip[1]),
+                                         static_cast<Category>(ip[2])));
         case Form::IntCst:
           return int_cst(ip[0]);
         case Form::Rat:
@@ -440,43 +446,51 @@ class Parser {
 
   Cursor cur_;
   const std::unordered_map<std::string, Formula>& names_;
+  std::vector<Formula> named_;
 };
 
 // ---- aliases ------------------------------------------------------------------------------------
 struct AliasDef {
-  std::string name;
+  AliasInfo info;
   size_t name_pos = 0, kind_pos = 0;
-  Formula var;
 };
 
-// "X = Vi(3)" (index = position in the alias list) or "X = Vi(0, 3)"; Vx/Vy are old Vi/Vj.
+// "X = Vi(3)" (index = position in the alias list), "X = Vi(0, 3)", "X = Var(0, 3, 0)", and the
+// same without "X =" (pykeops declares arguments that formulas name as Var(0, 3, 0) that way);
+// Vx / Vy are old spellings of Vi / Vj.
 AliasDef parse_alias(const std::string& text, int position) {
   Cursor c(text);
   AliasDef d;
   d.name_pos = c.pos();
   if (c.done()) fail_at(0, "empty alias");
-  d.name = c.ident();
-  if (d.name.empty()) fail_at(d.name_pos, "expected an alias name, found " + c.next());
-  c.expect('=');
-  d.kind_pos = c.pos();
-  const std::string kind = c.ident();
-  Category cat;
-  if (kind == "Vi" || kind == "Vx") {
+  std::string word = c.ident();
+  if (word.empty()) fail_at(d.name_pos, "expected an alias name, found " + c.next());
+  d.kind_pos = d.name_pos;
+  if (c.peek() != '(') {
+    d.info.name = word;
+    c.expect('=');
+    d.kind_pos = c.pos();
+    word = c.ident();
+  }
+  const bool generic = word == "Var";
+  Category cat = Category::I;
+  if (word == "Vi" || word == "Vx") {
     cat = Category::I;
-  } else if (kind == "Vj" || kind == "Vy") {
+  } else if (word == "Vj" || word == "Vy") {
     cat = Category::J;
-  } else if (kind == "Pm") {
+  } else if (word == "Pm") {
     cat = Category::Param;
-  } else {
-    fail_at(d.kind_pos,
-            "expected Vi, Vj, Pm, Vx or Vy, found " + (kind.empty() ? c.next() : "'" + kind + "'"));
+  } else if (!generic) {
+    fail_at(d.kind_pos, "expected Vi, Vj, Pm, Var, Vx or Vy, found " +
+                            (word.empty() ? c.next() : "'" + word + "'"));
   }
   c.expect('(');
   const size_t first_pos = c.pos();
-  const int64_t first = c.integer("(the dim, or the index then the dim)");
+  const int64_t first = c.integer(generic ? "(the index)" : "(the dim, or the index then the dim)");
   int64_t index = position, dim = first;
   size_t dim_pos = first_pos;
-  if (c.accept(',')) {
+  if (generic || c.accept(',')) {
+    if (generic) c.expect(',');
     index = first;
     dim_pos = c.pos();
     dim = c.integer("(the dim)");
@@ -484,37 +498,99 @@ AliasDef parse_alias(const std::string& text, int position) {
       fail_at(first_pos, "index must be >= 0, got " + std::to_string(index));
   }
   if (dim < 1 || dim > INT_MAX) fail_at(dim_pos, "dim must be >= 1, got " + std::to_string(dim));
+  if (generic) {
+    c.expect(',');
+    const size_t cat_pos = c.pos();
+    const int64_t k = c.integer("(the category: 0 = i, 1 = j, 2 = parameter)");
+    if (k < 0 || k > 2)
+      fail_at(cat_pos, "category must be 0 (i), 1 (j) or 2 (parameter), got " + std::to_string(k));
+    cat = static_cast<Category>(k);
+  }
   c.expect(')');
   if (!c.done()) fail_at(c.pos(), "unexpected " + c.next() + " after the alias");
-  d.var = var(static_cast<int>(index), static_cast<int>(dim), cat);
+  d.info.index = static_cast<int>(index);
+  d.info.dim = static_cast<int>(dim);
+  d.info.cat = cat;
   return d;
+}
+
+std::string describe(const AliasInfo& a) {
+  return (a.name.empty() ? std::string("an unnamed alias") : "alias '" + a.name + "'");
+}
+
+// Each alias checked against those before it: one name per alias, one variable per index.
+std::vector<AliasInfo> read_aliases(const std::vector<std::string>& aliases) {
+  std::vector<AliasInfo> out;
+  std::map<std::string, size_t> names;
+  std::map<int, size_t> owner;  // variable index -> the alias that claimed it
+  for (size_t k = 0; k < aliases.size(); ++k) {
+    try {
+      const AliasDef d = parse_alias(aliases[k], static_cast<int>(k));
+      const AliasInfo& a = d.info;
+      if (!a.name.empty() && !names.try_emplace(a.name, k).second)
+        fail_at(d.name_pos, "duplicate alias '" + a.name + "'");
+      auto [it, fresh] = owner.try_emplace(a.index, k);
+      const AliasInfo& prev = fresh ? a : out[it->second];
+      if (prev.dim != a.dim || prev.cat != a.cat)
+        fail_at(d.kind_pos, "'" + (a.name.empty() ? aliases[k] : a.name) + "' is " +
+                                var(a.index, a.dim, a.cat).str() + " but " + describe(prev) +
+                                " already gave index " + std::to_string(a.index) + " to " +
+                                var(prev.index, prev.dim, prev.cat).str());
+      out.push_back(a);
+    } catch (const ParseError& e) {
+      report("in aliases[" + std::to_string(k) + "]: ", aliases[k], e);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<AliasInfo> parse_aliases(const std::vector<std::string>& aliases) {
+  return read_aliases(aliases);
+}
+
+namespace {
+
+std::unordered_map<std::string, Formula> alias_names(const std::vector<std::string>& aliases) {
+  std::unordered_map<std::string, Formula> names;
+  for (const AliasInfo& a : read_aliases(aliases))
+    if (!a.name.empty()) names.emplace(a.name, var(a.index, a.dim, a.cat));
+  return names;
 }
 
 }  // namespace
 
 Formula parse(const std::string& text, const std::vector<std::string>& aliases) {
-  std::unordered_map<std::string, Formula> names;
-  std::map<int, std::string> owner;  // variable index -> the alias that claimed it
-  for (size_t k = 0; k < aliases.size(); ++k) {
-    try {
-      const AliasDef d = parse_alias(aliases[k], static_cast<int>(k));
-      if (names.count(d.name)) fail_at(d.name_pos, "duplicate alias '" + d.name + "'");
-      auto [it, fresh] = owner.try_emplace(d.var.node().var_index(), d.name);
-      const Formula& prev = fresh ? d.var : names.at(it->second);
-      if (!prev.same(d.var))
-        fail_at(d.kind_pos, "'" + d.name + "' is " + d.var.str() + " but alias '" + it->second +
-                                "' already gave index " + std::to_string(d.var.node().var_index()) +
-                                " to " + prev.str());
-      names.emplace(d.name, d.var);
-    } catch (const ParseError& e) {
-      report("in aliases[" + std::to_string(k) + "]: ", aliases[k], e);
-    }
-  }
+  const auto names = alias_names(aliases);
   try {
     return Parser(text, names).run();
   } catch (const ParseError& e) {
     report("", text, e);
   }
+}
+
+std::vector<AliasInfo> named_variables(const std::string& text,
+                                       const std::vector<std::string>& aliases) {
+  const auto names = alias_names(aliases);
+  Parser p(text, names);
+  try {
+    (void)p.run();
+  } catch (const ParseError& e) {
+    report("", text, e);
+  }
+  std::map<int, AliasInfo> by_index;
+  for (const Formula& v : p.named()) {
+    const Node& n = v.node();
+    AliasInfo a{"", n.var_index(), n.dim, n.var_cat()};
+    auto [it, fresh] = by_index.try_emplace(a.index, a);
+    if (!fresh && (it->second.dim != a.dim || it->second.cat != a.cat))
+      detail::fail("parse", "variable ", a.index, " is named as both ", var(a.index, a.dim, a.cat).str(),
+                   " and ", var(a.index, it->second.dim, it->second.cat).str(), " in ", text);
+  }
+  std::vector<AliasInfo> out;
+  for (auto& [index, a] : by_index) out.push_back(a);
+  return out;
 }
 
 }  // namespace tessel

@@ -57,8 +57,12 @@ ReductionOp reduction_from_name(const std::string& name) {
     if (name == e.name && e.op != ReductionOp::GatherSum && e.op != ReductionOp::ScatterSum)
       return e.op;
   // KeOps spellings
-  if (name == "LogSumExpWeight" || name == "Max_SumShiftExpWeight") return ReductionOp::LogSumExp;
-  if (name == "SumSoftMax") return ReductionOp::SumSoftMaxWeight;
+  // (not Max_SumShiftExpWeight: KeOps returns its raw (max, shifted sums) pair, not a log)
+  if (name == "LogSumExpWeight") return ReductionOp::LogSumExp;
+  if (name == "SumSoftMax" || name == "SoftMax") return ReductionOp::SumSoftMaxWeight;
+  if (name == "MinArgMin") return ReductionOp::MinArgMin;
+  if (name == "MaxArgMax") return ReductionOp::MaxArgMax;
+  if (name == "KMinArgKMin") return ReductionOp::KMinArgKMin;
   std::string known;
   for (const auto& e : kNames)
     if (e.op != ReductionOp::GatherSum && e.op != ReductionOp::ScatterSum)

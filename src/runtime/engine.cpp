@@ -249,7 +249,7 @@ void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> 
   for (int c = 0; c < 2; ++c)
     if (rows[c] < 0)
       detail::fail(fn, "cannot tell the number of ", c == 0 ? "i" : "j", " rows: no ",
-                   c == 0 ? "Vi" : "Vj", " input; pass it in Sizes{", c == 0 ? "ni" : "nj", "}");
+                   c == 0 ? "Vi" : "Vj", " input; pass their number as ", c == 0 ? "ni" : "nj");
   p.n_outer = rows[static_cast<int>(r.outer())];
   p.n_inner = rows[static_cast<int>(r.inner())];
   p.blocks = row_blocks(r, ctx.opt, p.n_outer, p.n_inner);

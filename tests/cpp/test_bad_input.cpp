@@ -86,7 +86,7 @@ TEST(BadInput, MismatchedLengthsAndCounts) {
         evaluate(Reduction(ReductionOp::Sum, vj(0, 1)),
                  std::vector<Array>{Array(DType::Float32, {3, 1})});
       },
-      {"evaluate", "number of i rows", "Sizes"});
+      {"evaluate", "number of i rows", "pass their number as ni"});
 }
 
 TEST(BadInput, KLargerThanM) {

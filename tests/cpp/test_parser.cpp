@@ -308,7 +308,7 @@ TEST(Parser, BuilderErrorsCarryTheColumn) {
 }
 
 TEST(Parser, AliasErrors) {
-  expect_error("X", {"X = Vk(3)"}, "in aliases[0]: expected Vi, Vj, Pm, Vx or Vy, found 'Vk'", 4);
+  expect_error("X", {"X = Vk(3)"}, "in aliases[0]: expected Vi, Vj, Pm, Var, Vx or Vy, found 'Vk'", 4);
   expect_error("X", {"X Vi(3)"}, "expected '=', found 'Vi'", 2);
   expect_error("X", {"X = Vi(-1)"}, "dim must be >= 1, got -1", 7);
   expect_error("X", {"X = Vi(0)"}, "dim must be >= 1, got 0", 7);
@@ -322,6 +322,41 @@ TEST(Parser, AliasErrors) {
   expect_error("X", {"X = Vi(0, 3)", "Y = Vj(0, 3)"},
                "in aliases[1]: 'Y' is Vj(0,3) but alias 'X' already gave index 0 to Vi(0,3)", 4);
   expect_error("X", {"X = Vi(0, 3)", "Y = Vi(0, 2)"}, "already gave index 0", 4);
+}
+
+TEST(Parser, PykeopsAliasForms) {
+  // Unnamed aliases and Var(index, dim, cat) declare arguments that formulas name as Var(...).
+  const std::vector<std::string> al = {"X = Vx(3)", "Vj(1, 3)", "G = Var(2, 1, 2)", "Var(3,2,0)"};
+  const std::vector<AliasInfo> a = parse_aliases(al);
+  ASSERT_EQ(a.size(), 4u);
+  EXPECT_EQ(a[0].name, "X");
+  EXPECT_EQ(a[0].index, 0);
+  EXPECT_EQ(a[0].dim, 3);
+  EXPECT_EQ(a[0].cat, Category::I);
+  EXPECT_EQ(a[1].name, "");
+  EXPECT_EQ(a[1].index, 1);
+  EXPECT_EQ(a[1].cat, Category::J);
+  EXPECT_EQ(a[2].name, "G");
+  EXPECT_EQ(a[2].index, 2);
+  EXPECT_EQ(a[2].cat, Category::Param);
+  EXPECT_EQ(a[3].index, 3);
+  EXPECT_EQ(a[3].dim, 2);
+  EXPECT_TRUE(parse("G * SqDist(X, Var(1,3,1))", al)
+                  .same(pm(2, 1) * sqdist(vi(0, 3), vj(1, 3))));
+  EXPECT_TRUE(parse_aliases({}).empty());
+  // Simplification drops the Grad's variables from the formula, not from the call's arguments.
+  const std::vector<AliasInfo> n =
+      named_variables("Grad(Grad(x + Var(1,3,1), x, Var(2,3,0)), x, Var(3,3,0))", {"x=Vi(0,3)"});
+  ASSERT_EQ(n.size(), 4u);
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(n[k].index, k);
+  EXPECT_EQ(n[1].cat, Category::J);
+  EXPECT_THROW(named_variables("Var(0,3,0) + Var(0,3,1)"), Error);
+  expect_error("X", {"Var(0, 3)"}, "expected ','", 8);
+  expect_error("X", {"Var(0, 3, 3)"}, "category must be 0 (i), 1 (j) or 2 (parameter), got 3", 10);
+  expect_error("X", {"X = Vi(0, 3)", "Vj(0, 3)"},
+               "in aliases[1]: 'Vj(0, 3)' is Vj(0,3) but alias 'X' already gave index 0 to Vi(0,3)",
+               0);
+  expect_error("X", {"Vi(0, 3)", "Y = Vi(0, 2)"}, "but an unnamed alias already gave index 0", 4);
 }
 
 TEST(Parser, KeOpsGradForm) {

@@ -170,6 +170,17 @@ INSTANTIATE_TEST_SUITE_P(All, ReductionBrute,
                          ::testing::Combine(::testing::Range(0, 13), ::testing::Values(0, 1),
                                             ::testing::Range(0, 4)));
 
+TEST(ReductionNames, KeOpsSpellingsAndUnknownNames) {
+  // The one table of names that every front end (C++, Python, the pykeops layer) reads.
+  EXPECT_EQ(reduction_from_name("MinArgMin"), ReductionOp::MinArgMin);
+  EXPECT_EQ(reduction_from_name("KMinArgKMin"), ReductionOp::KMinArgKMin);
+  EXPECT_EQ(reduction_from_name("SoftMax"), ReductionOp::SumSoftMaxWeight);
+  EXPECT_EQ(reduction_from_name("LogSumExpWeight"), ReductionOp::LogSumExp);
+  // KeOps returns Max_SumShiftExpWeight's raw (max, shifted sums), not a log-sum-exp.
+  EXPECT_THROW(reduction_from_name("Max_SumShiftExpWeight"), Error);
+  EXPECT_THROW(reduction_from_name("GatherSum"), Error);  // internal to gradients
+}
+
 TEST(ReductionEdge, EmptyInputsGiveNeutralValues) {
   Formula f = sqdist(vi(0, 2), vj(1, 2));
   std::vector<Array> in = {random_array(DType::Float32, {4, 2}, 1), Array(DType::Float32, {0, 2})};

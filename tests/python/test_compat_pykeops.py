@@ -325,6 +325,36 @@ def test_kernelsolve_forward_torch_numpy_lazytensor():
                                rtol=1e-8, atol=1e-10)
 
 
+@pytest.mark.parametrize("lib", ["torch", "numpy"])
+def test_lazytensor_solve_with_lazytensor_b(lib):
+    """pykeops's K.solve(LazyTensor(b[:, None, :]), alpha=a): (N, D) out, gradients in torch."""
+    x, b = (_t(a).requires_grad_() for a in _data(23, (25, 2), (25, 3)))
+    g = torch.tensor([2.0], dtype=F64)
+    ref = _solve_dense(x, b, g, 0.2)
+    if lib == "numpy":
+        xn, bn = x.detach().numpy(), b.detach().numpy()
+        K = (-2.0 * ((tn.LazyTensor(xn[:, None, :]) - tn.LazyTensor(xn[None, :, :])) ** 2)
+             .sum(-1)).exp()
+        out = K.solve(tn.LazyTensor(bn[:, None, :]), alpha=0.2, eps=1e-12)
+        np.testing.assert_allclose(out, ref.detach().numpy(), rtol=1e-8, atol=1e-10)
+        return
+    K = (-2.0 * ((tk.LazyTensor(x[:, None, :]) - tk.LazyTensor(x[None, :, :])) ** 2)
+         .sum(-1)).exp()
+    out = K.solve(tk.LazyTensor(b[:, None, :]), alpha=0.2, eps=1e-12)
+    assert out.shape == (25, 3)
+    torch.testing.assert_close(out, ref)
+    w = torch.randn(25, 3, dtype=F64)
+    for p, q in zip(torch.autograd.grad((out * w).sum(), (x, b)),
+                    torch.autograd.grad((ref * w).sum(), (x, b))):
+        torch.testing.assert_close(p, q, rtol=1e-8, atol=1e-10)
+    if HAVE_PYKEOPS:
+        Kr = (-2.0 * ((rk.LazyTensor(x[:, None, :]) - rk.LazyTensor(x[None, :, :])) ** 2)
+              .sum(-1)).exp()
+        real = Kr.solve(rk.LazyTensor(b[:, None, :]), alpha=0.2, eps=1e-12)
+        assert real.shape == out.shape
+        torch.testing.assert_close(out, real, rtol=1e-6, atol=1e-8)
+
+
 def test_kernelsolve_gradcheck():
     x, b = (_t(a).requires_grad_() for a in _data(17, (6, 2), (6, 2)))
     g = torch.tensor([0.8], dtype=F64, requires_grad=True)
@@ -405,8 +435,13 @@ def test_backends_and_options():
                     rec_multVar_highdim=False, use_fast_math=False)
     ref = gen(x, y, b, g)
     check_same(gen(x, y, b, g, backend="CPU", device_id=-1), ref)
-    with pytest.raises(NotImplementedError, match="CUDA"):
-        gen(x, y, b, g, backend="GPU")
+    if not tessel.cuda_available():
+        # backend="GPU" is tessel's CUDA backend: without a usable GPU, the core's clear error.
+        for backend in ("GPU", "GPU_1D", "GPU_2D_host"):
+            with pytest.raises(ValueError, match="CUDA is not usable"):
+                gen(x, y, b, g, backend=backend)
+    else:
+        check_same(gen(x, y, b, g, backend="GPU").cpu(), ref)
     with pytest.raises(ValueError, match="invalid backend"):
         gen(x, y, b, g, backend="TPU")
     out = torch.empty(6, 2, dtype=F64)
@@ -437,7 +472,7 @@ def test_install_registers_and_restores_modules():
         from pykeops.torch.cluster import grid_cluster
         assert tessel.compat.installed()
         assert pykeops.__name__ == "tessel.compat.pykeops" and pykeops.__version__.startswith("2.")
-        assert pykeops.config.gpu_available is False
+        assert pykeops.config.gpu_available is tessel.cuda_available()
         assert pykeops.torch.Genred is tk.Genred and grid_cluster is tkc.grid_cluster
         assert pykeops.numpy.cluster is tnc
         assert importlib.import_module("pykeops.torch.lazytensor.LazyTensor").Vi is tk.Vi

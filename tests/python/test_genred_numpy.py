@@ -331,7 +331,7 @@ def test_bad_dtypes_and_types():
     g = gauss_genred()
     with pytest.raises(ValueError, match="dtype float64 but input 0 has float32"):
         g(x.astype(np.float32), y, b, gam)
-    with pytest.raises(ValueError, match="input 0 .*int64"):
+    with pytest.raises(TypeError, match="argument 0 has dtype int64; expected float32 or float64"):
         g(x.astype(np.int64), y, b, gam)
     with pytest.raises((TypeError, ValueError)):
         g(x.astype(np.int32), y, b, gam)
@@ -345,11 +345,11 @@ def test_bad_dtypes_and_types():
 
 def test_bad_construction():
     case = CASES["gauss"]
-    with pytest.raises(ValueError, match="reduction_op 'Mean' is not one of"):
+    with pytest.raises(ValueError, match="reduction_op 'Mean': unknown reduction 'Mean'; expected one of Sum, "):
         Genred(case.formula, case.aliases, "Mean")
     with pytest.raises(ValueError, match="KMin needs opt_arg"):
         Genred(case.formula, case.aliases, "KMin")
-    with pytest.raises(ValueError, match="ArgKMin needs opt_arg"):
+    with pytest.raises(ValueError, match=r"opt_arg \(the K of ArgKMin\) must be in .* got 0"):
         Genred(case.formula, case.aliases, "ArgKMin", opt_arg=0)
     with pytest.raises(ValueError, match="opt_arg is only used"):
         Genred(case.formula, case.aliases, "Sum", opt_arg=3)

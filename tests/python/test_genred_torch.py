@@ -376,8 +376,10 @@ def test_bad_inputs():
         make("KMin")(x, y[:3], b[:3], gam)
     with pytest.raises(ValueError, match="KMin_ArgKMin needs opt_arg"):
         Genred(GAUSS.formula, GAUSS.aliases, "KMin_ArgKMin")
-    with pytest.raises(ValueError, match="not one of"):
-        Genred(GAUSS.formula, GAUSS.aliases, "SoftMax")
+    with pytest.raises(ValueError, match="unknown reduction 'Softmax'"):
+        Genred(GAUSS.formula, GAUSS.aliases, "Softmax")
+    with pytest.raises(TypeError, match="Genred: reduction_op must be a string"):
+        Genred(GAUSS.formula, GAUSS.aliases, None)
     with pytest.raises(ValueError, match=r"unknown name 'Q' at column 9"):
         Genred("SqDist(X,Q)*B", GAUSS.aliases)
 

@@ -376,8 +376,10 @@ def test_errors():
         Vi(np.ones((3, 2), dtype=np.int64))
     with pytest.raises(TypeError, match="dtypes"):
         Vi(x).sqdist(Vj(y.astype(np.float32))).sum(axis=1)
-    with pytest.raises(ValueError, match="b must be"):
+    with pytest.raises(ValueError, match="rows"):  # a 25 x 30 kernel matrix
         (Vi(x) - Vj(y)).sqnorm2().solve(Vi(DATA["a"]), alpha=0.1)
+    with pytest.raises(ValueError, match="one i- or j-variable"):
+        (Vi(x) - Vj(x)).sqnorm2().solve(Vi(x).sqnorm2(), alpha=0.1)
     with pytest.raises(ValueError, match="dim 1"):
         (Vi(x) - Vj(y)) @ y
     with pytest.raises(ValueError, match="axis"):

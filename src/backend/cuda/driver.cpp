@@ -200,6 +200,8 @@ std::string cuda_status() {
   return s;
 }
 
+bool cuda_available() { return cuda_info().usable && !cuda_info().devices.empty(); }
+
 const CudaDevice& cuda_device(int device, const char* who) {
   const CudaInfo& i = cuda_info();
   if (!i.usable) detail::fail(who, "CUDA is not usable: ", i.problem);

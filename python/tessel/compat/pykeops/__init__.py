@@ -3,8 +3,8 @@
 It can also be imported directly: `import tessel.compat.pykeops as pykeops`. Submodules: torch
 and numpy (Genred, generic_sum / generic_logsumexp / generic_argmin / generic_argkmin,
 KernelSolve, LazyTensor, Vi, Vj, Pm, and their cluster helpers), config.
-Everything runs on tessel's CPU backend (block-sparse `ranges` included, without batch dims); the
-GPU backends raise NotImplementedError.
+Reductions run on tessel's CPU backend, or on its CUDA backend for CUDA tensors and the "GPU*"
+backends (block-sparse `ranges` included, without batch dims).
 """
 import importlib
 
@@ -55,13 +55,14 @@ def clean_pykeops(recompile_jit_binaries=True):
 
 
 def show_cuda_status(force_print=False):
-    print("tessel: no CUDA backend yet; reductions run on the CPU")
+    print("tessel CUDA: " + importlib.import_module("tessel._core").cuda_status())
 
 
 def check_health():
-    print(f"pykeops API {__version__} on tessel {tessel_version}: CPU backend, SIMD "
+    print(f"pykeops API {__version__} on tessel {tessel_version}: CPU SIMD "
           f"{importlib.import_module('tessel').simd_level()}, kernel cache "
           f"{get_build_folder()}")
+    show_cuda_status()
     for name in ("numpy", "torch"):
         if getattr(config, f"{name}_found"):
             globals()[f"test_{name}_bindings"]()

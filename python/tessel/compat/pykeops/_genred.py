@@ -1,28 +1,13 @@
 """pykeops-style Genred, KernelSolve and generic_* shared by the NumPy and PyTorch front ends."""
 import math
-import re
 
 from ... import _core
+from ..._genred import alias_index, read_aliases, reduction_name
 
-__all__ = ["GenredBase", "KernelSolveBase", "parse_alias", "check_backend", "make_generic_ops"]
+__all__ = ["GenredBase", "KernelSolveBase", "check_backend", "make_generic_ops"]
 
-_CATEGORY = {"Vi": 0, "Vx": 0, "Vj": 1, "Vy": 1, "Pm": 2}
 _CAT_TEXT = ("Vi", "Vj", "Pm")
-_ALIAS = re.compile(r"^\s*(?:(?P<name>[A-Za-z_]\w*)\s*=\s*)?(?P<kind>Vi|Vj|Pm|Vx|Vy)\s*\(\s*"
-                    r"(?:(?P<pos>\d+)\s*,\s*)?(?P<dim>\d+)\s*\)\s*$")
-_VAR_ALIAS = re.compile(r"^\s*(?:(?P<name>[A-Za-z_]\w*)\s*=\s*)?Var\s*\(\s*(?P<pos>\d+)\s*,\s*"
-                        r"(?P<dim>\d+)\s*,\s*(?P<cat>\d+)\s*\)\s*$")
-_VAR_REF = re.compile(r"\bVar\s*\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)")
 
-# KeOps reduction names -> tessel's. The KeOps-internal Max_SumShiftExp* reductions are not offered.
-_REDUCTIONS = {
-    "Sum": "Sum", "Min": "Min", "Max": "Max", "ArgMin": "ArgMin", "ArgMax": "ArgMax",
-    "Min_ArgMin": "Min_ArgMin", "MinArgMin": "Min_ArgMin", "Max_ArgMax": "Max_ArgMax",
-    "MaxArgMax": "Max_ArgMax", "KMin": "KMin", "ArgKMin": "ArgKMin",
-    "KMin_ArgKMin": "KMin_ArgKMin", "KMinArgKMin": "KMin_ArgKMin", "LogSumExp": "LogSumExp",
-    "LogSumExpWeight": "LogSumExp", "SumSoftMaxWeight": "SumSoftMaxWeight",
-    "SoftMax": "SumSoftMaxWeight",
-}
 _SUM_LIKE = ("Sum", "LogSumExp", "SumSoftMaxWeight")
 _K_REDUCTIONS = ("KMin", "ArgKMin", "KMin_ArgKMin")
 _CPU_BACKENDS = {"auto": None, "CPU": None, "compiled": "compiled", "interpreter": "interpreter"}
@@ -30,62 +15,36 @@ _GPU_BACKENDS = ("GPU", "GPU_1D", "GPU_2D", "GPU_1D_device", "GPU_1D_host", "GPU
                  "GPU_2D_host")
 
 
-def parse_alias(text, position=None, who="Genred"):
-    """(name or None, category 0/1/2, dim, position) of "x = Vi(3)", "x = Vi(0,3)", "Vi(0,3)",
-    "Vi(3)" or "Var(0,3,0)"; the position defaults to `position` (the place in the list)."""
-    if not isinstance(text, str):
-        raise TypeError(f"{who}: aliases must be strings such as 'x = Vi(3)', got {text!r}")
-    m = _ALIAS.match(text)
-    if m:
-        cat, dim = _CATEGORY[m["kind"]], int(m["dim"])
-        pos = int(m["pos"]) if m["pos"] is not None else position
-    else:
-        m = _VAR_ALIAS.match(text)
-        if not m or int(m["cat"]) not in (0, 1, 2):
-            raise ValueError(f"{who}: alias {text!r} is not of the form 'x = Vi(dim)', "
-                             "'x = Vi(pos, dim)', 'Vi(pos, dim)' or 'Var(pos, dim, cat)' (with Vi, "
-                             "Vj or Pm, cat 0, 1 or 2)")
-        cat, dim, pos = int(m["cat"]), int(m["dim"]), int(m["pos"])
-    if pos is None:
-        raise ValueError(f"{who}: alias {text!r} does not say its position")
-    if dim < 1:
-        raise ValueError(f"{who}: alias {text!r} has dim {dim}; dims must be >= 1")
-    return m["name"], cat, dim, pos
-
-
 def complete_aliases(formulas, aliases, who):
-    """[(name, cat, dim, pos)] for the aliases plus the Var(pos,dim,cat) of the formulas that no
-    alias declares, as pykeops counts its arguments."""
-    parsed = [parse_alias(a, k, who) for k, a in enumerate(aliases)]
-    known = {p[3] for p in parsed}
+    """The aliases followed by "Var(index,dim,cat)" for each variable that the formulas name as
+    Var(...) and no alias declares: pykeops counts those among the call's arguments too, even
+    when simplification removes them from the formula."""
+    declared = read_aliases(aliases, who)
+    known = {index for _, index, _, _ in declared}
+    extra = []
     for f in formulas:
         if f is None:
             continue
-        for pos, dim, cat in _VAR_REF.findall(f):
-            pos, dim, cat = int(pos), int(dim), int(cat)
-            if pos not in known:
-                known.add(pos)
-                parsed.append((None, cat, dim, pos))
-    return parsed
-
-
-def tessel_aliases(parsed):
-    """Aliases for tessel's parser: explicit positions; unnamed ones get a name no formula uses,
-    so that every declared variable is an argument of the call."""
-    out = []
-    for name, cat, dim, pos in parsed:
-        out.append(f"{name or f'_tessel_arg{pos}'} = {_CAT_TEXT[cat]}({pos},{dim})")
-    return out
+        try:
+            named = _core.named_variables(f, list(aliases))
+        except ValueError as e:
+            raise ValueError(f"{who}: {e}") from None
+        for index, dim, cat in named:
+            if index not in known:
+                known.add(index)
+                extra.append(f"Var({index},{dim},{cat})")
+    return list(aliases) + extra
 
 
 def check_backend(backend, who):
-    """tessel's backend option for a pykeops backend string (None: tessel's default)."""
+    """tessel's backend option for a pykeops backend string (None: tessel's default, which runs
+    on the GPU of CUDA arrays and on the CPU otherwise). Every GPU backend is tessel's CUDA
+    backend (host arrays are copied to the GPU, as pykeops's "_host" schemes do); without a usable
+    GPU the reduction raises the core's "CUDA is not usable: <why>" error."""
     if backend in _CPU_BACKENDS:
         return _CPU_BACKENDS[backend]
     if backend in _GPU_BACKENDS:
-        raise NotImplementedError(f"{who}: backend {backend!r} needs the CUDA backend, which "
-                                  "tessel does not have yet; use backend='CPU' or 'auto' (tessel "
-                                  "runs on the CPU)")
+        return "cuda"
     raise ValueError(f"{who}: invalid backend {backend!r}; expected one of 'auto', 'CPU', "
                      + ", ".join(repr(b) for b in _GPU_BACKENDS))
 
@@ -132,15 +91,16 @@ class GenredBase:
                  sum_scheme="auto", enable_chunks=True, rec_multVar_highdim=False,
                  use_fast_math=True):
         who = self._who
+        read_aliases(aliases, who)
         self._init_args = dict(formula=formula, aliases=list(aliases), reduction_op=reduction_op,
                                axis=axis, opt_arg=opt_arg, formula2=formula2,
                                dtype_acc=dtype_acc, use_double_acc=use_double_acc,
                                sum_scheme=sum_scheme)
-        if reduction_op not in _REDUCTIONS:
-            raise NotImplementedError(
-                f"{who}: reduction_op {reduction_op!r} is not supported by tessel; supported: "
-                + ", ".join(sorted(_REDUCTIONS)))
-        op = _REDUCTIONS[reduction_op]
+        try:  # the core's table of reductions and their KeOps spellings
+            op = reduction_name(reduction_op, who)
+        except ValueError as e:
+            raise NotImplementedError(f"{e} (the KeOps-internal Max_SumShiftExp* reductions are "
+                                      "not offered)") from None
         if reduction_op == "LogSumExpWeight" and not formula2:
             raise ValueError(f"{who}: LogSumExpWeight needs a weight formula (formula2)")
         if axis not in (0, 1):
@@ -151,12 +111,10 @@ class GenredBase:
         self.reduction_op, self.axis, self.opt_arg = reduction_op, axis, opt_arg
         self.formula, self.formula2 = formula, formula2
         options = accumulation_options(op, dtype_acc, use_double_acc, sum_scheme, who)
-        parsed = complete_aliases([formula, formula2], list(aliases), who)
-        self.aliases = [a for a in aliases] + [f"Var({p},{d},{c})" for n, c, d, p in
-                                                parsed[len(aliases):]]
-        self.nargs = len(parsed)
-        self._parsed = parsed
-        names = tessel_aliases(parsed)
+        self.aliases = complete_aliases([formula, formula2], aliases, who)
+        self._parsed = read_aliases(self.aliases, who)  # [(name, index, dim, cat)]
+        self.nargs = len(self._parsed)
+        names = self.aliases
         k = opt_arg if op in _K_REDUCTIONS else None
         if op not in _K_REDUCTIONS and opt_arg:
             raise ValueError(f"{who}: opt_arg is only used by the KMin, ArgKMin and KMin_ArgKMin "
@@ -177,7 +135,7 @@ class GenredBase:
         self._size_from = {}
         for cat, key in ((0, "ni"), (1, "nj")):
             if cat not in used:
-                self._size_from[key] = next((p for _, c, _, p in parsed if c == cat), None)
+                self._size_from[key] = next((p for _, p, _, c in self._parsed if c == cat), None)
 
     # -- library hooks -------------------------------------------------------------------------
     def _stack(self, arrays):
@@ -238,6 +196,7 @@ class KernelSolveBase:
     def __init__(self, formula, aliases, varinvalias, axis=0, dtype_acc="auto",
                  use_double_acc=False, sum_scheme="auto", enable_chunks=True,
                  rec_multVar_highdim=None, dtype=None, cuda_type=None, use_fast_math=True):
+        read_aliases(aliases, self._who)
         self._init_args = dict(formula=formula, aliases=list(aliases), varinvalias=varinvalias,
                                axis=axis, dtype_acc=dtype_acc, use_double_acc=use_double_acc,
                                sum_scheme=sum_scheme)
@@ -245,19 +204,15 @@ class KernelSolveBase:
                                          dtype_acc=dtype_acc, use_double_acc=use_double_acc,
                                          sum_scheme=sum_scheme)
         self.formula, self.aliases, self.axis = formula, self.genred.aliases, axis
-        parsed = self.genred._parsed
-        if varinvalias.strip().startswith("Var("):
-            m = _VAR_REF.match(varinvalias.strip())
-            if not m:
-                raise ValueError(f"{self._who}: cannot read the variable {varinvalias!r}")
-            pos = int(m.group(1))
-            found = [p for p in parsed if p[3] == pos]
-        else:
-            found = [p for p in parsed if p[0] == varinvalias.strip()]
+        if not isinstance(varinvalias, str):
+            raise TypeError(f"{self._who}: varinvalias must be an alias name or 'Var(index,dim,"
+                            f"cat)', got {type(varinvalias).__name__}")
+        pos = alias_index(self.aliases, varinvalias, self._who)
+        found = [p for p in self.genred._parsed if p[1] == pos]
         if not found:
             raise ValueError(f"{self._who}: {varinvalias!r} is not one of the aliases "
                              f"{self.aliases}")
-        _, cat, dim, pos = found[0]
+        _, _, dim, cat = found[0]
         if cat != axis:
             raise ValueError(f"{self._who}: the unknown {varinvalias!r} is a {_CAT_TEXT[cat]} "
                              f"variable, but axis={axis} reduces over "
@@ -297,25 +252,40 @@ def make_generic_ops(Genred):
     """generic_sum / generic_logsumexp / generic_argmin / generic_argkmin for a Genred class."""
 
     def _axis(output, who):
-        _, cat, dim, _ = parse_alias(output, 0, who)
+        if not isinstance(output, str):
+            raise TypeError(f"{who}: the output must be an alias string such as 'a = Vi(3)', got "
+                            f"{type(output).__name__}")
+        (_, _, dim, cat), = read_aliases([output], who)
         if cat == 2:
             raise ValueError(f"{who}: the output {output!r} must be a Vi or Vj variable")
         return 1 - cat, dim
 
+    def _checked(g, output, dim, who):
+        """pykeops ignores a wrong output dim; tessel says so rather than return another shape."""
+        have = g._genreds[0]._spec.reduction.output_dim(0)
+        if dim != have:
+            raise ValueError(f"{who}: the output {output!r} declares dim {dim} but the formula "
+                             f"{g.formula!r} gives dim {have}")
+        return g
+
     def generic_sum(formula, output, *aliases, **kwargs):
-        """Genred with a Sum reduction; `output` ("a = Vi(dim)") says the output's category."""
-        axis, _ = _axis(output, "generic_sum")
-        return Genred(formula, list(aliases), reduction_op="Sum", axis=axis, **kwargs)
+        """Genred with a Sum reduction; `output` ("a = Vi(dim)") says the output's category and
+        dim (which must be the formula's)."""
+        axis, dim = _axis(output, "generic_sum")
+        g = Genred(formula, list(aliases), reduction_op="Sum", axis=axis, **kwargs)
+        return _checked(g, output, dim, "generic_sum")
 
     def generic_logsumexp(formula, output, *aliases, **kwargs):
         """Genred with a LogSumExp reduction; `output` is "a = Vi(1)" or "a = Vj(1)"."""
-        axis, _ = _axis(output, "generic_logsumexp")
-        return Genred(formula, list(aliases), reduction_op="LogSumExp", axis=axis, **kwargs)
+        axis, dim = _axis(output, "generic_logsumexp")
+        g = Genred(formula, list(aliases), reduction_op="LogSumExp", axis=axis, **kwargs)
+        return _checked(g, output, dim, "generic_logsumexp")
 
     def generic_argmin(formula, output, *aliases, **kwargs):
         """Genred with an ArgMin reduction (int64 indices)."""
-        axis, _ = _axis(output, "generic_argmin")
-        return Genred(formula, list(aliases), reduction_op="ArgMin", axis=axis, **kwargs)
+        axis, dim = _axis(output, "generic_argmin")
+        g = Genred(formula, list(aliases), reduction_op="ArgMin", axis=axis, **kwargs)
+        return _checked(g, output, dim, "generic_argmin")
 
     def generic_argkmin(formula, output, *aliases, **kwargs):
         """Genred with an ArgKMin reduction; K is the dim of `output` ("a = Vi(K)")."""

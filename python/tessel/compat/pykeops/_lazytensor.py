@@ -344,15 +344,16 @@ class GenericLazyTensor:
     def T(self):
         return self.t()
 
-    def __matmul__(self, v):
-        """K @ v = sum_j K_ij v_j for K with D = 1 and v of shape (M,), (M, E) or (B..., M, E)."""
+    def __matmul__(self, v, **kwargs):
+        """K @ v = sum_j K_ij v_j for K with D = 1 and v of shape (M,), (M, E) or (B..., M, E);
+        `K.__matmul__(v, **options)` passes the reduction's options (backend, out, ...)."""
         if isinstance(v, GenericLazyTensor) or _tl._backend_of(v) != self._library:
             return NotImplemented
         if self.ndim != 1:
             raise ValueError("The 'K @ v' syntax is only supported for LazyTensors 'K' whose "
                              f"trailing dimension is equal to 1. Here, K.shape = {self.shape}.")
         prod = self * type(self)(v, axis=1)
-        out = prod._reduction("Sum", axis=prod.nbatchdims + 1, who="__matmul__")
+        out = prod._reduction("Sum", axis=prod.nbatchdims + 1, who="__matmul__", **kwargs)
         return out.reshape(-1) if v.ndim == 1 else out
 
     def matvec(self, v):

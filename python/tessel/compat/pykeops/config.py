@@ -1,13 +1,13 @@
-"""pykeops.config on tessel: what the layer runs on (the CPU; no CUDA backend yet)."""
+"""pykeops.config on tessel: what the layer runs on (CPU threads; CUDA when a GPU is usable)."""
 import importlib.util
 
 from ... import _core
 
 numpy_found = importlib.util.find_spec("numpy") is not None
 torch_found = importlib.util.find_spec("torch") is not None
-gpu_available = False   # tessel has no CUDA backend yet: every reduction runs on the CPU
-use_cuda = False
-cuda_available = False
+gpu_available = _core.cuda_available()  # a CUDA driver and at least one GPU
+use_cuda = gpu_available
+cuda_available = gpu_available
 use_OpenMP = True       # tessel's CPU kernels are multi-threaded
 
 
@@ -17,4 +17,4 @@ def get_build_folder():
 
 
 def get_use_cuda():
-    return False
+    return use_cuda

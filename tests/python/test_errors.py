@@ -1,0 +1,149 @@
+"""Bad arguments to the Python front ends: a TypeError or ValueError that names the function, the
+argument and what was expected; never nanobind's "incompatible function arguments" or a crash."""
+import re
+
+import numpy as np
+import pytest
+import torch
+
+import tessel
+import tessel.numpy as tn
+import tessel.torch as tt
+from tessel.compat.pykeops import numpy as pkn
+from tessel.compat.pykeops import torch as pkt
+
+FORMULA = "Exp(-SqDist(X,Y))*B"
+ALIASES = ["X = Vi(3)", "Y = Vj(3)", "B = Vj(2)"]
+
+
+def args(lib="numpy", n=5, m=4):
+    rng = np.random.default_rng(0)
+    a = [rng.random((n, 3)), rng.random((m, 3)), rng.random((m, 2))]
+    return a if lib == "numpy" else [torch.from_numpy(x) for x in a]
+
+
+FRONTS = [pytest.param(tn, "numpy", id="numpy"), pytest.param(tt, "torch", id="torch")]
+
+
+@pytest.mark.parametrize("front,lib", FRONTS)
+def test_axis_must_be_the_integer_0_or_1(front, lib):
+    with pytest.raises(TypeError, match=r"Genred: axis .* must be an integer, got float 1\.0"):
+        front.Genred(FORMULA, ALIASES, axis=1.0)
+    with pytest.raises(TypeError, match="Genred: axis .* must be an integer, got bool"):
+        front.Genred(FORMULA, ALIASES, axis=True)
+    with pytest.raises(ValueError, match=r"Genred: axis .* must be in \[0, 1\], got 2"):
+        front.Genred(FORMULA, ALIASES, axis=2)
+
+
+@pytest.mark.parametrize("front,lib", FRONTS)
+def test_sizes_must_be_non_negative_integers(front, lib):
+    g = front.Genred("B", ["B = Vj(2)"], axis=1)
+    b = args(lib)[2]
+    with pytest.raises(TypeError, match=r"Genred: ni \(the number of i rows\) must be an integer, "
+                                        "got str '3'"):
+        g(b, ni="3")
+    with pytest.raises(TypeError, match="Genred: ni .* must be an integer, got float"):
+        g(b, ni=3.0)
+    with pytest.raises(ValueError, match=r"Genred: ni .* must be in \[0, \d+\], got -5"):
+        g(b, ni=-5)
+    with pytest.raises(ValueError, match=r"Genred: nj .* must be in \[0, \d+\], got -1"):
+        g(b, nj=-1)
+    with pytest.raises(ValueError, match="Genred: ni .* got 9223372036854775808"):
+        g(b, ni=2**63)
+    assert g(b, ni=3).shape == (3, 2)  # the rows come from ni when no i-variable says them
+
+
+@pytest.mark.parametrize("front,lib", FRONTS)
+def test_a_missing_size_names_the_python_option(front, lib):
+    with pytest.raises(ValueError, match="no Vi input; pass their number as ni") as e:
+        front.Genred("B", ["B = Vj(2)"], axis=1)(args(lib)[2])
+    assert "Sizes" not in str(e.value)
+
+
+@pytest.mark.parametrize("front,lib", FRONTS)
+def test_k_must_fit_in_an_int(front, lib):
+    with pytest.raises(ValueError, match=r"Genred: opt_arg \(the K of KMin\) must be in "
+                                         r"\[1, 2147483647\], got 2147483648"):
+        front.Genred("SqDist(X,Y)", ALIASES, "KMin", opt_arg=2**31)
+    with pytest.raises(TypeError, match="Genred: opt_arg .* must be an integer, got float"):
+        front.Genred("SqDist(X,Y)", ALIASES, "KMin", opt_arg=2.0)
+
+
+def test_object_and_integer_arrays_are_type_errors():
+    g = tn.Genred(FORMULA, ALIASES, axis=1)
+    x, y, b = args()
+    with pytest.raises(TypeError, match="Genred: argument 0 has dtype object; expected float32 or "
+                                        "float64"):
+        g(x.astype(object), y, b)
+    with pytest.raises(TypeError, match="Genred: argument 2 has dtype int32"):
+        g(x, y, b.astype(np.int32))
+    with pytest.raises(TypeError, match="KernelSolve: the arrays have dtypes float64, object"):
+        tn.KernelSolve(FORMULA, ALIASES, "B")(x, x.astype(object), b)
+
+
+@pytest.mark.parametrize("make", [
+    lambda al: tn.Genred(FORMULA, al), lambda al: tt.Genred(FORMULA, al),
+    lambda al: tt.KernelSolve(FORMULA, al, "B"), lambda al: tn.KernelSolve(FORMULA, al, "B"),
+    lambda al: pkt.Genred(FORMULA, al), lambda al: pkn.Genred(FORMULA, al),
+    lambda al: pkt.KernelSolve(FORMULA, al, "B", axis=1)],
+    ids=["numpy", "torch", "torch_solve", "numpy_solve", "pk_torch", "pk_numpy", "pk_solve"])
+def test_aliases_must_be_a_list_of_strings(make):
+    with pytest.raises(TypeError, match=r"(Genred|KernelSolve): aliases must be a list of strings "
+                                        "such as .* got NoneType"):
+        make(None)
+    with pytest.raises(TypeError, match="aliases must be a list of strings .* got str"):
+        make("X = Vi(3)")
+    with pytest.raises(TypeError, match=r"aliases\[1\] must be a string .* got int"):
+        make(["X = Vi(3)", 3])
+    with pytest.raises(ValueError, match=r"(Genred|KernelSolve): in aliases\[1\]: expected Vi, Vj, "
+                                         "Pm, Var, Vx or Vy, found 'Vq'"):
+        make(["X = Vi(3)", "Y = Vq(3)", "B = Vj(2)"])
+
+
+def test_one_alias_parser_everywhere():
+    """The forms the core reads (Vx/Vy, unnamed, Var(...)) are read by every front end alike."""
+    x, y, b = args("torch", 6, 6)
+    old = ["X = Vx(3)", "Y = Vy(3)", "B = Vy(2)"]
+    ref = tt.Genred(FORMULA, ALIASES, axis=1)(x, y, b)
+    torch.testing.assert_close(tt.Genred(FORMULA, old, axis=1)(x, y, b), ref)
+    torch.testing.assert_close(
+        tt.Genred("Exp(-SqDist(X,Var(1,3,1)))*B", ["X = Vi(3)", "Vj(1,3)", "B = Var(2,2,1)"],
+                  axis=1)(x, y, b), ref)
+    torch.testing.assert_close(pkt.Genred(FORMULA, old, axis=1)(x, y, b), ref)
+    sol = tt.KernelSolve(FORMULA, old, "B")(x, x, b, alpha=0.5)
+    torch.testing.assert_close(pkt.KernelSolve(FORMULA, old, "B", axis=1)(x, x, b, alpha=0.5,
+                                                                         eps=1e-12), sol)
+    torch.testing.assert_close(tt.KernelSolve(FORMULA, old, "Var(2,2,1)")(x, x, b, alpha=0.5),
+                               sol)
+    with pytest.raises(ValueError, match="KernelSolve: 'C' is neither one of the alias names "
+                                         r"\['X', 'Y', 'B'\]"):
+        tt.KernelSolve(FORMULA, ALIASES, "C")
+    with pytest.raises(ValueError, match="does not occur in the formula"):
+        tt.KernelSolve(FORMULA, ALIASES, "Vj(7,2)")
+
+
+def test_generic_sum_checks_the_output_dim():
+    """pykeops ignores the output alias's dim (and returns another shape); tessel says so."""
+    with pytest.raises(ValueError, match=re.escape("generic_sum: the output 'a = Vi(2)' declares "
+                                                   "dim 2 but the formula 'SqDist(x,y)' gives "
+                                                   "dim 1")):
+        pkt.generic_sum("SqDist(x,y)", "a = Vi(2)", "x = Vi(3)", "y = Vj(3)")
+    with pytest.raises(ValueError, match="generic_logsumexp: .* declares dim 3"):
+        pkn.generic_logsumexp("-SqDist(x,y)", "a = Vj(3)", "x = Vi(3)", "y = Vj(3)")
+    with pytest.raises(ValueError, match="generic_argmin: .* declares dim 1 .* gives dim 3"):
+        pkt.generic_argmin("x-y", "a = Vi(1)", "x = Vi(3)", "y = Vj(3)")
+    with pytest.raises(TypeError, match="generic_sum: the output must be an alias string"):
+        pkt.generic_sum("SqDist(x,y)", None, "x = Vi(3)", "y = Vj(3)")
+    x, y = args("torch")[:2]
+    out = pkt.generic_sum("SqDist(x,y)", "a = Vi(1)", "x = Vi(3)", "y = Vj(3)")(x, y)
+    assert out.shape == (5, 1)
+
+
+def test_gpu_backend_without_a_gpu_is_the_cores_clear_error():
+    if tessel.cuda_available():
+        pytest.skip("this machine has a usable GPU")
+    x, y, b = args("torch")
+    with pytest.raises(ValueError, match="CUDA is not usable: "):
+        pkt.Genred(FORMULA, ALIASES, axis=1)(x, y, b, backend="GPU")
+    with pytest.raises(ValueError, match="CUDA is not usable: "):
+        tt.Genred(FORMULA, ALIASES, axis=1)(x, y, b, backend="cuda")
