@@ -89,19 +89,24 @@ struct Gen {
     if (r.weight.valid()) wv = emit_formula(r.weight, var_name, memo);
   }
 
+  // Block summation: float runs of kSumBlockLaneTerms terms per lane, each folded into a double
+  // accumulator, so the error bound does not depend on the vector width (README, "Accuracy").
+  bool block_sum() const {
+    return r.op == ReductionOp::Sum && spec.scheme == SumScheme::Block && !spec.acc_f64;
+  }
+
   string acc(const char* what, int row, int c) const {
     return string(what) + "_" + to_string(row) + "_" + to_string(c);
   }
 
   string declarations() const {
     string s;
-    const char* acc_t = spec.acc_f64 ? "VD" : "V";
+    const char* acc_t = spec.acc_f64 || block_sum() ? "VD" : "V";
     for (int row = 0; row < R; ++row) {
       if (r.op == ReductionOp::Sum) {
         for (int c = 0; c < D; ++c) {
           s += "    " + string(acc_t) + " " + acc("acc", row, c) + " = {};\n";
-          if (spec.scheme == SumScheme::Block && !spec.acc_f64)
-            s += "    V " + acc("blk", row, c) + " = {};\n";
+          if (block_sum()) s += "    V " + acc("blk", row, c) + " = {};\n";
           if (spec.scheme == SumScheme::Kahan && !spec.acc_f64)
             s += "    V " + acc("cmp", row, c) + " = {};\n";
         }
@@ -138,13 +143,13 @@ struct Gen {
     if (r.op == ReductionOp::Sum) {
       for (int c = 0; c < D; ++c) {
         const string v = masked(f[c].s, "bc(0.0)");
-        if (spec.acc_f64) {
+        if (spec.acc_f64 || (block_sum() && tail)) {
           s += "    " + acc("acc", row, c) + " += __builtin_convertvector(" + v + ", VD);\n";
         } else if (spec.scheme == SumScheme::Kahan) {
           s += "    { V y_ = " + v + " - " + acc("cmp", row, c) + "; V t_ = " + acc("acc", row, c) +
                " + y_; " + acc("cmp", row, c) + " = (t_ - " + acc("acc", row, c) + ") - y_; " +
                acc("acc", row, c) + " = t_; }\n";
-        } else if (spec.scheme == SumScheme::Block && !tail) {
+        } else if (block_sum()) {
           s += "    " + acc("blk", row, c) + " += " + v + ";\n";
         } else {
           s += "    " + acc("acc", row, c) + " += " + v + ";\n";
@@ -231,7 +236,7 @@ struct Gen {
     if (r.op == ReductionOp::Sum) {
       for (int c = 0; c < D; ++c)
         s += "      out0[" + out_row + " * " + to_string(D) + " + " + to_string(c) + "] = (T)" +
-             (spec.acc_f64 ? "hsum_d(" : "hsum(") + acc("acc", row, c) + ");\n";
+             (spec.acc_f64 || block_sum() ? "hsum_d(" : "hsum(") + acc("acc", row, c) + ");\n";
     } else if (is_minmax(r.op)) {
       const bool arg_only = r.op == ReductionOp::ArgMin || r.op == ReductionOp::ArgMax;
       const bool both = r.op == ReductionOp::MinArgMin || r.op == ReductionOp::MaxArgMax;
@@ -351,7 +356,8 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
       "\n";
   s += "#define TESSEL_F64 " + to_string(spec.f64 ? 1 : 0) + "\n";
   s += "#define TESSEL_VBYTES " + to_string(spec.vbytes) + "\n";
-  const int blk_tiles = std::max(1, 1024 / g.W);  // ~1024 terms per block: sums and softmax maxima
+  // Tiles per block: the block sum's run length per lane, else ~1024 terms (softmax maxima).
+  const int blk_tiles = g.block_sum() ? kSumBlockLaneTerms : std::max(1, 1024 / g.W);
   s += "#define BLK " + to_string(blk_tiles) + "\n";
   s += cpu_prelude();
   s += kKernelSupport;
@@ -389,7 +395,6 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
   s += "    if (js % W || (ts == tl && je % W)) {\n    const i64 t = ts;\n";
   s += "    const VI valid = (lane_ >= (TI)(js - t * W)) & (lane_ < (TI)(je - t * W));\n";
   s += tile_setup + g.tile_body(true) + "    ++ts;\n    }\n";
-  const bool block = r.op == ReductionOp::Sum && spec.scheme == SumScheme::Block && !spec.acc_f64;
   s += "    for (i64 tb = ts; tb < tf; tb += " + to_string(blk_tiles) + ") {\n";
   s += "      const i64 te = tb + " + to_string(blk_tiles) + " < tf ? tb + " +
        to_string(blk_tiles) + " : tf;\n";
@@ -400,11 +405,11 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
   s += g.tile_body(false);
   s += "      }\n";
   if (is_softmax(r.op)) s += g.block_end();
-  if (block)
+  if (g.block_sum())
     for (int row = 0; row < g.R; ++row)
       for (int c = 0; c < g.D; ++c)
-        s += "      " + g.acc("acc", row, c) + " += " + g.acc("blk", row, c) + "; " +
-             g.acc("blk", row, c) + " = (V){};\n";
+        s += "      " + g.acc("acc", row, c) + " += __builtin_convertvector(" +
+             g.acc("blk", row, c) + ", VD); " + g.acc("blk", row, c) + " = (V){};\n";
   s += "    }\n";
   s += "    if (je % W && tf >= ts) {\n    const i64 t = tf;\n";
   s += "    const VI valid = lane_ < (TI)(je - t * W);\n";
