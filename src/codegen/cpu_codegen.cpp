@@ -126,8 +126,8 @@ struct Gen {
         for (int c = 0; c < WD; ++c)
           s += "    V wb_" + to_string(row) + "_" + to_string(c) + "[BLK];\n";
         s += "    V " + acc("mv", row, 0) + " = bc(-__builtin_inf());\n";
-        for (int c = 0; c < std::max(WD, 1); ++c) s += "    V " + acc("sv", row, c) + " = {};\n";
-        if (r.op == ReductionOp::SumSoftMaxWeight) s += "    V " + acc("ss", row, 0) + " = {};\n";
+        for (const string& n : softmax_sums(row))
+          s += "    V " + n + " = {}; VD " + n + "d = {};\n";
       }
     }
     return s;
@@ -202,8 +202,8 @@ struct Gen {
     const string R_ = to_string(row), mv = acc("mv", row, 0);
     string s = "      { const V sc_ = " + mv + " == bc(-__builtin_inf()) ? bc(0.0) : v_exp(" + mv +
                " - bm_" + R_ + ");";
-    for (int c = 0; c < std::max(WD, 1); ++c) s += " " + acc("sv", row, c) + " *= sc_;";
-    if (r.op == ReductionOp::SumSoftMaxWeight) s += " " + acc("ss", row, 0) + " *= sc_;";
+    for (const string& n : softmax_sums(row))
+      s += " " + n + " *= sc_; " + n + "d *= __builtin_convertvector(sc_, VD);";
     return s + " " + mv + " = bm_" + R_ + "; }\n";
   }
   template <class WFn>
@@ -226,9 +226,22 @@ struct Gen {
            acc("mv", row, 0) + ");\n";
       s += add_terms(row, "e_", [&](int c) { return "wb_" + R_ + "_" + to_string(c) + "[q]"; });
       s += "      }\n";
+      // As block sums: a block's float partials go into float64 (README "Accuracy of sums").
+      for (const string& n : softmax_sums(row))
+        s += "      " + n + "d += __builtin_convertvector(" + n + ", VD); " + n + " = (V){};\n";
     }
     return s;
   }
+  // The running sums of a softmax row: sv_row_c (one per weight component), ss_row_0 (the
+  // SoftMax denominator). Each has a float partial `n` and its float64 total `n`d.
+  std::vector<string> softmax_sums(int row) const {
+    std::vector<string> v;
+    for (int c = 0; c < std::max(WD, 1); ++c) v.push_back(acc("sv", row, c));
+    if (r.op == ReductionOp::SumSoftMaxWeight) v.push_back(acc("ss", row, 0));
+    return v;
+  }
+  // Lane l of a softmax sum, as a double.
+  static string lane_total(const string& n) { return "(" + n + "d[l] + " + n + "[l])"; }
 
   string finish(int row) const {
     const string R_ = to_string(row), out_row = "(i0 + " + R_ + ")";
@@ -277,12 +290,12 @@ struct Gen {
       s += "      double den = 0;\n";
       if (r.op == ReductionOp::SumSoftMaxWeight)
         s += "      for (int l = 0; l < W; ++l) den += " + mv +
-             "[l] == -__builtin_inf() ? (double)" + acc("ss", row, 0) +
-             "[l] : " + acc("ss", row, 0) + "[l] * __builtin_exp(" + mv + "[l] - M);\n";
+             "[l] == -__builtin_inf() ? " + lane_total(acc("ss", row, 0)) + " : " +
+             lane_total(acc("ss", row, 0)) + " * __builtin_exp(" + mv + "[l] - M);\n";
       for (int c = 0; c < nc; ++c) {
         s += "      { double sum = 0; for (int l = 0; l < W; ++l) sum += " + mv +
-             "[l] == -__builtin_inf() ? (double)" + acc("sv", row, c) +
-             "[l] : " + acc("sv", row, c) + "[l] * __builtin_exp(" + mv + "[l] - M);\n";
+             "[l] == -__builtin_inf() ? " + lane_total(acc("sv", row, c)) + " : " +
+             lane_total(acc("sv", row, c)) + " * __builtin_exp(" + mv + "[l] - M);\n";
         const string at = "out0[" + out_row + " * " + to_string(nc) + " + " + to_string(c) + "]";
         if (r.op == ReductionOp::LogSumExp)
           s += "        " + at +
@@ -356,8 +369,8 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
       "\n";
   s += "#define TESSEL_F64 " + to_string(spec.f64 ? 1 : 0) + "\n";
   s += "#define TESSEL_VBYTES " + to_string(spec.vbytes) + "\n";
-  // Tiles per block: the block sum's run length per lane, else ~1024 terms (softmax maxima).
-  const int blk_tiles = g.block_sum() ? kSumBlockLaneTerms : std::max(1, 1024 / g.W);
+  // Tiles per block: the float run length of block sums and softmax sums, at every width.
+  const int blk_tiles = kSumBlockLaneTerms;
   s += "#define BLK " + to_string(blk_tiles) + "\n";
   s += cpu_prelude();
   s += kKernelSupport;

@@ -116,6 +116,37 @@ TEST_P(SumAccuracyAtLevel, EverySchemeWithinItsBound) {
 INSTANTIATE_TEST_SUITE_P(Levels, SumAccuracyAtLevel, ::testing::ValuesIn(kLevels),
                          [](const auto& p) { return std::string(p.param); });
 
+// LogSumExp adds its exponentials like block sums: float runs of L per lane, then float64. The
+// first tile holds every lane's maximum (so no rescaling rounds), the rest are uniform below
+// it; then |LSE error| <= u|LSE| + (2u (one exp, within one ulp) + (L-1)u + u_d terms) in
+// relative terms of the sum, whatever the width. A float running sum per lane (the earlier
+// kernels) is off by ~1e-4 here.
+TEST_P(SumAccuracyAtLevel, LogSumExpSumsAsBlocks) {
+  const std::string level = GetParam();
+  if (!level_available(level)) GTEST_SKIP() << "this CPU does not run " << level << " code";
+  test_env::ScopedEnv force("TESSEL_SIMD", level);
+  const int64_t n = int64_t{1} << 21;
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> u01(-3, 0);
+  std::vector<double> f(n);
+  for (int64_t j = 0; j < n; ++j) f[j] = j < kMaxLanes ? 0.0 : static_cast<float>(u01(rng));
+  std::vector<double> e(n);
+  for (int64_t j = 0; j < n; ++j) e[j] = std::exp(f[j]);
+  const ExactSum ref = exact_sum(e);
+  const double want = std::log(ref.sum);
+  Options o;
+  o.backend = Backend::Compiled;
+  const double u = unit_roundoff(DType::Float32);
+  const double rel = 2 * u + sum_error_bound({SumScheme::Block, false, DType::Float32}, n,
+                                             ref.abs_sum, ref.sum) / ref.sum;
+  const double tol = u * std::fabs(want) + rel / (1 - rel);  // |log(1 + d)| <= |d| / (1 - |d|)
+  const Reduction r(ReductionOp::LogSumExp, vj(0, 1), 1);
+  const Array got = evaluate(r, std::vector<Array>{column(f, DType::Float32)}, o, Sizes{3, -1})[0];
+  for (int64_t q = 0; q < got.size(); ++q)
+    EXPECT_LE(std::fabs(got.at(q) - want), tol)
+        << level << ": got " << got.at(q) << ", exact " << want << ", bound " << tol;
+}
+
 // The interpreter accumulates in float64 whatever the options, so it meets the tightest bound of
 // each dtype (float64 accumulation for float32 data, compensated for float64), hence all of them.
 TEST(SumAccuracy, InterpreterWithinEveryBound) {
