@@ -25,9 +25,10 @@ rc=$?
 # Then again at each SIMD level below this CPU's (other users' machines run those kernels), the
 # tests that generate, compile or evaluate CPU kernels. Left out as independent of the level:
 # CUDA codegen/emulation, the disk and PTX caches, the parser, IR, compiler and runtime probes,
-# the interpreter-only accuracy test, and the Levels/ tests, which force every level themselves.
+# the install test, the interpreter-only accuracy test, and the Levels/ tests, which force every
+# level themselves.
 # TESSEL_TEST_SIMD_LEVELS=none skips this part.
-simd_independent='^(Cuda|PtxCache|DiskCache|Parser\.|IR\.|RuntimeCompiler\.|RuntimeInfo\.|Levels/|SumAccuracy\.)'
+simd_independent='^(Cuda|PtxCache|DiskCache|Parser\.|IR\.|RuntimeCompiler\.|RuntimeInfo\.|Levels/|SumAccuracy\.|install_and_find_package$)'
 native=$(env -u TESSEL_SIMD TESSEL_CACHE_DIR="$PWD/build/test-cache" build/tessel doctor --quick |
   awk '$1 == "SIMD" { print $2 }')
 lower=$(echo avx512 avx2 sse2 scalar | tr ' ' '\n' | sed -n "/^$native\$/,\$p" | tail -n +2)
