@@ -289,9 +289,9 @@ struct Gen {
            "[l] > M) M = " + mv + "[l];\n";
       s += "      double den = 0;\n";
       if (r.op == ReductionOp::SumSoftMaxWeight)
-        s += "      for (int l = 0; l < W; ++l) den += " + mv +
-             "[l] == -__builtin_inf() ? " + lane_total(acc("ss", row, 0)) + " : " +
-             lane_total(acc("ss", row, 0)) + " * __builtin_exp(" + mv + "[l] - M);\n";
+        s += "      for (int l = 0; l < W; ++l) den += " + mv + "[l] == -__builtin_inf() ? " +
+             lane_total(acc("ss", row, 0)) + " : " + lane_total(acc("ss", row, 0)) +
+             " * __builtin_exp(" + mv + "[l] - M);\n";
       for (int c = 0; c < nc; ++c) {
         s += "      { double sum = 0; for (int l = 0; l < W; ++l) sum += " + mv +
              "[l] == -__builtin_inf() ? " + lane_total(acc("sv", row, c)) + " : " +

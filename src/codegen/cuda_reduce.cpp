@@ -146,8 +146,8 @@ string ReduceCode::push(const std::vector<string>& rows, const std::vector<std::
       for (int c = 0; c < d_; ++c) {
         const string st = "st" + to_string(c) + rows[q], sc = "sc" + to_string(c) + rows[q];
         if (kahan_)
-          o += "      { const T y_ = " + f[q][c] + " - " + sc + "; const T t_ = " + st +
-               " + y_; " + sc + " = (t_ - " + st + ") - y_; " + st + " = t_; }\n";
+          o += "      { const T y_ = " + f[q][c] + " - " + sc + "; const T t_ = " + st + " + y_; " +
+               sc + " = (t_ - " + st + ") - y_; " + st + " = t_; }\n";
         else
           o += "      " + st + " += " + (acc_f64_ ? "(double)" : "") + f[q][c] + ";\n";
       }
@@ -203,8 +203,8 @@ string ReduceCode::flush(const string& s) const {
     for (int c = 0; c < d_; ++c) {
       const string n = to_string(c) + s;
       if (kahan_)  // the partial's lost low part, -sc, goes in too
-        o += "      sd" + n + " += (double)st" + n + " - (double)sc" + n + "; st" + n +
-             " = 0; sc" + n + " = 0;\n";
+        o += "      sd" + n + " += (double)st" + n + " - (double)sc" + n + "; st" + n + " = 0; sc" +
+             n + " = 0;\n";
       else
         o += "      sd" + n + " += st" + n + "; st" + n + " = 0;\n";
     }

@@ -384,13 +384,13 @@ TEST_P(CudaEmulatedKernels, LongSumsKeepFloatAccuracy) {
   }
   for (const SumSetup& c : {SumSetup{SumScheme::Block}, SumSetup{SumScheme::Kahan},
                             SumSetup{SumScheme::Direct}, SumSetup{SumScheme::Block, true}})
-    for (const CudaPlanOverrides& force : {CudaPlanOverrides{.block = 256},
-                                           CudaPlanOverrides{.block = 256, .split_j = 3}}) {
+    for (const CudaPlanOverrides& force :
+         {CudaPlanOverrides{.block = 256}, CudaPlanOverrides{.block = 256, .split_j = 3}}) {
       SumSetup tile = c;
       tile.block_terms = force.block;
       const double tol = sum_error_bound(tile, n_red, ref.abs_sum, ref.sum) + ref.error;
-      const std::vector<Array> got = run_emulated(Reduction(ReductionOp::Sum, x * y).impl(), in,
-                                                  force, {c.scheme, c.acc_f64});
+      const std::vector<Array> got =
+          run_emulated(Reduction(ReductionOp::Sum, x * y).impl(), in, force, {c.scheme, c.acc_f64});
       for (int64_t i = 0; i < n_out; ++i) {
         const double scale = std::ldexp(1.0, static_cast<int>(i) - 2);
         EXPECT_LE(std::fabs(got[0].at(i) / scale - ref.sum), tol)

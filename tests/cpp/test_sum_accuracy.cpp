@@ -80,9 +80,9 @@ void check_sums(const SumSetup& c, Backend backend, const std::string& what) {
       ASSERT_EQ(got.size(), 3);
       for (int64_t q = 0; q < got.size(); ++q)
         EXPECT_LE(std::fabs(got.at(q) - ref.sum), tol)
-            << what << ", " << d.name << ", axis " << axis << ": got " << got.at(q)
-            << ", exact " << ref.sum << " (relative error " << std::fabs(got.at(q) / ref.sum - 1)
-            << ", bound " << tol / std::fabs(ref.sum) << ")";
+            << what << ", " << d.name << ", axis " << axis << ": got " << got.at(q) << ", exact "
+            << ref.sum << " (relative error " << std::fabs(got.at(q) / ref.sum - 1) << ", bound "
+            << tol / std::fabs(ref.sum) << ")";
     }
   }
 }
@@ -137,8 +137,9 @@ TEST_P(SumAccuracyAtLevel, LogSumExpSumsAsBlocks) {
   Options o;
   o.backend = Backend::Compiled;
   const double u = unit_roundoff(DType::Float32);
-  const double rel = 2 * u + sum_error_bound({SumScheme::Block, false, DType::Float32}, n,
-                                             ref.abs_sum, ref.sum) / ref.sum;
+  const double rel =
+      2 * u +
+      sum_error_bound({SumScheme::Block, false, DType::Float32}, n, ref.abs_sum, ref.sum) / ref.sum;
   const double tol = u * std::fabs(want) + rel / (1 - rel);  // |log(1 + d)| <= |d| / (1 - |d|)
   const Reduction r(ReductionOp::LogSumExp, vj(0, 1), 1);
   const Array got = evaluate(r, std::vector<Array>{column(f, DType::Float32)}, o, Sizes{3, -1})[0];
