@@ -3,18 +3,45 @@
 #
 # Usage: scripts/test.sh [extra ctest options, e.g. -R cli]
 # Passed tests are not listed; failures are shown with their output, then ctest's summary.
-# The full ctest output is kept in build/ctest.log.
+# The full ctest output is kept in build/ctest.log, and build/ctest-<level>.log for the kernel
+# tests rerun at each lower SIMD level (TESSEL_TEST_SIMD_LEVELS="avx2 sse2" picks the levels).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 scripts/setup.sh
 python=$(scripts/python_env.sh)
 scripts/build.sh
-echo "test: running ctest (full log in build/ctest.log)"
 set +e
-ctest --test-dir build --output-on-failure -j2 "$@" 2>&1 | tee build/ctest.log |
-  grep -vE '^ *(Start +[0-9]+: |[0-9]+/[0-9]+ Test +#[0-9]+: .*Passed)'
-rc=${PIPESTATUS[0]}
+# Runs ctest with the given options, logging to $log: failures with their output, then the summary.
+run_ctest() {
+  ctest --test-dir build --output-on-failure -j2 "$@" 2>&1 | tee "$log" |
+    grep -vE '^ *(Start +[0-9]+: |[0-9]+/[0-9]+ Test +#[0-9]+: .*Passed)'
+  return "${PIPESTATUS[0]}"
+}
+log=build/ctest.log
+echo "test: running ctest (full log in $log)"
+run_ctest "$@"
+rc=$?
+# Then again at each SIMD level below this CPU's (other users' machines run those kernels), the
+# tests that generate, compile or evaluate CPU kernels. Left out as independent of the level:
+# CUDA codegen/emulation, the disk and PTX caches, the parser, IR, compiler and runtime probes,
+# the install test, the interpreter-only accuracy test, and the Levels/ tests, which force every
+# level themselves.
+# TESSEL_TEST_SIMD_LEVELS=none skips this part.
+simd_independent='^(Cuda|PtxCache|DiskCache|Parser\.|IR\.|RuntimeCompiler\.|RuntimeInfo\.|Levels/|SumAccuracy\.|install_and_find_package$)'
+native=$(env -u TESSEL_SIMD TESSEL_CACHE_DIR="$PWD/build/test-cache" build/tessel doctor --quick |
+  awk '$1 == "SIMD" { print $2 }')
+lower=$(echo avx512 avx2 sse2 scalar | tr ' ' '\n' | sed -n "/^$native\$/,\$p" | tail -n +2)
+for level in ${TESSEL_TEST_SIMD_LEVELS:-$lower}; do
+  [[ $level == none ]] && break
+  log=build/ctest-$level.log
+  echo "test: running ctest at TESSEL_SIMD=$level (native: $native; full log in $log)"
+  start=$SECONDS
+  TESSEL_SIMD=$level run_ctest -E "$simd_independent" "$@"
+  level_rc=$?
+  echo "test: TESSEL_SIMD=$level took $((SECONDS - start)) s"
+  ((level_rc == 0)) || rc=$level_rc
+done
 echo "test: running pytest on tests/python"
 TESSEL_CACHE_DIR="$PWD/build/test-cache" PYTHONPATH="$PWD/build/python" \
   "$python" -m pytest -q -p no:cacheprovider tests/python

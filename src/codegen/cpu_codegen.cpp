@@ -89,19 +89,24 @@ struct Gen {
     if (r.weight.valid()) wv = emit_formula(r.weight, var_name, memo);
   }
 
+  // Block summation: float runs of kSumBlockLaneTerms terms per lane, each folded into a double
+  // accumulator, so the error bound does not depend on the vector width (README, "Accuracy").
+  bool block_sum() const {
+    return r.op == ReductionOp::Sum && spec.scheme == SumScheme::Block && !spec.acc_f64;
+  }
+
   string acc(const char* what, int row, int c) const {
     return string(what) + "_" + to_string(row) + "_" + to_string(c);
   }
 
   string declarations() const {
     string s;
-    const char* acc_t = spec.acc_f64 ? "VD" : "V";
+    const char* acc_t = spec.acc_f64 || block_sum() ? "VD" : "V";
     for (int row = 0; row < R; ++row) {
       if (r.op == ReductionOp::Sum) {
         for (int c = 0; c < D; ++c) {
           s += "    " + string(acc_t) + " " + acc("acc", row, c) + " = {};\n";
-          if (spec.scheme == SumScheme::Block && !spec.acc_f64)
-            s += "    V " + acc("blk", row, c) + " = {};\n";
+          if (block_sum()) s += "    V " + acc("blk", row, c) + " = {};\n";
           if (spec.scheme == SumScheme::Kahan && !spec.acc_f64)
             s += "    V " + acc("cmp", row, c) + " = {};\n";
         }
@@ -121,8 +126,8 @@ struct Gen {
         for (int c = 0; c < WD; ++c)
           s += "    V wb_" + to_string(row) + "_" + to_string(c) + "[BLK];\n";
         s += "    V " + acc("mv", row, 0) + " = bc(-__builtin_inf());\n";
-        for (int c = 0; c < std::max(WD, 1); ++c) s += "    V " + acc("sv", row, c) + " = {};\n";
-        if (r.op == ReductionOp::SumSoftMaxWeight) s += "    V " + acc("ss", row, 0) + " = {};\n";
+        for (const string& n : softmax_sums(row))
+          s += "    V " + n + " = {}; VD " + n + "d = {};\n";
       }
     }
     return s;
@@ -138,13 +143,13 @@ struct Gen {
     if (r.op == ReductionOp::Sum) {
       for (int c = 0; c < D; ++c) {
         const string v = masked(f[c].s, "bc(0.0)");
-        if (spec.acc_f64) {
+        if (spec.acc_f64 || (block_sum() && tail)) {
           s += "    " + acc("acc", row, c) + " += __builtin_convertvector(" + v + ", VD);\n";
         } else if (spec.scheme == SumScheme::Kahan) {
           s += "    { V y_ = " + v + " - " + acc("cmp", row, c) + "; V t_ = " + acc("acc", row, c) +
                " + y_; " + acc("cmp", row, c) + " = (t_ - " + acc("acc", row, c) + ") - y_; " +
                acc("acc", row, c) + " = t_; }\n";
-        } else if (spec.scheme == SumScheme::Block && !tail) {
+        } else if (block_sum()) {
           s += "    " + acc("blk", row, c) + " += " + v + ";\n";
         } else {
           s += "    " + acc("acc", row, c) + " += " + v + ";\n";
@@ -197,8 +202,8 @@ struct Gen {
     const string R_ = to_string(row), mv = acc("mv", row, 0);
     string s = "      { const V sc_ = " + mv + " == bc(-__builtin_inf()) ? bc(0.0) : v_exp(" + mv +
                " - bm_" + R_ + ");";
-    for (int c = 0; c < std::max(WD, 1); ++c) s += " " + acc("sv", row, c) + " *= sc_;";
-    if (r.op == ReductionOp::SumSoftMaxWeight) s += " " + acc("ss", row, 0) + " *= sc_;";
+    for (const string& n : softmax_sums(row))
+      s += " " + n + " *= sc_; " + n + "d *= __builtin_convertvector(sc_, VD);";
     return s + " " + mv + " = bm_" + R_ + "; }\n";
   }
   template <class WFn>
@@ -221,9 +226,22 @@ struct Gen {
            acc("mv", row, 0) + ");\n";
       s += add_terms(row, "e_", [&](int c) { return "wb_" + R_ + "_" + to_string(c) + "[q]"; });
       s += "      }\n";
+      // As block sums: a block's float partials go into float64 (README "Accuracy of sums").
+      for (const string& n : softmax_sums(row))
+        s += "      " + n + "d += __builtin_convertvector(" + n + ", VD); " + n + " = (V){};\n";
     }
     return s;
   }
+  // The running sums of a softmax row: sv_row_c (one per weight component), ss_row_0 (the
+  // SoftMax denominator). Each has a float partial `n` and its float64 total `n`d.
+  std::vector<string> softmax_sums(int row) const {
+    std::vector<string> v;
+    for (int c = 0; c < std::max(WD, 1); ++c) v.push_back(acc("sv", row, c));
+    if (r.op == ReductionOp::SumSoftMaxWeight) v.push_back(acc("ss", row, 0));
+    return v;
+  }
+  // Lane l of a softmax sum, as a double.
+  static string lane_total(const string& n) { return "(" + n + "d[l] + " + n + "[l])"; }
 
   string finish(int row) const {
     const string R_ = to_string(row), out_row = "(i0 + " + R_ + ")";
@@ -231,7 +249,7 @@ struct Gen {
     if (r.op == ReductionOp::Sum) {
       for (int c = 0; c < D; ++c)
         s += "      out0[" + out_row + " * " + to_string(D) + " + " + to_string(c) + "] = (T)" +
-             (spec.acc_f64 ? "hsum_d(" : "hsum(") + acc("acc", row, c) + ");\n";
+             (spec.acc_f64 || block_sum() ? "hsum_d(" : "hsum(") + acc("acc", row, c) + ");\n";
     } else if (is_minmax(r.op)) {
       const bool arg_only = r.op == ReductionOp::ArgMin || r.op == ReductionOp::ArgMax;
       const bool both = r.op == ReductionOp::MinArgMin || r.op == ReductionOp::MaxArgMax;
@@ -271,13 +289,13 @@ struct Gen {
            "[l] > M) M = " + mv + "[l];\n";
       s += "      double den = 0;\n";
       if (r.op == ReductionOp::SumSoftMaxWeight)
-        s += "      for (int l = 0; l < W; ++l) den += " + mv +
-             "[l] == -__builtin_inf() ? (double)" + acc("ss", row, 0) +
-             "[l] : " + acc("ss", row, 0) + "[l] * __builtin_exp(" + mv + "[l] - M);\n";
+        s += "      for (int l = 0; l < W; ++l) den += " + mv + "[l] == -__builtin_inf() ? " +
+             lane_total(acc("ss", row, 0)) + " : " + lane_total(acc("ss", row, 0)) +
+             " * __builtin_exp(" + mv + "[l] - M);\n";
       for (int c = 0; c < nc; ++c) {
         s += "      { double sum = 0; for (int l = 0; l < W; ++l) sum += " + mv +
-             "[l] == -__builtin_inf() ? (double)" + acc("sv", row, c) +
-             "[l] : " + acc("sv", row, c) + "[l] * __builtin_exp(" + mv + "[l] - M);\n";
+             "[l] == -__builtin_inf() ? " + lane_total(acc("sv", row, c)) + " : " +
+             lane_total(acc("sv", row, c)) + " * __builtin_exp(" + mv + "[l] - M);\n";
         const string at = "out0[" + out_row + " * " + to_string(nc) + " + " + to_string(c) + "]";
         if (r.op == ReductionOp::LogSumExp)
           s += "        " + at +
@@ -351,7 +369,8 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
       "\n";
   s += "#define TESSEL_F64 " + to_string(spec.f64 ? 1 : 0) + "\n";
   s += "#define TESSEL_VBYTES " + to_string(spec.vbytes) + "\n";
-  const int blk_tiles = std::max(1, 1024 / g.W);  // ~1024 terms per block: sums and softmax maxima
+  // Tiles per block: the float run length of block sums and softmax sums, at every width.
+  const int blk_tiles = kSumBlockLaneTerms;
   s += "#define BLK " + to_string(blk_tiles) + "\n";
   s += cpu_prelude();
   s += kKernelSupport;
@@ -389,7 +408,6 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
   s += "    if (js % W || (ts == tl && je % W)) {\n    const i64 t = ts;\n";
   s += "    const VI valid = (lane_ >= (TI)(js - t * W)) & (lane_ < (TI)(je - t * W));\n";
   s += tile_setup + g.tile_body(true) + "    ++ts;\n    }\n";
-  const bool block = r.op == ReductionOp::Sum && spec.scheme == SumScheme::Block && !spec.acc_f64;
   s += "    for (i64 tb = ts; tb < tf; tb += " + to_string(blk_tiles) + ") {\n";
   s += "      const i64 te = tb + " + to_string(blk_tiles) + " < tf ? tb + " +
        to_string(blk_tiles) + " : tf;\n";
@@ -400,11 +418,11 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
   s += g.tile_body(false);
   s += "      }\n";
   if (is_softmax(r.op)) s += g.block_end();
-  if (block)
+  if (g.block_sum())
     for (int row = 0; row < g.R; ++row)
       for (int c = 0; c < g.D; ++c)
-        s += "      " + g.acc("acc", row, c) + " += " + g.acc("blk", row, c) + "; " +
-             g.acc("blk", row, c) + " = (V){};\n";
+        s += "      " + g.acc("acc", row, c) + " += __builtin_convertvector(" +
+             g.acc("blk", row, c) + ", VD); " + g.acc("blk", row, c) + " = (V){};\n";
   s += "    }\n";
   s += "    if (je % W && tf >= ts) {\n    const i64 t = tf;\n";
   s += "    const VI valid = lane_ < (TI)(je - t * W);\n";

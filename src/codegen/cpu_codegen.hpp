@@ -20,6 +20,12 @@ struct KernelLayout {
   int outer_dim = 0, inner_dim = 0, param_dim = 0;  // components per row / per tile lane / total
 };
 
+// Block summation (and the sums of LogSumExp/SumSoftMaxWeight) adds at most this many terms per
+// SIMD lane in the data's precision before folding them into a float64 accumulator: whatever
+// the width, a term sees at most kSumBlockLaneTerms - 1 roundings in float32 (the bound stated
+// in README, "Accuracy of sums").
+constexpr int kSumBlockLaneTerms = 64;
+
 struct CpuKernelSpec {
   const ReductionImpl* r = nullptr;
   bool f64 = false;

@@ -9,14 +9,20 @@
 
 namespace tessel {
 
+// How Sum reductions add (Options::sum_scheme, Options::accumulate_f64): part of the source.
+struct CudaSumMode {
+  SumScheme scheme = SumScheme::Block;
+  bool acc_f64 = false;  // float32 data: double partial sums
+};
+
 // The CUDA source of a reduction: `tessel_kernel` and `tessel_combine` (see CudaKernelPlan).
 // `rows_per_thread` 0 picks the plan's choice, which depends on the formula alone, so that one
 // source (one NVRTC compile) serves every size. Empty when no generated kernel applies
 // (gather/scatter reductions).
 std::string generate_cuda_kernel(const ReductionImpl& r, bool f64, KernelLayout& layout,
-                                 int rows_per_thread = 0);
+                                 int rows_per_thread = 0, CudaSumMode sum = {});
 // The rows per thread plan_cuda_kernel picks for r.
-int cuda_rows_per_thread(const ReductionImpl& r, bool f64);
+int cuda_rows_per_thread(const ReductionImpl& r, bool f64, CudaSumMode sum = {});
 
 // What the launcher needs to know about the device.
 struct CudaDeviceCaps {
@@ -62,6 +68,7 @@ struct CudaPlanOverrides {
 };
 
 CudaKernelPlan plan_cuda_kernel(const ReductionImpl& r, bool f64, int64_t n_outer, int64_t n_inner,
-                                const CudaDeviceCaps& caps, const CudaPlanOverrides& force = {});
+                                const CudaDeviceCaps& caps, const CudaPlanOverrides& force = {},
+                                CudaSumMode sum = {});
 
 }  // namespace tessel

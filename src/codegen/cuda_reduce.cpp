@@ -2,7 +2,8 @@
 //
 // Semantics are the CPU's (backend/cpu/reduce_state.hpp), reached by cheap per-term code:
 // - Sum: terms add into a T partial per tile, moved into a double total after every tile (block
-//   summation: float adds in the loop, the error of ~n/tile float roundings instead of ~n).
+//   summation: a term sees at most tile - 1 roundings in T, README "Accuracy of sums"). Kahan
+//   compensates the tile partial; float64 accumulation makes the partial a double.
 // - Min/Max: the first NaN wins, ties keep the lowest index. `!(v >= best) && best == best`
 //   takes a smaller value or the first NaN in one test; the first term is not forced in, so a
 //   range whose terms all equal the initial +-inf ends with index -1, which close() turns into
@@ -46,8 +47,13 @@ string slot(int k, const string& at) { return string("[") + to_string(k) + " * w
 
 }  // namespace
 
-ReduceCode::ReduceCode(const ReductionImpl& r)
-    : r_(r), d_(r.f.dim()), wd_(r.weight.valid() ? r.weight.dim() : 0), k_(r.k) {}
+ReduceCode::ReduceCode(const ReductionImpl& r, SumScheme scheme, bool acc_f64)
+    : r_(r),
+      d_(r.f.dim()),
+      wd_(r.weight.valid() ? r.weight.dim() : 0),
+      k_(r.k),
+      kahan_(scheme == SumScheme::Kahan && !acc_f64),
+      acc_f64_(acc_f64) {}
 
 bool ReduceCode::needs_index() const { return is_minmax(r_.op) || is_kmin(r_.op); }
 
@@ -68,7 +74,8 @@ int ReduceCode::slots() const {
 
 int ReduceCode::state_registers(bool f64) const {
   const int t = f64 ? 2 : 1;  // a T value; doubles and indices take 2
-  if (r_.op == ReductionOp::Sum || is_minmax(r_.op)) return d_ * (t + 2);
+  if (r_.op == ReductionOp::Sum) return d_ * ((acc_f64_ ? 2 : kahan_ ? 2 * t : t) + 2);
+  if (is_minmax(r_.op)) return d_ * (t + 2);
   if (is_kmin(r_.op)) return k_ * (t + 2);
   return 2 * t + static_cast<int>(sums().size()) * (t + 2);
 }
@@ -108,8 +115,12 @@ string ReduceCode::helpers() const {
 string ReduceCode::declare(const string& s) const {
   string o;
   if (r_.op == ReductionOp::Sum) {
-    for (int c = 0; c < d_; ++c)
-      o += "  T st" + to_string(c) + s + " = 0; double sd" + to_string(c) + s + " = 0;\n";
+    for (int c = 0; c < d_; ++c) {
+      const string n = to_string(c) + s;
+      o += string("  ") + (acc_f64_ ? "double" : "T") + " st" + n + " = 0; double sd" + n +
+           " = 0;\n";
+      if (kahan_) o += "  T sc" + n + " = 0;\n";
+    }
   } else if (is_minmax(r_.op)) {
     for (int c = 0; c < d_; ++c)
       o += "  T bv" + to_string(c) + s + " = " + (is_max(r_.op) ? "-" : "") + "INF; i64 bi" +
@@ -132,8 +143,14 @@ string ReduceCode::push(const std::vector<string>& rows, const std::vector<std::
   string o;
   if (r_.op == ReductionOp::Sum) {
     for (size_t q = 0; q < rows.size(); ++q)
-      for (int c = 0; c < d_; ++c)
-        o += "      st" + to_string(c) + rows[q] + " += " + f[q][c] + ";\n";
+      for (int c = 0; c < d_; ++c) {
+        const string st = "st" + to_string(c) + rows[q], sc = "sc" + to_string(c) + rows[q];
+        if (kahan_)
+          o += "      { const T y_ = " + f[q][c] + " - " + sc + "; const T t_ = " + st + " + y_; " +
+               sc + " = (t_ - " + st + ") - y_; " + st + " = t_; }\n";
+        else
+          o += "      " + st + " += " + (acc_f64_ ? "(double)" : "") + f[q][c] + ";\n";
+      }
   } else if (is_minmax(r_.op)) {
     const char* not_better = is_max(r_.op) ? " <= " : " >= ";
     for (size_t q = 0; q < rows.size(); ++q)
@@ -183,9 +200,14 @@ string ReduceCode::push(const std::vector<string>& rows, const std::vector<std::
 string ReduceCode::flush(const string& s) const {
   string o;
   if (r_.op == ReductionOp::Sum)
-    for (int c = 0; c < d_; ++c)
-      o += "      sd" + to_string(c) + s + " += st" + to_string(c) + s + "; st" + to_string(c) + s +
-           " = 0;\n";
+    for (int c = 0; c < d_; ++c) {
+      const string n = to_string(c) + s;
+      if (kahan_)  // the partial's lost low part, -sc, goes in too
+        o += "      sd" + n + " += (double)st" + n + " - (double)sc" + n + "; st" + n + " = 0; sc" +
+             n + " = 0;\n";
+      else
+        o += "      sd" + n + " += st" + n + "; st" + n + " = 0;\n";
+    }
   if (is_softmax(r_.op))
     for (const string& n : sums())
       o += "      " + n + "d" + s + " += " + n + "t" + s + "; " + n + "t" + s + " = 0;\n";

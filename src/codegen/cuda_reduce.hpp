@@ -18,7 +18,10 @@ namespace tessel::cuda_gen {
 
 class ReduceCode {
  public:
-  explicit ReduceCode(const ReductionImpl& r);
+  // `scheme` and `acc_f64` (float32 data only) choose how Sum adds within a tile: in T (Block,
+  // and Direct, which gets Block's better bound), compensated in T (Kahan), or in double.
+  explicit ReduceCode(const ReductionImpl& r, SumScheme scheme = SumScheme::Block,
+                      bool acc_f64 = false);
 
   // Device functions the pieces call (the K-best insertion), placed before the kernels.
   std::string helpers() const;
@@ -53,6 +56,7 @@ class ReduceCode {
 
   const ReductionImpl& r_;
   int d_, wd_, k_;
+  bool kahan_, acc_f64_;
 };
 
 }  // namespace tessel::cuda_gen

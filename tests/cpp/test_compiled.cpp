@@ -192,25 +192,6 @@ TEST(CompiledLayout, NonContiguousAndParamsAndBothAxes) {
   }
 }
 
-TEST(CompiledSum, BlockKahanAndF64AccumulationBeatNaive) {
-  // 2e5 terms of 0.1f each: a naive float32 running sum drifts by ~1e-3 relative.
-  const int64_t m = 200000;
-  Array ones(DType::Float32, {m, 1});
-  for (int64_t j = 0; j < m; ++j) ones.as<float>()[j] = 0.1f;
-  Array x(DType::Float32, {2, 1});
-  Reduction r(ReductionOp::Sum, vj(1, 1) + 0.0 * vi(0, 1));
-  const double exact = 0.1f * static_cast<double>(m);
-  for (SumScheme s : {SumScheme::Block, SumScheme::Kahan}) {
-    Options o = with(Backend::Compiled);
-    o.sum_scheme = s;
-    const Array got = evaluate(r, std::vector<Array>{x, ones}, o, Sizes{2, -1})[0];
-    EXPECT_NEAR(got.at(0), exact, 2e-6 * exact) << static_cast<int>(s);
-  }
-  Options o = with(Backend::Compiled);
-  o.accumulate_f64 = true;
-  EXPECT_NEAR(evaluate(r, std::vector<Array>{x, ones}, o, Sizes{2, -1})[0].at(0), exact, 1e-6 * exact);
-}
-
 // The AVX2, SSE and scalar code paths are what other machines run: check them here too.
 class CompiledSimdLevel : public ::testing::TestWithParam<const char*> {};
 

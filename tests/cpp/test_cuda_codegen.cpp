@@ -20,9 +20,10 @@ bool have_nvrtc() {
 }
 
 // The PTX of r's kernels (both entries checked), or "" after a failure.
-std::string expect_compiles(const Reduction& r, bool f64, int rows_per_thread = 0) {
+std::string expect_compiles(const Reduction& r, bool f64, int rows_per_thread = 0,
+                            CudaSumMode sum = {}) {
   KernelLayout lay;
-  const std::string src = generate_cuda_kernel(r.impl(), f64, lay, rows_per_thread);
+  const std::string src = generate_cuda_kernel(r.impl(), f64, lay, rows_per_thread, sum);
   EXPECT_FALSE(src.empty()) << r.str();
   std::string ptx;
   try {
@@ -59,6 +60,8 @@ TEST(CudaCodegen, EveryReductionCompiles) {
   for (bool f64 : {false, true}) {
     expect_compiles(Reduction(ReductionOp::Sum, exp(f) * b), f64);
     expect_compiles(Reduction(ReductionOp::Sum, exp(f) * b, 0), f64);
+    expect_compiles(Reduction(ReductionOp::Sum, exp(f) * b), f64, 0, {SumScheme::Kahan});
+    expect_compiles(Reduction(ReductionOp::Sum, exp(f) * b), f64, 0, {SumScheme::Block, true});
     for (ReductionOp op : {ReductionOp::Min, ReductionOp::Max, ReductionOp::ArgMin,
                            ReductionOp::ArgMax, ReductionOp::MinArgMin, ReductionOp::MaxArgMax})
       expect_compiles(Reduction(op, x - y), f64);

@@ -12,6 +12,7 @@
 #include "ops/op.hpp"
 #include "reduction_helpers.hpp"
 #include "singular_cases.hpp"
+#include "sum_bounds.hpp"
 
 using namespace tessel;
 using namespace tessel::testing;
@@ -59,7 +60,7 @@ Options interpreter() {
 const CudaDeviceCaps kCaps{};  // an H100's
 
 std::vector<Array> run_emulated(const ReductionImpl& r, const std::vector<Array>& in,
-                                const CudaPlanOverrides& force);
+                                const CudaPlanOverrides& force, CudaSumMode sum = {});
 
 // Launches r's kernels as the header of cuda_codegen.hpp says the CUDA backend is to: packed
 // X/Y/P, the plan's grid, block, shared memory and workspace, then tessel_combine when the plan
@@ -165,7 +166,7 @@ std::vector<Array> launch(const ReductionImpl& r, const std::vector<Array>& in,
 }
 
 std::vector<Array> run_emulated(const ReductionImpl& r, const std::vector<Array>& in,
-                                const CudaPlanOverrides& force) {
+                                const CudaPlanOverrides& force, CudaSumMode sum) {
   DType dt = DType::Float32;
   for (const VarSlot& v : r.vars)
     if (!v.computed && v.kind != DType::Int64) dt = in.at(v.index).dtype();
@@ -176,7 +177,7 @@ std::vector<Array> run_emulated(const ReductionImpl& r, const std::vector<Array>
   const int64_t n_outer = rows[static_cast<int>(r.outer())];
   const int64_t n_inner = rows[static_cast<int>(r.inner())];
   const bool f64 = dt == DType::Float64;
-  const CudaKernelPlan plan = plan_cuda_kernel(r, f64, n_outer, n_inner, kCaps, force);
+  const CudaKernelPlan plan = plan_cuda_kernel(r, f64, n_outer, n_inner, kCaps, force, sum);
   if (plan.source.empty())  // gather/scatter reductions have no CUDA kernel: the CPU computes them
     return evaluate(Reduction(std::shared_ptr<const ReductionImpl>(&r, [](auto*) {})), in,
                     interpreter());
@@ -361,33 +362,46 @@ TEST_P(CudaEmulatedKernels, TiesInfinitiesAndEmptyChunks) {
       }
 }
 
-// Long sums in float32: terms of 0.1 × x_i are not representable, and a float accumulator
-// growing to ~5e3 rounds each addition the same way (its error reaches ~2e-4 of the sum, which
-// the test checks first). Block summation keeps the kernel at float tolerance; LogSumExp and
-// SoftMax sums as well.
+// Long sums in float32: terms near 0.1 (times powers of two, so each product is exact), where a
+// float accumulator growing to ~5e3 rounds each addition the same way (its error reaches ~2e-4
+// of the sum, which the test checks first). Every scheme stays within its stated bound, a tile
+// being the float run (README "Accuracy of sums"); LogSumExp and SoftMax sums at float tolerance.
 TEST_P(CudaEmulatedKernels, LongSumsKeepFloatAccuracy) {
   SKIP_WITHOUT_COMPILER();
   if (GetParam()) GTEST_SKIP() << "float32 only: float64 terms add in double";
   const DType t = dtype();
   const int64_t n_out = 6, n_red = 30011;
   const Formula x = vi(0, 1), y = vj(1, 1);
-  std::vector<Array> in = {random_array(t, {n_out, 1}, 31, 1, 2),
-                           random_array(t, {n_red, 1}, 32, -0.01, 0.01)};
+  std::vector<Array> in = {Array(t, {n_out, 1}), random_array(t, {n_red, 1}, 32, -0.01, 0.01)};
   for (int64_t k = 0; k < n_red; ++k) set(in[1], k, 0.1 + in[1].at(k) * 1e-6);
-  {  // what a naive float accumulator would give for row 0
+  for (int64_t i = 0; i < n_out; ++i) set(in[0], i, std::ldexp(1.0, static_cast<int>(i) - 2));
+  std::vector<double> terms(n_red);
+  for (int64_t k = 0; k < n_red; ++k) terms[k] = in[1].at(k);
+  const ExactSum ref = exact_sum(terms);
+  {  // what a naive float accumulator would give
     float acc = 0;
-    double exact = 0;
-    for (int64_t k = 0; k < n_red; ++k) {
-      acc += static_cast<float>(in[0].at(0) * in[1].at(k));
-      exact += in[0].at(0) * in[1].at(k);
-    }
-    EXPECT_GT(std::fabs(acc - exact), 5e-5 * exact) << "the test no longer needs block summation";
+    for (double v : terms) acc += static_cast<float>(v);
+    EXPECT_GT(std::fabs(acc - ref.sum), 5e-5 * ref.sum) << "the test no longer needs block sums";
   }
+  for (const SumSetup& c : {SumSetup{SumScheme::Block}, SumSetup{SumScheme::Kahan},
+                            SumSetup{SumScheme::Direct}, SumSetup{SumScheme::Block, true}})
+    for (const CudaPlanOverrides& force :
+         {CudaPlanOverrides{.block = 256}, CudaPlanOverrides{.block = 256, .split_j = 3}}) {
+      SumSetup tile = c;
+      tile.block_terms = force.block;
+      const double tol = sum_error_bound(tile, n_red, ref.abs_sum, ref.sum) + ref.error;
+      const std::vector<Array> got =
+          run_emulated(Reduction(ReductionOp::Sum, x * y).impl(), in, force, {c.scheme, c.acc_f64});
+      for (int64_t i = 0; i < n_out; ++i) {
+        const double scale = std::ldexp(1.0, static_cast<int>(i) - 2);
+        EXPECT_LE(std::fabs(got[0].at(i) / scale - ref.sum), tol)
+            << "scheme " << static_cast<int>(c.scheme) << (c.acc_f64 ? " f64acc " : " ")
+            << label(force) << " row " << i << ": relative error "
+            << std::fabs(got[0].at(i) / scale / ref.sum - 1) << ", bound " << tol / ref.sum;
+      }
+    }
   const double tol = tol_of(t);
   const CudaPlanOverrides force{.block = 256};
-  expect_matches(Reduction(ReductionOp::Sum, x * y), in, force, tol, tol, "Sum of 0.1 x");
-  expect_matches(Reduction(ReductionOp::Sum, x * y), in, {.block = 256, .split_j = 3}, tol, tol,
-                 "Sum of 0.1 x, split");
   expect_matches(Reduction(ReductionOp::LogSumExp, x * y * 10.0), in, force, tol, tol,
                  "LogSumExp of x");
   expect_matches(Reduction(ReductionOp::SumSoftMaxWeight, -x * y, 1, 0, y), in, force, tol, tol,

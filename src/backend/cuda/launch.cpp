@@ -56,19 +56,21 @@ Workspace& workspace(int device) {
 // Plans (source, layout, launch shape) by reduction, dtype, device and size class.
 const CudaKernelPlan& plan_for(const Problem& p, const CudaDevice& dev) {
   static std::mutex mu;
-  static std::map<std::tuple<uint64_t, uint64_t, bool, int, int64_t, int64_t>,
-                  CudaKernelPlan>* plans =
-      new std::map<std::tuple<uint64_t, uint64_t, bool, int, int64_t, int64_t>, CudaKernelPlan>();
+  using Key = std::tuple<uint64_t, uint64_t, bool, int, int64_t, int64_t, int>;
+  static std::map<Key, CudaKernelPlan>* plans = new std::map<Key, CudaKernelPlan>();
   const bool f64 = p.dtype == DType::Float64;
-  const auto key =
-      std::make_tuple(p.r->hash.lo, p.r->hash.hi, f64, dev.index, p.n_outer, p.n_inner);
+  const CudaSumMode sum{p.opt.sum_scheme, p.opt.accumulate_f64 && !f64};
+  const int sum_mode = static_cast<int>(sum.scheme) * 2 + sum.acc_f64;
+  const Key key =
+      std::make_tuple(p.r->hash.lo, p.r->hash.hi, f64, dev.index, p.n_outer, p.n_inner, sum_mode);
   std::lock_guard lk(mu);
   auto it = plans->find(key);
   if (it == plans->end()) {
     CudaDeviceCaps caps;
     caps.sm_count = dev.sm_count;
     caps.max_shared_per_block = static_cast<size_t>(std::max(dev.max_shared_per_block, 48 * 1024));
-    it = plans->emplace(key, plan_cuda_kernel(*p.r, f64, p.n_outer, p.n_inner, caps)).first;
+    it =
+        plans->emplace(key, plan_cuda_kernel(*p.r, f64, p.n_outer, p.n_inner, caps, {}, sum)).first;
   }
   return it->second;
 }
