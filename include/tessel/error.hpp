@@ -1,6 +1,7 @@
 // The one exception type users see: every bad input names the function, the argument and what was expected.
 #pragma once
 
+#include <cstdint>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -19,6 +20,21 @@ template <class... Args>
   os << "tessel::" << function << ": ";
   (os << ... << parts);
   throw Error(os.str());
+}
+
+// Size arithmetic (element counts, byte counts, offsets) that reports an overflow as a user
+// error naming `function`, instead of wrapping into a small allocation and a write past its end.
+inline int64_t checked_mul(int64_t a, int64_t b, const char* function, const char* what) {
+  int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r))
+    fail(function, what, " is too large: ", a, " * ", b, " overflows a 64-bit size");
+  return r;
+}
+inline int64_t checked_add(int64_t a, int64_t b, const char* function, const char* what) {
+  int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r))
+    fail(function, what, " is too large: ", a, " + ", b, " overflows a 64-bit size");
+  return r;
 }
 }  // namespace detail
 

@@ -1,0 +1,127 @@
+// Bad input at the limits: sizes that overflow, formulas too deep for recursion, dims near 2^31.
+#include <pthread.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdint>
+
+#include "reduction_helpers.hpp"
+
+using namespace tessel;
+using namespace tessel::testing;
+
+namespace {
+
+// Runs f on a thread with a small stack (256 KiB), so that a walk recursing once per level of a
+// formula overflows at a depth a test can afford to build.
+void on_small_stack(const std::function<void()>& f) {
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 256 * 1024);
+  pthread_t t;
+  auto body = [](void* p) -> void* {
+    (*static_cast<const std::function<void()>*>(p))();
+    return nullptr;
+  };
+  ASSERT_EQ(pthread_create(&t, &attr, body, const_cast<std::function<void()>*>(&f)), 0);
+  pthread_join(t, nullptr);
+  pthread_attr_destroy(&attr);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+TEST(BadInputLimits, DeepFormulasAreFreedWithoutRecursion) {
+  // 100k levels: one frame per level of ~Node needs megabytes of stack; 256 KiB is given.
+  on_small_stack([] {
+    Formula f = vi(0, 1);
+    for (int k = 0; k < 100000; ++k) f = exp(f);
+    Formula s = vi(0, 1);
+    for (int k = 0; k < 100000; ++k) s = s + vj(1, 1) * static_cast<double>(k + 2);
+    EXPECT_EQ(f.dim(), 1);
+    EXPECT_EQ(s.dim(), 1);
+  });  // both are released here, on the small stack
+}
+
+TEST(BadInputLimits, DeepFormulasPrintHashAndDifferentiateOnASmallStack) {
+  on_small_stack([] {
+    const Formula x = vi(0, 1);
+    Formula f = x;
+    for (int k = 0; k < 40000; ++k) f = sin(f);
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string text = f.str();  // quadratic before: 43 s at this depth
+    EXPECT_LT(seconds_since(t0), 5.0);
+    EXPECT_EQ(text.size(), 40000 * 5 + std::string("Vi(0,1)").size());
+    EXPECT_TRUE(parse(text).same(f));
+    const Formula g = grad(f, x, constant(1.0));
+    EXPECT_EQ(g.dim(), 1);
+    EXPECT_EQ(substitute(f, {x}, {vi(0, 1) * 2.0}).dim(), 1);
+    const auto v = eval_point(f, {{0, {0.5}}});
+    EXPECT_TRUE(std::isfinite(v.at(0)));
+    const Reduction r(ReductionOp::Sum, f * vj(1, 1));
+    EXPECT_FALSE(r.str().empty());
+    EXPECT_EQ(grad(r, 0).output_dim(0), 1);
+  });
+}
+
+TEST(BadInputLimits, SizesThatOverflowAreErrors) {
+  // 2^61 float64 elements: the byte count wrapped to 0 and the kernel wrote past the buffer.
+  expect_error([] { Array(DType::Float64, {int64_t{1} << 61, 8}); },
+               {"Array", "2305843009213693952", "overflows"});
+  expect_error([] { Array(DType::Float32, {int64_t{1} << 61, 1}); },
+               {"Array", "(2305843009213693952, 1)", "float32"});
+  expect_error([] { Array(DType::Float32, {int64_t{1} << 40, 1}); },
+               {"Array", "out of memory"});
+  const Reduction r(ReductionOp::Sum, vj(0, 1) * 2.0);
+  const std::vector<Array> y = {random_array(DType::Float32, {4, 1}, 1)};
+  Options o;
+  o.backend = Backend::Interpreter;
+  for (int64_t ni : {int64_t{1} << 61, int64_t{1} << 40, INT64_MAX})
+    expect_error([&] { evaluate(r, y, o, Sizes{ni, -1}); }, {"Array", std::to_string(ni).c_str()});
+  expect_error([&] { evaluate(r, y, o, Sizes{-5, -1}); }, {"evaluate", "Sizes.ni = -5", "negative"});
+  // A view whose offsets overflow: broadcast (stride 0) is fine, huge strides are not.
+  float buf[4] = {1, 2, 3, 4};
+  ArrayView v{buf, DType::Float32, {4, 1}, {int64_t{1} << 62, 1}};
+  std::vector<ArrayView> in = {v};
+  expect_error([&] { evaluate(r, in, o, Sizes{3, -1}); }, {"evaluate", "input 0", "too large"});
+  ArrayView huge{buf, DType::Float32, {int64_t{1} << 32, int64_t{1} << 32, 1}, {}};
+  expect_error([&] { (void)huge.size(); }, {"ArrayView", "overflows"});
+  // Batch dims whose product overflows.
+  ArrayView b{buf, DType::Float32, {int64_t{1} << 40, int64_t{1} << 40, 4, 1}, {0, 0, 1, 1}};
+  std::vector<ArrayView> bin = {b};
+  expect_error([&] { evaluate(r, bin, o); }, {"evaluate", "batch", "overflows"});
+  // Block-sparse slices beyond the intervals.
+  auto br = std::make_shared<BlockRanges>();
+  br->ranges_i = {0, 3};
+  br->slices_i = {INT64_MAX};
+  br->redranges_j = {0, 4};
+  o.ranges = br;
+  expect_error([&] { evaluate(r, y, o, Sizes{3, -1}); }, {"evaluate", "slices_i"});
+}
+
+TEST(BadInputLimits, IntegerEdgesInFormulas) {
+  expect_error([] { rational(INT64_MIN, -1); }, {"Rat", "-9223372036854775808"});
+  expect_error([] { rational(1, INT64_MIN); }, {"Rat"});
+  expect_error([] { parse("Rat(-9223372036854775808,-1)"); }, {"Rat"});
+  EXPECT_EQ(rational(INT64_MAX, -INT64_MAX).node().value, -1.0);
+  // Dims whose sum or product leaves int: the dim wrapped to -2 and 0 before.
+  expect_error([] { concat(vi(0, 1 << 24), vi(1, 1 << 24)); },
+               {"Concat", "larger than the largest supported dim"});
+  expect_error([] { parse("Concat(Vi(0,2147483647),Vi(1,2147483647))"); }, {"Vi", "2147483647"});
+  expect_error([] { tensorprod(vi(0, 65536), vj(1, 65536)); }, {"TensorProd", "4294967296"});
+  expect_error([] { vi(0, INT_MAX); }, {"Vi", "largest supported dim"});
+  expect_error([] { one_hot(vi(0, 1), -3); }, {"OneHot", ">= 1"});
+  expect_error([] { extract(vi(0, 3), INT_MAX, INT_MAX); }, {"Extract", "does not fit"});
+  expect_error([] { sym_sqnorm(vi(0, 1), vi(1, 65536)); }, {"SymSqNorm", "4294967296"});
+  expect_error([] { weighted_sqnorm(vi(0, 2), vi(1, 65536)); }, {"WeightedSqNorm", "4294967296"});
+  expect_error([] { tensordot(vi(0, 4), vj(1, 4), {4, 1 << 30, 1 << 30, 1 << 30}, {4}, {0}, {0}); },
+               {"TensorDot"});
+  for (const char* text : {"Zero(-1)", "Vi(0,-3)", "Vj(-1,2)", "OneHot(Vi(0,1),-2)", "Var(0,-1,0)",
+                           "Extract(Vi(0,3),2,-1)", "Elem(Vi(0,3),-1)"})
+    expect_error([&] { parse(text); }, {"parse"});
+  expect_error([] { parse("X", {"X = Vi(-4)"}); }, {"parse"});
+  expect_error([] { parse("X", {"X = Vi(0,-4)"}); }, {"parse", "dim must be >= 1"});
+}
