@@ -5,15 +5,22 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace tessel {
 
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& what) : std::runtime_error(what) {}
+  // Control characters (NUL included) and bytes that are not UTF-8 are shown as \xNN: a message
+  // must survive a C string and a UTF-8 decoder (Python's) whole.
+  explicit Error(const std::string& what);
 };
 
 namespace detail {
+// `text` with control characters and invalid UTF-8 as \xNN; with ascii_only, other non-ASCII
+// characters as U+XXXX too. For quoting user text, e.g. a formula, in messages.
+std::string escape_text(std::string_view text, bool ascii_only);
+
 template <class... Args>
 [[noreturn]] void fail(const char* function, Args&&... parts) {
   std::ostringstream os;

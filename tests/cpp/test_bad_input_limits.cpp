@@ -125,3 +125,38 @@ TEST(BadInputLimits, IntegerEdgesInFormulas) {
   expect_error([] { parse("X", {"X = Vi(-4)"}); }, {"parse"});
   expect_error([] { parse("X", {"X = Vi(0,-4)"}); }, {"parse", "dim must be >= 1"});
 }
+
+TEST(BadInputLimits, MessagesQuoteOddCharactersSafely) {
+  // The message must be printable ASCII around the quoted character: Python decodes it as UTF-8
+  // (a lone lead byte made it ValueError('')) and C strings end at a NUL.
+  auto printable = [](const std::string& m) {
+    for (char c : m)
+      if (c != '\n' && (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e))
+        return false;
+    return true;
+  };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"X+\xc3\xa9", "'U+00E9'"},          {"X + Y\xc3\xa9", "'U+00E9'"},
+      {std::string("X\0Y", 3), "'\\x00'"}, {"Exp(X)\xff", "'\\xFF'"},
+      {"\xe6\x97\xa5+X", "'U+65E5'"},      {"X\x7f", "'\\x7F'"},
+      {"X\x01", "'\\x01'"},                {"\xf0\x9f\x98\x80", "'U+1F600'"},
+      {"X+\xc3", "'\\xC3'"},               {"\xed\xa0\x80", "'\\xED\\xA0\\x80'"}};  // a lone surrogate
+  for (const auto& [text, quoted] : cases) {
+    try {
+      parse(text, {"X = Vi(3)", "Y = Vj(3)"});
+      ADD_FAILURE() << "no error for " << detail::escape_text(text, true);
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_TRUE(printable(m)) << m;
+      EXPECT_NE(m.find(quoted), std::string::npos) << m;
+      // the caret sits under the escaped character
+      const size_t line = m.find("\n  "), caret = m.rfind('^');
+      const size_t col = caret - m.rfind('\n') - 1;
+      EXPECT_EQ(m.substr(line + 3 + col - 2, quoted.size() - 2), quoted.substr(1, quoted.size() - 2))
+          << m;
+    }
+  }
+  expect_error([] { parse("X", {"X\xc3\xa9 = Vi(3)"}); }, {"parse", "U+00E9"});
+  // Any message: no NUL, no broken UTF-8, kept valid UTF-8 (file paths).
+  EXPECT_EQ(std::string(Error(std::string("a\0b\xff\xc3\xa9", 6)).what()), "a\\x00b\\xFF\xc3\xa9");
+}
