@@ -183,8 +183,7 @@ struct Gen {
         s += "    { const V f_ = " + masked(f[0].s, "bc(-__builtin_inf())") + "; bm_" + R_ +
              " = v_max(bm_" + R_ + ", f_);\n";
         s += rescale(row);
-        s += "      const V e_ = f_ == bc(-__builtin_inf()) ? bc(0.0) : v_exp(f_ - " +
-             acc("mv", row, 0) + ");\n";
+        s += "      const V e_ = " + shifted_exp("f_", acc("mv", row, 0)) + ";\n";
         s += add_terms(row, "e_", [&](int c) { return masked(w[c].s, "bc(0.0)"); });
         s += "    }\n";
       }
@@ -192,11 +191,16 @@ struct Gen {
     return s;
   }
 
+  // exp(v - m) for a term v under the running maximum m: 0 for v = -inf (also when m = -inf), and
+  // exactly 1 for v = m, so that +inf terms under m = +inf count 1 instead of exp(inf - inf).
+  static string shifted_exp(const string& v, const string& m) {
+    return v + " == bc(-__builtin_inf()) ? bc(0.0) : " + v + " == " + m + " ? bc(1.0) : v_exp(" +
+           v + " - " + m + ")";
+  }
   // Moves the running max of `row` to bm_row, rescaling its sums.
   string rescale(int row) const {
     const string R_ = to_string(row), mv = acc("mv", row, 0);
-    string s = "      { const V sc_ = " + mv + " == bc(-__builtin_inf()) ? bc(0.0) : v_exp(" + mv +
-               " - bm_" + R_ + ");";
+    string s = "      { const V sc_ = " + shifted_exp(mv, "bm_" + R_) + ";";
     for (int c = 0; c < std::max(WD, 1); ++c) s += " " + acc("sv", row, c) + " *= sc_;";
     if (r.op == ReductionOp::SumSoftMaxWeight) s += " " + acc("ss", row, 0) + " *= sc_;";
     return s + " " + mv + " = bm_" + R_ + "; }\n";
@@ -217,8 +221,7 @@ struct Gen {
       const string R_ = to_string(row);
       s += rescale(row);
       s += "      for (i64 q = 0; q < te - tb; ++q) { const V f_ = fb_" + R_ + "[q];\n";
-      s += "      const V e_ = f_ == bc(-__builtin_inf()) ? bc(0.0) : v_exp(f_ - " +
-           acc("mv", row, 0) + ");\n";
+      s += "      const V e_ = " + shifted_exp("f_", acc("mv", row, 0)) + ";\n";
       s += add_terms(row, "e_", [&](int c) { return "wb_" + R_ + "_" + to_string(c) + "[q]"; });
       s += "      }\n";
     }
@@ -273,18 +276,22 @@ struct Gen {
       if (r.op == ReductionOp::SumSoftMaxWeight)
         s += "      for (int l = 0; l < W; ++l) den += " + mv +
              "[l] == -__builtin_inf() ? (double)" + acc("ss", row, 0) +
-             "[l] : " + acc("ss", row, 0) + "[l] * __builtin_exp(" + mv + "[l] - M);\n";
+             "[l] : " + acc("ss", row, 0) + "[l] * (" + mv + "[l] == M ? 1.0 : __builtin_exp(" + mv +
+             "[l] - M));\n";
       for (int c = 0; c < nc; ++c) {
         s += "      { double sum = 0; for (int l = 0; l < W; ++l) sum += " + mv +
              "[l] == -__builtin_inf() ? (double)" + acc("sv", row, c) +
-             "[l] : " + acc("sv", row, c) + "[l] * __builtin_exp(" + mv + "[l] - M);\n";
+             "[l] : " + acc("sv", row, c) + "[l] * (" + mv + "[l] == M ? 1.0 : __builtin_exp(" + mv +
+             "[l] - M));\n";
         const string at = "out0[" + out_row + " * " + to_string(nc) + " + " + to_string(c) + "]";
         if (r.op == ReductionOp::LogSumExp)
           s += "        " + at +
                " = (T)(sum != sum ? sum : M == -__builtin_inf() ? -__builtin_inf() : M + "
                "__builtin_log(sum)); }\n";
         else
-          s += "        " + at + " = (T)(sum != sum ? sum : den == 0 ? 0.0 : sum / den); }\n";
+          s += "        " + at +
+               " = (T)(sum != sum || M == __builtin_inf() ? __builtin_nan(\"\") : den == 0 ? 0.0 "
+               ": sum / den); }\n";
       }
     }
     return s + "    }\n";

@@ -160,3 +160,86 @@ TEST(BadInputLimits, MessagesQuoteOddCharactersSafely) {
   // Any message: no NUL, no broken UTF-8, kept valid UTF-8 (file paths).
   EXPECT_EQ(std::string(Error(std::string("a\0b\xff\xc3\xa9", 6)).what()), "a\\x00b\\xFF\xc3\xa9");
 }
+
+namespace {
+
+// torch.logsumexp / torch.softmax on one row of terms F (and weights w), in float64: the
+// semantics every backend must give (see backend/cpu/reduce_state.hpp).
+double lse_ref(const std::vector<double>& F, const std::vector<double>* w) {
+  double M = -INFINITY, s = 0;
+  for (double v : F)
+    if (std::isnan(v)) return NAN;
+  for (double v : F) M = std::max(M, v);
+  if (M == -INFINITY) return -INFINITY;
+  for (size_t j = 0; j < F.size(); ++j)
+    if (M == INFINITY ? F[j] == INFINITY : true)
+      s += (M == INFINITY ? 1.0 : std::exp(F[j] - M)) * (w ? (*w)[j] : 1.0);
+  return M == INFINITY ? (s > 0 ? INFINITY : NAN) : M + std::log(s);
+}
+double softmax_ref(const std::vector<double>& F, const std::vector<double>& g) {
+  double M = -INFINITY, num = 0, den = 0;
+  for (double v : F)
+    if (std::isnan(v)) return NAN;
+  for (double v : F) M = std::max(M, v);
+  if (M == INFINITY) return NAN;  // softmax computes inf - inf
+  if (M == -INFINITY) return 0;   // no term counts (torch: NaN); the empty-row convention
+  for (size_t j = 0; j < F.size(); ++j) num += std::exp(F[j] - M) * g[j], den += std::exp(F[j] - M);
+  return num / den;
+}
+
+}  // namespace
+
+TEST(BadInputLimits, InfiniteTermsGiveTorchsAnswerOnEveryBackend) {
+  const int64_t M = 37;  // tails for every SIMD width
+  const std::vector<double> xs = {0.0, 1.5, -2.0};
+  auto column = [&](auto fill) {
+    std::vector<double> y(M);
+    for (int64_t j = 0; j < M; ++j) y[j] = fill(j);
+    return y;
+  };
+  auto finite = [](int64_t j) { return std::sin(0.7 * static_cast<double>(j)); };
+  const std::vector<std::pair<const char*, std::vector<double>>> cases = {
+      {"one +inf", column([&](int64_t j) { return j == 5 ? INFINITY : finite(j); })},
+      {"two +inf and a -inf",
+       column([&](int64_t j) { return j == 5 || j == 33 ? INFINITY : j == 9 ? -INFINITY : finite(j); })},
+      {"all +inf", column([](int64_t) { return INFINITY; })},
+      {"all -inf", column([](int64_t) { return -INFINITY; })},
+      {"a NaN", column([&](int64_t j) { return j == 30 ? NAN : finite(j); })},
+      {"+inf and a NaN", column([&](int64_t j) { return j == 30 ? NAN : j == 2 ? INFINITY : finite(j); })},
+      {"finite", column(finite)}};
+  const std::vector<double> w_pos = column([](int64_t j) { return 0.5 + 0.01 * j; });
+  const std::vector<double> w_zero_at_inf = column([](int64_t j) { return j == 5 ? 0.0 : 1.0; });
+  const Formula F = vi(0, 1) + vj(1, 1);
+  for (Backend b : {Backend::Interpreter, Backend::Compiled}) {
+    if (b == Backend::Compiled && !compiler_info().usable) continue;
+    Options o;
+    o.backend = b;
+    for (const auto& [name, y] : cases) {
+      for (int kind = 0; kind < 4; ++kind) {
+        const std::vector<double>& w = kind == 2 ? w_zero_at_inf : w_pos;
+        const Reduction r = kind == 0   ? Reduction(ReductionOp::LogSumExp, F)
+                            : kind <= 2 ? Reduction(ReductionOp::LogSumExp, F, 1, 0, vj(2, 1))
+                                        : Reduction(ReductionOp::SumSoftMaxWeight, F, 1, 0, vj(2, 1));
+        std::vector<Array> in = {Array::from(xs, {3, 1}), Array::from(y, {M, 1})};
+        if (kind > 0) in.push_back(Array::from(w, {M, 1}));
+        const Array out = evaluate(r, in, o)[0];
+        for (size_t i = 0; i < xs.size(); ++i) {
+          std::vector<double> Fi(M);
+          for (int64_t j = 0; j < M; ++j) Fi[j] = xs[i] + y[j];
+          const double want = kind == 0 ? lse_ref(Fi, nullptr)
+                              : kind <= 2 ? lse_ref(Fi, &w)
+                                          : softmax_ref(Fi, w);
+          const double got = out.at(static_cast<int64_t>(i));
+          const std::string where = std::string(b == Backend::Compiled ? "compiled" : "interpreter") +
+                                    " " + r.str() + " on " + name + ", row " + std::to_string(i);
+          if (std::isnan(want))
+            EXPECT_TRUE(std::isnan(got)) << where << ": got " << got;
+          else if (std::isinf(want))
+            EXPECT_EQ(got, want) << where;
+          else
+            EXPECT_NEAR(got, want, 1e-12 * (1 + std::fabs(want))) << where;
+        }
+      }
+    }
+  }
+}
