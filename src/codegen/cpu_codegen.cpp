@@ -188,8 +188,7 @@ struct Gen {
         s += "    { const V f_ = " + masked(f[0].s, "bc(-__builtin_inf())") + "; bm_" + R_ +
              " = v_max(bm_" + R_ + ", f_);\n";
         s += rescale(row);
-        s += "      const V e_ = f_ == bc(-__builtin_inf()) ? bc(0.0) : v_exp(f_ - " +
-             acc("mv", row, 0) + ");\n";
+        s += "      const V e_ = " + shifted_exp("f_", acc("mv", row, 0)) + ";\n";
         s += add_terms(row, "e_", [&](int c) { return masked(w[c].s, "bc(0.0)"); });
         s += "    }\n";
       }
@@ -197,11 +196,16 @@ struct Gen {
     return s;
   }
 
+  // exp(v - m) for a term v under the running maximum m: 0 for v = -inf (also when m = -inf), and
+  // exactly 1 for v = m, so that +inf terms under m = +inf count 1 instead of exp(inf - inf).
+  static string shifted_exp(const string& v, const string& m) {
+    return v + " == bc(-__builtin_inf()) ? bc(0.0) : " + v + " == " + m + " ? bc(1.0) : v_exp(" +
+           v + " - " + m + ")";
+  }
   // Moves the running max of `row` to bm_row, rescaling its sums.
   string rescale(int row) const {
     const string R_ = to_string(row), mv = acc("mv", row, 0);
-    string s = "      { const V sc_ = " + mv + " == bc(-__builtin_inf()) ? bc(0.0) : v_exp(" + mv +
-               " - bm_" + R_ + ");";
+    string s = "      { const V sc_ = " + shifted_exp(mv, "bm_" + R_) + ";";
     for (const string& n : softmax_sums(row))
       s += " " + n + " *= sc_; " + n + "d *= __builtin_convertvector(sc_, VD);";
     return s + " " + mv + " = bm_" + R_ + "; }\n";
@@ -222,8 +226,7 @@ struct Gen {
       const string R_ = to_string(row);
       s += rescale(row);
       s += "      for (i64 q = 0; q < te - tb; ++q) { const V f_ = fb_" + R_ + "[q];\n";
-      s += "      const V e_ = f_ == bc(-__builtin_inf()) ? bc(0.0) : v_exp(f_ - " +
-           acc("mv", row, 0) + ");\n";
+      s += "      const V e_ = " + shifted_exp("f_", acc("mv", row, 0)) + ";\n";
       s += add_terms(row, "e_", [&](int c) { return "wb_" + R_ + "_" + to_string(c) + "[q]"; });
       s += "      }\n";
       // As block sums: a block's float partials go into float64 (README "Accuracy of sums").
@@ -290,19 +293,22 @@ struct Gen {
       s += "      double den = 0;\n";
       if (r.op == ReductionOp::SumSoftMaxWeight)
         s += "      for (int l = 0; l < W; ++l) den += " + mv + "[l] == -__builtin_inf() ? " +
-             lane_total(acc("ss", row, 0)) + " : " + lane_total(acc("ss", row, 0)) +
-             " * __builtin_exp(" + mv + "[l] - M);\n";
+             lane_total(acc("ss", row, 0)) + " : " + lane_total(acc("ss", row, 0)) + " * (" + mv +
+             "[l] == M ? 1.0 : __builtin_exp(" + mv + "[l] - M));\n";
       for (int c = 0; c < nc; ++c) {
         s += "      { double sum = 0; for (int l = 0; l < W; ++l) sum += " + mv +
              "[l] == -__builtin_inf() ? " + lane_total(acc("sv", row, c)) + " : " +
-             lane_total(acc("sv", row, c)) + " * __builtin_exp(" + mv + "[l] - M);\n";
+             lane_total(acc("sv", row, c)) + " * (" + mv + "[l] == M ? 1.0 : __builtin_exp(" + mv +
+             "[l] - M));\n";
         const string at = "out0[" + out_row + " * " + to_string(nc) + " + " + to_string(c) + "]";
         if (r.op == ReductionOp::LogSumExp)
           s += "        " + at +
                " = (T)(sum != sum ? sum : M == -__builtin_inf() ? -__builtin_inf() : M + "
                "__builtin_log(sum)); }\n";
         else
-          s += "        " + at + " = (T)(sum != sum ? sum : den == 0 ? 0.0 : sum / den); }\n";
+          s += "        " + at +
+               " = (T)(sum != sum || M == __builtin_inf() ? __builtin_nan(\"\") : den == 0 ? 0.0 "
+               ": sum / den); }\n";
       }
     }
     return s + "    }\n";

@@ -169,8 +169,10 @@ string ReduceCode::push(const std::vector<string>& rows, const std::vector<std::
     string any;
     for (size_t q = 0; q < rows.size(); ++q) {
       const string& s = rows[q];
-      o += "      const T v" + s + " = " + f[q][0] + "; T e" + s + " = ex2(fma(v" + s +
-           ", LOG2E_T, -ml" + s + "));\n";
+      // A +inf term counts 1 (under m = +inf; a new maximum sets it below): ex2(inf - inf)
+      // would be NaN.
+      o += "      const T v" + s + " = " + f[q][0] + "; T e" + s + " = v" + s +
+           " == INF ? (T)1 : ex2(fma(v" + s + ", LOG2E_T, -ml" + s + "));\n";
       any += (q ? " | " : "") + string("!(v") + s + " <= m" + s + ")";
     }
     o += "      if (" + any + ") {  // a new maximum, or NaN: rescale the sums\n";
@@ -288,7 +290,8 @@ string ReduceCode::merge(const string& a, const string& b) const {
     for (const string& n : sums())
       o += "      " + n + "d" + a + " = " + n + "d" + a + " * sc_ + " + n + "d" + b + ";\n";
     o += "      m" + a + " = m" + b + ";\n    } else {\n";
-    o += "      const double sc_ = m" + b + " == -INF ? 0.0 : exp(" + mb + " - " + ma + ");\n";
+    o += "      const double sc_ = m" + b + " == -INF ? 0.0 : m" + b + " == m" + a +
+         " ? 1.0 : exp(" + mb + " - " + ma + ");\n";
     for (const string& n : sums()) o += "      " + n + "d" + a + " += " + n + "d" + b + " * sc_;\n";
     o += "    }\n";
   }
@@ -325,7 +328,8 @@ string ReduceCode::finish(const string& s, const string& row) const {
       if (r_.op == ReductionOp::LogSumExp)
         o += "    " + at + " = (T)((double)m" + s + " + log(" + sum + "));\n";
       else
-        o += "    " + at + " = (T)(ssd" + s + " == 0 ? 0.0 : " + sum + " / ssd" + s + ");\n";
+        o += "    " + at + " = (T)(m" + s + " == INF ? (T)NAN : ssd" + s + " == 0 ? 0.0 : " + sum +
+             " / ssd" + s + ");\n";
     }
   }
   return o;

@@ -115,6 +115,26 @@ Formula intern(OpCode op, int dim, std::vector<NodePtr> args, std::vector<int64_
   return Formula(std::move(node));
 }
 
+Node::~Node() {
+  // The outermost destructor on a thread owns the queue of released arguments and empties it in
+  // a loop; destructors run from that loop only append to it. A plain pointer, not a thread_local
+  // vector: formulas held in statics are freed after the main thread's thread_locals.
+  thread_local std::vector<NodePtr>* pending = nullptr;
+  if (pending) {
+    for (NodePtr& a : args) pending->push_back(std::move(a));
+    return;
+  }
+  std::vector<NodePtr> queue(std::make_move_iterator(args.begin()),
+                             std::make_move_iterator(args.end()));
+  pending = &queue;
+  while (!queue.empty()) {
+    NodePtr last = std::move(queue.back());
+    queue.pop_back();
+    last.reset();  // may run ~Node again, which only appends to the queue
+  }
+  pending = nullptr;
+}
+
 std::vector<NodePtr> topo_order(const NodePtr& root) {
   std::vector<NodePtr> order;
   std::unordered_set<const Node*> seen;

@@ -97,6 +97,10 @@ struct Node {
   // and constants only) are loop invariants; rewrites use this to keep divisions out of loops.
   bool varies = false;
 
+  // Iterative: the default destructor would release a chain of last references by recursion,
+  // one stack frame per level, and a formula a few hundred thousand deep would overflow it.
+  ~Node();
+
   bool is_var() const { return op == OpCode::Var; }
   int var_index() const { return static_cast<int>(ip[0]); }
   Category var_cat() const { return static_cast<Category>(ip[1]); }

@@ -44,8 +44,11 @@ Formula build_at(size_t pos, F&& f) {
   std::string shown = text;
   for (char& c : shown)
     if (std::isspace(static_cast<unsigned char>(c))) c = ' ';  // keeps the caret under its column
-  detail::fail("parse", context, e.what, " at column ", e.pos, "\n  ", shown, "\n  ",
-               std::string(e.pos, ' '), "^");
+  // Non-ASCII and control characters are shown escaped; the caret moves with them.
+  const size_t at = std::min(e.pos, shown.size());
+  const size_t caret = detail::escape_text(std::string_view(shown).substr(0, at), true).size();
+  detail::fail("parse", context, detail::escape_text(e.what, true), " at column ", e.pos, "\n  ",
+               detail::escape_text(shown, true), "\n  ", std::string(caret, ' '), "^");
 }
 
 bool ident_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
@@ -79,7 +82,13 @@ class Cursor {
     if (done()) return "the end";
     size_t e = pos_;
     while (e < s_.size() && (ident_char(s_[e]) || s_[e] == '.')) ++e;
-    return "'" + s_.substr(pos_, std::max(e, pos_ + 1) - pos_) + "'";
+    if (e == pos_) {  // one character: a whole UTF-8 sequence when it starts one
+      e = pos_ + 1;
+      if (static_cast<unsigned char>(s_[pos_]) >= 0xc0)
+        while (e < s_.size() && e < pos_ + 4 && (static_cast<unsigned char>(s_[e]) & 0xc0) == 0x80)
+          ++e;
+    }
+    return "'" + s_.substr(pos_, e - pos_) + "'";  // report() escapes what is not printable ASCII
   }
   std::string ident() {
     if (done() || !ident_start(s_[pos_])) return {};

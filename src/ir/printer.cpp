@@ -25,47 +25,72 @@ std::string tuple(const std::vector<int64_t>& v) {
   return s + ")";
 }
 
-std::string print_node(const Node& n, const std::vector<std::string>& a) {
+// How a node prints around its arguments: `open`, the arguments separated by `sep`, `close`.
+// A leaf is all `open`.
+struct Pieces {
+  std::string open, sep = ",", close = ")";
+};
+
+Pieces pieces(const Node& n) {
   switch (n.op) {
     case OpCode::Var: {
       const char* f = n.var_cat() == Category::I ? "Vi" : n.var_cat() == Category::J ? "Vj" : "Pm";
-      return std::string(f) + "(" + std::to_string(n.var_index()) + "," + std::to_string(n.dim) + ")";
+      return {std::string(f) + "(" + std::to_string(n.var_index()) + "," + std::to_string(n.dim) +
+              ")", "", ""};
     }
     case OpCode::Const:
       switch (static_cast<ConstKind>(n.ip[0])) {
-        case ConstKind::Int: return "IntCst(" + std::to_string(n.ip[1]) + ")";
+        case ConstKind::Int: return {"IntCst(" + std::to_string(n.ip[1]) + ")", "", ""};
         case ConstKind::Rational:
-          return "Rat(" + std::to_string(n.ip[1]) + "," + std::to_string(n.ip[2]) + ")";
-        default: return number(n.value);
+          return {"Rat(" + std::to_string(n.ip[1]) + "," + std::to_string(n.ip[2]) + ")", "", ""};
+        default: return {number(n.value), "", ""};
       }
-    case OpCode::Zero: return "Zero(" + std::to_string(n.dim) + ")";
-    case OpCode::Neg: return "(-" + a[0] + ")";
+    case OpCode::Zero: return {"Zero(" + std::to_string(n.dim) + ")", "", ""};
+    case OpCode::Neg: return {"(-", "", ")"};
     case OpCode::TensorDot: {
       const TensorDotSpec t = TensorDotSpec::decode(n.ip);
-      return "TensorDot(" + a[0] + "," + a[1] + "," + tuple(t.dims_a) + "," + tuple(t.dims_b) +
-             "," + tuple(t.contr_a) + "," + tuple(t.contr_b) + "," + tuple(t.perm) + ")";
+      return {"TensorDot(", ",",
+              "," + tuple(t.dims_a) + "," + tuple(t.dims_b) + "," + tuple(t.contr_a) + "," +
+                  tuple(t.contr_b) + "," + tuple(t.perm) + ")"};
     }
     default: break;
   }
   const OpInfo& o = op_info(n.op);
-  if (o.infix) return "(" + a[0] + o.infix + a[1] + ")";
-  std::string s = std::string(o.name) + "(";
-  for (size_t k = 0; k < a.size(); ++k) s += (k ? "," : "") + a[k];
-  for (int64_t v : n.ip) s += "," + std::to_string(v);
-  return s + ")";
+  if (o.infix) return {"(", o.infix, ")"};
+  Pieces p{std::string(o.name) + "(", ",", ""};
+  for (int64_t v : n.ip) p.close += "," + std::to_string(v);
+  p.close += ")";
+  return p;
 }
 
 }  // namespace
 
 std::string Formula::str() const {
   if (!node_) return "<null>";
-  std::unordered_map<const Node*, std::string> text;
-  for (const NodePtr& n : topo_order(node_)) {
-    std::vector<std::string> a;
-    for (const NodePtr& c : n->args) a.push_back(text.at(c.get()));
-    text[n.get()] = print_node(*n, a);
+  // One pass appending to one string, with an explicit stack: linear in the length of the text
+  // (building each node's text from its arguments' copies was quadratic in the depth) and
+  // independent of the call stack's size.
+  std::string out;
+  std::unordered_map<const Node*, Pieces> memo;  // shared sub-formulas print many times
+  auto of = [&](const Node* n) -> const Pieces& {
+    auto it = memo.find(n);
+    return it != memo.end() ? it->second : memo.emplace(n, pieces(*n)).first->second;
+  };
+  std::vector<std::pair<const Node*, size_t>> stack{{node_.get(), 0}};
+  out += of(node_.get()).open;
+  while (!stack.empty()) {
+    auto& [n, k] = stack.back();
+    if (k < n->args.size()) {
+      if (k > 0) out += of(n).sep;
+      const Node* c = n->args[k++].get();
+      out += of(c).open;
+      stack.push_back({c, 0});
+    } else {
+      out += of(n).close;
+      stack.pop_back();
+    }
   }
-  return text.at(node_.get());
+  return out;
 }
 
 }  // namespace tessel

@@ -189,6 +189,10 @@ void register_tensor(std::vector<OpInfo>& t);
 
 // ---- helpers shared by op definitions ------------------------------------------------------------
 [[noreturn]] void dim_error(const char* op, const std::string& what);
+// The largest dim a formula may have. Dims are C ints and kernels unroll over components, so dim
+// rules that add or multiply dims compute in 64 bits and narrow through checked_dim.
+constexpr int64_t kMaxDim = int64_t{1} << 24;
+int checked_dim(const char* op, int64_t d);
 int broadcast_dim(const char* op, int a, int b);  // dims equal or one of them 1
 int same_dim(const char* op, int a, int b);        // dims must be equal
 // Sums a gradient computed at the broadcast dim back to an argument's dim.

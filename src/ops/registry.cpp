@@ -1,6 +1,7 @@
 // The op table, the generic node builder (checks, simplification, folding) and the leaf builders.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <mutex>
 #include <numeric>
 #include <unordered_map>
@@ -110,6 +111,14 @@ std::vector<OpSummary> op_table() {
 
 void dim_error(const char* op, const std::string& what) { detail::fail(op, what); }
 
+int checked_dim(const char* op, int64_t d) {
+  if (d < 1) dim_error(op, "dim must be >= 1, got " + std::to_string(d));
+  if (d > kMaxDim)
+    dim_error(op, "dim " + std::to_string(d) + " is larger than the largest supported dim " +
+                      std::to_string(kMaxDim));
+  return static_cast<int>(d);
+}
+
 int broadcast_dim(const char* op, int a, int b) {
   if (a == b || b == 1) return a;
   if (a == 1) return b;
@@ -147,7 +156,7 @@ Formula make(OpCode code, std::vector<Formula> args, std::vector<int64_t> ip) {
     detail::fail(o.name, "expected ", o.arity, " arguments, got ", args.size());
   for (size_t k = 0; k < args.size(); ++k)
     if (!args[k].valid()) detail::fail(o.name, "argument ", k + 1, " is a null formula");
-  const int d = o.dim(args, ip);
+  const int d = checked_dim(o.name, o.dim(args, ip));
   if (o.simplify) {
     Formula s = o.simplify(args, ip);
     if (s.valid()) return s;
@@ -190,7 +199,7 @@ Formula Formula::operator[](int m) const { return elem(*this, m); }
 Formula var(int index, int dim, Category cat) {
   const char* fn = cat == Category::I ? "Vi" : cat == Category::J ? "Vj" : "Pm";
   if (index < 0) detail::fail(fn, "index must be >= 0, got ", index);
-  if (dim < 1) detail::fail(fn, "dim must be >= 1, got ", dim);
+  checked_dim(fn, dim);
   return intern(OpCode::Var, dim, {}, {index, static_cast<int64_t>(cat)});
 }
 Formula vi(int index, int dim) { return var(index, dim, Category::I); }
@@ -208,6 +217,10 @@ Formula int_cst(int64_t value) {
 }
 Formula rational(int64_t num, int64_t den) {
   if (den == 0) detail::fail("Rat", "denominator must be non-zero");
+  // -INT64_MIN does not exist, and gcd would negate it too.
+  if (num == INT64_MIN || den == INT64_MIN)
+    detail::fail("Rat", "numerator and denominator must lie within +-", INT64_MAX, ", got ", num,
+                 "/", den);
   if (den < 0) num = -num, den = -den;
   int64_t g = std::gcd(num, den);
   if (g > 1) num /= g, den /= g;
@@ -216,7 +229,7 @@ Formula rational(int64_t num, int64_t den) {
                 static_cast<double>(num) / static_cast<double>(den));
 }
 Formula zero(int dim) {
-  if (dim < 1) detail::fail("Zero", "dim must be >= 1, got ", dim);
+  checked_dim("Zero", dim);
   return intern(OpCode::Zero, dim, {}, {dim});
 }
 

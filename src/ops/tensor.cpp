@@ -59,7 +59,7 @@ struct TensorProdOp {
   TESSEL_NAME("TensorProd");  // outer product, row-major
   static constexpr int arity = 2;
   static int dim(std::span<const Formula> a, std::span<const int64_t>) {
-    return a[0].dim() * a[1].dim();
+    return checked_dim(name, int64_t{a[0].dim()} * a[1].dim());
   }
   template <class S> static void apply(const Node& n, const S* const* a, S* out) {
     const int da = n.args[0]->dim, db = n.args[1]->dim;

@@ -53,7 +53,7 @@ struct TensorDotSpec {
   }
   static int64_t product(const std::vector<int64_t>& d) {
     int64_t p = 1;
-    for (int64_t v : d) p *= v;
+    for (int64_t v : d) p = detail::checked_mul(p, v, "TensorDot", "the product of the dims");
     return p;
   }
   static std::vector<int64_t> complement(const std::vector<int64_t>& contracted, size_t rank) {

@@ -116,7 +116,7 @@ struct ExtractOp {
   static constexpr int arity = 1, n_ip = 2;
   static constexpr bool zero_preserving = true;
   static int dim(std::span<const Formula> a, std::span<const int64_t> ip) {
-    if (ip[0] < 0 || ip[1] < 1 || ip[0] + ip[1] > a[0].dim())
+    if (ip[0] < 0 || ip[1] < 1 || ip[0] > a[0].dim() || ip[1] > a[0].dim() - ip[0])
       dim_error(name, "range [" + std::to_string(ip[0]) + ", " + std::to_string(ip[0] + ip[1]) +
                           ") does not fit in dim " + std::to_string(a[0].dim()));
     return static_cast<int>(ip[1]);
@@ -139,7 +139,7 @@ struct ConcatOp {
   TESSEL_NAME("Concat");
   static constexpr int arity = 2;
   static int dim(std::span<const Formula> a, std::span<const int64_t>) {
-    return a[0].dim() + a[1].dim();
+    return checked_dim(name, int64_t{a[0].dim()} + a[1].dim());
   }
   static Formula simplify(std::span<const Formula> a, std::span<const int64_t>) {
     if (is_zero(a[0]) && is_zero(a[1])) return zero(a[0].dim() + a[1].dim());
@@ -160,8 +160,7 @@ struct OneHotOp {
   static constexpr int arity = 1, n_ip = 1;
   static int dim(std::span<const Formula> a, std::span<const int64_t> ip) {
     need_dim1(name, a[0], "the index argument");
-    if (ip[0] < 1) dim_error(name, "dim must be >= 1, got " + std::to_string(ip[0]));
-    return static_cast<int>(ip[0]);
+    return checked_dim(name, ip[0]);
   }
   template <class S> static void apply(const Node& n, const S* const* a, S* out) {
     const S r = t_round(a[0][0]);
@@ -284,7 +283,7 @@ struct SymSqNormOp {
   TESSEL_NAME("SymSqNorm");
   static constexpr int arity = 2;
   static int dim(std::span<const Formula> a, std::span<const int64_t>) {
-    const int d = a[1].dim();
+    const int64_t d = a[1].dim();
     if (a[0].dim() != d * d)
       dim_error(name, "the matrix has dim " + std::to_string(a[0].dim()) + "; expected " +
                           std::to_string(d * d) + " for a vector of dim " + std::to_string(d));
@@ -353,7 +352,7 @@ Formula sqnorm_diag(const Formula& s, const Formula& a) {
 Formula sym_sqnorm(const Formula& s, const Formula& a) { return make(OpCode::SymSqNorm, {s, a}); }
 Formula weighted_sqnorm(const Formula& w, const Formula& a) {
   if (!w.valid() || !a.valid()) detail::fail("WeightedSqNorm", "null formula argument");
-  const int d = a.dim();
+  const int64_t d = a.dim();
   if (w.dim() == 1) return sqnorm_iso(w, a);
   if (w.dim() == d) return sqnorm_diag(w, a);
   if (w.dim() == d * d) return sym_sqnorm(w, a);

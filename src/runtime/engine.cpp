@@ -15,6 +15,24 @@ const char* cat_word(Category c) {
   return c == Category::I ? "Vi" : c == Category::J ? "Vj" : "Pm";
 }
 
+// Checks that every element offset of `a`, in bytes, fits in 64 bits: the kernels index with
+// row * stride products, which would otherwise wrap (a huge or broadcast shape).
+void check_extent(const char* fn, const std::string& who, const ArrayView& a) {
+  for (int64_t s : a.shape)
+    if (s <= 0) return;  // nothing is read or written (negative sizes are reported elsewhere)
+  const std::string what = who + "'s extent";
+  int64_t last = 0;
+  for (size_t k = 0; k < a.shape.size(); ++k) {
+    const int64_t st = a.stride(static_cast<int>(k));
+    if (st == INT64_MIN) detail::fail(fn, who, " has stride ", st, "; its magnitude is too large");
+    last = detail::checked_add(
+        last, detail::checked_mul(a.shape[k] - 1, st < 0 ? -st : st, fn, what.c_str()), fn,
+        what.c_str());
+  }
+  detail::checked_mul(detail::checked_add(last, 1, fn, what.c_str()),
+                      static_cast<int64_t>(dtype_size(a.dtype)), fn, what.c_str());
+}
+
 // Checks one input against its slot and returns its rows × dim view.
 Bound bind(const VarSlot& v, const ArrayView& a, bool cuda) {
   const char* fn = "evaluate";
@@ -55,7 +73,8 @@ Bound bind(const VarSlot& v, const ArrayView& a, bool cuda) {
     detail::fail(fn, who, " has shape ", got, "); expected (n, ", v.dim, ")",
                  v.dim == 1 ? " or (n)" : "");
   }
-  if (a.data == nullptr && b.rows * v.dim > 0) detail::fail(fn, who, " has a null data pointer");
+  if (a.data == nullptr && b.rows > 0) detail::fail(fn, who, " has a null data pointer");
+  check_extent(fn, who, a);
   return b;
 }
 
@@ -73,7 +92,8 @@ void check_output(const ReductionImpl& r, int k, const ArrayView& o, int64_t row
                   (o.shape.size() == 1 &&
                    ((dim == 1 && o.shape[0] == rows) || (rows == 1 && o.shape[0] == dim)));
   if (!ok) detail::fail(fn, who, " must have shape (", rows, ", ", dim, ")");
-  if (o.data == nullptr && rows * dim > 0) detail::fail(fn, who, " has a null data pointer");
+  if (o.data == nullptr && rows > 0 && dim > 0) detail::fail(fn, who, " has a null data pointer");
+  check_extent(fn, who, o);
 }
 
 bool contiguous(const ArrayView& a) {
@@ -81,7 +101,7 @@ bool contiguous(const ArrayView& a) {
   int64_t expect = 1;
   for (int k = static_cast<int>(a.shape.size()) - 1; k >= 0; --k) {
     if (a.shape[k] != 1 && a.strides[k] != expect) return false;
-    expect *= a.shape[k];
+    if (__builtin_mul_overflow(expect, a.shape[k], &expect)) return false;
   }
   return true;
 }
@@ -174,7 +194,7 @@ std::vector<RowBlock> row_blocks(const ReductionImpl& r, const Options& opt, int
     if (b < covered || e < b || e > n_outer)
       detail::fail(fn, rn, " block ", c, " = [", b, ", ", e, ") is not increasing and within [0, ",
                    n_outer, ")");
-    if (s < prev_slice || s * 2 > static_cast<int64_t>(red.size()))
+    if (s < prev_slice || s > static_cast<int64_t>(red.size() / 2))
       detail::fail(fn, sn, "[", c, "] = ", s, " is not non-decreasing and within the ",
                    red.size() / 2, " intervals of ", dn);
     if (b > covered) blocks.push_back(RowBlock{covered, b, {}});
@@ -403,7 +423,8 @@ BatchPlan plan_batch(const ReductionImpl& r, std::span<const ArrayView> inputs) 
     }
   }
   plan.count = 1;
-  for (int64_t d : plan.shape) plan.count *= d;
+  for (int64_t d : plan.shape)
+    plan.count = detail::checked_mul(plan.count, d, "evaluate", "the number of batch elements");
   // A (1, dim) parameter alone is the plain, unbatched form.
   plan.batched = data_batched || plan.count != 1;
   return plan;
@@ -443,6 +464,10 @@ void evaluate_batched(const ReductionImpl& r, std::span<const ArrayView> inputs,
                    "...) followed by ", r.full_sum ? "(dim)" : "(n, dim)");
     }
   }
+  for (size_t q = 0; q < inputs.size(); ++q)
+    check_extent("evaluate", "input " + std::to_string(q), inputs[q]);
+  for (size_t q = 0; q < outputs.size(); ++q)
+    check_extent("evaluate", "output " + std::to_string(q), outputs[q]);
   std::vector<ArrayView> in(inputs.size()), out(outputs.size());
   for (int64_t b = 0; b < plan.count; ++b) {
     for (size_t q = 0; q < inputs.size(); ++q) {
@@ -488,10 +513,28 @@ int64_t rows_of(const ReductionImpl& r, std::span<const ArrayView> inputs, Categ
   return c == Category::I ? s.ni : s.nj;
 }
 
-}  // namespace
+void check_sizes(Sizes s) {
+  for (auto [n, name] : {std::pair{s.ni, "ni"}, std::pair{s.nj, "nj"}})
+    if (n < -1)
+      detail::fail("evaluate", "Sizes.", name, " = ", n,
+                   " is negative; expected a number of rows, or -1 to take it from the inputs");
+}
 
-void evaluate(const Reduction& r, std::span<const ArrayView> inputs,
-              std::span<const ArrayView> outputs, const Options& opt, Sizes sizes) {
+// Sizes that pass every check can still be too large to allocate (scratch buffers, staging
+// copies): the caller gets a tessel::Error rather than a standard exception it cannot place.
+template <class F>
+auto guard_sizes(F&& f) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    detail::fail("evaluate", "out of memory: the arrays or sizes given are too large");
+  } catch (const std::length_error& e) {
+    detail::fail("evaluate", "a size is too large to allocate (", e.what(), ")");
+  }
+}
+
+void evaluate_unguarded(const Reduction& r, std::span<const ArrayView> inputs,
+                        std::span<const ArrayView> outputs, const Options& opt, Sizes sizes) {
   const BatchPlan plan = plan_batch(r.impl(), inputs);
   if (plan.batched && opt.ranges)
     detail::fail("evaluate", "block-sparse ranges with batch dimensions are not supported");
@@ -500,8 +543,8 @@ void evaluate(const Reduction& r, std::span<const ArrayView> inputs,
   eval_into(r.impl(), ctx, outputs, true);
 }
 
-std::vector<Array> evaluate(const Reduction& r, std::span<const ArrayView> inputs,
-                            const Options& opt, Sizes sizes) {
+std::vector<Array> evaluate_unguarded(const Reduction& r, std::span<const ArrayView> inputs,
+                                      const Options& opt, Sizes sizes) {
   const ReductionImpl& R = r.impl();
   const BatchPlan plan = plan_batch(R, inputs);
   if (plan.batched && opt.ranges)
@@ -527,6 +570,20 @@ std::vector<Array> evaluate(const Reduction& r, std::span<const ArrayView> input
   }
   evaluate_batched(R, inputs, views, opt, sizes, plan);
   return outs;
+}
+
+}  // namespace
+
+void evaluate(const Reduction& r, std::span<const ArrayView> inputs,
+              std::span<const ArrayView> outputs, const Options& opt, Sizes sizes) {
+  check_sizes(sizes);
+  guard_sizes([&] { evaluate_unguarded(r, inputs, outputs, opt, sizes); });
+}
+
+std::vector<Array> evaluate(const Reduction& r, std::span<const ArrayView> inputs,
+                            const Options& opt, Sizes sizes) {
+  check_sizes(sizes);
+  return guard_sizes([&] { return evaluate_unguarded(r, inputs, opt, sizes); });
 }
 
 std::vector<Array> evaluate(const Reduction& r, const std::vector<Array>& inputs,

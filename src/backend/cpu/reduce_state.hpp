@@ -4,6 +4,10 @@
 // index; ties go to the lowest index. KMin ranks NaN after every number (as sorting does) and
 // ties by index. LogSumExp and SumSoftMaxWeight rescale online by the running maximum.
 // With no terms: Sum 0, Min +inf, Max -inf, indices -1, LogSumExp -inf, SumSoftMaxWeight 0.
+// Infinite terms follow torch.logsumexp and torch.softmax: a +inf term makes LogSumExp +inf (all
+// +inf too; weighted: log of the sum of the weights of the +inf terms, +inf or NaN), and
+// SumSoftMaxWeight NaN (softmax computes inf - inf); -inf terms count 0, so a row of only -inf
+// terms is LogSumExp -inf and, like an empty row, SumSoftMaxWeight 0 (torch: NaN). NaN gives NaN.
 #pragma once
 
 #include <cmath>
@@ -88,7 +92,7 @@ class ReduceState {
         break;
       case ReductionOp::SumSoftMaxWeight:
         for (size_t c = 0; c < val_.size(); ++c)
-          out(0, static_cast<int>(c), nan_ ? NAN : s_ == 0 ? 0.0 : val_[c] / s_);
+          out(0, static_cast<int>(c), nan_ || m_ == INFINITY ? NAN : s_ == 0 ? 0.0 : val_[c] / s_);
         break;
       default:
         for (size_t c = 0; c < val_.size(); ++c) out(0, static_cast<int>(c), val_[c]);
@@ -131,7 +135,7 @@ class ReduceState {
       scale_old = m_ == -INFINITY ? 0.0 : std::exp(m_ - v);
       m_ = v;
     } else {
-      term = std::exp(v - m_);
+      term = v == m_ ? 1.0 : std::exp(v - m_);  // +inf terms under m = +inf count 1, not NaN
     }
     const bool weighted = wd_ > 0;
     s_ = s_ * scale_old + term;
