@@ -38,7 +38,8 @@ fi
 import sys, numpy, torch
 if int(torch.__version__.split(".")[0]) < 2:
     sys.exit(f"torch2: the venv holds torch {torch.__version__}, not 2.x")
-print(f"torch2: torch {torch.__version__}, numpy {numpy.__version__}, python {sys.version.split()[0]}")
+print(f"torch2: torch {torch.__version__}, numpy {numpy.__version__}, "
+      f"python {sys.version.split()[0]}")
 PY
 
 echo "torch2: building the Python module in $dir"
