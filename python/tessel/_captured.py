@@ -208,6 +208,11 @@ def grad_once(outputs, inputs, grad_outputs, create_graph=False):
       at its first occurrence and None at the others: autograd sums a Function's inputs.
     * the graph is retained: it may run through the graph of a tensor made outside, which the
       caller's backward may still have to traverse.
+    * the inputs' own hooks do not run: this share reaches each input again through the caller's
+      backward, where its hooks run once on the whole gradient, as in unrolled autograd.
+      PyTorch 2.x runs a tensor's hooks (register_hook, retain_grad) on what autograd.grad
+      captures for it (1.13 captured before them), so a hook returning 2 * g doubled this share
+      twice and retain_grad counted it twice.
     """
     first, unique, cuts = {}, [], {}
     for t in inputs:
@@ -218,10 +223,12 @@ def grad_once(outputs, inputs, grad_outputs, create_graph=False):
         if t.grad_fn is not None:
             cuts.setdefault(id(t.grad_fn), (t.grad_fn, set()))[1].add(t.output_nr)
     handles = [node.register_prehook(_zeroing(nrs)) for node, nrs in cuts.values()]
+    quiet = _QuietHooks(unique)
     try:
         res = torch.autograd.grad(outputs, unique, grad_outputs, allow_unused=True,
                                   retain_graph=True, create_graph=create_graph)
     finally:
+        quiet.restore()
         for h in handles:
             h.remove()
     out, given = [], set()
@@ -229,6 +236,31 @@ def grad_once(outputs, inputs, grad_outputs, create_graph=False):
         out.append(None if id(t) in given else res[first[id(t)]])
         given.add(id(t))
     return out
+
+
+class _QuietHooks:
+    """Holds back the Python hooks of `tensors` until restore(), and puts back the .grad of those
+    that retain it. PyTorch keeps a reference to the very dict `register_hook` fills, so emptying
+    it in place and refilling it (in its order) is what silences and restores them."""
+
+    def __init__(self, tensors):
+        self.hooks, self.grads = [], []
+        for t in tensors:
+            d = getattr(t, "_backward_hooks", None)
+            if d:
+                self.hooks.append((d, list(d.items())))
+                d.clear()
+            if t.grad_fn is not None and t.retains_grad:
+                self.grads.append((t, t.grad))
+
+    def restore(self):
+        for d, items in self.hooks:
+            added = list(d.items())  # registered meanwhile: they come after the older ones
+            d.clear()
+            d.update(items)
+            d.update(added)
+        for t, g in self.grads:
+            t.grad = g
 
 
 def _zeroing(nrs):

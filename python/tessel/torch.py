@@ -92,6 +92,13 @@ class Genred(GenredBase):
 def _check_tensors(args, who):
     """The call's tensors: CPU or one CUDA device, float32 or float64, one dtype. Returns that
     dtype."""
+    transforms_active = getattr(torch._C, "_are_functorch_transforms_active", None)
+    if transforms_active is not None and transforms_active():
+        # PyTorch's own error asks to override setup_context, a method of a class not the user's.
+        raise NotImplementedError(
+            f"{who}: torch.func transforms (grad, vmap, jacrev, jvp, ...) are not supported yet; "
+            "use torch.autograd.grad or .backward() (any order, create_graph=True) and batch "
+            "dimensions instead of vmap")
     dtype = device = None
     for k, a in enumerate(args):
         if not isinstance(a, torch.Tensor):

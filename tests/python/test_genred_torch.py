@@ -473,3 +473,38 @@ def test_empty_inputs(axis):
     assert make("Sum", axis=axis)(*args).shape == (0, 1)
     v, i = make("KMin_ArgKMin", axis=axis)(*args)
     assert v.shape == i.shape == (0, K)
+
+
+# ---- torch.func and torch.compile (PyTorch 2.x) ---------------------------------------------------
+@pytest.mark.skipif(not hasattr(torch, "func"), reason="torch.func is PyTorch 2.x")
+@pytest.mark.parametrize("transform", ["grad", "vmap", "jacrev"])
+def test_func_transforms_refused_with_a_clear_error(transform):
+    x, *rest = to_torch(GAUSS.data(N, M))
+    y = rest[0]  # the aliases are X, Y, B, G
+    fn = make("Sum")
+    call = {"grad": lambda: torch.func.grad(lambda x: fn(x, *rest).sum())(x),
+            "vmap": lambda: torch.func.vmap(lambda x: fn(x, *rest))(x[None]),
+            "jacrev": lambda: torch.func.jacrev(lambda x: fn(x, *rest))(x)}[transform]
+    with pytest.raises(NotImplementedError, match="Genred: torch.func transforms"):
+        call()
+    lazy = tessel.torch.LazyTensor
+    with pytest.raises(NotImplementedError, match="Genred: torch.func transforms"):
+        torch.func.grad(lambda x: (lazy(x[:, None, :]) - lazy(y[None])).sum(-1).sum(1).sum())(x)
+
+
+@pytest.mark.skipif(not hasattr(torch, "compile"), reason="torch.compile is PyTorch 2.x")
+def test_compiled_function_calling_genred_matches_eager_with_gradients():
+    # Dynamo cannot trace into the compiled core: it breaks the graph around the call, which then
+    # runs eagerly with its autograd Function; fullgraph=True raises (PyTorch's Unsupported).
+    fn = make("Sum")
+    args = to_torch(GAUSS.data(N, M), requires_grad=True)
+
+    def loss(x, *rest):
+        return (fn(x.sin(), *rest) ** 2).sum()
+
+    compiled = torch.compile(loss, backend="aot_eager")
+    got = compiled(*args)
+    ref = loss(*args)
+    assert_close(got, ref, 1e-12)
+    for g, r in zip(torch.autograd.grad(got, args), torch.autograd.grad(ref, args)):
+        assert_close(g, r, 1e-12)
