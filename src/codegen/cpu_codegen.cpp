@@ -335,7 +335,8 @@ struct Gen {
 }  // namespace
 
 bool kernel_layout(const ReductionImpl& r, KernelLayout& lay) {
-  if (r.op == ReductionOp::GatherSum || r.op == ReductionOp::ScatterSum || !r.slot_vars.empty())
+  if (r.op == ReductionOp::GatherSum || r.op == ReductionOp::ScatterSum || !r.slot_vars.empty() ||
+      (is_kmin(r.op) && r.k > kCompiledMaxK))
     return false;
   std::set<int> used;
   for (const Formula& f : {r.f, r.weight})

@@ -26,6 +26,12 @@ struct KernelLayout {
 // in README, "Accuracy of sums").
 constexpr int kSumBlockLaneTerms = 64;
 
+// The generated kernels keep each row's K best terms in fixed arrays (the CPU kernel's stack, a
+// CUDA thread's registers and local memory) and insert in O(K): a large K would overflow the
+// stack and compile to huge unrolled loops. Past this K, KMin runs in the CPU interpreter (heap
+// storage) and CUDA refuses it with an error.
+constexpr int kCompiledMaxK = 1024;
+
 struct CpuKernelSpec {
   const ReductionImpl* r = nullptr;
   bool f64 = false;
@@ -46,7 +52,7 @@ struct KernelArgs {
 };
 
 // Places the variables a reduction's formulas use; false when no generated kernel applies
-// (gather/scatter reductions, index variables).
+// (gather/scatter reductions, index variables, K > kCompiledMaxK).
 bool kernel_layout(const ReductionImpl& r, KernelLayout& layout);
 
 // The generated source, or an empty string when the compiled path does not apply.

@@ -5,6 +5,7 @@
 
 #include "backend/cpu/problem.hpp"
 #include "backend/cuda/driver.hpp"
+#include "codegen/cpu_codegen.hpp"
 #include "tessel/runtime.hpp"
 
 namespace tessel {
@@ -273,9 +274,9 @@ void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> 
   p.n_outer = rows[static_cast<int>(r.outer())];
   p.n_inner = rows[static_cast<int>(r.inner())];
   p.blocks = row_blocks(r, ctx.opt, p.n_outer, p.n_inner);
-  if ((r.op == ReductionOp::KMin || r.op == ReductionOp::ArgKMin ||
-       r.op == ReductionOp::KMinArgKMin) &&
-      r.k > p.n_inner)
+  const bool kmin = r.op == ReductionOp::KMin || r.op == ReductionOp::ArgKMin ||
+                    r.op == ReductionOp::KMinArgKMin;
+  if (kmin && r.k > p.n_inner)
     detail::fail(fn, reduction_name(r.op), ": K = ", r.k, " is larger than the number of ",
                  r.axis == 1 ? "j" : "i", " rows (", p.n_inner, ")");
   // Computed variables: sub-reductions on the same inputs, each evaluated once per call.
@@ -330,8 +331,13 @@ void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> 
   if (ctx.device >= 0) {
     run_cuda(p, ctx.device, views);
   } else if (interpret || !run_compiled(p, views)) {
-    if (ctx.opt.backend == Backend::Compiled && !interpret)
+    if (ctx.opt.backend == Backend::Compiled && !interpret) {
+      if (kmin && r.k > kCompiledMaxK)
+        detail::fail(fn, "the compiled backend was requested but ", reduction_name(r.op),
+                     " with K = ", r.k, " exceeds its limit K <= ", kCompiledMaxK,
+                     "; use the default or interpreter backend");
       detail::fail(fn, "the compiled backend was requested but cannot run this reduction");
+    }
     run_interpreter(p, views);
   }
   // Copy back what went through temporaries (strided outputs, and sums over all rows).

@@ -10,9 +10,11 @@
 // terms is LogSumExp -inf and, like an empty row, SumSoftMaxWeight 0 (torch: NaN). NaN gives NaN.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "tessel/reduction.hpp"
@@ -37,6 +39,7 @@ class ReduceState {
     std::fill(val_.begin(), val_.end(), init);
     std::fill(idx_.begin(), idx_.end(), -1);
     filled_ = 0;
+    heap_.clear();
     m_ = -inf;
     s_ = 0;
     nan_ = false;
@@ -62,8 +65,14 @@ class ReduceState {
   }
 
   // Calls out(output, component, value) for every output entry.
+  // Not const: a heap-kept K-best list is sorted into place first.
   template <class Out>
-  void finish(Out out) const {
+  void finish(Out out) {
+    if (!heap_.empty()) {
+      std::sort_heap(heap_.begin(), heap_.end(), kbefore);
+      for (size_t q = 0; q < heap_.size(); ++q) val_[q] = heap_[q].first, idx_[q] = heap_[q].second;
+      heap_.clear();
+    }
     switch (op_) {
       case ReductionOp::Min:
       case ReductionOp::Max:
@@ -114,7 +123,27 @@ class ReduceState {
 
   static bool ranks_before(double a, double b) { return !std::isnan(a) && (std::isnan(b) || a < b); }
 
+  // A K-best list kept sorted costs O(K) per accepted term: fine for a few dozen, quadratic for
+  // K in the thousands (the first K terms are all accepted). Past kSortedK the K best wait in a
+  // max-heap (O(log K) per term) ordered by (rank, index) and are sorted once per row.
+  static constexpr int kSortedK = 64;
+  static bool kbefore(const std::pair<double, int64_t>& a, const std::pair<double, int64_t>& b) {
+    return ranks_before(a.first, b.first) || (!ranks_before(b.first, a.first) && a.second < b.second);
+  }
+
   void push_kmin(double v, int64_t j) {
+    if (k_ > kSortedK) {
+      const std::pair<double, int64_t> t{v, j};
+      if (static_cast<int>(heap_.size()) < k_) {
+        heap_.push_back(t);
+        std::push_heap(heap_.begin(), heap_.end(), kbefore);
+      } else if (kbefore(t, heap_.front())) {
+        std::pop_heap(heap_.begin(), heap_.end(), kbefore);
+        heap_.back() = t;
+        std::push_heap(heap_.begin(), heap_.end(), kbefore);
+      }
+      return;
+    }
     int pos = filled_;
     while (pos > 0 && ranks_before(v, val_[pos - 1])) --pos;
     if (pos >= k_) return;
@@ -147,6 +176,7 @@ class ReduceState {
   int d_, wd_, k_;
   std::vector<double> val_;
   std::vector<int64_t> idx_;
+  std::vector<std::pair<double, int64_t>> heap_;  // the K best when k_ > kSortedK
   int filled_ = 0;
   double m_ = 0, s_ = 0;
   bool nan_ = false;

@@ -108,6 +108,11 @@ void run_cuda(const Problem& p, int device, std::span<const ArrayView> outs) {
     detail::fail(kWho, "gradients through Min/Max/KMin (", reduction_name(r.op),
                  ") do not run on CUDA yet; evaluate them on CPU arrays");
   if (p.opt.ranges) detail::fail(kWho, "block-sparse ranges do not run on CUDA yet");
+  if ((r.op == ReductionOp::KMin || r.op == ReductionOp::ArgKMin ||
+       r.op == ReductionOp::KMinArgKMin) &&
+      r.k > kCompiledMaxK)
+    detail::fail(kWho, reduction_name(r.op), " with K = ", r.k, " exceeds the CUDA limit K <= ",
+                 kCompiledMaxK, "; evaluate it on CPU arrays");
   const CudaKernelPlan& plan = plan_for(p, dev);
   if (plan.source.empty())
     detail::fail(kWho, "no CUDA kernel for ", reduction_name(r.op), " (", r.f.str(), ")");
