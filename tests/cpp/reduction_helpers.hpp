@@ -51,6 +51,12 @@ inline Array clone(const Array& a) {
   std::memcpy(c.data(), a.data(), static_cast<size_t>(a.size()) * dtype_size(a.dtype()));
   return c;
 }
+inline Options with(Backend b) {
+  Options o;
+  o.backend = b;
+  return o;
+}
+
 inline std::vector<Array> clone(const std::vector<Array>& v) {
   std::vector<Array> r;
   for (const Array& a : v) r.push_back(clone(a));

@@ -24,6 +24,7 @@ using tessel::test_env::ScopedEnv;
 using tessel::test_env::TempDir;
 using tessel::testing::expect_error;
 using tessel::testing::random_array;
+using tessel::testing::with;
 
 namespace {
 
@@ -122,12 +123,6 @@ Reduction unique_gauss(double scale) {
 std::vector<Array> gauss_inputs() {
   return {random_array(DType::Float32, {6, 3}, 1), random_array(DType::Float32, {9, 3}, 2),
           random_array(DType::Float32, {9, 1}, 3)};
-}
-
-Options with(Backend b) {
-  Options o;
-  o.backend = b;
-  return o;
 }
 
 bool starts_with(const std::string& s, const std::string& prefix) {

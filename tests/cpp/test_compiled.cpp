@@ -10,12 +10,6 @@ using namespace tessel::testing;
 
 namespace {
 
-Options with(Backend b) {
-  Options o;
-  o.backend = b;
-  return o;
-}
-
 // A formula exercising `code` on i/j variables, with arguments kept inside each op's domain.
 Formula sample(OpCode code) {
   const Formula x = vi(0, 3), y = vj(1, 3), a = x - y, u = sin(a), pos = square(a) + 0.5;

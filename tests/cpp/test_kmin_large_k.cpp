@@ -11,12 +11,6 @@ using namespace tessel::testing;
 
 namespace {
 
-Options with(Backend b) {
-  Options o;
-  o.backend = b;
-  return o;
-}
-
 // Integer coordinates in [0, 40): many equal distances, so ties must go to the lower index; one
 // NaN row of y ranks after every number.
 std::vector<Array> tied_points(int64_t ni, int64_t nj, uint64_t seed) {
