@@ -284,11 +284,16 @@ def allowed_difference(c, arrays, q, p, t):
        every term is NaN.
     2. KMin/ArgKMin rank NaN after every number: where a row has fewer than K numbers, tessel
        fills the remaining slots with the NaN terms and their indices; pykeops leaves them at
-       its start value."""
+       its start value.
+    8. SumSoftMaxWeight on a row whose terms are all -inf: 0 in tessel (the empty row's value),
+       NaN (0 / 0) in pykeops."""
     allowed = np.zeros(t.shape, bool)
-    if c["red"] not in MINMAX + KMINS:
+    if c["red"] not in MINMAX + KMINS + ("SumSoftMaxWeight",):
         return allowed
     terms = np.swapaxes(_terms(c, arrays), -3, -2)  # (…, kept, reduced, dim)
+    if c["red"] == "SumSoftMaxWeight":
+        no_mass = (terms[..., 0] == -np.inf).all(axis=-1)[..., None]  # scalar F
+        return no_mass & (t == 0) & np.isnan(p)
     nan = np.isnan(terms)
     terms_at = lambda idx: np.take_along_axis(  # noqa: E731
         terms, idx.astype(np.int64).clip(0, terms.shape[-2] - 1), axis=-2)
