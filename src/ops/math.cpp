@@ -125,9 +125,21 @@ struct PowOp : Unary<PowOp> {
 };
 struct PowfOp : Binary<PowfOp> {
   TESSEL_NAME("Powf");
-  // Powf(x, 0) = 1 for every x, as pow(0, 0) = 1 (exp(0 * log 0) would be NaN).
+  // C's pow (as KeOps, torch and NumPy): |x|^y carries the sign (-1)^y for an integer y and a
+  // negative or -0 base, and is NaN for a finite negative base and a non-integer y. Exp(y Log x)
+  // alone was NaN for every negative base. The IEEE cases exp(y log|x|) misses are selected:
+  // pow(x, 0) = pow(1, y) = 1 (even NaN), pow(-1, +-inf) = 1, pow(-inf, 0.5) = +inf.
   template <class S> static S f(const Node&, const S& x, const S& y) {
-    return t_eq(y, S(0.0), S(1.0), t_exp(y * t_log(x)));
+    const S r = t_exp(y * t_log(t_abs(x))), h = y * S(0.5);
+    const S integer = t_eq(t_floor(y), y, S(1.0), S(0.0));  // +-inf count as (even) integers
+    const S signed_r = t_eq(integer, S(1.0), t_eq(t_floor(h), h, r, -r), r);
+    // x - x != 0 only for x = -inf, where a non-integer y gives |x|^y; t_sqrt(x < 0) is NaN.
+    const S neg = t_eq(integer, S(1.0), signed_r, t_eq(x - x, S(0.0), t_sqrt(x), r));
+    const S zero = t_lt(S(1.0) / x, S(0.0), signed_r, r);  // x = -0 keeps an odd y's sign
+    const S v = t_lt(x, S(0.0), neg, t_eq(x, S(0.0), zero, r));
+    const S one_base = t_eq(x, S(1.0), S(1.0), t_eq(y, y, S(1.0), v));  // |x| = 1, y = +-inf
+    const S v1 = t_eq(t_abs(x), S(1.0), t_eq(y - y, S(0.0), v, one_base), v);
+    return t_eq(y, S(0.0), S(1.0), v1);
   }
   // d/dx = y x^(y-1) (not y s / x, which is 0 / 0 at x = 0): its limit at 0 for every y, and 0
   // for y = 0. d/dy = s log x, 0 where s = 0 (x = 0, y > 0), its limit there.
@@ -277,14 +289,17 @@ struct ClampIntOp : Unary<ClampIntOp> {
   }
 };
 struct IfElseOp : Ternary<IfElseOp> {
-  TESSEL_NAME("IfElse");  // IfElse(c, a, b) = c >= 0 ? a : b
+  // IfElse(c, a, b) = c >= 0 ? a : b, as KeOps: a NaN condition selects b.
+  TESSEL_NAME("IfElse");
   template <class S> static S f(const Node&, const S& c, const S& a, const S& b) {
-    return t_lt(c, S(0.0), b, a);
+    return t_le(S(0.0), c, a, b);
   }
+  // The cotangent is selected, not multiplied by a 0/1 mask: an infinite g would give inf * 0 =
+  // NaN to the branch not taken.
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
-    const Formula c = x0(s), a = x1(s), b = x2(s);
-    const Formula ga = g * step(c);
-    return {Formula{}, unbroadcast(ga, a.dim()), unbroadcast(g - ga, b.dim())};
+    const Formula c = x0(s), a = x1(s), b = x2(s), z = zero(g.dim());
+    return {Formula{}, unbroadcast(ifelse(c, g, z), a.dim()),
+            unbroadcast(ifelse(c, z, g), b.dim())};
   }
 };
 struct ElemMinOp : Binary<ElemMinOp> {

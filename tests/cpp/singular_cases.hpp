@@ -14,6 +14,7 @@ namespace tessel::singular {
 
 using Vec = std::vector<double>;
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr int kRows = 5;  // points per case: row 0 (and more, see `singular`) on the singular point
 
 // A unary op: value, first and second derivative in closed form, conventions included.
@@ -101,6 +102,13 @@ inline Vec radial_grad(const Vec& a, double (*dk)(double)) {
 }
 constexpr double kS3 = 1.7320508075688772;  // sqrt(3), the Matern 3/2 scale
 
+// Powf(x, p) is C's pow; d/dx = p x^(p-1) (0 for p = 0), d/dp = s log x (0 where s = 0).
+inline Vec powf_value(const Vec& a) { return Vec{std::pow(a[0], a[1])}; }
+inline Vec powf_grad(const Vec& a) {
+  const double x = a[0], p = a[1], s = std::pow(x, p);
+  return Vec{p == 0 ? 0.0 : p * std::pow(x, p - 1), s == 0 ? 0.0 : s * std::log(x)};
+}
+
 inline const std::vector<MultiCase>& multi_cases() {
   const Vec z3 = {0, 0, 0}, t3 = {1e-3, -2e-3, 0}, m3 = {0.3, -0.2, 0.5}, b3 = {-1, 0.5, 2};
   static const std::vector<MultiCase> cs = {
@@ -130,11 +138,7 @@ inline const std::vector<MultiCase>& multi_cases() {
       // Powf(x, p): the exact limits at x = 0; second derivatives there are not covered (see the
       // table: a masked branch's 0 * inf).
       {"Powf", {1, 1}, [](auto& a) { return powf(a[0], a[1]); }, 1,
-       [](const Vec& a) { return Vec{a[1] == 0 ? 1.0 : std::pow(a[0], a[1])}; },
-       [](const Vec& a) {
-         const double x = a[0], p = a[1], s = p == 0 ? 1.0 : std::pow(x, p);
-         return Vec{p == 0 ? 0.0 : p * std::pow(x, p - 1), s == 0 ? 0.0 : s * std::log(x)};
-       },
+       powf_value, powf_grad,
        {{0, 0.5}, {0, 1}, {0, 2.5}, {0, 0}, {0, -0.5}}, 5, false},
       {"PowfNear0", {1, 1}, [](auto& a) { return powf(a[0], a[1]); }, 1,
        [](const Vec& a) { return Vec{std::pow(a[0], a[1])}; },
@@ -143,6 +147,22 @@ inline const std::vector<MultiCase>& multi_cases() {
          return Vec{a[1] * std::pow(a[0], a[1] - 1), s * std::log(a[0])};
        },
        {{1e-3, 0.5}, {1e-3, 1}, {1e-3, 2.5}, {2, 0.3}, {0.5, -0.5}}, 0},
+      // Negative, -0 and infinite bases, and the IEEE rows of C's pow: the same references
+      // (std::pow), so Powf(-2, 3) = -8 as in KeOps and torch, not Exp(3 Log(-2)) = NaN.
+      {"PowfNegativeBase", {1, 1}, [](auto& a) { return powf(a[0], a[1]); }, 1,
+       powf_value, powf_grad, {{-2, 2}, {-2, 3}, {-0.5, -1}, {-2, 0.5}, {-1.5, -2}}, 0, false},
+      {"PowfIeeeRows", {1, 1}, [](auto& a) { return powf(a[0], a[1]); }, 1, powf_value,
+       powf_grad, {{-kInf, 0.5}, {-kInf, 3}, {-1, kInf}, {1, kNaN}, {-0.0, -1}}, 0, false},
+      // IfElse(c, a, b) = c >= 0 ? a : b: a NaN condition takes b (KeOps). Under Exp, the
+      // last rows' taken branch overflows: the cotangent inf reaches the taken branch only, where
+      // a 0/1 mask gave the other one inf * 0 = NaN.
+      {"IfElse", {1, 1, 1}, [](auto& a) { return exp(ifelse(a[0], a[1], a[2])); }, 1,
+       [](const Vec& a) { return Vec{std::exp(a[0] >= 0 ? a[1] : a[2])}; },
+       [](const Vec& a) {
+         const bool t = a[0] >= 0;
+         return Vec{0, t ? std::exp(a[1]) : 0.0, t ? 0.0 : std::exp(a[2])};
+       },
+       {{0, 2, 3}, {-0.0, 2, 3}, {kNaN, 2, 3}, {-1, 0, 800}, {1, 800, 0}}, 3, false},
       // Clamp at its bounds: x keeps the gradient (as in KeOps); ElemMin/ElemMax ties: b gets it.
       {"Clamp", {1, 1, 1}, [](auto& a) { return clamp(a[0], a[1], a[2]); }, 1,
        [](const Vec& a) { return Vec{a[0] < a[1] ? a[1] : a[0] > a[2] ? a[2] : a[0]}; },

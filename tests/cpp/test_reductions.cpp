@@ -1,5 +1,6 @@
 // Every reduction against brute force (ties and NaN included), on both backends, both axes.
 #include <limits>
+#include <tuple>
 
 #include "reduction_helpers.hpp"
 
@@ -193,4 +194,42 @@ TEST(ReductionEdge, EmptyInputsGiveNeutralValues) {
   EXPECT_TRUE(std::isinf(l[0].at(0)) && l[0].at(0) < 0);
   std::vector<Array> none = {Array(DType::Float32, {0, 2}), random_array(DType::Float32, {5, 2}, 2)};
   EXPECT_EQ(evaluate(Reduction(ReductionOp::Sum, f), none)[0].size(), 0);
+}
+
+// A -inf term has softmax weight exp(-inf) = 0, and adds 0 * w: NaN where its weight w is
+// infinite (IEEE, KeOps, torch), on every backend. The interpreter once skipped such terms, so an
+// all -inf row with -inf weights gave 0 there and NaN compiled. With finite weights an all -inf
+// row stays -inf (LogSumExp) and 0 (SumSoftMaxWeight) on both.
+TEST(ReductionEdge, MinusInfTermsWithInfiniteWeights) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const Formula f = vi(0, 1) + vj(1, 1), w = vj(2, 1);
+  auto col = [](std::vector<double> v) {
+    const int64_t n = static_cast<int64_t>(v.size());
+    return Array::from(std::move(v), {n, 1});
+  };
+  struct Row {
+    std::vector<double> y, w;
+    double lse, ssmw;  // NaN: expect NaN
+  };
+  const Row rows[] = {{{-inf, -inf, -inf}, {-inf, 1, 1}, NAN, NAN},
+                      {{0, -inf, 1}, {1, inf, 2}, NAN, NAN},
+                      {{-inf, -inf}, {1, 2}, -inf, 0.0}};
+  for (const Backend b : {Backend::Interpreter, Backend::Compiled}) {
+    if (b == Backend::Compiled && !compiler_info().usable) continue;
+    Options o;
+    o.backend = b;
+    for (const Row& r : rows) {
+      const std::vector<Array> in = {col({0.0}), col(r.y), col(r.w)};
+      const double lse = evaluate(Reduction(ReductionOp::LogSumExp, f, 1, 0, w), in, o)[0].at(0);
+      const double sm =
+          evaluate(Reduction(ReductionOp::SumSoftMaxWeight, f, 1, 0, w), in, o)[0].at(0);
+      for (const auto& [got, want, name] :
+           {std::tuple{lse, r.lse, "LogSumExp"}, std::tuple{sm, r.ssmw, "SumSoftMaxWeight"}}) {
+        if (std::isnan(want))
+          EXPECT_TRUE(std::isnan(got)) << name << " backend " << static_cast<int>(b) << ": " << got;
+        else
+          EXPECT_EQ(got, want) << name << " backend " << static_cast<int>(b);
+      }
+    }
+  }
 }

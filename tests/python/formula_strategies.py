@@ -2,8 +2,9 @@
 
 Which argument dims an op accepts and what dim it gives are asked of the core itself (its dim rule,
 through the parser on placeholder variables), so a new op is drawn without any change here unless it
-has integer parameters: then INT_PARAMS must say how to draw them, and the test that checks the
-table fails until it does.
+has integer parameters: then INT_PARAMS (or, where the parameters constrain the argument dims, as
+TensorDot's tuples do, SHAPED_PARAMS) must say how to draw them, and the test that checks the table
+fails until it does.
 """
 import functools
 
@@ -25,6 +26,70 @@ INT_PARAMS = {
     "OneHot": lambda d: st.tuples(st.integers(1, 4)),
 }
 
+
+def _prime_factors(d):
+    f, p = [], 2
+    while d > 1:
+        while d % p == 0:
+            f.append(p)
+            d //= p
+        p += 1
+    return f
+
+
+@st.composite
+def _tensordot_params(draw, dim):
+    """(arg dims, (dimfa, dimfb, contfa, contfb[, permute])) of a TensorDot whose result has dim
+    `dim`, or None where that needs more than three kept axes. Kept axes are an ordered
+    factorization of `dim` (size-1 axes too), split between the two tensors; up to two contracted
+    axes are interleaved anywhere in each tensor and paired in any order; the permutation, when
+    there is one, is any permutation of the kept axes."""
+    axes = _prime_factors(dim)
+    if len(axes) > 3:
+        return None
+    if len(axes) > 1 and draw(st.booleans()):  # merge two neighbours: 6 = (6,) as well as (2,3)
+        k = draw(st.integers(0, len(axes) - 2))
+        axes[k:k + 2] = [axes[k] * axes[k + 1]]
+    if len(axes) < 3 and draw(st.booleans()):
+        axes.insert(draw(st.integers(0, len(axes))), 1)
+    axes = list(draw(st.permutations(axes)))
+    n_a = draw(st.integers(0, len(axes)))
+    keep_a, keep_b = axes[:n_a], axes[n_a:]
+    cont = draw(st.lists(st.sampled_from([1, 2, 3]), max_size=2))
+    if not keep_a and not cont:
+        keep_a = [1]
+    if not keep_b and not cont:
+        keep_b = [1]
+
+    def lay_out(keep):
+        """A tensor's dims with the contracted axes placed, and where contracted axis c sits."""
+        slots = draw(st.permutations(["k"] * len(keep) + ["c"] * len(cont)))
+        order = iter(draw(st.permutations(range(len(cont)))))
+        kept = iter(keep)
+        dims, where = [], {}
+        for s in slots:
+            if s == "k":
+                dims.append(next(kept))
+            else:
+                c = next(order)
+                where[c] = len(dims)
+                dims.append(cont[c])
+        return tuple(dims), where
+
+    dims_a, at_a = lay_out(keep_a)
+    dims_b, at_b = lay_out(keep_b)
+    pairs = draw(st.permutations(range(len(cont))))
+    ip = (dims_a, dims_b, tuple(at_a[c] for c in pairs), tuple(at_b[c] for c in pairs))
+    if draw(st.booleans()):
+        ip += (tuple(draw(st.permutations(range(len(keep_a) + len(keep_b))))),)
+    prod = lambda d: int(np.prod(d, dtype=np.int64))  # noqa: E731
+    return (prod(dims_a), prod(dims_b)), ip
+
+
+# Ops whose parameters constrain their argument dims (TensorDot's tuples): drawn with the arg
+# dims, from the result's dim. The core must accept every combination drawn.
+SHAPED_PARAMS = {"TensorDot": _tensordot_params}
+
 # Ops not drawn, each with its reason. Narrow on purpose: everything else in the table is drawn.
 NOT_DRAWN = {
     # pykeops 2.3 has no op of these names, so there is nothing to compare with.
@@ -32,16 +97,10 @@ NOT_DRAWN = {
     "GreaterEq": "pykeops 2.3 has no GreaterEq",
     "ElemMin": "pykeops 2.3 has no ElemMin",
     "ElemMax": "pykeops 2.3 has no ElemMax",
-    # Its permutation handling is being reworked in parallel; its parameters are tuples.
-    "TensorDot": "permutation handling under rework; tuple parameters",
 }
 
 # Where pykeops spells an op differently (same semantics).
 KEOPS_SPELLING = {"Less": "LessThan", "LessEq": "LessOrEqual"}
-
-# Ops whose derivative at their singular point (0) is being changed to KeOps's conventions
-# (Rsqrt(0) = 0, Sign(0) = 0) in parallel: their values are compared, their gradients are not.
-SINGULAR_GRAD_IN_FLUX = {"Sqrt", "Rsqrt", "Norm2", "Normalize", "Abs", "Sign", "Pow", "Powf"}
 
 DIMS = (1, 2, 3, 4, 6, 9)  # 4, 6, 9: matrices for MatVecMult, SymSqNorm, TensorProd results
 MAX_VARS = 5
@@ -51,11 +110,20 @@ def table():
     return [o for o in _core.op_table() if o[0] not in NOT_DRAWN]
 
 
+def param_text(ip):
+    """Integer parameters as both parsers read them; a tuple as Python writes it: (2,), ()."""
+    def one(v):
+        if isinstance(v, tuple):
+            return "(" + ",".join(map(str, v)) + ("," if len(v) == 1 else "") + ")"
+        return str(v)
+    return "".join("," + one(v) for v in ip)
+
+
 @functools.lru_cache(maxsize=None)
 def out_dim(name, arg_dims, ip):
     """The dim the core gives op `name` on arguments of these dims, or None if it refuses them."""
     args = ",".join(f"Vi({k},{d})" for k, d in enumerate(arg_dims))
-    text = f"{name}({args}{''.join(',' + str(v) for v in ip)})"
+    text = f"{name}({args}{param_text(ip)})"
     try:
         return _core.parse(text).dim
     except ValueError:
@@ -74,11 +142,19 @@ def signatures(name, arity, n_ip):
     return sigs
 
 
-class Node:
-    """A drawn formula: its text for tessel and for pykeops, its dim and the ops it uses."""
+# Ops whose derivative at a point is a documented convention of tessel's where pykeops's is NaN
+# (docs/differences_from_keops.md): the drawn formula remembers their arguments' texts, so the
+# test can find the pairs (x_i, y_j) that reach the point.
+CONVENTION_POINTS = {"Atan2", "Powf"}
 
-    def __init__(self, tessel, keops, dim, ops=frozenset()):
+
+class Node:
+    """A drawn formula: its text for tessel and for pykeops, its dim, the ops it uses and the
+    argument texts of each CONVENTION_POINTS op in it (op name, (tessel texts...))."""
+
+    def __init__(self, tessel, keops, dim, ops=frozenset(), points=()):
         self.tessel, self.keops, self.dim, self.ops = tessel, keops, dim, ops
+        self.points = points
 
 
 class Vars:
@@ -105,10 +181,11 @@ def leaf(draw, vs, dim):
         cat, _ = draw(st.sampled_from(existing))
         return vs.leaf(cat, dim)
     if draw(st.sampled_from(kinds)) == "const":
-        # pykeops reads neither decimals nor Rat: a fraction is spelt as a division for it.
+        # pykeops reads neither decimals nor Rat: a fraction is spelt as a division for it, and
+        # it stores fractions as float32 (docs/differences_from_keops.md): dyadic ones only.
         t, k = draw(st.sampled_from([("IntCst(2)", "IntCst(2)"), ("IntCst(-1)", "IntCst(-1)"),
                                      ("IntCst(0)", "IntCst(0)"),
-                                     ("Rat(1,3)", "Divide(IntCst(1),IntCst(3))"),
+                                     ("Rat(-3,4)", "Divide(IntCst(-3),IntCst(4))"),
                                      ("0.5", "Divide(IntCst(1),IntCst(2))")]))
         return Node(t, k, 1)
     cat = draw(st.sampled_from([0, 1, 1, 2] if dim <= 4 else [0, 1]))
@@ -121,7 +198,15 @@ def formula(draw, vs, dim, depth):
     if depth == 0 or draw(st.integers(0, 3)) == 0:
         return draw(leaf(vs, dim))
     name, arity, n_ip, _, _ = draw(st.sampled_from(table()))
-    if n_ip:
+    if name in SHAPED_PARAMS:
+        got = draw(SHAPED_PARAMS[name](dim))
+        if got is None:
+            return draw(leaf(vs, dim))
+        arg_dims, ip = got
+        d = out_dim(name, arg_dims, ip)
+        assert d == dim, f"the core gives {name}{arg_dims}{param_text(ip)} dim {d}, not {dim}"
+        sigs = [(arg_dims, d)]
+    elif n_ip:
         arg_dims = tuple(draw(st.sampled_from(DIMS)) for _ in range(arity))
         ip = draw(INT_PARAMS[name](arg_dims))
         d = out_dim(name, arg_dims, tuple(ip))
@@ -134,14 +219,17 @@ def formula(draw, vs, dim, depth):
         return draw(leaf(vs, dim))
     arg_dims, d = draw(st.sampled_from(fits))
     args = [draw(formula(vs, a, depth - 1)) for a in arg_dims]
-    ips = "".join(f",{v}" for v in ip)
+    ips = param_text(ip)
     kname = KEOPS_SPELLING.get(name, name)
+    points = sum((a.points for a in args), ())
+    if name in CONVENTION_POINTS:
+        points += ((name, tuple(a.tessel for a in args)),)
     node = Node(f"{name}({','.join(a.tessel for a in args)}{ips})",
                 f"{kname}({','.join(a.keops for a in args)}{ips})", d,
-                frozenset().union(*(a.ops for a in args)) | {name})
+                frozenset().union(*(a.ops for a in args)) | {name}, points)
     if d != dim:  # a scalar where a vector was asked: broadcast it
         z = f"Zero({dim})"
-        node = Node(f"Add({z},{node.tessel})", f"Add({z},{node.keops})", dim, node.ops)
+        node = Node(f"Add({z},{node.tessel})", f"Add({z},{node.keops})", dim, node.ops, points)
     return node
 
 

@@ -18,7 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import given, settings, strategies as st, HealthCheck, Phase  # noqa: E402
+from hypothesis import example, given, settings, strategies as st, HealthCheck, Phase  # noqa: E402,E501
 
 import formula_strategies as fs  # noqa: E402
 from tessel import _core  # noqa: E402
@@ -40,6 +40,7 @@ def _pykeops():
         pytest.skip(f"pykeops is not importable: {e}")
     pykeops.set_verbose(False)
     pykeops.set_build_folder(str(ROOT / "build" / "pykeops-cache"))
+    _powf_in_double()
     from pykeops.torch import Genred
     try:
         x = torch.ones(2, 1, dtype=torch.float64)
@@ -47,6 +48,19 @@ def _pykeops():
     except Exception as e:  # noqa: BLE001
         pytest.skip(f"pykeops cannot compile a kernel here: {e}")
     return Genred
+
+
+def _powf_in_double():
+    """pykeops 2.3 emits C's `powf` for Powf, so its float64 kernels compute Powf in float32
+    (1e-7 relative error, inf and 0 beyond float32's range): docs/differences_from_keops.md.
+    The reference is made to call `pow`, C's double version with the same special values, so
+    that the rest of a formula holding Powf is still compared at float64 precision. pykeops
+    names a kernel by the printed formula: the op prints differently, so that no kernel built
+    with `powf` is taken from its cache."""
+    from keopscore.formulas.maths.Powf import Powf
+    from keopscore.utils.math_functions import math_function
+    Powf.ScalarOpFun = math_function(cpu_code="pow", gpu_half2_code="NA")
+    Powf.string_id = "Powf_pow"
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +76,8 @@ def test_op_table_is_covered():
     for name, arity, n_ip, _, kind in _core.op_table():
         assert kind in ("elementwise", "to_scalar", "same_to_scalar", "custom")
         if name in fs.NOT_DRAWN:
+            continue
+        if name in fs.SHAPED_PARAMS:
             continue
         assert n_ip == 0 or name in fs.INT_PARAMS, f"{name}: no way to draw its parameters"
         if n_ip == 0:
@@ -88,7 +104,7 @@ def cases(draw):
         if not any(c == cat for c, _ in vs.slots):
             v = vs.leaf(cat, 1)
             f = fs.Node(f"IfElse({v.tessel},{f.tessel},{f.tessel})",
-                        f"IfElse({v.keops},{f.keops},{f.keops})", f.dim, f.ops)
+                        f"IfElse({v.keops},{f.keops},{f.keops})", f.dim, f.ops, f.points)
     n, m = draw(st.integers(1, 6)), draw(st.integers(1, 7))
     k = draw(st.integers(1, min(m if draw(st.booleans()) else n, 3)))
     axis = draw(st.sampled_from([0, 1]))
@@ -155,16 +171,23 @@ def _close(p, t, rtol, floor=0.0):
     finite = np.isfinite(p) & np.isfinite(t)
     scale = max([np.abs(p[finite]).max(initial=0), np.abs(t[finite]).max(initial=0), floor])
     ok = (np.isnan(p) & np.isnan(t)) | (p == t)
-    ok |= finite & (np.abs(p - t) <= rtol * (np.abs(p) + np.abs(t) + scale))
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf where not finite: masked
+        ok |= finite & (np.abs(p - t) <= rtol * (np.abs(p) + np.abs(t) + scale))
     return ok
 
 
-def _terms(c, arrays):
-    """F for every pair, (batch..., reduced-over index, kept index, dim), by the interpreter:
-    one single-term Sum per index of the reduced axis."""
+def _terms(c, arrays, text=None):
+    """F (or the formula `text` of the same variables) for every pair, (batch..., reduced-over
+    index, kept index, dim), by the interpreter: one single-term Sum per index of the reduced
+    axis."""
     red_cat = 1 if c["axis"] == 1 else 0
     size = c["m"] if red_cat == 1 else c["n"]
-    g = tt.Genred(c["f"].tessel, [], reduction_op="Sum", axis=c["axis"])
+    if text is not None:  # an i- and a j-variable fix the sizes, as in cases()
+        for cat in (0, 1):
+            k, (_, d) = next((k, s) for k, s in enumerate(c["vs"].slots) if s[0] == cat)
+            v = f"Elem(Var({k},{d},{cat}),0)"
+            text = f"IfElse({v},{text},{text})"
+    g = tt.Genred(text or c["f"].tessel, [], reduction_op="Sum", axis=c["axis"])
     cols = []
     for r in range(size):
         sl = [torch.tensor(a[..., r:r + 1, :] if cat == red_cat else a)
@@ -200,10 +223,7 @@ def check_case(c, keops_genred, report):
     """Runs one drawn case; appends a line to `report` for each disagreement not allowed."""
     arrays = fs.make_inputs(c["vs"].slots, c["regime"], c["n"], c["m"], c["batch"], c["seed"])
     grad_var = None
-    grads_compared = (c["red"] in GRAD_REDUCTIONS
-                      and not (c["f"].ops | (c["f2"].ops if c["f2"] else set()))
-                      & fs.SINGULAR_GRAD_IN_FLUX)
-    if grads_compared:
+    if c["red"] in GRAD_REDUCTIONS:
         grad_var = c["seed"] % len(arrays)
     weight = None
     try:
@@ -245,6 +265,8 @@ def check_case(c, keops_genred, report):
         if grad_var is not None:
             ok = _close(pk_grad, grad, RTOL_GRAD, floor)
             if not ok.all():
+                ok |= allowed_grad_difference(c, arrays, grad_var, pk_grad, grad)
+            if not ok.all():
                 bad = tuple(np.argwhere(~ok)[0])
                 report.append(f"gradient for input {grad_var} differs at {bad}: tessel "
                               f"{grad[bad]} pykeops {pk_grad[bad]}: {where}")
@@ -262,11 +284,16 @@ def allowed_difference(c, arrays, q, p, t):
        every term is NaN.
     2. KMin/ArgKMin rank NaN after every number: where a row has fewer than K numbers, tessel
        fills the remaining slots with the NaN terms and their indices; pykeops leaves them at
-       its start value."""
+       its start value.
+    8. SumSoftMaxWeight on a row whose terms are all -inf: 0 in tessel (the empty row's value),
+       NaN (0 / 0) in pykeops."""
     allowed = np.zeros(t.shape, bool)
-    if c["red"] not in MINMAX + KMINS:
+    if c["red"] not in MINMAX + KMINS + ("SumSoftMaxWeight",):
         return allowed
     terms = np.swapaxes(_terms(c, arrays), -3, -2)  # (…, kept, reduced, dim)
+    if c["red"] == "SumSoftMaxWeight":
+        no_mass = (terms[..., 0] == -np.inf).all(axis=-1)[..., None]  # scalar F
+        return no_mass & (t == 0) & np.isnan(p)
     nan = np.isnan(terms)
     terms_at = lambda idx: np.take_along_axis(  # noqa: E731
         terms, idx.astype(np.int64).clip(0, terms.shape[-2] - 1), axis=-2)
@@ -282,8 +309,96 @@ def allowed_difference(c, arrays, q, p, t):
     return late & np.isnan(t)
 
 
+def _at_point(op, values):
+    """Per pair, whether an op's arguments (their values side by side) sit at its point:
+    Atan2 at (0, 0), Powf at base 0 (docs/differences_from_keops.md, row 4)."""
+    a, b = values
+    if op == "Atan2":
+        a, b = np.broadcast_arrays(a, b)
+        return ((a == 0) & (b == 0)).any(axis=-1)
+    return (a == 0).any(axis=-1)
+
+
+def _structurally_zero(c, grad_var):
+    """Whether tessel's symbolic derivative of F (and of formula2) in the variable is 0: the
+    variable is only an IfElse condition, or reaches F through a factor that is the constant 0
+    (Atan2(r, 0) in r). tessel's gradient is then exactly 0; pykeops evaluates 0 * (a NaN or
+    infinite term's weight) = NaN (docs/differences_from_keops.md, row 5)."""
+    cat, dim = c["vs"].slots[grad_var]
+    v = _core.parse(f"Var({grad_var},{dim},{cat})")
+    for f in (c["f"], c["f2"]):
+        if f is None:
+            continue
+        e = _core.parse(f"Var({len(c['vs'].slots)},{f.dim},0)")
+        if str(_core.grad_formula(_core.parse(f.tessel), v, e)) != f"Zero({dim})":
+            return False
+    return True
+
+
+def allowed_grad_difference(c, arrays, grad_var, p, t):
+    """Gradient entries where pykeops gives NaN and tessel a finite value because a pair reaches
+    an Atan2 at (0, 0) or a Powf with base 0, whose derivatives tessel defines there (0; the
+    exact limits) and pykeops writes as 0 / 0, 0 * inf or log(0) * 0. An entry is allowed only
+    where such a pair contributes to it: its row for an i- or j-variable, every entry for a
+    parameter."""
+    if _structurally_zero(c, grad_var):
+        return np.isnan(p) & (t == 0)
+    points = c["f"].points + (c["f2"].points if c["f2"] else ())
+    if not points:
+        return np.zeros(t.shape, bool)
+    hit = False
+    for op, args in points:
+        values = [_terms(c, arrays, a) for a in args]  # (…, reduced, kept, dim) each
+        hit = hit | _at_point(op, values)
+    cat = c["vs"].slots[grad_var][0]
+    red_cat = 1 if c["axis"] == 1 else 0
+    if cat == 2:
+        rows = hit.any(axis=(-2, -1))[..., None]
+    else:
+        rows = hit.any(axis=-1 if cat == red_cat else -2)[..., None]
+    return np.broadcast_to(rows, t.shape) & np.isnan(p) & np.isfinite(t)
+
+
+def _fixed(red, f, slots, regime, seed, f2=None, point=None):
+    """An explicit case (the same text for both: no constants, no respelt ops), run before the
+    drawn ones: the derandomized draws of the bounded run are mostly small formulas, and these
+    keep the ops and points that once disagreed in every run. `point`: the op of
+    CONVENTION_POINTS that F applies to Var 0 and Var 1, if any."""
+    vs = fs.Vars()
+    vs.slots = list(slots)
+    points = ((point, ("Var(0,1,0)", "Var(1,1,1)")),) if point else ()
+    node = lambda t, p=(): fs.Node(t, t, _core.parse(t).dim, frozenset(), p)  # noqa: E731
+    return dict(vs=vs, red=red, f=node(f, points), f2=None if f2 is None else node(f2), n=5,
+                m=6, k=1, axis=1, batch=(), regime=regime, seed=seed)
+
+
+FIXED = [
+    # Laplace kernel on coincident points: Norm2's derivative at 0 (Rsqrt(0) = 0)
+    _fixed("LogSumExp", "Minus(Norm2(Subtract(Var(0,3,0),Var(1,3,1))))", [(0, 3), (1, 3)],
+           "coincident", seed=0),
+    # TensorDot with a contraction and a permutation; its gradient in the j-variable
+    _fixed("Sum", "TensorDot(Var(0,6,0),Var(1,4,1),(2,3),(2,2),(0,),(1,),(1,0))",
+           [(0, 6), (1, 4)], "normal", seed=1),
+    # Atan2 at (0, 0) and Powf with negative and zero bases, integer exponents: ties
+    _fixed("Sum", "Atan2(Var(0,1,0),Var(1,1,1))", [(0, 1), (1, 1)], "ties", seed=2,
+           point="Atan2"),
+    _fixed("Sum", "Powf(Var(0,1,0),Var(1,1,1))", [(0, 1), (1, 1)], "ties", seed=3,
+           point="Powf"),
+    # IfElse on NaN conditions, -inf softmax terms with infinite weights
+    _fixed("SumSoftMaxWeight", "IfElse(Var(0,1,0),Var(1,1,1),Minus(Var(1,1,1)))",
+           [(0, 1), (1, 1)], "nonfinite", seed=5, f2="Var(1,1,1)"),
+]
+
+
+def _with_fixed_examples(test):
+    for c in reversed(FIXED):
+        test = example(case=c)(test)
+    return test
+
+
 @settings(max_examples=EXAMPLES, derandomize=SEED is None, deadline=None, database=None,
           phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
+@_with_fixed_examples
 @given(case=cases())
 def _check_random_cases(case, keops_genred, report):
     check_case(case, keops_genred, report)

@@ -101,7 +101,10 @@ class ReduceState {
         break;
       case ReductionOp::SumSoftMaxWeight:
         for (size_t c = 0; c < val_.size(); ++c)
-          out(0, static_cast<int>(c), nan_ || m_ == INFINITY ? NAN : s_ == 0 ? 0.0 : val_[c] / s_);
+          out(0, static_cast<int>(c),
+              nan_ || m_ == INFINITY || std::isnan(val_[c]) ? NAN
+              : s_ == 0                                    ? 0.0
+                                                           : val_[c] / s_);
         break;
       default:
         for (size_t c = 0; c < val_.size(); ++c) out(0, static_cast<int>(c), val_[c]);
@@ -158,7 +161,14 @@ class ReduceState {
   // s_ = sum exp(F - m)).
   void push_softmax(double v, const double* w) {
     if (std::isnan(v)) nan_ = true;
-    if (v == -INFINITY || std::isnan(v)) return;
+    if (std::isnan(v)) return;
+    if (v == -INFINITY) {
+      // Its weight exp(-inf) = 0 adds 0 * w: NaN for an infinite or NaN w, as in the compiled
+      // kernels (and KeOps, torch). Skipping the term made an all -inf row with weights -inf 0.
+      if (wd_ > 0)
+        for (size_t c = 0; c < val_.size(); ++c) val_[c] += 0.0 * w[c];
+      return;
+    }
     double scale_old = 1.0, term = 1.0;
     if (v > m_) {
       scale_old = m_ == -INFINITY ? 0.0 : std::exp(m_ - v);
