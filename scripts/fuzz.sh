@@ -2,7 +2,7 @@
 # Builds the parser's libFuzzer target with clang (ASan + UBSan) in build-fuzz/ and runs it.
 #
 # Usage: scripts/fuzz.sh [--seconds N (default 600)] [--runs N] [extra libFuzzer options]
-# Exit code 77 when clang or libFuzzer is missing (scripts/install_sanitizer_deps.sh installs them).
+# Exit code 77 when clang or libFuzzer is missing (`scripts/setup.sh clang-14 libclang-rt-14-dev` installs them).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -17,7 +17,7 @@ done
 
 cxx=$(command -v clang++ || command -v clang++-14 || true)
 if [[ -z $cxx ]]; then
-  echo "fuzz: skipped, no clang++ (scripts/install_sanitizer_deps.sh installs clang-14)"
+  echo "fuzz: skipped, no clang++ (`scripts/setup.sh clang-14 libclang-rt-14-dev` installs it)"
   exit 77
 fi
 probe=$(mktemp -d)
