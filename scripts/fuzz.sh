@@ -17,7 +17,7 @@ done
 
 cxx=$(command -v clang++ || command -v clang++-14 || true)
 if [[ -z $cxx ]]; then
-  echo "fuzz: skipped, no clang++ (`scripts/setup.sh clang-14 libclang-rt-14-dev` installs it)"
+  echo "fuzz: skipped, no clang++ (scripts/setup.sh clang-14 libclang-rt-14-dev installs it)"
   exit 77
 fi
 probe=$(mktemp -d)
