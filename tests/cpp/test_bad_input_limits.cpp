@@ -73,13 +73,21 @@ TEST(BadInputLimits, SizesThatOverflowAreErrors) {
                {"Array", "2305843009213693952", "overflows"});
   expect_error([] { Array(DType::Float32, {int64_t{1} << 61, 1}); },
                {"Array", "(2305843009213693952, 1)", "float32"});
+#ifndef __SANITIZE_ADDRESS__
+  // ASan's allocator aborts on a request it cannot serve instead of throwing std::bad_alloc, so
+  // the out-of-memory path is only checked in a normal build.
   expect_error([] { Array(DType::Float32, {int64_t{1} << 40, 1}); },
                {"Array", "out of memory"});
+#endif
   const Reduction r(ReductionOp::Sum, vj(0, 1) * 2.0);
   const std::vector<Array> y = {random_array(DType::Float32, {4, 1}, 1)};
   Options o;
   o.backend = Backend::Interpreter;
+#ifdef __SANITIZE_ADDRESS__
+  for (int64_t ni : {int64_t{1} << 61, INT64_MAX})  // 2^40 rows: the allocation ASan aborts on
+#else
   for (int64_t ni : {int64_t{1} << 61, int64_t{1} << 40, INT64_MAX})
+#endif
     expect_error([&] { evaluate(r, y, o, Sizes{ni, -1}); }, {"Array", std::to_string(ni).c_str()});
   expect_error([&] { evaluate(r, y, o, Sizes{-5, -1}); }, {"evaluate", "Sizes.ni = -5", "negative"});
   // A view whose offsets overflow: broadcast (stride 0) is fine, huge strides are not.
