@@ -24,9 +24,7 @@ cmake --build build-asan
 # halt_on_error/abort: a finding ends the test with a failure, never a warning in a passing log.
 # detect_leaks stays on (LeakSanitizer needs ptrace-free /proc access; it is off where unsupported).
 # The kernel cache is build-asan/test-cache (set per test by ctest), never the user's own.
-# allocator_may_return_null: a too-large request throws std::bad_alloc as in a normal build (the
-# size-limit tests expect that), instead of ASan aborting the process.
-export ASAN_OPTIONS="halt_on_error=1:abort_on_error=0:detect_stack_use_after_return=1:strict_string_checks=1:check_initialization_order=1:allocator_may_return_null=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+export ASAN_OPTIONS="halt_on_error=1:abort_on_error=0:detect_stack_use_after_return=1:strict_string_checks=1:check_initialization_order=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 # The libFuzzer run has its own clang sanitizer build (scripts/fuzz.sh); it is not repeated here.
 ctest --test-dir build-asan --output-on-failure -E '^fuzz_parser_bounded$' "$@"
