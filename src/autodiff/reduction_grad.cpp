@@ -1,5 +1,5 @@
 // Gradients of reductions are reductions: reverse mode (grad) and forward mode (jvp) for every op.
-#include "ir/reduction_impl.hpp"
+#include "reduction/reduction_impl.hpp"
 #include "ops/op.hpp"
 
 namespace tessel {

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "ir/reduction_impl.hpp"
+#include "reduction/reduction_impl.hpp"
 
 namespace tessel {
 

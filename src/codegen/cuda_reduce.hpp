@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "ir/reduction_impl.hpp"
+#include "reduction/reduction_impl.hpp"
 
 namespace tessel::cuda_gen {
 

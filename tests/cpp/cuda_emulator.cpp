@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "ir/node.hpp"
-#include "runtime/compiler.hpp"
-#include "runtime/disk_cache.hpp"
+#include "cache/compiler.hpp"
+#include "cache/disk_cache.hpp"
 #include "tessel/error.hpp"
 #include "tessel/runtime.hpp"
 

@@ -10,7 +10,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "ir/eval_ref.hpp"
+#include "ops/eval_ref.hpp"
 #include "ir/node.hpp"
 #include "ops/op.hpp"
 #include "tessel/formula.hpp"

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "ir/eval_ref.hpp"
-#include "ir/reduction_impl.hpp"
+#include "ops/eval_ref.hpp"
+#include "reduction/reduction_impl.hpp"
 #include "tessel/tessel.hpp"
 
 namespace tessel::testing {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "reduction_helpers.hpp"
-#include "runtime/disk_cache.hpp"
+#include "cache/disk_cache.hpp"
 #include "temp_env.hpp"
 #include "tessel/tessel.hpp"
 

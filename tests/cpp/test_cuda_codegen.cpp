@@ -4,7 +4,7 @@
 
 #include "backend/cuda/nvrtc.hpp"
 #include "codegen/cuda_codegen.hpp"
-#include "ir/reduction_impl.hpp"
+#include "reduction/reduction_impl.hpp"
 #include "ops/op.hpp"
 #include "tessel/tessel.hpp"
 

@@ -8,7 +8,7 @@
 
 #include "codegen/cuda_codegen.hpp"
 #include "cuda_emulator.hpp"
-#include "ir/reduction_impl.hpp"
+#include "reduction/reduction_impl.hpp"
 #include "ops/op.hpp"
 #include "reduction_helpers.hpp"
 #include "singular_cases.hpp"

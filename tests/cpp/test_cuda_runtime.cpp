@@ -10,7 +10,7 @@
 #include "backend/cuda/nvrtc.hpp"
 #include "backend/cuda/ptx_cache.hpp"
 #include "codegen/cuda_codegen.hpp"
-#include "ir/reduction_impl.hpp"
+#include "reduction/reduction_impl.hpp"
 #include "reduction_helpers.hpp"
 #include "temp_env.hpp"
 #include "tessel/tessel.hpp"

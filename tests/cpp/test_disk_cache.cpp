@@ -19,8 +19,8 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/compiler.hpp"
-#include "runtime/disk_cache.hpp"
+#include "cache/compiler.hpp"
+#include "cache/disk_cache.hpp"
 #include "temp_env.hpp"
 #include "tessel/error.hpp"
 #include "tessel/runtime.hpp"

@@ -8,13 +8,13 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "backend/cpu/problem.hpp"
+#include "backend/problem.hpp"
 #include "backend/cpu/thread_pool.hpp"
 #include "backend/cuda/ptx_cache.hpp"
 #include "codegen/cpu_codegen.hpp"
-#include "runtime/compiler.hpp"
-#include "runtime/disk_cache.hpp"
-#include "runtime/warning.hpp"
+#include "cache/compiler.hpp"
+#include "cache/disk_cache.hpp"
+#include "support/warning.hpp"
 #include "tessel/runtime.hpp"
 
 namespace tessel {

@@ -7,7 +7,7 @@
 #include <limits>
 #include <unordered_map>
 
-#include "backend/cpu/problem.hpp"
+#include "backend/problem.hpp"
 #include "backend/cpu/reduce_state.hpp"
 #include "backend/cpu/thread_pool.hpp"
 #include "ops/op.hpp"

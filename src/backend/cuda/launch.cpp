@@ -14,7 +14,7 @@
 #include <mutex>
 #include <vector>
 
-#include "backend/cpu/problem.hpp"
+#include "backend/problem.hpp"
 #include "backend/cuda/driver.hpp"
 #include "backend/cuda/ptx_cache.hpp"
 #include "codegen/cuda_codegen.hpp"

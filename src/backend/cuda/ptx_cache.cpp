@@ -10,7 +10,7 @@
 
 #include "backend/cuda/nvrtc.hpp"
 #include "ir/node.hpp"
-#include "runtime/disk_cache.hpp"
+#include "cache/disk_cache.hpp"
 #include "tessel/error.hpp"
 
 namespace tessel {

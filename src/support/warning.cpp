@@ -1,6 +1,6 @@
 // Warnings: one line per distinct event per process, to stderr or to a handler the caller installs
 // (the Python module turns them into Python warnings).
-#include "runtime/warning.hpp"
+#include "support/warning.hpp"
 
 #include <cstdio>
 #include <mutex>

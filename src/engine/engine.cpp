@@ -3,7 +3,7 @@
 #include <cstring>
 #include <map>
 
-#include "backend/cpu/problem.hpp"
+#include "backend/problem.hpp"
 #include "backend/cuda/driver.hpp"
 #include "codegen/cpu_codegen.hpp"
 #include "tessel/runtime.hpp"

@@ -1,6 +1,6 @@
 // Kernel cache guards: bounded lock waits that name the holder, ssh-style ownership and mode checks
 // before anything is loaded, and the private folder used when the shared one cannot be.
-#include "runtime/cache_guard.hpp"
+#include "cache/cache_guard.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -17,7 +17,7 @@
 #include <sstream>
 #include <thread>
 
-#include "runtime/warning.hpp"
+#include "support/warning.hpp"
 
 namespace tessel::detail {
 

@@ -11,10 +11,10 @@
 #include <mutex>
 #include <thread>
 
-#include "runtime/cache_guard.hpp"
-#include "runtime/compiler.hpp"
-#include "runtime/disk_cache.hpp"
-#include "runtime/subprocess.hpp"
+#include "cache/cache_guard.hpp"
+#include "cache/compiler.hpp"
+#include "cache/disk_cache.hpp"
+#include "cache/subprocess.hpp"
 #include "tessel/error.hpp"
 #include "tessel/runtime.hpp"
 

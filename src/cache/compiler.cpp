@@ -1,13 +1,13 @@
 // Runs the system C++ compiler (no shell, so paths with spaces or quotes are safe) under a time
 // limit, and reports its failures in plain words.
-#include "runtime/compiler.hpp"
+#include "cache/compiler.hpp"
 
 #include <sys/wait.h>
 
 #include <fstream>
 #include <sstream>
 
-#include "runtime/subprocess.hpp"
+#include "cache/subprocess.hpp"
 #include "tessel/error.hpp"
 #include "tessel/runtime.hpp"
 

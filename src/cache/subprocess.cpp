@@ -1,6 +1,6 @@
 // Supervised child processes: their own process group, killed at a deadline or when the caller
 // dies, so a run-time compile can neither hang a call nor outlive it.
-#include "runtime/subprocess.hpp"
+#include "cache/subprocess.hpp"
 
 #include <fcntl.h>
 #include <poll.h>

@@ -1,5 +1,5 @@
 // Float64 reference evaluation at one point, through each op's apply<double>.
-#include "ir/eval_ref.hpp"
+#include "ops/eval_ref.hpp"
 
 #include <unordered_map>
 

@@ -5,7 +5,7 @@
 #include <span>
 #include <vector>
 
-#include "ir/reduction_impl.hpp"
+#include "reduction/reduction_impl.hpp"
 #include "tessel/array.hpp"
 
 namespace tessel {

@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <unordered_map>
 
-#include "ir/reduction_impl.hpp"
+#include "reduction/reduction_impl.hpp"
 #include "ops/op.hpp"
 
 namespace tessel {

@@ -1,5 +1,5 @@
 // Content-addressed on-disk kernel cache: flock()ed builds, atomic publish, checksummed entries.
-#include "runtime/disk_cache.hpp"
+#include "cache/disk_cache.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -19,8 +19,8 @@
 #include <optional>
 #include <set>
 
-#include "runtime/cache_guard.hpp"
-#include "runtime/warning.hpp"
+#include "cache/cache_guard.hpp"
+#include "support/warning.hpp"
 #include "tessel/error.hpp"
 
 namespace tessel {
