@@ -8,9 +8,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "backend/problem.hpp"
+#include "backend/backend.hpp"
 #include "backend/cpu/thread_pool.hpp"
-#include "backend/cuda/ptx_cache.hpp"
 #include "codegen/cpu_codegen.hpp"
 #include "cache/compiler.hpp"
 #include "cache/disk_cache.hpp"
@@ -202,9 +201,18 @@ void launch(const Problem& p, const Loaded& k, std::span<const ArrayView> outs) 
   });
 }
 
-}  // namespace
+class CompiledBackend final : public KernelBackend {
+ public:
+  const char* name() const override { return "compiled"; }
+  bool run(const Problem& p, std::span<const ArrayView> outs) override;
+  void forget_loaded() override {
+    Table& t = table();
+    std::lock_guard lk(t.mu);
+    t.by_spec.clear();
+  }
+};
 
-bool run_compiled(const Problem& p, std::span<const ArrayView> outs) {
+bool CompiledBackend::run(const Problem& p, std::span<const ArrayView> outs) {
   CpuKernelSpec spec;
   spec.r = p.r;
   spec.f64 = p.dtype == DType::Float64;
@@ -222,13 +230,11 @@ bool run_compiled(const Problem& p, std::span<const ArrayView> outs) {
   return true;
 }
 
-void cache_forget_loaded() {
-  {
-    Table& t = table();
-    std::lock_guard lk(t.mu);
-    t.by_spec.clear();
-  }
-  cuda_ptx_forget_loaded();
+}  // namespace
+
+KernelBackend& compiled_backend() {
+  static CompiledBackend* b = new CompiledBackend();  // kernels stay loaded for the process
+  return *b;
 }
 
 }  // namespace tessel
