@@ -6,6 +6,7 @@
 
 #include "backend/cuda/driver.hpp"
 #include "backend/cuda/plan_table.hpp"
+#include "backend/lru_map.hpp"
 #include "backend/null_backend.hpp"
 #include "backend/registry.hpp"
 #include "reduction_helpers.hpp"
@@ -265,4 +266,19 @@ TEST(CudaPlanTable, BoundedLeastRecentlyUsedFirstOut) {
   // A plan a caller holds outlives its eviction.
   EXPECT_EQ(first->layout.vars.size(), 3u);
   EXPECT_EQ(CudaPlanTable().capacity(), CudaPlanTable::kDefaultCapacity);
+}
+
+TEST(LruMap, KeepsTheMostRecentlyUsedWithinItsCapacity) {
+  LruMap<std::string, int> m(2);
+  m.insert("a", 1);
+  m.insert("b", 2);
+  ASSERT_NE(m.find("a"), nullptr);  // "b" is now the least recently used
+  EXPECT_EQ(m.insert("c", 3), 3);
+  EXPECT_EQ(m.size(), 2u);
+  EXPECT_EQ(m.find("b"), nullptr);
+  EXPECT_EQ(*m.find("a"), 1);
+  EXPECT_EQ(m.insert("a", 9), 1);  // an existing value stays
+  m.clear();
+  EXPECT_EQ(m.size(), 0u);
+  EXPECT_EQ((LruMap<int, int>(0).capacity()), 1u);
 }

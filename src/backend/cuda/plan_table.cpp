@@ -1,4 +1,4 @@
-// The CUDA launch plan table: a map for lookup and a list for the order of use.
+// The CUDA launch plan table: plans made outside the lock, kept in a bounded map.
 #include "backend/cuda/plan_table.hpp"
 
 #include <algorithm>
@@ -12,10 +12,7 @@ std::shared_ptr<const CudaKernelPlan> CudaPlanTable::get(const ReductionImpl& r,
   const Key key = std::make_tuple(r.hash.lo, r.hash.hi, f64, dev.index, n_outer, n_inner, sum_mode);
   {
     std::lock_guard lk(mu_);
-    if (auto it = plans_.find(key); it != plans_.end()) {
-      lru_.splice(lru_.begin(), lru_, it->second.age);
-      return it->second.plan;
-    }
+    if (auto* have = plans_.find(key)) return *have;
   }
   // Planned outside the lock: it generates source, and other devices' calls need not wait.
   CudaDeviceCaps caps;
@@ -25,14 +22,7 @@ std::shared_ptr<const CudaKernelPlan> CudaPlanTable::get(const ReductionImpl& r,
       plan_cuda_kernel(r, f64, n_outer, n_inner, caps, {}, sum));
   std::lock_guard lk(mu_);
   ++misses_;
-  if (auto it = plans_.find(key); it != plans_.end()) return it->second.plan;  // a racing call
-  while (!lru_.empty() && plans_.size() >= std::max<size_t>(1, capacity_)) {
-    plans_.erase(lru_.back());
-    lru_.pop_back();
-  }
-  lru_.push_front(key);
-  plans_.emplace(key, Entry{plan, lru_.begin()});
-  return plan;
+  return plans_.insert(key, std::move(plan));  // a racing call's plan, if it came first
 }
 
 size_t CudaPlanTable::size() const {
@@ -48,7 +38,6 @@ int64_t CudaPlanTable::misses() const {
 void CudaPlanTable::clear() {
   std::lock_guard lk(mu_);
   plans_.clear();
-  lru_.clear();
 }
 
 }  // namespace tessel
