@@ -15,11 +15,9 @@ using engine::pick_device;
 
 namespace {
 
-// ---- batch dimensions
-// ---------------------------------------------------------------------------- Variables may carry
-// leading batch dimensions: (B..., n, dim) for i and j variables, (B..., dim) for parameters. Batch
-// shapes broadcast as in NumPy and the output gets (B..., n, dim); each batch element is one
-// ordinary evaluation on sliced views.
+// Batch dimensions: variables may carry leading batch dimensions, (B..., n, dim) for i and j
+// variables, (B..., dim) for parameters. Batch shapes broadcast as in NumPy and the output gets
+// (B..., n, dim); each batch element is one ordinary evaluation on sliced views.
 struct BatchPlan {
   bool batched = false;
   std::vector<int64_t> shape;
@@ -204,4 +202,3 @@ std::vector<Array> evaluate(const Reduction& r, const std::vector<Array>& inputs
 }
 
 }  // namespace tessel
-

@@ -69,7 +69,8 @@ TEST(NullBackend, SeesTheBoundProblem) {
   ArrayView x = xt.view();
   x.shape = {5, 3};
   x.strides = {1, 5};
-  const Array y = random_array(DType::Float64, {7, 3}, 2), b = random_array(DType::Float64, {7, 2}, 3);
+  const Array y = random_array(DType::Float64, {7, 3}, 2),
+              b = random_array(DType::Float64, {7, 2}, 3);
   Array out(DType::Float64, {5, 2});
   for (int64_t q = 0; q < out.size(); ++q) out.as<double>()[q] = -1;
   Options o = with(Backend::Interpreter);
@@ -125,7 +126,8 @@ TEST(NullBackend, SeesTheBoundProblem) {
 TEST(NullBackend, AutoFallsBackOnlyWhenCompiledDeclines) {
   NullBackend compiled(true), interp(true);
   ScopedBackend use_c(BackendId::Compiled, compiled), use_i(BackendId::Interpreter, interp);
-  const Array x = random_array(DType::Float32, {4, 3}, 1), y = random_array(DType::Float32, {6, 3}, 2),
+  const Array x = random_array(DType::Float32, {4, 3}, 1),
+              y = random_array(DType::Float32, {6, 3}, 2),
               b = random_array(DType::Float32, {6, 2}, 3);
   const std::vector<Array> in{x, y, b};
   evaluate(kGauss, in, with(Backend::Auto));
@@ -145,7 +147,8 @@ TEST(NullBackend, BatchPlanSlicesInputsAndOutputs) {
   NullBackend null;
   ScopedBackend use(BackendId::Interpreter, null);
   // x: (2, 5, 3); y: (7, 3) shared by both batch elements; b: (2, 7, 2).
-  const Array x = random_array(DType::Float64, {2, 5, 3}, 1), y = random_array(DType::Float64, {7, 3}, 2),
+  const Array x = random_array(DType::Float64, {2, 5, 3}, 1),
+              y = random_array(DType::Float64, {7, 3}, 2),
               b = random_array(DType::Float64, {2, 7, 2}, 3);
   const Array out = evaluate(kGauss, std::vector<Array>{x, y, b}, with(Backend::Interpreter))[0];
   ASSERT_EQ(out.shape(), (std::vector<int64_t>{2, 5, 2}));
@@ -165,7 +168,8 @@ TEST(NullBackend, BatchPlanSlicesInputsAndOutputs) {
 TEST(NullBackend, BlockSparseRangesAndComputedVariables) {
   NullBackend null;
   ScopedBackend use(BackendId::Interpreter, null);
-  const Array x = random_array(DType::Float64, {5, 3}, 1), y = random_array(DType::Float64, {7, 3}, 2),
+  const Array x = random_array(DType::Float64, {5, 3}, 1),
+              y = random_array(DType::Float64, {7, 3}, 2),
               b = random_array(DType::Float64, {7, 2}, 3);
   auto br = std::make_shared<BlockRanges>();
   br->ranges_i = {0, 2, 3, 5};
@@ -178,8 +182,8 @@ TEST(NullBackend, BlockSparseRangesAndComputedVariables) {
   ASSERT_EQ(calls.size(), 1u);
   const auto& bl = calls[0].blocks;
   ASSERT_EQ(bl.size(), 3u);  // row 2 is in no block: an empty block of its own
-  EXPECT_EQ(std::vector<int64_t>({bl[0].begin, bl[0].end, bl[1].begin, bl[1].end, bl[2].begin,
-                                  bl[2].end}),
+  EXPECT_EQ(std::vector<int64_t>(
+                {bl[0].begin, bl[0].end, bl[1].begin, bl[1].end, bl[2].begin, bl[2].end}),
             std::vector<int64_t>({0, 2, 2, 3, 3, 5}));
   EXPECT_EQ(bl[0].iv, (std::vector<int64_t>{0, 3}));
   EXPECT_TRUE(bl[1].iv.empty());
@@ -198,7 +202,8 @@ TEST(NullBackend, BlockSparseRangesAndComputedVariables) {
 TEST(NullBackend, CudaSlotGetsDeviceArraysAndOwnsTheirCopies) {
   NullBackend null;
   ScopedBackend use(BackendId::Cuda, null);
-  const Array x = random_array(DType::Float32, {4, 3}, 1), y = random_array(DType::Float32, {6, 3}, 2),
+  const Array x = random_array(DType::Float32, {4, 3}, 1),
+              y = random_array(DType::Float32, {6, 3}, 2),
               b = random_array(DType::Float32, {6, 2}, 3);
   // Backend::Cuda on host arrays: the device asked for is opened and named in the problem.
   Options gpu = with(Backend::Cuda);
@@ -230,7 +235,8 @@ TEST(CudaBackend, RequestWithoutGpuGivesTheDriverError) {
     want = e.what();
   }
   ASSERT_NE(want.find("CUDA is not usable"), std::string::npos) << want;
-  const Array x = random_array(DType::Float32, {4, 3}, 1), y = random_array(DType::Float32, {6, 3}, 2),
+  const Array x = random_array(DType::Float32, {4, 3}, 1),
+              y = random_array(DType::Float32, {6, 3}, 2),
               b = random_array(DType::Float32, {6, 2}, 3);
   try {
     evaluate(kGauss, std::vector<Array>{x, y, b}, with(Backend::Cuda));

@@ -136,8 +136,9 @@ bool CudaBackend::run(const Problem& p, std::span<const ArrayView> outs) {
     detail::fail(kWho, reduction_name(r.op), " with K = ", r.k, " exceeds the CUDA limit K <= ",
                  kCompiledMaxK, "; evaluate it on CPU arrays");
   const bool f64 = p.dtype == DType::Float64;
-  const auto plan_ptr = plans_.get(r, f64, p.n_outer, p.n_inner,
-                                   CudaSumMode{p.opt.sum_scheme, p.opt.accumulate_f64 && !f64}, dev);
+  const auto plan_ptr =
+      plans_.get(r, f64, p.n_outer, p.n_inner,
+                 CudaSumMode{p.opt.sum_scheme, p.opt.accumulate_f64 && !f64}, dev);
   const CudaKernelPlan& plan = *plan_ptr;
   if (plan.source.empty())
     detail::fail(kWho, "no CUDA kernel for ", reduction_name(r.op), " (", r.f.str(), ")");
