@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/registry.hpp"
 #include "bench_cases.hpp"
 #include "cli.hpp"
 #include "tessel/tessel.hpp"
@@ -194,7 +195,7 @@ int bench_main(const Args& args) {
     if (!tmp) return;
     const std::string dir = tmp->path() + "/cache-" + std::to_string(fresh++);
     ::setenv("TESSEL_CACHE_DIR", dir.c_str(), 1);
-    cache_forget_loaded();
+    BackendRegistry::instance().forget_loaded();
   };
 
   PykeopsRunner pykeops;

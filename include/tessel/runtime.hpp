@@ -52,7 +52,4 @@ std::string cuda_status();
 // Whether reductions can run on a GPU here: a CUDA driver that initialises and at least one GPU.
 bool cuda_available();
 
-// Drop the in-memory kernel table (the disk cache stays): lets tests measure disk hits.
-void cache_forget_loaded();
-
 }  // namespace tessel

@@ -51,6 +51,7 @@ struct Problem {
   DType dtype = DType::Float32;  // of the float inputs and value outputs
   Options opt;
   int threads = 1;
+  int device = -1;               // the CUDA device evaluating, or -1 for the CPU
   std::vector<RowBlock> blocks;  // cover every output row once
 
   // The interval list of each row, or nullptr for rows that reduce over nothing.
@@ -58,13 +59,5 @@ struct Problem {
 
   const Bound& var(int index) const;
 };
-
-// Outputs are C-contiguous (n_outer, dim) arrays of the problem's dtype, or Int64 for indices.
-void run_interpreter(const Problem& p, std::span<const ArrayView> outs);
-// Returns false when no compiled kernel applies (then the caller interprets).
-bool run_compiled(const Problem& p, std::span<const ArrayView> outs);
-// Runs on CUDA device `device` (src/backend/cuda/launch.cpp); outputs as for the CPU runners
-// (host buffers); inputs may be host or device memory.
-void run_cuda(const Problem& p, int device, std::span<const ArrayView> outs);
 
 }  // namespace tessel

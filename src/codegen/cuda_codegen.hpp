@@ -5,7 +5,8 @@
 #include <cstdint>
 #include <string>
 
-#include "codegen/cpu_codegen.hpp"
+#include "codegen/layout.hpp"
+#include "reduction/reduction_impl.hpp"
 
 namespace tessel {
 

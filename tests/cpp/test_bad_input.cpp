@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "backend/registry.hpp"
 #include "reduction_helpers.hpp"
 #include "temp_env.hpp"
 
@@ -114,7 +115,7 @@ TEST(BadInput, FailingCompilerKeepsSourceAndLog) {
   const pid_t pid = fork();
   if (pid == 0) {
     // In a child: compiler_info() caches its answer per process.
-    cache_forget_loaded();  // kernels the parent already loaded must not hide the compiler
+    BackendRegistry::instance().forget_loaded();  // kernels the parent already loaded must not hide the compiler
     setenv("TESSEL_CXX", cc.c_str(), 1);
     setenv("TESSEL_CACHE_DIR", (std::string(dir) + "/cache").c_str(), 1);
     Options o;
@@ -140,7 +141,7 @@ TEST(BadInput, FailingCompilerKeepsSourceAndLog) {
 TEST(BadInput, NoCompilerFallsBackToInterpreter) {
   const pid_t pid = fork();
   if (pid == 0) {
-    cache_forget_loaded();
+    BackendRegistry::instance().forget_loaded();
     setenv("TESSEL_CXX", "/nonexistent/c++", 1);
     auto in = good_inputs();
     const Array a = evaluate(kGauss, in)[0];  // Auto: the interpreter answers

@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 
+#include "backend/registry.hpp"
 #include "backend/cuda/driver.hpp"
 #include "backend/cuda/nvrtc.hpp"
 #include "backend/cuda/ptx_cache.hpp"
@@ -40,7 +41,7 @@ TEST(PtxCache, CompilesOnceThenHitsMemoryThenDisk) {
   if (!nvrtc_info().usable) GTEST_SKIP() << nvrtc_info().problem;
   TempDir tmp;
   ScopedEnv dir("TESSEL_CACHE_DIR", tmp.path());
-  cache_forget_loaded();
+  BackendRegistry::instance().forget_loaded();
   const std::string src = gaussian_source(false);
   const PtxCacheStats s0 = cuda_ptx_stats();
   const std::string ptx = cuda_ptx(src, "compute_90");
@@ -52,7 +53,7 @@ TEST(PtxCache, CompilesOnceThenHitsMemoryThenDisk) {
   EXPECT_EQ(cuda_ptx(src, "compute_90"), ptx);
   EXPECT_EQ(cuda_ptx_stats().memory_hits, s1.memory_hits + 1);
   // A new process (here: a forgotten memory table) finds it on disk without NVRTC.
-  cache_forget_loaded();
+  BackendRegistry::instance().forget_loaded();
   EXPECT_EQ(cuda_ptx(src, "compute_90"), ptx);
   const PtxCacheStats s2 = cuda_ptx_stats();
   EXPECT_EQ(s2.disk_hits, s1.disk_hits + 1);
@@ -69,7 +70,7 @@ TEST(PtxCache, KeyCoversArchitectureOptionsAndSource) {
   if (!nvrtc_info().usable) GTEST_SKIP() << nvrtc_info().problem;
   TempDir tmp;
   ScopedEnv dir("TESSEL_CACHE_DIR", tmp.path());
-  cache_forget_loaded();  // earlier tests loaded some of these kernels from another folder
+  BackendRegistry::instance().forget_loaded();  // earlier tests loaded some of these kernels from another folder
   const std::string f32 = gaussian_source(false), f64 = gaussian_source(true);
   const std::string a = cuda_ptx(f32, "compute_90");
   const std::string b = cuda_ptx(f32, "compute_80");

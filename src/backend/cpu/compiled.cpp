@@ -5,12 +5,10 @@
 #include <cstring>
 #include <mutex>
 #include <sstream>
-#include <unordered_map>
-#include <unordered_set>
 
-#include "backend/problem.hpp"
+#include "backend/backend.hpp"
 #include "backend/cpu/thread_pool.hpp"
-#include "backend/cuda/ptx_cache.hpp"
+#include "backend/lru_map.hpp"
 #include "codegen/cpu_codegen.hpp"
 #include "cache/compiler.hpp"
 #include "cache/disk_cache.hpp"
@@ -27,6 +25,13 @@ struct Loaded {
   KernelFn fn = nullptr;
   KernelLayout layout;
   int lanes = 1;
+  void* handle = nullptr;  // dlopen's; closed when the table dropped it and no call runs it
+  Loaded() = default;
+  Loaded(const Loaded&) = delete;
+  Loaded& operator=(const Loaded&) = delete;
+  ~Loaded() {
+    if (handle) dlclose(handle);
+  }
 };
 
 struct Target {
@@ -57,12 +62,16 @@ Target target_for(bool f64) {
 // longer for deep nesting, while the interpreter starts at once. Backend::Compiled still tries.
 constexpr size_t kAutoSourceLimit = size_t{1} << 20;
 
+// Kernels loaded in this process, bounded: a long-lived process that builds ever new formulas
+// would otherwise keep every library mapped. One dropped here reloads from the disk cache.
+constexpr size_t kLoadedKernels = 1024;
+
 struct Table {
   std::mutex mu;
-  std::unordered_map<std::string, std::shared_ptr<Loaded>> by_spec;
+  LruMap<std::string, std::shared_ptr<Loaded>> by_spec{kLoadedKernels};
   // Specs that Backend::Auto gave to the interpreter (too large, or the compile ran out of
   // time): later calls in this process go straight there instead of waiting again.
-  std::unordered_set<std::string> interpret_only;
+  LruMap<std::string, bool> interpret_only{kLoadedKernels};
 };
 Table& table() {
   static Table* t = new Table;  // kernels stay loaded for the life of the process
@@ -87,15 +96,14 @@ std::shared_ptr<Loaded> load(const Problem& p, const CpuKernelSpec& spec, const 
   Table& t = table();
   {
     std::lock_guard lk(t.mu);
-    auto it = t.by_spec.find(key);
-    if (it != t.by_spec.end()) return it->second;
-    if (automatic && t.interpret_only.count(key)) return nullptr;
+    if (auto* have = t.by_spec.find(key)) return *have;
+    if (automatic && t.interpret_only.find(key)) return nullptr;
   }
   auto give_up = [&](const std::string& why) {
     detail::warn_once("interpret:" + key, why + "; with backend 'auto' the interpreter evaluates " +
                                               "it instead (slower), here and in later calls");
     std::lock_guard lk(t.mu);
-    t.interpret_only.insert(key);
+    t.interpret_only.insert(key, true);
     return nullptr;
   };
   auto k = std::make_shared<Loaded>();
@@ -134,12 +142,12 @@ std::shared_ptr<Loaded> load(const Problem& p, const CpuKernelSpec& spec, const 
         << " s (the limit; set TESSEL_COMPILE_TIMEOUT=<seconds> to change it)";
     return give_up(why.str());
   }
-  void* h = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!h) detail::fail("evaluate", "cannot load the compiled kernel ", so, ": ", dlerror());
-  k->fn = reinterpret_cast<KernelFn>(dlsym(h, "tessel_kernel"));
+  k->handle = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!k->handle) detail::fail("evaluate", "cannot load the compiled kernel ", so, ": ", dlerror());
+  k->fn = reinterpret_cast<KernelFn>(dlsym(k->handle, "tessel_kernel"));
   if (!k->fn) detail::fail("evaluate", "the compiled kernel ", so, " has no tessel_kernel symbol");
   std::lock_guard lk(t.mu);
-  return t.by_spec.emplace(key, k).first->second;
+  return t.by_spec.insert(key, k);
 }
 
 // Packs the variables into the kernel's layout: outer rows, inner SoA tiles, parameters.
@@ -202,9 +210,18 @@ void launch(const Problem& p, const Loaded& k, std::span<const ArrayView> outs) 
   });
 }
 
-}  // namespace
+class CompiledBackend final : public KernelBackend {
+ public:
+  const char* name() const override { return "compiled"; }
+  bool run(const Problem& p, std::span<const ArrayView> outs) override;
+  void forget_loaded() override {
+    Table& t = table();
+    std::lock_guard lk(t.mu);
+    t.by_spec.clear();
+  }
+};
 
-bool run_compiled(const Problem& p, std::span<const ArrayView> outs) {
+bool CompiledBackend::run(const Problem& p, std::span<const ArrayView> outs) {
   CpuKernelSpec spec;
   spec.r = p.r;
   spec.f64 = p.dtype == DType::Float64;
@@ -222,13 +239,11 @@ bool run_compiled(const Problem& p, std::span<const ArrayView> outs) {
   return true;
 }
 
-void cache_forget_loaded() {
-  {
-    Table& t = table();
-    std::lock_guard lk(t.mu);
-    t.by_spec.clear();
-  }
-  cuda_ptx_forget_loaded();
+}  // namespace
+
+KernelBackend& compiled_backend() {
+  static CompiledBackend* b = new CompiledBackend();  // kernels stay loaded for the process
+  return *b;
 }
 
 }  // namespace tessel

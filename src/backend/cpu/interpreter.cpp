@@ -7,7 +7,7 @@
 #include <limits>
 #include <unordered_map>
 
-#include "backend/problem.hpp"
+#include "backend/backend.hpp"
 #include "backend/cpu/reduce_state.hpp"
 #include "backend/cpu/thread_pool.hpp"
 #include "ops/op.hpp"
@@ -214,14 +214,25 @@ void run_gather_scatter(const Problem& p, const Program& prog, std::span<const A
   }
 }
 
+// Runs every problem: the fallback of the others, so it never declines.
+class InterpreterBackend final : public KernelBackend {
+ public:
+  const char* name() const override { return "interpreter"; }
+  bool run(const Problem& p, std::span<const ArrayView> outs) override {
+    const Program prog(p);
+    if (p.r->op == ReductionOp::GatherSum || p.r->op == ReductionOp::ScatterSum)
+      run_gather_scatter(p, prog, outs);
+    else
+      run_sum_like(p, prog, outs);
+    return true;
+  }
+};
+
 }  // namespace
 
-void run_interpreter(const Problem& p, std::span<const ArrayView> outs) {
-  const Program prog(p);
-  if (p.r->op == ReductionOp::GatherSum || p.r->op == ReductionOp::ScatterSum)
-    run_gather_scatter(p, prog, outs);
-  else
-    run_sum_like(p, prog, outs);
+KernelBackend& interpreter_backend() {
+  static InterpreterBackend* b = new InterpreterBackend();
+  return *b;
 }
 
 }  // namespace tessel

@@ -6,7 +6,8 @@
 // buffers (the engine then copies them to device outputs, sums them over rows or adds gradient
 // terms, as on the CPU). The stream is the caller's (PyTorch's current stream from Python) and
 // the call returns once the results are in place. Device buffers are reused between calls (one
-// workspace per device, grown on demand) so a repeated call allocates nothing on the device.
+// workspace per device, grown on demand) so a repeated call allocates nothing on the device. The
+// backend object owns them, with the launch plans; the driver keeps the loaded modules.
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -14,8 +15,9 @@
 #include <mutex>
 #include <vector>
 
-#include "backend/problem.hpp"
+#include "backend/backend.hpp"
 #include "backend/cuda/driver.hpp"
+#include "backend/cuda/plan_table.hpp"
 #include "backend/cuda/ptx_cache.hpp"
 #include "codegen/cuda_codegen.hpp"
 #include "tessel/error.hpp"
@@ -43,38 +45,6 @@ struct Workspace {
   }
 };
 
-Workspace& workspace(int device) {
-  static std::mutex mu;
-  static std::map<int, std::unique_ptr<Workspace>>* all =
-      new std::map<int, std::unique_ptr<Workspace>>();
-  std::lock_guard lk(mu);
-  auto& w = (*all)[device];
-  if (!w) w = std::make_unique<Workspace>();
-  return *w;
-}
-
-// Plans (source, layout, launch shape) by reduction, dtype, device and size class.
-const CudaKernelPlan& plan_for(const Problem& p, const CudaDevice& dev) {
-  static std::mutex mu;
-  using Key = std::tuple<uint64_t, uint64_t, bool, int, int64_t, int64_t, int>;
-  static std::map<Key, CudaKernelPlan>* plans = new std::map<Key, CudaKernelPlan>();
-  const bool f64 = p.dtype == DType::Float64;
-  const CudaSumMode sum{p.opt.sum_scheme, p.opt.accumulate_f64 && !f64};
-  const int sum_mode = static_cast<int>(sum.scheme) * 2 + sum.acc_f64;
-  const Key key =
-      std::make_tuple(p.r->hash.lo, p.r->hash.hi, f64, dev.index, p.n_outer, p.n_inner, sum_mode);
-  std::lock_guard lk(mu);
-  auto it = plans->find(key);
-  if (it == plans->end()) {
-    CudaDeviceCaps caps;
-    caps.sm_count = dev.sm_count;
-    caps.max_shared_per_block = static_cast<size_t>(std::max(dev.max_shared_per_block, 48 * 1024));
-    it =
-        plans->emplace(key, plan_cuda_kernel(*p.r, f64, p.n_outer, p.n_inner, caps, {}, sum)).first;
-  }
-  return it->second;
-}
-
 // Copies one variable's rows into its columns of a packed row-major device array.
 void pack(const Bound& b, int64_t rows, int offset, int width, CuDevicePtr dst, size_t elem,
           CuStream stream, std::vector<std::vector<unsigned char>>& staging) {
@@ -99,9 +69,61 @@ void pack(const Bound& b, int64_t rows, int offset, int width, CuDevicePtr dst, 
                b.dim * elem, static_cast<size_t>(rows), stream);
 }
 
-}  // namespace
+class CudaBackend final : public KernelBackend {
+ public:
+  const char* name() const override { return "cuda"; }
+  bool run(const Problem& p, std::span<const ArrayView> outs) override;
+  void open_device(int device) override { cuda_device(device, kWho); }
+  void store_rows(const Array& src, const ArrayView& dst) override;
+  Array load_rows(const ArrayView& src) override;
+  void forget_loaded() override {
+    plans_.clear();
+    cuda_ptx_forget_loaded();
+  }
 
-void run_cuda(const Problem& p, int device, std::span<const ArrayView> outs) {
+ private:
+  Workspace& workspace(int device) {
+    std::lock_guard lk(mu_);
+    auto& w = workspaces_[device];
+    if (!w) w = std::make_unique<Workspace>();
+    return *w;
+  }
+
+  std::mutex mu_;
+  std::map<int, std::unique_ptr<Workspace>> workspaces_;  // one per device used
+  CudaPlanTable plans_;
+};
+
+// A device output's rows as a 2-D copy: its components must be contiguous within a row.
+size_t device_pitch(const ArrayView& a, int64_t cols) {
+  if (a.shape.size() == 2 && cols > 1 && a.stride(1) != 1)
+    detail::fail(kWho, "a CUDA output must be contiguous along its last dimension");
+  return static_cast<size_t>(a.shape.size() == 2 || cols == 1 ? a.stride(0) : 1) *
+         dtype_size(a.dtype);
+}
+
+void CudaBackend::store_rows(const Array& src, const ArrayView& dst) {
+  int64_t rows = 0, cols = 0;
+  output_rows(dst, rows, cols);
+  const size_t pitch = device_pitch(dst, cols);
+  const size_t row = static_cast<size_t>(cols) * dtype_size(dst.dtype);
+  cuda_copy_2d(dst.data, pitch, src.data(), row, row, static_cast<size_t>(rows), nullptr);
+  cuda_synchronize(nullptr);
+}
+
+Array CudaBackend::load_rows(const ArrayView& src) {
+  int64_t rows = 0, cols = 0;
+  output_rows(src, rows, cols);
+  const size_t pitch = device_pitch(src, cols);
+  Array host(src.dtype, {rows, cols});
+  const size_t row = static_cast<size_t>(cols) * dtype_size(src.dtype);
+  cuda_copy_2d(host.data(), row, src.data, pitch, row, static_cast<size_t>(rows), nullptr);
+  cuda_synchronize(nullptr);
+  return host;
+}
+
+bool CudaBackend::run(const Problem& p, std::span<const ArrayView> outs) {
+  const int device = p.device;
   const CudaDevice& dev = cuda_device(device, kWho);
   const ReductionImpl& r = *p.r;
   if (r.op == ReductionOp::GatherSum || r.op == ReductionOp::ScatterSum)
@@ -113,7 +135,11 @@ void run_cuda(const Problem& p, int device, std::span<const ArrayView> outs) {
       r.k > kCompiledMaxK)
     detail::fail(kWho, reduction_name(r.op), " with K = ", r.k, " exceeds the CUDA limit K <= ",
                  kCompiledMaxK, "; evaluate it on CPU arrays");
-  const CudaKernelPlan& plan = plan_for(p, dev);
+  const bool f64 = p.dtype == DType::Float64;
+  const auto plan_ptr =
+      plans_.get(r, f64, p.n_outer, p.n_inner,
+                 CudaSumMode{p.opt.sum_scheme, p.opt.accumulate_f64 && !f64}, dev);
+  const CudaKernelPlan& plan = *plan_ptr;
   if (plan.source.empty())
     detail::fail(kWho, "no CUDA kernel for ", reduction_name(r.op), " (", r.f.str(), ")");
   const KernelLayout& L = plan.layout;
@@ -176,6 +202,14 @@ void run_cuda(const Problem& p, int device, std::span<const ArrayView> outs) {
                  static_cast<size_t>(no), stream);
   }
   cuda_synchronize(stream);
+  return true;
+}
+
+}  // namespace
+
+KernelBackend& cuda_backend() {
+  static CudaBackend* b = new CudaBackend();  // device buffers are reused for the process
+  return *b;
 }
 
 }  // namespace tessel

@@ -1,0 +1,53 @@
+// The one interface every backend implements (compiled CPU, interpreter, CUDA, null): the engine
+// binds and validates the arrays, plans, picks a backend by its id and hands it a Problem.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "backend/problem.hpp"
+#include "tessel/array.hpp"
+
+namespace tessel {
+
+// The slots the engine picks from. The user's Backend option maps onto them (engine); the null
+// backend has no id of its own: tests put it into a slot (BackendRegistry::replace).
+enum class BackendId : uint8_t { Compiled, Interpreter, Cuda };
+constexpr int kBackendSlots = 3;
+
+class KernelBackend {
+ public:
+  virtual ~KernelBackend() = default;
+  virtual const char* name() const = 0;
+
+  // Evaluates p into `outs`: C-contiguous (n_outer, dim) host arrays of p.dtype, Int64 for index
+  // outputs. Returns false when this backend has no kernel for p, before writing anything, so
+  // that the engine may give p to another backend; errors throw.
+  virtual bool run(const Problem& p, std::span<const ArrayView> outs) = 0;
+
+  // Throws a clear error unless `device` can run kernels (called before any output is touched).
+  virtual void open_device(int device) {}
+
+  // Device outputs: the engine computes into host rows and these move them in and out of the
+  // backend's memory. `dst`/`src` are (rows, cols) or (rows) arrays with contiguous rows; host
+  // backends never see device arrays, so their versions report an internal error.
+  virtual void store_rows(const Array& src, const ArrayView& dst);
+  virtual Array load_rows(const ArrayView& src);
+
+  // Drops the kernels held in memory (the disk cache stays), so that the next call loads from
+  // disk: lets tests measure disk hits and the bench measure first calls.
+  virtual void forget_loaded() {}
+};
+
+// The built-in backends, one object each for the life of the process.
+KernelBackend& compiled_backend();     // backend/cpu/compiled.cpp
+KernelBackend& interpreter_backend();  // backend/cpu/interpreter.cpp
+KernelBackend& cuda_backend();         // backend/cuda/launch.cpp
+
+// The rows and columns of an output as the engine stores it: (rows, cols), or (rows) for cols = 1.
+inline void output_rows(const ArrayView& a, int64_t& rows, int64_t& cols) {
+  cols = a.shape.size() == 2 ? a.shape[1] : 1;
+  rows = a.shape.empty() ? 1 : a.shape[0];
+}
+
+}  // namespace tessel

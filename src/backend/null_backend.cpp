@@ -1,0 +1,112 @@
+// The null backend: records problems and writes call numbers instead of computing.
+#include "backend/null_backend.hpp"
+
+#include <cstring>
+
+namespace tessel {
+
+namespace {
+
+void fill(const ArrayView& o, int64_t value) {
+  int64_t n = 1;
+  for (int64_t d : o.shape) n *= d;
+  for (int64_t q = 0; q < n; ++q) {
+    switch (o.dtype) {
+      case DType::Float32:
+        static_cast<float*>(o.data)[q] = static_cast<float>(value);
+        break;
+      case DType::Float64:
+        static_cast<double*>(o.data)[q] = static_cast<double>(value);
+        break;
+      case DType::Int64:
+        static_cast<int64_t*>(o.data)[q] = value;
+        break;
+    }
+  }
+}
+
+// Copies between contiguous host rows and a test's "device" array (host memory with contiguous
+// rows, as the CUDA backend requires of device outputs).
+void copy_rows(const ArrayView& dev, void* host, bool to_dev) {
+  int64_t rows = 0, cols = 0;
+  output_rows(dev, rows, cols);
+  const size_t row = static_cast<size_t>(cols) * dtype_size(dev.dtype);
+  const int64_t pitch = dev.shape.size() == 2 || cols == 1 ? dev.stride(0) : 1;
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* d = static_cast<uint8_t*>(dev.data) + r * pitch * dtype_size(dev.dtype);
+    uint8_t* h = static_cast<uint8_t*>(host) + r * row;
+    std::memcpy(to_dev ? d : h, to_dev ? h : d, row);
+  }
+}
+
+}  // namespace
+
+bool NullBackend::run(const Problem& p, std::span<const ArrayView> outs) {
+  NullCall c;
+  c.op = p.r->op;
+  c.hash_lo = p.r->hash.lo;
+  c.hash_hi = p.r->hash.hi;
+  c.n_outer = p.n_outer;
+  c.n_inner = p.n_inner;
+  c.dtype = p.dtype;
+  c.device = p.device;
+  c.threads = p.threads;
+  c.vars = p.vars;
+  c.blocks = p.blocks;
+  for (const ArrayView& o : outs) {
+    c.out_shapes.push_back(o.shape);
+    c.out_dtypes.push_back(o.dtype);
+  }
+  int64_t number = 0;
+  {
+    std::lock_guard lk(mu_);
+    if (!accept_) return false;
+    number = static_cast<int64_t>(calls_.size());
+    calls_.push_back(std::move(c));
+  }
+  for (const ArrayView& o : outs) fill(o, number);
+  return true;
+}
+
+void NullBackend::open_device(int device) {
+  std::lock_guard lk(mu_);
+  opened_.push_back(device);
+}
+
+void NullBackend::store_rows(const Array& src, const ArrayView& dst) {
+  copy_rows(dst, const_cast<void*>(src.data()), true);
+  std::lock_guard lk(mu_);
+  ++stores_;
+}
+
+Array NullBackend::load_rows(const ArrayView& src) {
+  int64_t rows = 0, cols = 0;
+  output_rows(src, rows, cols);
+  Array host(src.dtype, {rows, cols});
+  copy_rows(src, host.data(), false);
+  std::lock_guard lk(mu_);
+  ++loads_;
+  return host;
+}
+
+std::vector<NullCall> NullBackend::calls() const {
+  std::lock_guard lk(mu_);
+  return calls_;
+}
+
+std::vector<int> NullBackend::opened() const {
+  std::lock_guard lk(mu_);
+  return opened_;
+}
+
+int NullBackend::stores() const {
+  std::lock_guard lk(mu_);
+  return stores_;
+}
+
+int NullBackend::loads() const {
+  std::lock_guard lk(mu_);
+  return loads_;
+}
+
+}  // namespace tessel

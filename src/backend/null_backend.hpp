@@ -1,0 +1,56 @@
+// A backend that computes nothing and records what it was asked to run: with it in a registry slot
+// (tests only, see ScopedBackend), a test checks the engine's binding, planning and dispatch.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backend/backend.hpp"
+
+namespace tessel {
+
+// One run() as the backend saw it: the problem, copied, and the outputs it was given.
+struct NullCall {
+  ReductionOp op = ReductionOp::Sum;
+  uint64_t hash_lo = 0, hash_hi = 0;  // of the reduction
+  int64_t n_outer = 0, n_inner = 0;
+  DType dtype = DType::Float32;
+  int device = -1;
+  int threads = 1;
+  std::vector<Bound> vars;
+  std::vector<RowBlock> blocks;
+  std::vector<std::vector<int64_t>> out_shapes;
+  std::vector<DType> out_dtypes;
+};
+
+class NullBackend final : public KernelBackend {
+ public:
+  // `accept` false: the backend declines every problem (run() returns false), as compiled code
+  // does for reductions it has no kernel for.
+  explicit NullBackend(bool accept = true) : accept_(accept) {}
+  const char* name() const override { return "null"; }
+
+  // Records p and fills every output element with the number of this call (0, 1, ...), so that
+  // a test can tell which call's result landed where.
+  bool run(const Problem& p, std::span<const ArrayView> outs) override;
+  // "Device" outputs of a test are host memory: copied as such, and counted.
+  void open_device(int device) override;
+  void store_rows(const Array& src, const ArrayView& dst) override;
+  Array load_rows(const ArrayView& src) override;
+
+  std::vector<NullCall> calls() const;
+  std::vector<int> opened() const;  // open_device arguments, in order
+  int stores() const;
+  int loads() const;
+
+ private:
+  bool accept_;
+  mutable std::mutex mu_;
+  std::vector<NullCall> calls_;
+  std::vector<int> opened_;
+  int stores_ = 0, loads_ = 0;
+};
+
+}  // namespace tessel

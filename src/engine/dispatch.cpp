@@ -1,0 +1,241 @@
+// Dispatch: a bound problem (inputs, computed variables, outputs) run on the backend the registry
+// picks, with device outputs moved through the backend that owns their memory.
+#include <algorithm>
+#include <cstring>
+
+#include "backend/registry.hpp"
+#include "codegen/layout.hpp"
+#include "engine/engine_impl.hpp"
+#include "tessel/runtime.hpp"
+
+namespace tessel::engine {
+
+namespace {
+
+// Calls f(q, off) for each element q of a contiguous (rows, cols) source and its element
+// offset `off` in dst, which has the same logical shape and may be strided.
+template <class F>
+void for_each_offset(int64_t n, const ArrayView& dst, F&& f) {
+  const int64_t cols = dst.shape.size() == 2 ? dst.shape[1] : 1;
+  for (int64_t q = 0; q < n; ++q) {
+    const int64_t r = q / cols, c = q % cols;
+    f(q, dst.shape.size() == 2 ? r * dst.stride(0) + c * dst.stride(1) : q * dst.stride(0));
+  }
+}
+
+// Device outputs go through the backend that owns their memory (`dev`: the call's CUDA slot).
+void copy_rows(const Array& src, const ArrayView& dst, KernelBackend& dev) {
+  if (dst.device.kind == DeviceKind::CUDA) return dev.store_rows(src, dst);
+  const size_t es = dtype_size(dst.dtype);
+  for_each_offset(src.size(), dst, [&](int64_t q, int64_t off) {
+    std::memcpy(static_cast<uint8_t*>(dst.data) + off * es,
+                static_cast<const uint8_t*>(src.data()) + q * es, es);
+  });
+}
+
+// dst += src, elementwise over the same logical (rows, dim) shape.
+void add_rows(const Array& src, const ArrayView& dst, KernelBackend& dev) {
+  if (dst.device.kind == DeviceKind::CUDA) {
+    // Rare (gradient terms added to an output): through the host.
+    Array host = dev.load_rows(dst);
+    add_rows(src, host.view(), dev);
+    return dev.store_rows(host, dst);
+  }
+  for_each_offset(src.size(), dst, [&](int64_t q, int64_t off) {
+    if (dst.dtype == DType::Float32)
+      static_cast<float*>(dst.data)[off] += static_cast<float>(src.at(q));
+    else
+      static_cast<double*>(dst.data)[off] += src.at(q);
+  });
+}
+
+}  // namespace
+
+void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> outputs, bool top) {
+  const char* fn = "evaluate";
+  Problem p;
+  p.r = &r;
+  p.opt = ctx.opt;
+  p.threads = ctx.opt.threads > 0 ? ctx.opt.threads : num_threads();
+  const int n_in = r.next_input_index();
+  if (static_cast<int>(ctx.inputs.size()) < n_in)
+    detail::fail(fn, "expected ", n_in, " inputs (variables 0..", n_in - 1, "), got ",
+                 ctx.inputs.size());
+  if (top && static_cast<int>(ctx.inputs.size()) > n_in)
+    detail::fail(fn, "expected ", n_in, " inputs (variables 0..", n_in - 1, "), got ",
+                 ctx.inputs.size(), ": the reduction does not use the extra ones");
+  // Bind the caller's inputs and learn the sizes and the dtype.
+  int64_t rows[2] = {ctx.sizes.ni, ctx.sizes.nj};
+  int from[2] = {-1, -1};
+  bool have_dtype = false;
+  int dtype_from = -1;
+  for (const VarSlot& v : r.vars) {
+    if (v.computed) continue;
+    Bound b = bind(v, ctx.inputs[v.index], ctx.device >= 0);
+    if (!have_dtype) {
+      p.dtype = b.dtype, have_dtype = true, dtype_from = v.index;
+    } else if (b.dtype != p.dtype) {
+      detail::fail(fn, "input ", v.index, " has dtype ", dtype_name(b.dtype), " but input ",
+                   dtype_from, " has ", dtype_name(p.dtype), "; all inputs must share one dtype");
+    }
+    if (v.cat != Category::Param) {
+      const int c = static_cast<int>(v.cat);
+      if (from[c] >= 0 && rows[c] != b.rows)
+        detail::fail(fn, "input ", v.index, " has ", b.rows, " rows but input ", from[c], " has ",
+                     rows[c], "; all ", cat_word(v.cat), " variables must have the same length");
+      if (from[c] < 0 && rows[c] >= 0 && rows[c] != b.rows)
+        detail::fail(fn, "input ", v.index, " has ", b.rows, " rows but sizes say ", rows[c]);
+      rows[c] = b.rows, from[c] = v.index;
+    }
+    p.vars.push_back(b);
+  }
+  if (!have_dtype) p.dtype = outputs.empty() ? DType::Float32 : outputs[0].dtype;
+  if (p.dtype == DType::Int64) p.dtype = DType::Float32;
+  for (int c = 0; c < 2; ++c)
+    if (rows[c] < 0)
+      detail::fail(fn, "cannot tell the number of ", c == 0 ? "i" : "j", " rows: no ",
+                   c == 0 ? "Vi" : "Vj", " input; pass their number as ", c == 0 ? "ni" : "nj");
+  p.n_outer = rows[static_cast<int>(r.outer())];
+  p.n_inner = rows[static_cast<int>(r.inner())];
+  p.blocks = row_blocks(r, ctx.opt, p.n_outer, p.n_inner);
+  const bool kmin = r.op == ReductionOp::KMin || r.op == ReductionOp::ArgKMin ||
+                    r.op == ReductionOp::KMinArgKMin;
+  if (kmin && r.k > p.n_inner)
+    detail::fail(fn, reduction_name(r.op), ": K = ", r.k, " is larger than the number of ",
+                 r.axis == 1 ? "j" : "i", " rows (", p.n_inner, ")");
+  // Computed variables: sub-reductions on the same inputs, each evaluated once per call.
+  for (const ComputedVar& c : r.computed) {
+    const auto key = std::make_pair(c.source->hash.lo, c.source->hash.hi);
+    auto it = ctx.computed.find(key);
+    if (it == ctx.computed.end())
+      it = ctx.computed.emplace(key, eval_impl(*c.source, ctx, false)).first;
+    const Array& a = it->second.at(c.output);
+    const VarSlot* v = r.find_var(c.index);
+    Bound b;
+    b.index = c.index;
+    b.cat = v->cat;
+    b.dim = v->dim;
+    b.dtype = a.dtype();
+    b.data = a.data();
+    b.rows = c.source->full_sum ? 1 : a.shape()[0];
+    b.s_row = c.source->full_sum ? 0 : v->dim;
+    b.s_col = 1;
+    p.vars.push_back(b);
+  }
+  std::sort(p.vars.begin(), p.vars.end(),
+            [](const Bound& a, const Bound& b) { return a.index < b.index; });
+  // Outputs: checked, then computed into contiguous row-major buffers.
+  const int64_t out_rows = r.full_sum ? 1 : p.n_outer;
+  if (static_cast<int>(outputs.size()) != r.num_outputs())
+    detail::fail(fn, reduction_name(r.op), " has ", r.num_outputs(), " outputs, got ",
+                 outputs.size());
+  for (int k = 0; k < r.num_outputs(); ++k)
+    check_output(r, k, outputs[k], out_rows, p.dtype, ctx.device >= 0);
+  // Device outputs are filled from host staging buffers (see launch.cpp).
+  auto direct = [&](int k) {
+    return !r.full_sum && contiguous(outputs[k]) && outputs[k].device.kind == DeviceKind::CPU;
+  };
+
+  std::vector<Array> tmp;
+  std::vector<ArrayView> views;
+  for (int k = 0; k < r.num_outputs(); ++k) {
+    const DType t = r.output_is_index(k) ? DType::Int64 : p.dtype;
+    if (direct(k)) {
+      ArrayView v = outputs[k];
+      v.shape = {p.n_outer, r.output_dim(k)};
+      v.strides.clear();
+      views.push_back(v);
+    } else {
+      tmp.emplace_back(t, std::vector<int64_t>{p.n_outer, r.output_dim(k)});
+      views.push_back(tmp.back().view());
+    }
+  }
+  const bool interpret = ctx.opt.backend == Backend::Interpreter ||
+                         r.op == ReductionOp::GatherSum || r.op == ReductionOp::ScatterSum;
+  p.device = ctx.device;
+  const BackendRegistry& reg = BackendRegistry::instance();
+  const BackendChoice choice = choose_backend(ctx.opt.backend, ctx.device, interpret);
+  if (!reg.get(choice.first).run(p, views)) {
+    if (!choice.interpreter_fallback) {
+      if (choice.first == BackendId::Compiled && kmin && r.k > kCompiledMaxK)
+        detail::fail(fn, "the compiled backend was requested but ", reduction_name(r.op),
+                     " with K = ", r.k, " exceeds its limit K <= ", kCompiledMaxK,
+                     "; use the default or interpreter backend");
+      detail::fail(fn, "the ", reg.get(choice.first).name(),
+                   " backend was requested but cannot run this reduction");
+    }
+    reg.get(BackendId::Interpreter).run(p, views);
+  }
+  KernelBackend& dev = reg.get(BackendId::Cuda);  // owns the memory of device outputs
+  // Copy back what went through temporaries (strided outputs, and sums over all rows).
+  size_t t = 0;
+  for (int k = 0; k < r.num_outputs(); ++k) {
+    if (direct(k)) continue;
+    const Array& src = tmp[t++];
+    if (r.full_sum) {
+      const int d = r.output_dim(k);
+      Array total(p.dtype, {1, d});
+      for (int c = 0; c < d; ++c) {
+        double s = 0;
+        for (int64_t q = 0; q < p.n_outer; ++q) s += src.at(q * d + c);
+        if (p.dtype == DType::Float32)
+          total.as<float>()[c] = static_cast<float>(s);
+        else
+          total.as<double>()[c] = s;
+      }
+      copy_rows(total, outputs[k], dev);
+    } else {
+      copy_rows(src, outputs[k], dev);
+    }
+  }
+  for (const auto& a : r.addends) add_rows(eval_impl(*a, ctx, false).at(0), outputs[0], dev);
+}
+
+std::vector<Array> eval_impl(const ReductionImpl& r, Context& ctx, bool top) {
+  // Learn the dtype and row counts from the inputs, allocate, and evaluate.
+  DType dtype = DType::Float32;
+  int64_t rows[2] = {ctx.sizes.ni, ctx.sizes.nj};
+  for (const VarSlot& v : r.vars) {
+    if (v.computed || v.index >= static_cast<int>(ctx.inputs.size())) continue;
+    const ArrayView& a = ctx.inputs[v.index];
+    dtype = a.dtype;
+    if (v.cat != Category::Param && !a.shape.empty())
+      rows[static_cast<int>(v.cat)] =
+          a.shape.size() >= 2 ? a.shape[a.shape.size() - 2] : a.shape[0];
+  }
+  if (dtype == DType::Int64) dtype = DType::Float32;
+  const int64_t n = r.full_sum ? 1 : std::max<int64_t>(0, rows[static_cast<int>(r.outer())]);
+  std::vector<Array> outs;
+  std::vector<ArrayView> views;
+  for (int k = 0; k < r.num_outputs(); ++k) {
+    outs.emplace_back(r.output_is_index(k) ? DType::Int64 : dtype,
+                      std::vector<int64_t>{n, r.output_dim(k)});
+    views.push_back(outs.back().view());
+  }
+  eval_into(r, ctx, views, top);
+  return outs;
+}
+
+int pick_device(std::span<const ArrayView> inputs, std::span<const ArrayView> outputs,
+                const Options& opt) {
+  int device = -1;
+  std::string first;
+  auto visit = [&](const ArrayView& a, const std::string& who) {
+    if (a.device.kind != DeviceKind::CUDA) return;
+    if (opt.backend == Backend::Compiled || opt.backend == Backend::Interpreter)
+      detail::fail("evaluate", who, " is on CUDA device ", a.device.index,
+                   " but a CPU backend was requested");
+    if (device >= 0 && a.device.index != device)
+      detail::fail("evaluate", who, " is on CUDA device ", a.device.index, " but ", first,
+                   " is on CUDA device ", device, "; all CUDA arrays must be on one device");
+    if (device < 0) device = a.device.index, first = who;
+  };
+  for (size_t k = 0; k < inputs.size(); ++k) visit(inputs[k], "input " + std::to_string(k));
+  for (size_t k = 0; k < outputs.size(); ++k) visit(outputs[k], "output " + std::to_string(k));
+  if (device < 0 && opt.backend == Backend::Cuda) device = opt.device;
+  // A clear error without a usable GPU, before any output is touched.
+  if (device >= 0) BackendRegistry::instance().get(BackendId::Cuda).open_device(device);
+  return device;
+}
+
+}  // namespace tessel::engine
