@@ -33,7 +33,11 @@ struct OptionValue {
   bool b = false;
   int64_t i = 0;
   double f = 0;
-  std::string s;  // Str: the text; Other: the value's type name
+  std::string s;           // Str: the text; Other: the value's type name
+  bool too_large = false;  // Int: outside the 64-bit range (then i is 0)
+  // How the caller's language shows the value and its type ("'3'", "str"), for messages; when
+  // empty, messages show it in C++ terms.
+  std::string repr, type_name;
 };
 
 // Which keywords a function takes (a bit set): construction of Genred / KernelSolve, a Genred

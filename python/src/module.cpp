@@ -124,10 +124,13 @@ OptionValue option_value(nb::handle v) {
   OptionValue o;
   PyObject* p = v.ptr();
   if (v.is_none()) return o;
-  if (PyBool_Check(p)) {
+  const std::string_view type = Py_TYPE(p)->tp_name;
+  if (PyBool_Check(p) || type == "numpy.bool_" || type == "numpy.bool") {
     o.kind = OptionValue::Kind::Bool;
-    o.b = p == Py_True;
-  } else if (PyFloat_Check(p)) {
+    o.b = PyObject_IsTrue(p) == 1;
+  } else if (PyFloat_Check(p) || (type.starts_with("numpy.") &&
+                                    !PyIndex_Check(p) && Py_TYPE(p)->tp_as_number &&
+                                    Py_TYPE(p)->tp_as_number->nb_float)) {  // NumPy floats too
     o.kind = OptionValue::Kind::Float;
     o.f = PyFloat_AsDouble(p);
   } else if (PyUnicode_Check(p)) {
@@ -137,20 +140,23 @@ OptionValue option_value(nb::handle v) {
     nb::object i = nb::steal(PyNumber_Index(p));
     int overflow = 0;
     const long long x = i.is_valid() ? PyLong_AsLongLongAndOverflow(i.ptr(), &overflow) : 0;
-    if (!i.is_valid() || overflow || PyErr_Occurred()) {
+    if (!i.is_valid() || PyErr_Occurred()) {
       PyErr_Clear();
       o.kind = OptionValue::Kind::Other;
-      o.s = "an integer outside the 64-bit range";
     } else {
       o.kind = OptionValue::Kind::Int;
-      o.i = x;
+      o.i = overflow ? 0 : x;
+      o.too_large = overflow != 0;
     }
-  } else {
+  } else {  // arrays, dicts, dtypes: named by their type only (their repr may be long)
     o.kind = OptionValue::Kind::Other;
-    std::string r = nb::cast<std::string>(nb::repr(v));
-    if (r.size() > 60) r = r.substr(0, 57) + "...";
-    o.s = std::string(Py_TYPE(p)->tp_name) + " " + r;
+    o.s = o.repr = o.type_name = type;
+    return o;
   }
+  // Messages show the value as Python does: "str '3'", "float 3.0", "int 9223372036854775808".
+  o.repr = nb::cast<std::string>(nb::repr(v));
+  if (o.repr.size() > 60) o.repr = o.repr.substr(0, 57) + "...";
+  o.type_name = type;
   return o;
 }
 

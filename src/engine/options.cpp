@@ -1,6 +1,7 @@
 // normalize_options(): the one reader of the front ends' keyword options and their spellings.
 #include "tessel/options.hpp"
 
+#include <cstdint>
 #include <sstream>
 
 namespace tessel {
@@ -60,36 +61,63 @@ constexpr Spec kOptions[] = {
 
 std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
 
-std::string shown(const OptionValue& v) {
+// The value as messages show it: with its type after a wrong type ("str '3'"), alone after a
+// wrong value ("-5").
+std::string shown(const OptionValue& v, bool with_type) {
+  if (!v.repr.empty()) return with_type ? v.type_name + " " + v.repr : v.repr;
+  std::ostringstream os;
   switch (v.kind) {
     case Kind::None:
-      return "None";
+      os << "None";
+      break;
     case Kind::Bool:
-      return v.b ? "bool True" : "bool False";
+      os << (with_type ? "bool " : "") << (v.b ? "True" : "False");
+      break;
     case Kind::Int:
-      return "int " + std::to_string(v.i);
-    case Kind::Float: {
-      std::ostringstream os;
-      os << "float " << v.f;
-      return os.str();
-    }
+      os << (with_type ? "int " : "") << v.i;
+      break;
+    case Kind::Float:
+      os << (with_type ? "float " : "") << v.f;
+      break;
     case Kind::Str:
-      return "str " + quoted(detail::escape_text(v.s, true));
+      os << (with_type ? "str " : "") << quoted(detail::escape_text(v.s, true));
+      break;
     case Kind::Other:
-      return v.s;
+      os << v.s;
+      break;
   }
-  return "?";
+  return os.str();
+}
+
+// The option as messages name it (the sizes say what they are).
+std::string label(const char* name) {
+  const std::string_view n = name;
+  if (n == "ni") return "ni (the number of i rows)";
+  if (n == "nj") return "nj (the number of j rows)";
+  return name;
 }
 
 [[noreturn]] void wrong_type(std::string_view who, const char* name, const char* expected,
                              const OptionValue& v) {
-  throw OptionTypeError(std::string(who) + ": option " + name + " must be " + expected + ", got " +
-                        shown(v));
+  throw OptionTypeError(std::string(who) + ": " + label(name) + " must be " + expected + ", got " +
+                        shown(v, true));
 }
 
 [[noreturn]] void wrong_value(std::string_view who, const char* name, const std::string& expected,
                               const OptionValue& v) {
-  throw Error(std::string(who) + ": option " + name + " must be " + expected + ", got " + shown(v));
+  throw Error(std::string(who) + ": " + label(name) + " must be " + expected + ", got " +
+              shown(v, false));
+}
+
+// An integer option in [low, high] (a value outside the 64-bit range is outside too).
+int64_t in_range(std::string_view who, const char* name, const OptionValue& v, int64_t low,
+                 int64_t high, const char* expected = nullptr) {
+  if (v.too_large || v.i < low || v.i > high)
+    wrong_value(who, name,
+                expected ? std::string(expected)
+                         : "in [" + std::to_string(low) + ", " + std::to_string(high) + "]",
+                v);
+  return v.i;
 }
 
 const Spec* find(std::string_view key) {
@@ -102,7 +130,7 @@ const Spec* find(std::string_view key) {
   std::string known;
   for (const Spec& s : kOptions)
     if (s.scope & scope) known += std::string(known.empty() ? "" : ", ") + s.name;
-  throw OptionTypeError(std::string(who) + ": unexpected option " +
+  throw OptionTypeError(std::string(who) + ": unexpected keyword option " +
                         quoted(detail::escape_text(key, true)) + "; accepted: " + known);
 }
 
@@ -155,7 +183,7 @@ std::optional<bool> accumulation(std::string_view who, const OptionValue* dtype_
   }
   if (use_double_acc && use_double_acc->b) {
     if (f64.has_value())
-      throw Error(std::string(who) + ": options use_double_acc and dtype_acc cannot both be set");
+      throw Error(std::string(who) + ": use_double_acc and dtype_acc cannot both be set");
     f64 = true;
   }
   return f64;
@@ -171,7 +199,7 @@ Backend backend_from_name(std::string_view n, std::string_view who) {
       n == "GPU_1D_host" || n == "GPU_1D_device" || n == "GPU_2D_host" || n == "GPU_2D_device")
     return Backend::Cuda;
   throw Error(std::string(who) + ": invalid backend " + quoted(detail::escape_text(n, true)) +
-              "; option backend must be one of 'auto', 'compiled', "
+              "; backend must be one of 'auto', 'compiled', "
               "'interpreter', 'cuda' or pykeops's 'CPU', 'GPU', 'GPU_1D', 'GPU_2D', "
               "'GPU_1D_host', 'GPU_1D_device', 'GPU_2D_host', 'GPU_2D_device'");
 }
@@ -195,7 +223,7 @@ SumScheme sum_scheme_from_name(std::string_view n, std::string_view who) {
   if (n == "kahan" || n == "kahan_scheme") return SumScheme::Kahan;
   if (n == "direct" || n == "direct_sum") return SumScheme::Direct;
   throw Error(std::string(who) +
-              ": option sum_scheme must be one of 'auto', 'block_sum', "
+              ": sum_scheme must be one of 'auto', 'block_sum', "
               "'kahan_scheme', 'direct_sum' (or 'block', 'kahan', 'direct'), got " +
               quoted(detail::escape_text(n, true)));
 }
@@ -232,8 +260,8 @@ NormalizedOptions normalize_options(std::string_view who, unsigned scope,
     const std::string_view name = s->name;
     if (s->ignored_because) {
       out.ignored.push_back(key);
-      if (name == "device_id" && v.i < -1)
-        wrong_value(who, s->name, "-1 (the default GPU) or a GPU index >= 0", v);
+      if (name == "device_id")
+        in_range(who, s->name, v, -1, INT32_MAX, "-1 (the default GPU) or a GPU index >= 0");
     } else if (s->type == Type::Object) {
       out.passed.push_back(key);
     } else if (name == "backend") {
@@ -253,11 +281,9 @@ NormalizedOptions normalize_options(std::string_view who, unsigned scope,
     } else if (name == "use_double_acc") {
       use_double_acc = &v;
     } else if (name == "ni" || name == "nj") {
-      if (v.i < 0) wrong_value(who, s->name, "an integer >= 0 (a number of rows)", v);
-      (name == "ni" ? out.ni : out.nj) = v.i;
+      (name == "ni" ? out.ni : out.nj) = in_range(who, s->name, v, 0, INT64_MAX);
     } else if (name == "maxiter") {
-      if (v.i < 1) wrong_value(who, s->name, "a positive integer or None", v);
-      out.maxiter = v.i;
+      out.maxiter = in_range(who, s->name, v, 1, INT64_MAX, "a positive integer or None");
     } else if (name == "on_nonconvergence") {
       if (v.s != "raise" && v.s != "warn" && v.s != "ignore")
         wrong_value(who, s->name, "'raise', 'warn' or 'ignore'", v);
