@@ -14,30 +14,11 @@ namespace {
 using Kind = OptionValue::Kind;
 using Args = std::vector<std::pair<std::string, OptionValue>>;
 
-OptionValue str(std::string s) {
-  OptionValue v;
-  v.kind = Kind::Str;
-  v.s = std::move(s);
-  return v;
-}
-OptionValue boolean(bool b) {
-  OptionValue v;
-  v.kind = Kind::Bool;
-  v.b = b;
-  return v;
-}
-OptionValue integer(int64_t i) {
-  OptionValue v;
-  v.kind = Kind::Int;
-  v.i = i;
-  return v;
-}
-OptionValue number(double f) {
-  OptionValue v;
-  v.kind = Kind::Float;
-  v.f = f;
-  return v;
-}
+// Values as a front end hands them over (an aggregate: kind, b, i, f, s).
+OptionValue str(std::string s) { return {Kind::Str, false, 0, 0, std::move(s)}; }
+OptionValue boolean(bool b) { return {Kind::Bool, b}; }
+OptionValue integer(int64_t i) { return {Kind::Int, false, i}; }
+OptionValue number(double f) { return {Kind::Float, false, 0, f}; }
 
 // The message of the exception `fn` throws, which must be of type E.
 template <class E, class F>
