@@ -8,11 +8,13 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include "tessel/checkpoint.hpp"
+#include "tessel/options.hpp"
 #include "tessel/solve.hpp"
 #include "tessel/tessel.hpp"
 
@@ -79,28 +81,8 @@ Options options(const std::string& backend, const std::string& sum_scheme, bool 
     br->redranges_i = (*ranges)[5];
     o.ranges = br;
   }
-  if (backend == "auto")
-    o.backend = Backend::Auto;
-  else if (backend == "compiled" || backend == "CPU" || backend == "cpu")
-    o.backend = Backend::Compiled;
-  else if (backend == "interpreter")
-    o.backend = Backend::Interpreter;
-  else if (backend == "cuda" || backend == "GPU" || backend == "gpu")
-    o.backend = Backend::Cuda;
-  else
-    throw nb::value_error(("tessel: backend '" + backend +
-                           "' is not one of 'auto', 'compiled', 'interpreter', 'cuda'")
-                              .c_str());
-  if (sum_scheme == "block" || sum_scheme == "auto" || sum_scheme == "block_sum")
-    o.sum_scheme = SumScheme::Block;
-  else if (sum_scheme == "kahan" || sum_scheme == "kahan_scheme")
-    o.sum_scheme = SumScheme::Kahan;
-  else if (sum_scheme == "direct" || sum_scheme == "direct_sum")
-    o.sum_scheme = SumScheme::Direct;
-  else
-    throw nb::value_error(
-        ("tessel: sum_scheme '" + sum_scheme + "' is not one of 'block', 'kahan', 'direct'")
-            .c_str());
+  o.backend = backend_from_name(backend, "tessel");
+  o.sum_scheme = sum_scheme_from_name(sum_scheme, "tessel");
   o.accumulate_f64 = acc_f64;
   o.threads = threads;
   return o;
@@ -135,6 +117,47 @@ nb::object to_numpy(const Array& a) {
 Reduction make_reduction(const std::string& op, const Formula& f, int axis, int k,
                          std::optional<Formula> weight) {
   return Reduction(reduction_from_name(op), f, axis, k, weight ? *weight : Formula{});
+}
+
+// A Python keyword value as the core's option normaliser reads it.
+OptionValue option_value(nb::handle v) {
+  OptionValue o;
+  PyObject* p = v.ptr();
+  if (v.is_none()) return o;
+  const std::string_view type = Py_TYPE(p)->tp_name;
+  if (PyBool_Check(p) || type == "numpy.bool_" || type == "numpy.bool") {
+    o.kind = OptionValue::Kind::Bool;
+    o.b = PyObject_IsTrue(p) == 1;
+  } else if (PyFloat_Check(p) || (type.starts_with("numpy.") &&
+                                    !PyIndex_Check(p) && Py_TYPE(p)->tp_as_number &&
+                                    Py_TYPE(p)->tp_as_number->nb_float)) {  // NumPy floats too
+    o.kind = OptionValue::Kind::Float;
+    o.f = PyFloat_AsDouble(p);
+  } else if (PyUnicode_Check(p)) {
+    o.kind = OptionValue::Kind::Str;
+    o.s = nb::cast<std::string>(v);
+  } else if (PyLong_Check(p) || PyIndex_Check(p)) {  // NumPy integers have __index__
+    nb::object i = nb::steal(PyNumber_Index(p));
+    int overflow = 0;
+    const long long x = i.is_valid() ? PyLong_AsLongLongAndOverflow(i.ptr(), &overflow) : 0;
+    if (!i.is_valid() || PyErr_Occurred()) {
+      PyErr_Clear();
+      o.kind = OptionValue::Kind::Other;
+    } else {
+      o.kind = OptionValue::Kind::Int;
+      o.i = overflow ? 0 : x;
+      o.too_large = overflow != 0;
+    }
+  } else {  // arrays, dicts, dtypes: named by their type only (their repr may be long)
+    o.kind = OptionValue::Kind::Other;
+    o.s = o.repr = o.type_name = type;
+    return o;
+  }
+  // Messages show the value as Python does: "str '3'", "float 3.0", "int 9223372036854775808".
+  o.repr = nb::cast<std::string>(nb::repr(v));
+  if (o.repr.size() > 60) o.repr = o.repr.substr(0, 57) + "...";
+  o.type_name = type;
+  return o;
 }
 
 }  // namespace
@@ -370,4 +393,53 @@ NB_MODULE(_core, m) {
     const CompilerInfo c = compiler_info();
     return std::make_tuple(c.usable, c.path, c.version, c.problem);
   });
+
+  // ---- keyword options: one normaliser for every front end (tessel/options.hpp) --------------
+  // Registered after the Error translator, so tried before it: a wrong type is a TypeError.
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const OptionTypeError& e) {
+      PyErr_SetString(PyExc_TypeError, e.what());
+    }
+  });
+  m.attr("BUILD_OPTIONS") = static_cast<int>(kBuildOptions);
+  m.attr("CALL_OPTIONS") = static_cast<int>(kCallOptions);
+  m.attr("SOLVE_OPTIONS") = static_cast<int>(kSolveOptions);
+  m.def(
+      "normalize_options",
+      [](const std::string& who, nb::dict options, unsigned scope,
+         std::optional<std::string> reduction) {
+        std::vector<std::pair<std::string, OptionValue>> in;
+        for (auto [k, v] : options) {
+          if (!PyUnicode_Check(k.ptr()))
+            throw nb::type_error((who + ": option names must be strings").c_str());
+          in.emplace_back(nb::cast<std::string>(k), option_value(v));
+        }
+        std::optional<ReductionOp> op;
+        if (reduction) op = reduction_from_name(*reduction);
+        const NormalizedOptions n = normalize_options(who, scope, in, op);
+        nb::dict out;
+        if (n.backend) out["backend"] = backend_name(*n.backend);
+        if (n.sum_scheme) out["sum_scheme"] = sum_scheme_name(*n.sum_scheme);
+        if (n.accumulate_f64) out["accumulate_f64"] = *n.accumulate_f64;
+        if (n.ni) out["ni"] = *n.ni;
+        if (n.nj) out["nj"] = *n.nj;
+        if (n.maxiter) out["maxiter"] = *n.maxiter;
+        if (n.alpha) out["alpha"] = *n.alpha;
+        if (n.tol) out["tol"] = *n.tol;
+        if (n.atol) out["atol"] = *n.atol;
+        if (n.eps) out["eps"] = *n.eps;
+        if (n.on_nonconvergence) out["on_nonconvergence"] = *n.on_nonconvergence;
+        for (const std::string& k : n.passed) out[k.c_str()] = options[k.c_str()];
+        return out;
+      },
+      nb::arg("who"), nb::arg("options"), nb::arg("scope"), nb::arg("reduction") = nb::none(),
+      "The keyword options of `who` checked and in canonical form: backend ('auto', 'compiled', "
+      "'interpreter', 'cuda'), sum_scheme ('block', 'kahan', 'direct'), accumulate_f64, ni, nj, "
+      "alpha, tol, atol, eps, maxiter, on_nonconvergence; ranges / out / stats as given. Keys "
+      "given as None and ignored pykeops options are left out. TypeError for an unknown key or a "
+      "wrong type, ValueError for a wrong value.");
+  m.def("ignored_options", &ignored_options,
+        "(name, reason) of each pykeops option tessel accepts and ignores.");
 }

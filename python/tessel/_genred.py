@@ -1,13 +1,18 @@
-"""What NumPy and PyTorch Genred share: building the reduction, checking calls, options."""
+"""What NumPy and PyTorch Genred share: building the reduction, its call signature, options.
+
+Keyword options are read by the core's normaliser (`_core.normalize_options`), aliases by the
+core's parser (`_core.parse_aliases`), reduction names by the core's table: no front end keeps a
+copy of its own.
+"""
 import numbers
 
 from . import _core
+from ._lru import LruCache
 
 _K_REDUCTIONS = ("KMin", "ArgKMin", "KMin_ArgKMin")
-_SUM_SCHEMES = {"auto": "block", "block_sum": "block", "block": "block",
-                "kahan_scheme": "kahan", "kahan": "kahan", "direct_sum": "direct",
-                "direct": "direct"}
 _CATEGORY = {0: "Vi", 1: "Vj", 2: "Pm"}
+# The evaluation options every call starts from (the core's defaults).
+_DEFAULTS = dict(backend="auto", sum_scheme="block", accumulate_f64=False)
 _INT_MAX, _INT64_MAX = 2**31 - 1, 2**63 - 1
 
 
@@ -20,12 +25,6 @@ def check_int(value, name, who, low=0, high=_INT64_MAX):
     if not low <= value <= high:
         raise ValueError(f"{who}: {name} must be in [{low}, {high}], got {value}")
     return int(value)
-
-
-def call_sizes(ni, nj, who):
-    """The ni / nj call options for the core (-1: inferred from the i / j inputs)."""
-    return dict(ni=-1 if ni is None else check_int(ni, "ni (the number of i rows)", who),
-                nj=-1 if nj is None else check_int(nj, "nj (the number of j rows)", who))
 
 
 def read_aliases(aliases, who):
@@ -79,11 +78,17 @@ def alias_index(aliases, which, who):
 
 
 class GenredSpec:
-    """The reduction behind a Genred object, rebuilt from its arguments (which pickle)."""
+    """The reduction behind a Genred object, rebuilt from its arguments (which pickle).
+
+    Its call signature is the formula text's, as in KeOps: one argument per variable that the
+    aliases declare or the text names, even one that simplification removes (0 * x folds to 0);
+    such arguments are not read, but their shapes are checked and give the sizes the core cannot
+    infer. `options` are the keyword options as the user wrote them (any tessel or pykeops
+    spelling, read by the core's normaliser).
+    """
 
     def __init__(self, formula, aliases, reduction_op="Sum", axis=1, opt_arg=None,
-                 formula2=None, dtype_acc="auto", sum_scheme="auto", backend="auto",
-                 who="Genred"):
+                 formula2=None, options=None, who="Genred"):
         declared = read_aliases(aliases, who)
         reduction_op = reduction_name(reduction_op, who)
         check_int(axis, "axis (0: reduce over i, 1: reduce over j)", who, 0, 1)
@@ -97,51 +102,105 @@ class GenredSpec:
             raise ValueError(f"{who}: SumSoftMaxWeight needs formula2 (the weights G)")
         if formula2 is not None and reduction_op not in ("LogSumExp", "SumSoftMaxWeight"):
             raise ValueError(f"{who}: formula2 is only used by LogSumExp and SumSoftMaxWeight")
-        if sum_scheme not in _SUM_SCHEMES:
-            raise ValueError(f"{who}: sum_scheme {sum_scheme!r} is not one of "
-                             f"{', '.join(sorted(_SUM_SCHEMES))}")
-        if dtype_acc not in ("auto", "float32", "float64"):
-            raise ValueError(f"{who}: dtype_acc {dtype_acc!r} is not 'auto', 'float32' or "
-                             "'float64'")
+        options = dict(options or {})
+        given = _core.normalize_options(who, options, _core.BUILD_OPTIONS, reduction_op)
         # A tessel.Formula does not pickle; its text does (and parses back to the same formula).
         text = lambda f: str(f) if isinstance(f, _core.Formula) else f  # noqa: E731
         self.args = dict(formula=text(formula), aliases=list(aliases), reduction_op=reduction_op,
-                         axis=axis, opt_arg=opt_arg, formula2=text(formula2), dtype_acc=dtype_acc,
-                         sum_scheme=sum_scheme, backend=backend)
+                         axis=axis, opt_arg=opt_arg, formula2=text(formula2), options=options)
         aliases = list(aliases)
         f = formula if isinstance(formula, _core.Formula) else _core.parse(formula, aliases)
         w = None
         if formula2 is not None:
             w = formula2 if isinstance(formula2, _core.Formula) else _core.parse(formula2, aliases)
         self.reduction = _core.Reduction(reduction_op, f, axis, opt_arg or 0, w)
-        self.options = dict(backend=backend, sum_scheme=_SUM_SCHEMES[sum_scheme],
-                            accumulate_f64=dtype_acc == "float64")
-        # Every variable the aliases declare is an input, even one the formula does not use, so
-        # that calls take the arguments in alias order, as in KeOps.
-        used = [i for i, _, _ in self.reduction.inputs()]
-        self.n_core = max(used) + 1 if used else 0  # what the core reads: a prefix of the call
-        self.n_inputs = max([self.n_core] + [index + 1 for _, index, _, _ in declared])
-        self.used = set(used)
+        self.options = {**_DEFAULTS, **given}
+        self._signature(declared, [formula, formula2], aliases)
+
+    def _signature(self, declared, texts, aliases):
+        inputs = self.reduction.inputs()
+        self.slots = {index: (cat, dim) for _, index, dim, cat in declared}
+        for t in texts:
+            if isinstance(t, str):
+                for index, dim, cat in _core.named_variables(t, aliases):
+                    self.slots.setdefault(index, (cat, dim))
+        self.slots.update({i: (c, d) for i, c, d in inputs})
+        self.used = {i for i, _, _ in inputs}
+        self.n_core = max(self.used) + 1 if self.used else 0  # what the core reads: a prefix
+        self.n_inputs = max(self.slots) + 1 if self.slots else 0
+        self.unread = [(i, c, d) for i, (c, d) in sorted(self.slots.items())
+                       if i not in self.used]
+        self._core_cats = {c for _, c, _ in inputs}
 
     def describe_inputs(self):
-        return ", ".join(f"{_CATEGORY[c]}({i},{d})" for i, c, d in self.reduction.inputs())
+        return ", ".join(f"{_CATEGORY[c]}({i},{d})" for i, (c, d) in sorted(self.slots.items()))
 
     def check_count(self, args, who):
         if len(args) != self.n_inputs:
             raise ValueError(f"{who}: expected {self.n_inputs} arguments "
                              f"({self.describe_inputs()}), got {len(args)}")
 
+    def prepare(self, args, who, backend=None, ni=None, nj=None, ranges=None):
+        """The arguments the core reads and the evaluation options of a call, checked."""
+        self.check_count(args, who)
+        opts = dict(self.options, ni=-1, nj=-1, ranges=ranges_arg(ranges))
+        if backend is not None or ni is not None or nj is not None:
+            opts.update(_core.normalize_options(who, dict(backend=backend, ni=ni, nj=nj),
+                                                _core.CALL_OPTIONS))
+        if self.unread:
+            self.check_unread(args, opts, who)
+        return args[: self.n_core], opts
 
-_grad_cache = {}
+    def check_unread(self, args, opts, who):
+        """Checks the arguments the simplified formula does not read against their declared
+        dims and the row counts of the others; sets ni / nj where only they give it."""
+        rows = {}
+        for i, c, _ in self.reduction.inputs():
+            shape = getattr(args[i], "shape", None)
+            if c != 2 and shape is not None and len(shape) >= 2:
+                rows.setdefault(c, (shape[-2], i))
+        batches = {tuple(getattr(args[i], "shape", (0, 0))[: -1 if c == 2 else -2])
+                   for i, c, _ in self.reduction.inputs()}
+        for i, c, d in self.unread:
+            a = args[i]
+            shape = getattr(a, "shape", None)
+            if shape is None:
+                raise TypeError(f"{who}: argument {i} is a {type(a).__name__}; expected an array")
+            shape, nd = tuple(shape), 1 if c == 2 else 2
+            if len(shape) < nd or shape[-1] != d:
+                want = f"({d},)" if c == 2 else f"(n, {d})"
+                raise ValueError(f"{who}: argument {i} ({_CATEGORY[c]}({i},{d}), which the "
+                                 f"simplified formula does not read) has shape {shape}; "
+                                 f"expected {want}")
+            if shape[:-nd] and shape[:-nd] not in batches:
+                raise NotImplementedError(
+                    f"{who}: argument {i} ({_CATEGORY[c]}({i},{d})) has batch dims "
+                    f"{shape[:-nd]} that no argument the simplified formula reads has; "
+                    "broadcasting the result over them is not supported")
+            if c == 2:
+                continue
+            key = "ni" if c == 0 else "nj"
+            n = shape[-2]
+            if c in rows and rows[c][0] != n:
+                raise ValueError(f"{who}: argument {i} has {n} rows but argument {rows[c][1]} "
+                                 f"has {rows[c][0]}; all {_CATEGORY[c]} variables must agree")
+            if opts[key] >= 0 and opts[key] != n:
+                raise ValueError(f"{who}: argument {i} has {n} rows but {key} = {opts[key]}")
+            rows[c] = (n, i)
+            if c not in self._core_cats:
+                opts[key] = n
+
+
+# Gradient reductions, one per (reduction, variable) met: bounded, as a program that builds new
+# formulas in a loop must not grow without bound. 512 covers the gradients of any realistic
+# working set (a reduction has a few variables, each gradient of order k adds one entry).
+GRAD_CACHE_SIZE = 512
+_grad_cache = LruCache(GRAD_CACHE_SIZE)
 
 
 def grad_of(reduction, var):
     """The gradient reduction for `var`, built once per reduction and variable."""
-    key = (reduction.hash, var)
-    g = _grad_cache.get(key)
-    if g is None:
-        g = _grad_cache[key] = reduction.grad(var)
-    return g
+    return _grad_cache.get_or_make((reduction.hash, var), lambda: reduction.grad(var))
 
 
 def ranges_arg(ranges):
@@ -165,14 +224,19 @@ class GenredBase:
     """Construction and pickling shared by tessel.numpy.Genred and tessel.torch.Genred."""
 
     def __init__(self, formula, aliases, reduction_op="Sum", axis=1, dtype=None, opt_arg=None,
-                 formula2=None, dtype_acc="auto", sum_scheme="auto", backend="auto", **unused):
-        self._spec = GenredSpec(formula, aliases, reduction_op, axis, opt_arg, formula2,
-                                dtype_acc, sum_scheme, backend)
+                 formula2=None, **options):
+        """`options`: backend, dtype_acc, sum_scheme and the pykeops options (use_double_acc,
+        enable_chunks, ...; see `_core.ignored_options()` for those tessel ignores)."""
+        self._spec = GenredSpec(formula, aliases, reduction_op, axis, opt_arg, formula2, options)
         self.dtype = dtype
 
     def __getstate__(self):
         return {"args": self._spec.args, "dtype": self.dtype}
 
     def __setstate__(self, state):
-        self._spec = GenredSpec(**state["args"])
+        args = dict(state["args"])
+        if "options" not in args:  # pickled before options were kept as the user wrote them
+            args["options"] = {k: args.pop(k) for k in ("dtype_acc", "sum_scheme", "backend")
+                               if k in args}
+        self._spec = GenredSpec(**args)
         self.dtype = state["dtype"]

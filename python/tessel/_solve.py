@@ -1,10 +1,10 @@
 """What NumPy and PyTorch KernelSolve share: the solve's reduction, the unknown's slot, options, reports."""
 import warnings
 
-from ._genred import GenredSpec, alias_index, ranges_arg, read_aliases
+from . import _core
+from ._genred import GenredSpec, alias_index, ranges_arg
 
 _CAT_NAME = {0: "an i-variable (Vi)", 1: "a j-variable (Vj)", 2: "a parameter (Pm)"}
-_ON_NONCONVERGENCE = ("raise", "warn", "ignore")
 
 
 class KernelSolveBase:
@@ -27,15 +27,12 @@ class KernelSolveBase:
 
     _who = "KernelSolve"
 
-    def __init__(self, formula, aliases, varinvalias, axis=1, dtype_acc="auto", sum_scheme="auto",
-                 backend="auto", **unused):
+    def __init__(self, formula, aliases, varinvalias, axis=1, **options):
+        """`options`: backend, dtype_acc, sum_scheme and the pykeops spellings, as for Genred."""
         who = self._who
-        read_aliases(aliases, who)
+        self._spec = GenredSpec(formula, aliases, "Sum", axis, None, None, options, who=who)
         self._init_args = dict(formula=formula, aliases=list(aliases), varinvalias=varinvalias,
-                               axis=axis, dtype_acc=dtype_acc, sum_scheme=sum_scheme,
-                               backend=backend)
-        self._spec = GenredSpec(formula, aliases, "Sum", axis, None, None, dtype_acc, sum_scheme,
-                                backend, who=who)
+                               axis=axis, **options)
         if isinstance(varinvalias, bool) or not isinstance(varinvalias, (int, str)):
             raise TypeError(f"{who}: varinvalias must be an alias name or a variable index, got "
                             f"{varinvalias!r}")
@@ -70,29 +67,23 @@ class KernelSolveBase:
         """The keyword arguments of _core.kernel_solve(_grad), checked."""
         who = self._who
         self._spec.check_count(args, who)
-        if on_nonconvergence not in _ON_NONCONVERGENCE:
-            raise ValueError(f"{who}: on_nonconvergence must be one of "
-                             f"{', '.join(_ON_NONCONVERGENCE)}, got {on_nonconvergence!r}")
-        if tol is None:
-            tol = 1e-6 if dtype == "float64" else 1e-5
-        for name, v in (("alpha", alpha), ("tol", tol), ("atol", atol)):
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or not v >= 0:
-                raise ValueError(f"{who}: {name} must be a number >= 0, got {v!r}")
-        if maxiter is not None and (isinstance(maxiter, bool) or not isinstance(maxiter, int)
-                                    or maxiter < 1):
-            raise ValueError(f"{who}: maxiter must be a positive integer or None, got {maxiter!r}")
+        given = _core.normalize_options(
+            who, dict(alpha=alpha, tol=tol, atol=atol, maxiter=maxiter,
+                      on_nonconvergence=on_nonconvergence, backend=backend),
+            _core.SOLVE_OPTIONS)
+        if self._spec.unread:
+            self._spec.check_unread(args, dict(ni=-1, nj=-1), who)
         b = args[self.var]
         if b.ndim not in (1, 2) or (b.ndim == 1 and self.dim != 1) or (
                 b.ndim == 2 and b.shape[1] != self.dim):
             shape = f"(n, {self.dim})" + (" or (n,)" if self.dim == 1 else "")
             raise ValueError(f"{who}: b (argument {self.var}) has shape {tuple(b.shape)}; "
                              f"expected {shape} (batch dimensions are not supported)")
-        opts = dict(self._spec.options)
-        if backend is not None:
-            opts["backend"] = backend
-        opts.update(alpha=float(alpha), tol=float(tol), atol=float(atol),
-                    maxiter=0 if maxiter is None else int(maxiter),
-                    raise_on_nonconvergence=on_nonconvergence == "raise",
+        opts = dict(self._spec.options, alpha=0.0, tol=1e-6 if dtype == "float64" else 1e-5,
+                    atol=0.0, maxiter=0, on_nonconvergence="warn")
+        opts.update(given)
+        on_nonconvergence = opts.pop("on_nonconvergence")
+        opts.update(raise_on_nonconvergence=on_nonconvergence == "raise",
                     ranges=ranges_arg(ranges))
         return opts, on_nonconvergence
 

@@ -3,7 +3,7 @@ import numpy as np
 
 from . import _core
 from .lazytensor import LazyTensor, Vi, Vj, Pm  # noqa: F401
-from ._genred import GenredBase, call_sizes, ranges_arg
+from ._genred import GenredBase
 from ._solve import KernelSolveBase
 
 __all__ = ["Genred", "KernelSolve", "LazyTensor", "Vi", "Vj", "Pm"]
@@ -24,20 +24,14 @@ class Genred(GenredBase):
 
     def __call__(self, *args, backend=None, ni=None, nj=None, ranges=None):
         spec = self._spec
-        spec.check_count(args, "Genred")
-        arrays = []
-        for k, a in enumerate(args[: spec.n_core]):
+        arrays, opts = spec.prepare(args, "Genred", backend, ni, nj, ranges)
+        for k, a in enumerate(arrays):
             if not isinstance(a, np.ndarray):
                 raise TypeError(f"Genred: argument {k} is a {type(a).__name__}; expected a "
                                 "numpy.ndarray")
             if a.dtype not in _DTYPES:
                 raise TypeError(f"Genred: argument {k} has dtype {a.dtype}; expected float32 or "
                                 "float64")
-            arrays.append(a)
-        opts = dict(spec.options, **call_sizes(ni, nj, "Genred"))
-        if backend is not None:
-            opts["backend"] = backend
-        opts["ranges"] = ranges_arg(ranges)
         out = _core.evaluate(spec.reduction, arrays, **opts)
         return out[0] if len(out) == 1 else tuple(out)
 

@@ -8,7 +8,7 @@ import torch
 
 from . import _core
 from .lazytensor import LazyTensor, Vi, Vj, Pm  # noqa: F401
-from ._genred import GenredBase, call_sizes, grad_of, ranges_arg
+from ._genred import GenredBase, grad_of
 from ._solve import KernelSolveBase
 from .checkpoint import checkpoint_loop  # noqa: F401
 from .implicit import ConvergenceError, cg_solve, fixed_point  # noqa: F401
@@ -79,15 +79,28 @@ class Genred(GenredBase):
         """`ni` / `nj` give the number of i / j rows when no i- / j-variable tells them;
         `ranges` makes the reduction block-sparse (KeOps's 6-array layout)."""
         spec = self._spec
-        spec.check_count(args, "Genred")
-        tensors = list(args[: spec.n_core])
+        tensors, opts = spec.prepare(args, "Genred", backend, ni, nj, ranges)
         _check_tensors(tensors, "Genred")
-        opts = dict(spec.options, **call_sizes(ni, nj, "Genred"))
-        if backend is not None:
-            opts["backend"] = backend
-        opts["ranges"] = ranges_arg(ranges)
-        return _GenredFunction.apply(spec.reduction, opts, *tensors)
+        out = _GenredFunction.apply(spec.reduction, opts, *tensors)
+        unread = args[spec.n_core:]
+        if unread and torch.is_grad_enabled() and any(getattr(a, "requires_grad", False) for a in unread):
+            out = _ZeroGrads.apply(out, *unread) if not isinstance(out, tuple) else (
+                _ZeroGrads.apply(out[0], *unread), *out[1:])
+        return out
 
+
+class _ZeroGrads(torch.autograd.Function):
+    """Ties the arguments a simplified formula does not read (0 * x) to the result: their
+    gradient is zeros of their shape, as in pykeops, not None."""
+
+    @staticmethod
+    def forward(ctx, out, *unread):
+        ctx.like = [(a.shape, a.dtype, a.device) for a in unread]
+        return out.view_as(out)
+
+    @staticmethod
+    def backward(ctx, g):
+        return (g, *(torch.zeros(s, dtype=t, device=d) for s, t, d in ctx.like))
 
 def _check_tensors(args, who):
     """The call's tensors: CPU or one CUDA device, float32 or float64, one dtype. Returns that

@@ -219,23 +219,6 @@ def _is_index(c, q):
                                        and q == 1)
 
 
-KNOWN_BUG = "(known tessel bug: the simplifier drops a variable the formula names)"
-
-
-def _drops_a_variable(c):
-    """Whether the core's simplified F (or formula2) lost a variable its text names (0 * x
-    folds to 0): tessel's Genred then counts fewer arguments than the text, and refuses the
-    call or cannot size the output, where pykeops keeps the signature of the text."""
-    import re
-    for f in (c["f"], c["f2"]):
-        if f is not None:
-            named = set(re.findall(r"Var\((\d+),", f.tessel))
-            kept = set(re.findall(r"(?:Vi|Vj|Pm|Var)\((\d+),", str(_core.parse(f.tessel))))
-            if named - kept:
-                return True
-    return False
-
-
 def check_case(c, keops_genred, report):
     """Runs one drawn case; appends a line to `report` for each disagreement not allowed."""
     arrays = fs.make_inputs(c["vs"].slots, c["regime"], c["n"], c["m"], c["batch"], c["seed"])
@@ -258,9 +241,6 @@ def check_case(c, keops_genred, report):
         try:
             vals, grad = _run(tt.Genred, False, c, arrays, backend, grad_var, weight)
         except ValueError as e:
-            if _drops_a_variable(c):
-                report.append(f"{KNOWN_BUG} {str(e).splitlines()[0][:120]}: {where}")
-                return
             report.append(f"tessel raised {str(e).splitlines()[0][:160]}: {where}")
             continue
         if len(vals) != len(pk_vals):
@@ -437,8 +417,5 @@ def test_random_formulas_agree_with_pykeops(keops_genred):
     refused = [r for r in report if r.startswith("(pykeops refused")]
     for r in refused:
         print(r)
-    known = [r for r in report if r.startswith(KNOWN_BUG)]
-    failures = [r for r in report if r not in refused and r not in known]
+    failures = [r for r in report if r not in refused]
     assert not failures, "\n".join(failures)
-    if known:
-        pytest.xfail("\n".join(known))

@@ -147,3 +147,31 @@ def test_gpu_backend_without_a_gpu_is_the_cores_clear_error():
         pkt.Genred(FORMULA, ALIASES, axis=1)(x, y, b, backend="GPU")
     with pytest.raises(ValueError, match="CUDA is not usable: "):
         tt.Genred(FORMULA, ALIASES, axis=1)(x, y, b, backend="cuda")
+
+
+@pytest.mark.parametrize("make", [
+    lambda **kw: tn.Genred(FORMULA, ALIASES, **kw), lambda **kw: tt.Genred(FORMULA, ALIASES, **kw),
+    lambda **kw: pkt.Genred(FORMULA, ALIASES, **kw), lambda **kw: pkn.Genred(FORMULA, ALIASES, **kw),
+    lambda **kw: tn.KernelSolve(FORMULA, ALIASES, "B", **kw),
+    lambda **kw: pkt.KernelSolve(FORMULA, ALIASES, "B", axis=1, **kw)],
+    ids=["numpy", "torch", "pk_torch", "pk_numpy", "solve", "pk_solve"])
+def test_options_are_checked_by_the_core_normaliser(make):
+    """One reader of the options: the same TypeError / ValueError from every front end."""
+    with pytest.raises(TypeError, match=r"(Genred|KernelSolve): use_double_acc must be True or "
+                                        "False, got str 'yes'"):
+        make(use_double_acc="yes")
+    with pytest.raises(TypeError, match="sum_scheme must be a string, got int 3"):
+        make(sum_scheme=3)
+    with pytest.raises(ValueError, match="(Genred|KernelSolve): sum_scheme must be one of 'auto', "
+                                         "'block_sum', 'kahan_scheme', 'direct_sum'"):
+        make(sum_scheme="pairwise")
+    with pytest.raises(ValueError, match="dtype_acc must be 'auto', 'float32' or 'float64' "
+                                         r"\(tessel has no float16\)"):
+        make(dtype_acc="float16")
+
+
+def test_unknown_options_of_tessel_front_ends_are_type_errors():
+    with pytest.raises(TypeError, match="Genred: unexpected keyword option 'dtypeacc'"):
+        tn.Genred(FORMULA, ALIASES, dtypeacc="float64")
+    with pytest.raises(TypeError, match="KernelSolve: unexpected keyword option 'alpha'"):
+        tt.KernelSolve(FORMULA, ALIASES, "B", alpha=1.0)  # alpha belongs to the call

@@ -5,6 +5,9 @@ and numpy (Genred, generic_sum / generic_logsumexp / generic_argmin / generic_ar
 KernelSolve, LazyTensor, Vi, Vj, Pm, and their cluster helpers), config.
 Reductions run on tessel's CPU backend, or on its CUDA backend for CUDA tensors and the "GPU*"
 backends (block-sparse `ranges` included, without batch dims).
+Options are read by tessel's core with pykeops's spellings; the few pykeops options tessel
+accepts and ignores (dtype, enable_chunks, use_fast_math, ...) are listed with the reason for each
+by `tessel._core.ignored_options()`.
 """
 import importlib
 

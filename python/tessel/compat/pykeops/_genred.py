@@ -4,71 +4,20 @@ import math
 from ... import _core
 from ..._genred import alias_index, read_aliases, reduction_name
 
-__all__ = ["GenredBase", "KernelSolveBase", "check_backend", "make_generic_ops"]
+__all__ = ["GenredBase", "KernelSolveBase", "make_generic_ops"]
 
 _CAT_TEXT = ("Vi", "Vj", "Pm")
 
-_SUM_LIKE = ("Sum", "LogSumExp", "SumSoftMaxWeight")
 _K_REDUCTIONS = ("KMin", "ArgKMin", "KMin_ArgKMin")
-_CPU_BACKENDS = {"auto": None, "CPU": None, "compiled": "compiled", "interpreter": "interpreter"}
-_GPU_BACKENDS = ("GPU", "GPU_1D", "GPU_2D", "GPU_1D_device", "GPU_1D_host", "GPU_2D_device",
-                 "GPU_2D_host")
 
 
-def complete_aliases(formulas, aliases, who):
-    """The aliases followed by "Var(index,dim,cat)" for each variable that the formulas name as
-    Var(...) and no alias declares: pykeops counts those among the call's arguments too, even
-    when simplification removes them from the formula."""
-    declared = read_aliases(aliases, who)
-    known = {index for _, index, _, _ in declared}
-    extra = []
-    for f in formulas:
-        if f is None:
-            continue
-        try:
-            named = _core.named_variables(f, list(aliases))
-        except ValueError as e:
-            raise ValueError(f"{who}: {e}") from None
-        for index, dim, cat in named:
-            if index not in known:
-                known.add(index)
-                extra.append(f"Var({index},{dim},{cat})")
-    return list(aliases) + extra
-
-
-def check_backend(backend, who):
-    """tessel's backend option for a pykeops backend string (None: tessel's default, which runs
-    on the GPU of CUDA arrays and on the CPU otherwise). Every GPU backend is tessel's CUDA
-    backend (host arrays are copied to the GPU, as pykeops's "_host" schemes do); without a usable
-    GPU the reduction raises the core's "CUDA is not usable: <why>" error."""
-    if backend in _CPU_BACKENDS:
-        return _CPU_BACKENDS[backend]
-    if backend in _GPU_BACKENDS:
-        return "cuda"
-    raise ValueError(f"{who}: invalid backend {backend!r}; expected one of 'auto', 'CPU', "
-                     + ", ".join(repr(b) for b in _GPU_BACKENDS))
-
-
-def accumulation_options(reduction_op, dtype_acc, use_double_acc, sum_scheme, who):
-    """KeOps's dtype_acc / use_double_acc / sum_scheme rules, as tessel options."""
-    if dtype_acc != "auto" and use_double_acc:
-        raise ValueError(f"{who}: you cannot set both options use_double_acc and dtype_acc")
-    if use_double_acc:
-        dtype_acc = "float64"
-    if dtype_acc not in ("auto", "float32", "float64"):
-        raise ValueError(f"{who}: dtype_acc {dtype_acc!r} is not 'auto', 'float32' or 'float64' "
-                         "(tessel has no float16)")
-    sum_like = reduction_op in _SUM_LIKE
-    if dtype_acc != "auto" and not sum_like:
-        raise ValueError(f"{who}: dtype_acc must be 'auto' for the {reduction_op} reduction (it "
-                         "only applies to Sum, LogSumExp and SumSoftMaxWeight)")
-    if sum_scheme not in ("auto", "direct_sum", "block_sum", "kahan_scheme"):
-        raise ValueError(f"{who}: invalid sum_scheme {sum_scheme!r}; expected 'auto', "
-                         "'direct_sum', 'block_sum' or 'kahan_scheme'")
-    if sum_scheme in ("block_sum", "kahan_scheme") and not sum_like:
-        raise ValueError(f"{who}: sum_scheme={sum_scheme!r} is only valid for sum type "
-                         "reductions (Sum, LogSumExp, SumSoftMaxWeight)")
-    return dict(dtype_acc=dtype_acc, sum_scheme=sum_scheme)
+def call_options(who, backend, device_id, **more):
+    """The tessel call keywords for pykeops's backend / device_id (and solve) options, read by
+    the core's normaliser; nothing for the defaults, so that a plain call does no work here."""
+    if backend == "auto" and device_id == -1 and not more:
+        return {}
+    return _core.normalize_options(who, dict(backend=backend, device_id=device_id, **more),
+                                   _core.SOLVE_OPTIONS if more else _core.CALL_OPTIONS)
 
 
 class GenredBase:
@@ -95,7 +44,8 @@ class GenredBase:
         self._init_args = dict(formula=formula, aliases=list(aliases), reduction_op=reduction_op,
                                axis=axis, opt_arg=opt_arg, formula2=formula2,
                                dtype_acc=dtype_acc, use_double_acc=use_double_acc,
-                               sum_scheme=sum_scheme)
+                               sum_scheme=sum_scheme, enable_chunks=enable_chunks,
+                               use_fast_math=use_fast_math)
         try:  # the core's table of reductions and their KeOps spellings
             op = reduction_name(reduction_op, who)
         except ValueError as e:
@@ -110,32 +60,36 @@ class GenredBase:
             raise TypeError(f"{who}: formula must be a string, got {type(formula).__name__}")
         self.reduction_op, self.axis, self.opt_arg = reduction_op, axis, opt_arg
         self.formula, self.formula2 = formula, formula2
-        options = accumulation_options(op, dtype_acc, use_double_acc, sum_scheme, who)
-        self.aliases = complete_aliases([formula, formula2], aliases, who)
-        self._parsed = read_aliases(self.aliases, who)  # [(name, index, dim, cat)]
-        self.nargs = len(self._parsed)
-        names = self.aliases
+        # Every pykeops option goes to the core's normaliser (the ignored ones too, so that their
+        # types are checked).
+        options = dict(dtype=dtype, cuda_type=cuda_type, dtype_acc=dtype_acc,
+                       use_double_acc=use_double_acc, sum_scheme=sum_scheme,
+                       enable_chunks=enable_chunks, rec_multVar_highdim=rec_multVar_highdim,
+                       use_fast_math=use_fast_math)
         k = opt_arg if op in _K_REDUCTIONS else None
         if op not in _K_REDUCTIONS and opt_arg:
             raise ValueError(f"{who}: opt_arg is only used by the KMin, ArgKMin and KMin_ArgKMin "
                              f"reductions, got opt_arg={opt_arg!r} with {reduction_op}")
-        dim = _core.parse(formula, names).dim
+        dim = _core.parse(formula, list(aliases)).dim
         # tessel's K-reductions take a scalar formula; KeOps reduces each component separately.
         if op in _K_REDUCTIONS and dim > 1:
             formulas = [f"Elem({formula},{d})" for d in range(dim)]
         else:
             formulas = [formula]
         Genred = self._frontend.Genred
-        self._genreds = [Genred(f, names, reduction_op=op, axis=axis, opt_arg=k,
+        self._genreds = [Genred(f, list(aliases), reduction_op=op, axis=axis, opt_arg=k,
                                 formula2=formula2, **options) for f in formulas]
         self._op, self._dim = op, dim
-        # Sizes the core cannot infer (a formula without i- or j-variable) come from the aliases,
-        # else are 1, as in pykeops.
-        used = {c for _, c, _ in self._genreds[0]._spec.reduction.inputs()}
-        self._size_from = {}
-        for cat, key in ((0, "ni"), (1, "nj")):
-            if cat not in used:
-                self._size_from[key] = next((p for _, p, _, c in self._parsed if c == cat), None)
+        spec = self._genreds[0]._spec
+        # pykeops's aliases: the given ones, then Var(index,dim,cat) for each variable that only
+        # the formula text names (the call takes an argument for each, as tessel's Genred does).
+        declared = {index for _, index, _, _ in read_aliases(aliases, who)}
+        self.aliases = list(aliases) + [f"Var({i},{d},{c})" for i, (c, d) in
+                                        sorted(spec.slots.items()) if i not in declared]
+        self.nargs = spec.n_inputs
+        # A formula with no i- (j-) variable at all has 1 row along i (j), as in pykeops.
+        cats = {c for c, _ in spec.slots.values()}
+        self._size_from = {key: 1 for cat, key in ((0, "ni"), (1, "nj")) if cat not in cats}
 
     # -- library hooks -------------------------------------------------------------------------
     def _stack(self, arrays):
@@ -147,17 +101,14 @@ class GenredBase:
     # -- call ----------------------------------------------------------------------------------
     def __call__(self, *args, backend="auto", device_id=-1, ranges=None, out=None):
         who = self._who
-        tb = check_backend(backend, who)
+        kw = call_options(who, backend, device_id)
+        kw.pop("device_id", None)
         if len(args) != self.nargs:
             raise ValueError(f"{who}: invalid number of arguments: expected {self.nargs} (one "
                              f"per alias: {', '.join(self.aliases)}), got {len(args)}")
-        kw = {}
-        if tb is not None:
-            kw["backend"] = tb
         if ranges is not None:
             kw["ranges"] = ranges
-        for key, pos in self._size_from.items():
-            kw[key] = 1 if pos is None else int(args[pos].shape[-2])
+        kw.update(self._size_from)
         results = [g(*args, **kw) for g in self._genreds]
         if len(results) == 1:
             res = results[0]
@@ -197,22 +148,23 @@ class KernelSolveBase:
                  use_double_acc=False, sum_scheme="auto", enable_chunks=True,
                  rec_multVar_highdim=None, dtype=None, cuda_type=None, use_fast_math=True):
         read_aliases(aliases, self._who)
+        options = dict(dtype_acc=dtype_acc, use_double_acc=use_double_acc, sum_scheme=sum_scheme,
+                       enable_chunks=enable_chunks, rec_multVar_highdim=rec_multVar_highdim,
+                       dtype=dtype, cuda_type=cuda_type, use_fast_math=use_fast_math)
         self._init_args = dict(formula=formula, aliases=list(aliases), varinvalias=varinvalias,
-                               axis=axis, dtype_acc=dtype_acc, use_double_acc=use_double_acc,
-                               sum_scheme=sum_scheme)
+                               axis=axis, **options)
         self.genred = self._genred_class(formula, list(aliases), reduction_op="Sum", axis=axis,
-                                         dtype_acc=dtype_acc, use_double_acc=use_double_acc,
-                                         sum_scheme=sum_scheme)
+                                         **options)
         self.formula, self.aliases, self.axis = formula, self.genred.aliases, axis
         if not isinstance(varinvalias, str):
             raise TypeError(f"{self._who}: varinvalias must be an alias name or 'Var(index,dim,"
                             f"cat)', got {type(varinvalias).__name__}")
         pos = alias_index(self.aliases, varinvalias, self._who)
-        found = [p for p in self.genred._parsed if p[1] == pos]
-        if not found:
+        slots = self.genred._genreds[0]._spec.slots
+        if pos not in slots:
             raise ValueError(f"{self._who}: {varinvalias!r} is not one of the aliases "
                              f"{self.aliases}")
-        _, _, dim, cat = found[0]
+        cat, dim = slots[pos]
         if cat != axis:
             raise ValueError(f"{self._who}: the unknown {varinvalias!r} is a {_CAT_TEXT[cat]} "
                              f"variable, but axis={axis} reduces over "
@@ -225,21 +177,20 @@ class KernelSolveBase:
             spec = self.genred._genreds[0]._spec.args
             self._tessel_solver = self._genred_class._frontend.KernelSolve(
                 spec["formula"], spec["aliases"], self.varinvpos, axis=spec["axis"],
-                dtype_acc=spec["dtype_acc"], sum_scheme=spec["sum_scheme"])
+                **spec["options"])
         return self._tessel_solver
 
     def __call__(self, *args, backend="auto", device_id=-1, alpha=1e-10, eps=1e-6, ranges=None):
-        return self._solve(args, backend, alpha, eps, ranges)
-
-    def _solve(self, args, backend, alpha, eps, ranges):
         """pykeops's stopping rule |r|^2 < size eps^2, i.e. an absolute tolerance."""
-        tb = check_backend(backend, self._who)
+        who = self._who
+        kw = call_options(who, backend, device_id, alpha=alpha, eps=eps)
         if len(args) != self.genred.nargs:
-            raise ValueError(f"{self._who}: invalid number of arguments: expected "
+            raise ValueError(f"{who}: invalid number of arguments: expected "
                              f"{self.genred.nargs}, got {len(args)}")
         size = math.prod(args[self.varinvpos].shape)
-        return self._solver()(*args, alpha=alpha, tol=0.0, atol=eps * math.sqrt(size),
-                              maxiter=max(100, 10 * size), backend=tb, ranges=ranges)
+        return self._solver()(*args, alpha=kw["alpha"], tol=0.0,
+                              atol=kw["eps"] * math.sqrt(size), maxiter=max(100, 10 * size),
+                              backend=kw.get("backend"), ranges=ranges)
 
     def __getstate__(self):
         return dict(self._init_args)
