@@ -6,9 +6,9 @@
 #include <iterator>
 #include <mutex>
 #include <sstream>
-#include <unordered_map>
 
 #include "backend/cuda/nvrtc.hpp"
+#include "backend/lru_map.hpp"
 #include "ir/node.hpp"
 #include "cache/disk_cache.hpp"
 #include "tessel/error.hpp"
@@ -17,9 +17,13 @@ namespace tessel {
 
 namespace {
 
+// PTX held in memory, bounded (one per formula, dtype and architecture): a process that builds
+// ever new formulas would otherwise keep them all. A dropped one is read back from disk.
+constexpr size_t kPtxInMemory = 1024;
+
 struct Table {
   std::mutex mu;
-  std::unordered_map<std::string, std::string> ptx;  // key -> PTX
+  LruMap<std::string, std::string> ptx{kPtxInMemory};  // key -> PTX
   PtxCacheStats stats;
 };
 
@@ -46,9 +50,9 @@ std::string cuda_ptx(const std::string& source, const std::string& arch,
   Table& t = table();
   {
     std::lock_guard lk(t.mu);
-    if (auto it = t.ptx.find(key); it != t.ptx.end()) {
+    if (const std::string* have = t.ptx.find(key)) {
       ++t.stats.memory_hits;
-      return it->second;
+      return *have;
     }
   }
   bool built = false;
@@ -69,7 +73,7 @@ std::string cuda_ptx(const std::string& source, const std::string& arch,
   std::string ptx = read_file(path);
   std::lock_guard lk(t.mu);
   ++(built ? t.stats.compiles : t.stats.disk_hits);
-  return t.ptx.emplace(key, std::move(ptx)).first->second;
+  return t.ptx.insert(key, std::move(ptx));
 }
 
 PtxCacheStats cuda_ptx_stats() {
