@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "reduction/reduction_impl.hpp"
+#include "reduction/reduction_info.hpp"
 
 namespace tessel::cuda_gen {
 
@@ -57,6 +58,8 @@ class ReduceCode {
   const ReductionImpl& r_;
   int d_, wd_, k_;
   bool kahan_, acc_f64_;
+  const ReductionInfo& info_;
+  ReductionFamily fam_;
 };
 
 }  // namespace tessel::cuda_gen

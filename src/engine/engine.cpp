@@ -190,7 +190,7 @@ void add_rows(const Array& src, const ArrayView& dst) {
 std::vector<RowBlock> row_blocks(const ReductionImpl& r, const Options& opt, int64_t n_outer,
                                  int64_t n_inner) {
   const char* fn = "evaluate";
-  if (!opt.ranges || r.op == ReductionOp::GatherSum || r.op == ReductionOp::ScatterSum)
+  if (!opt.ranges || reduction_info(r.op).is_indexed())
     return {RowBlock{0, n_outer, {0, n_inner}}};
   const BlockRanges& br = *opt.ranges;
   const bool over_j = r.axis == 1;
@@ -291,8 +291,7 @@ void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> 
   p.n_outer = rows[static_cast<int>(r.outer())];
   p.n_inner = rows[static_cast<int>(r.inner())];
   p.blocks = row_blocks(r, ctx.opt, p.n_outer, p.n_inner);
-  const bool kmin = r.op == ReductionOp::KMin || r.op == ReductionOp::ArgKMin ||
-                    r.op == ReductionOp::KMinArgKMin;
+  const bool kmin = reduction_info(r.op).family == ReductionFamily::KSelect;
   if (kmin && r.k > p.n_inner)
     detail::fail(fn, reduction_name(r.op), ": K = ", r.k, " is larger than the number of ",
                  r.axis == 1 ? "j" : "i", " rows (", p.n_inner, ")");
@@ -343,8 +342,8 @@ void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> 
       views.push_back(tmp.back().view());
     }
   }
-  const bool interpret = ctx.opt.backend == Backend::Interpreter ||
-                         r.op == ReductionOp::GatherSum || r.op == ReductionOp::ScatterSum;
+  const bool interpret =
+      ctx.opt.backend == Backend::Interpreter || reduction_info(r.op).is_indexed();
   if (ctx.device >= 0) {
     run_cuda(p, ctx.device, views);
   } else if (interpret || !run_compiled(p, views)) {

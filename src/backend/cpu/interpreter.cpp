@@ -218,7 +218,7 @@ void run_gather_scatter(const Problem& p, const Program& prog, std::span<const A
 
 void run_interpreter(const Problem& p, std::span<const ArrayView> outs) {
   const Program prog(p);
-  if (p.r->op == ReductionOp::GatherSum || p.r->op == ReductionOp::ScatterSum)
+  if (reduction_info(p.r->op).is_indexed())
     run_gather_scatter(p, prog, outs);
   else
     run_sum_like(p, prog, outs);

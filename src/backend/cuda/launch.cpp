@@ -104,13 +104,11 @@ void pack(const Bound& b, int64_t rows, int offset, int width, CuDevicePtr dst, 
 void run_cuda(const Problem& p, int device, std::span<const ArrayView> outs) {
   const CudaDevice& dev = cuda_device(device, kWho);
   const ReductionImpl& r = *p.r;
-  if (r.op == ReductionOp::GatherSum || r.op == ReductionOp::ScatterSum)
+  if (reduction_info(r.op).is_indexed())
     detail::fail(kWho, "gradients through Min/Max/KMin (", reduction_name(r.op),
                  ") do not run on CUDA yet; evaluate them on CPU arrays");
   if (p.opt.ranges) detail::fail(kWho, "block-sparse ranges do not run on CUDA yet");
-  if ((r.op == ReductionOp::KMin || r.op == ReductionOp::ArgKMin ||
-       r.op == ReductionOp::KMinArgKMin) &&
-      r.k > kCompiledMaxK)
+  if (reduction_info(r.op).family == ReductionFamily::KSelect && r.k > kCompiledMaxK)
     detail::fail(kWho, reduction_name(r.op), " with K = ", r.k, " exceeds the CUDA limit K <= ",
                  kCompiledMaxK, "; evaluate it on CPU arrays");
   const CudaKernelPlan& plan = plan_for(p, dev);

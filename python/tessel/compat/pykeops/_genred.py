@@ -2,14 +2,14 @@
 import math
 
 from ... import _core
-from ..._genred import alias_index, read_aliases, reduction_name
+from ..._genred import REDUCTIONS, _K_REDUCTIONS, alias_index, read_aliases, reduction_name
 
 __all__ = ["GenredBase", "KernelSolveBase", "check_backend", "make_generic_ops"]
 
 _CAT_TEXT = ("Vi", "Vj", "Pm")
 
-_SUM_LIKE = ("Sum", "LogSumExp", "SumSoftMaxWeight")
-_K_REDUCTIONS = ("KMin", "ArgKMin", "KMin_ArgKMin")
+# KeOps's "sum type" reductions: those whose state is a sum (dtype_acc and sum_scheme apply).
+_SUM_LIKE = tuple(n for n, r in REDUCTIONS.items() if r["family"] in ("sum", "softmax"))
 _CPU_BACKENDS = {"auto": None, "CPU": None, "compiled": "compiled", "interpreter": "interpreter"}
 _GPU_BACKENDS = ("GPU", "GPU_1D", "GPU_2D", "GPU_1D_device", "GPU_1D_host", "GPU_2D_device",
                  "GPU_2D_host")
