@@ -127,11 +127,18 @@ std::string identity_text(const ReductionInfo& info, const char* inf) {
 }
 
 const char* fold_rules_source() {
-#define TESSEL_FOLD_RULES(...) #__VA_ARGS__ "\n"
-  return "\n// Merge rules shared with the interpreter (reduction/fold_rules.inc).\n"
+  // The macro argument arrives on one line: start each function on its own, once.
+  static const std::string text = [] {
+#define TESSEL_FOLD_RULES(...) #__VA_ARGS__
+    std::string s = "\n// Merge rules shared with the interpreter (reduction/fold_rules.inc).\n"
 #include "reduction/fold_rules.inc"
-      ;
+        ;
 #undef TESSEL_FOLD_RULES
+    for (size_t at = s.find(" FOLD_QUAL "); at != std::string::npos; at = s.find(" FOLD_QUAL ", at))
+      s[at] = '\n';
+    return s + "\n";
+  }();
+  return text.c_str();
 }
 
 }  // namespace tessel
