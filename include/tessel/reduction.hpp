@@ -48,10 +48,10 @@ struct ReductionSummary {
   std::string weight;    // the weight formula: "none", "optional" or "required"
   bool scalar_formula = false;  // the formula must have dim 1
   bool uses_k = false;
-  double identity = 0;          // the state before any term (indices start at -1)
-  std::string index_op;         // select/kselect: the reduction giving the selected indices, else ""
-  std::string grad;             // gradient rule: "none", "sum", "logsumexp", "softmax", ...
-  bool forward_mode = false;    // jvp applies
+  double identity = 0;        // the state before any term (indices start at -1)
+  std::string index_op;       // select/kselect: the reduction giving the selected indices, else ""
+  std::string grad;           // gradient rule: "none", "sum", "logsumexp", "softmax", ...
+  bool forward_mode = false;  // jvp applies
   std::string summary;
 };
 std::vector<ReductionSummary> reduction_table();

@@ -232,7 +232,9 @@ std::shared_ptr<ReductionImpl> jvp_impl(const ReductionPtr& rp, int var_index, i
     detail::fail(fn, "internal: computed variable inside ", reduction_name(r.op));
   d->op = ReductionOp::Sum;
   switch (info.grad) {
-    case GradRule::Sum: d->f = dF(F) + chain; break;
+    case GradRule::Sum:
+      d->f = dF(F) + chain;
+      break;
     case GradRule::LogSumExp: {
       const Formula L = add_computed(*d, rp, 0, r.outer());
       d->f = r.weight.valid() ? exp(F - L) * (r.weight * dF(F) + dF(r.weight))

@@ -149,8 +149,8 @@ struct Gen {
            ", &kf_" + R_ + ", " + K + ", f_[l], t * W + l);\n";
       s += "      } else { VI c_ = f_ < bc(kv_" + R_ + "[" + K + " - 1]);" +
            (tail ? " c_ &= valid;" : "") + "\n";
-      s += "        if (v_any(c_)) for (int l = 0; l < W; ++l) if (c_[l]) fold_kins(kv_" + R_ + ", ki_" +
-           R_ + ", &kf_" + R_ + ", " + K + ", f_[l], t * W + l);\n      }\n    }\n";
+      s += "        if (v_any(c_)) for (int l = 0; l < W; ++l) if (c_[l]) fold_kins(kv_" + R_ +
+           ", ki_" + R_ + ", &kf_" + R_ + ", " + K + ", f_[l], t * W + l);\n      }\n    }\n";
     } else if (fam == ReductionFamily::SoftMax) {
       const string R_ = to_string(row);
       if (!tail) {
@@ -240,8 +240,8 @@ struct Gen {
         s += "          if (fold_select_takes(v, j, bv, bj, " + mx + ")) { bv = v; bj = j; } }\n";
         s += "        if (bj < 0) bv = " + identity_text(info, "__builtin_inf()") + ";\n";
         for (int o = 0; o < info.num_outputs(); ++o)
-          s += string("        ") + (info.output_is_index(o) ? "outi[" + at + "] = bj;\n"
-                                                               : "out0[" + at + "] = bv;\n");
+          s += string("        ") +
+               (info.output_is_index(o) ? "outi[" + at + "] = bj;\n" : "out0[" + at + "] = bv;\n");
         s += "      }\n";
       }
     } else if (fam == ReductionFamily::KSelect) {
@@ -331,7 +331,8 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
   if (!kernel_layout(r, lay)) return {};
   const ReductionInfo& info = reduction_info(r.op);
   const ReductionFamily fam = info.family;
-  Gen g{spec, r, info, fam, lay, lanes(spec), r.f.dim(), r.weight.valid() ? r.weight.dim() : 0, 1, {}};
+  Gen g{spec, r, info, fam, lay, lanes(spec), r.f.dim(), r.weight.valid() ? r.weight.dim() : 0,
+        1,    {}};
   for (const auto& e : lay.vars) g.by_index[e.index] = &e;
   // Rows per block: enough independent work to hide latency, few enough to stay in registers.
   const int state = fam == ReductionFamily::Sum ? g.D * (spec.scheme == SumScheme::Direct ? 1 : 2)

@@ -72,18 +72,19 @@ int ReduceCode::state_registers(bool f64) const {
 
 string ReduceCode::helpers() const {
   // The merge rules shared with the interpreter and the CPU kernels.
-  string s = string("#define FOLD_QUAL DEV\n#define FOLD_INF ((double)INFINITY)\n#define FOLD_EXP exp\n") +
-             fold_rules_source();
+  string s =
+      string("#define FOLD_QUAL DEV\n#define FOLD_INF ((double)INFINITY)\n#define FOLD_EXP exp\n") +
+      fold_rules_source();
   if (fam_ != ReductionFamily::KSelect) return s;
   const string K = to_string(k_);
   // Ranks before slot (w, wi): empty slots (index -1) rank last, then fold_ranks_before (terms
   // and merged lists arrive in increasing index order, so an equal value never ranks before).
   s += "DEV bool kbefore(T v, T w, i64 wi) { return wi < 0 || fold_ranks_before(v, w); }\n"
-      "DEV void kpush(T (&kv)[" +
-      K + "], i64 (&ki)[" + K +
-      "], T v, i64 j) {\n"
-      "  if (!kbefore(v, kv[" +
-      K + " - 1], ki[" + K + " - 1])) return;\n";
+       "DEV void kpush(T (&kv)[" +
+       K + "], i64 (&ki)[" + K +
+       "], T v, i64 j) {\n"
+       "  if (!kbefore(v, kv[" +
+       K + " - 1], ki[" + K + " - 1])) return;\n";
   if (k_ <= kRegisterK)
     s += "  kv[" + K + " - 1] = v; ki[" + K +
          " - 1] = j;\n"

@@ -190,8 +190,7 @@ void add_rows(const Array& src, const ArrayView& dst) {
 std::vector<RowBlock> row_blocks(const ReductionImpl& r, const Options& opt, int64_t n_outer,
                                  int64_t n_inner) {
   const char* fn = "evaluate";
-  if (!opt.ranges || reduction_info(r.op).is_indexed())
-    return {RowBlock{0, n_outer, {0, n_inner}}};
+  if (!opt.ranges || reduction_info(r.op).is_indexed()) return {RowBlock{0, n_outer, {0, n_inner}}};
   const BlockRanges& br = *opt.ranges;
   const bool over_j = r.axis == 1;
   const auto& ranges = over_j ? br.ranges_i : br.ranges_j;

@@ -2,9 +2,9 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "ops/op.hpp"
 #include "reduction/reduction_impl.hpp"
 #include "reduction/reduction_info.hpp"
-#include "ops/op.hpp"
 
 namespace tessel {
 
@@ -35,7 +35,9 @@ int ReductionImpl::output_dim(int out) const {
   return reduction_info(op).output_dim(f.dim(), weight.valid() ? weight.dim() : 0, k);
 }
 
-bool ReductionImpl::output_is_index(int out) const { return reduction_info(op).output_is_index(out); }
+bool ReductionImpl::output_is_index(int out) const {
+  return reduction_info(op).output_is_index(out);
+}
 
 int ReductionImpl::next_input_index() const {
   int n = 0;

@@ -20,6 +20,8 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // In ReductionOp order (checked by reduction_info).
 // (not Max_SumShiftExpWeight: KeOps returns its raw (max, shifted sums) pair, not a log)
+// One row a reduction reads better than one field a line.
+// clang-format off
 constexpr ReductionInfo kTable[] = {
     {R::Sum, "Sum", {}, true, F::Sum, false, O::Value, D::FormulaDim, W::None, false, false, 0.0,
      R::Sum, G::Sum, "sum_j F"},
@@ -52,6 +54,7 @@ constexpr ReductionInfo kTable[] = {
     {R::ScatterSum, "ScatterSum", {}, false, F::Indexed, false, O::Value, D::FormulaDim, W::None,
      false, true, 0.0, R::ScatterSum, G::Indexed, "out[idx[o, k]] += G(o, idx[o, k], slot k)"},
 };
+// clang-format on
 
 constexpr bool table_in_op_order() {
   for (size_t q = 0; q < std::size(kTable); ++q)

@@ -39,26 +39,27 @@ enum class GradRule : uint8_t {
 
 struct ReductionInfo {
   ReductionOp op;
-  const char* name;           // tessel's (and KeOps's) name
-  const char* spellings[3];   // other KeOps spellings accepted by name, null-terminated
-  bool by_name;               // false: produced by differentiation only, never built by name
+  const char* name;          // tessel's (and KeOps's) name
+  const char* spellings[3];  // other KeOps spellings accepted by name, null-terminated
+  bool by_name;              // false: produced by differentiation only, never built by name
   ReductionFamily family;
-  bool is_max;                // Select family: Max (else Min)
+  bool is_max;  // Select family: Max (else Min)
   ReductionOutputs outputs;
   OutputDimRule dim_rule;
   WeightUse weight;
-  bool scalar_formula;        // the formula must have dim 1
-  bool uses_k;                // takes K (Gather/Scatter: the slot count, set by differentiation)
+  bool scalar_formula;  // the formula must have dim 1
+  bool uses_k;          // takes K (Gather/Scatter: the slot count, set by differentiation)
   // The state's value before any term: the fold's identity (Sum 0, Min +inf, Max -inf, KMin
   // +inf, the SoftMax family's running maximum -inf with sums 0); indices start at -1.
   double identity;
-  ReductionOp index_op;       // Select/KSelect: the reduction giving the selected indices
+  ReductionOp index_op;  // Select/KSelect: the reduction giving the selected indices
   GradRule grad;
   const char* summary;
 
   int num_outputs() const { return outputs == ReductionOutputs::ValueIndex ? 2 : 1; }
   bool output_is_index(int out) const {
-    return outputs == ReductionOutputs::Index || (outputs == ReductionOutputs::ValueIndex && out == 1);
+    return outputs == ReductionOutputs::Index ||
+           (outputs == ReductionOutputs::ValueIndex && out == 1);
   }
   // Terms carry their inner index (the state keeps indices).
   bool keeps_index() const {
@@ -69,9 +70,12 @@ struct ReductionInfo {
   bool forward_mode() const { return grad != GradRule::None && grad != GradRule::KSelect; }
   int output_dim(int formula_dim, int weight_dim, int k) const {
     switch (dim_rule) {
-      case OutputDimRule::K: return k;
-      case OutputDimRule::WeightDimOr1: return weight_dim > 0 ? weight_dim : 1;
-      default: return formula_dim;
+      case OutputDimRule::K:
+        return k;
+      case OutputDimRule::WeightDimOr1:
+        return weight_dim > 0 ? weight_dim : 1;
+      default:
+        return formula_dim;
     }
   }
 };

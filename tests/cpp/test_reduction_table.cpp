@@ -31,9 +31,12 @@ Reduction build(const ReductionInfo& info, bool weighted, int axis = 1) {
 
 std::vector<bool> weight_variants(const ReductionInfo& info) {
   switch (info.weight) {
-    case WeightUse::None: return {false};
-    case WeightUse::Required: return {true};
-    case WeightUse::Optional: return {false, true};
+    case WeightUse::None:
+      return {false};
+    case WeightUse::Required:
+      return {true};
+    case WeightUse::Optional:
+      return {false, true};
   }
   return {};
 }
@@ -63,7 +66,8 @@ TEST(ReductionTable, RowsFollowTheOpsAndNamesRoundTrip) {
     EXPECT_EQ(summaries[q].name, info.name);
     if (info.by_name) {
       EXPECT_EQ(reduction_from_name(info.name), info.op);
-      for (const std::string& s : summaries[q].spellings) EXPECT_EQ(reduction_from_name(s), info.op);
+      for (const std::string& s : summaries[q].spellings)
+        EXPECT_EQ(reduction_from_name(s), info.op);
     } else {
       expect_error([&] { reduction_from_name(info.name); }, {"unknown reduction", "Sum"});
     }
@@ -179,7 +183,8 @@ TEST(ReductionTable, EveryForwardRuleMatchesFiniteDifferences) {
       ASSERT_EQ(got.size(), fp.size());
       for (int64_t k = 0; k < got.size(); ++k) {
         const double fd = (fp.at(k) - fm.at(k)) / (2 * h);
-        EXPECT_NEAR(got.at(k), fd, 1e-6 * (1 + std::fabs(fd))) << "variable " << v << " entry " << k;
+        EXPECT_NEAR(got.at(k), fd, 1e-6 * (1 + std::fabs(fd)))
+            << "variable " << v << " entry " << k;
       }
     }
   }

@@ -78,8 +78,7 @@ TEST_P(ReductionBrute, MatchesBruteForce) {
 
 INSTANTIATE_TEST_SUITE_P(All, ReductionBrute,
                          ::testing::Combine(::testing::Range(0, static_cast<int>(kCases.size())),
-                                            ::testing::Values(0, 1),
-                                            ::testing::Range(0, 4)));
+                                            ::testing::Values(0, 1), ::testing::Range(0, 4)));
 
 TEST(ReductionNames, KeOpsSpellingsAndUnknownNames) {
   // The one table of names that every front end (C++, Python, the pykeops layer) reads.

@@ -85,7 +85,9 @@ class ReduceState {
   bool is_softmax() const { return info_.family == ReductionFamily::SoftMax; }
   double softmax_value(size_t c) const {
     if (op_ == ReductionOp::LogSumExp)
-      return nan_ ? NAN : s_zero(c) ? -std::numeric_limits<double>::infinity() : m_ + std::log(val_[c]);
+      return nan_        ? NAN
+             : s_zero(c) ? -std::numeric_limits<double>::infinity()
+                         : m_ + std::log(val_[c]);
     return nan_ || m_ == INFINITY || std::isnan(val_[c]) ? NAN : s_ == 0 ? 0.0 : val_[c] / s_;
   }
   bool s_zero(size_t c) const { return val_[c] == 0.0 && m_ == -INFINITY; }
