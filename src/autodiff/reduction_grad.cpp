@@ -83,8 +83,6 @@ void select_grad(ReductionImpl& d, const ReductionImpl& r, const Formula& x, con
   place(d, as_gather, v.cat, true);
 }
 
-// Where the cotangent of output 0 comes from: an input slot, or another reduction's output (when
-// the chain rule runs backwards through a computed variable).
 // Gather/Scatter derivatives keep the slots and indices of the reduction they come from.
 void copy_slots(ReductionImpl& d, const ReductionImpl& r) {
   d.k = r.k;
@@ -98,6 +96,8 @@ std::pair<Formula, Formula> softmax_values(ReductionImpl& d, const ReductionPtr&
   return {L, add_computed(d, rp, 0, rp->outer())};
 }
 
+// Where the cotangent of output 0 comes from: an input slot, or another reduction's output (when
+// the chain rule runs backwards through a computed variable).
 struct Cot {
   int input = -1;
   ReductionPtr source;
