@@ -35,6 +35,27 @@ enum class ReductionOp : uint8_t {
 const char* reduction_name(ReductionOp op);
 ReductionOp reduction_from_name(const std::string& name);  // KeOps names, e.g. "Min_ArgMin"
 
+// ---- the reduction table, for front ends and tests that iterate over every reduction ----------
+struct ReductionSummary {
+  ReductionOp op;
+  std::string name;                    // tessel's and KeOps's name
+  std::vector<std::string> spellings;  // other KeOps names reduction_from_name accepts
+  bool by_name = true;                 // false: made by differentiation only (Gather/Scatter)
+  std::string family;    // "sum", "select" (Min/Max), "kselect" (K best), "softmax", "indexed"
+  bool is_max = false;   // select: Max rather than Min
+  std::string outputs;   // "value", "index" or "value,index"
+  std::string dim_rule;  // columns of each output: "formula", "k" or "weight_or_1"
+  std::string weight;    // the weight formula: "none", "optional" or "required"
+  bool scalar_formula = false;  // the formula must have dim 1
+  bool uses_k = false;
+  double identity = 0;        // the state before any term (indices start at -1)
+  std::string index_op;       // select/kselect: the reduction giving the selected indices, else ""
+  std::string grad;           // gradient rule: "none", "sum", "logsumexp", "softmax", ...
+  bool forward_mode = false;  // jvp applies
+  std::string summary;
+};
+std::vector<ReductionSummary> reduction_table();
+
 enum class SumScheme : uint8_t { Block, Kahan, Direct };
 
 // Block-sparse reductions, in KeOps's layout. For a reduction over j, the i rows

@@ -229,6 +229,35 @@ NB_MODULE(_core, m) {
       "reduction_name",
       [](const std::string& name) { return std::string(reduction_name(reduction_from_name(name))); },
       nb::arg("name"), "tessel's name of a reduction given by any of its KeOps spellings.");
+  m.def(
+      "reduction_table",
+      [] {
+        nb::list v;
+        for (const ReductionSummary& r : reduction_table()) {
+          nb::dict d;
+          d["name"] = r.name;
+          d["spellings"] = r.spellings;
+          d["by_name"] = r.by_name;
+          d["family"] = r.family;
+          d["is_max"] = r.is_max;
+          d["outputs"] = r.outputs;
+          d["dim_rule"] = r.dim_rule;
+          d["weight"] = r.weight;
+          d["scalar_formula"] = r.scalar_formula;
+          d["uses_k"] = r.uses_k;
+          d["identity"] = r.identity;
+          d["index_op"] = r.index_op;
+          d["grad"] = r.grad;
+          d["forward_mode"] = r.forward_mode;
+          d["summary"] = r.summary;
+          v.append(d);
+        }
+        return v;
+      },
+      "Every reduction of the core, as dicts: name, spellings (other KeOps names), by_name (False: "
+      "made by differentiation only), family, is_max, outputs ('value', 'index', 'value,index'), "
+      "dim_rule ('formula', 'k', 'weight_or_1'), weight ('none', 'optional', 'required'), "
+      "scalar_formula, uses_k, identity, index_op, grad, forward_mode, summary.");
 
   nb::class_<Reduction>(m, "Reduction")
       .def(nb::init<>())

@@ -9,7 +9,10 @@ import numbers
 from . import _core
 from ._lru import LruCache
 
-_K_REDUCTIONS = ("KMin", "ArgKMin", "KMin_ArgKMin")
+# The core's reduction table, by name; the lists below are read off it, never written again.
+REDUCTIONS = {r["name"]: r for r in _core.reduction_table() if r["by_name"]}
+_K_REDUCTIONS = tuple(n for n, r in REDUCTIONS.items() if r["uses_k"])
+_WEIGHTED = tuple(n for n, r in REDUCTIONS.items() if r["weight"] != "none")
 _CATEGORY = {0: "Vi", 1: "Vj", 2: "Pm"}
 # The evaluation options every call starts from (the core's defaults).
 _DEFAULTS = dict(backend="auto", sum_scheme="block", accumulate_f64=False)
@@ -98,10 +101,10 @@ class GenredSpec:
             check_int(opt_arg, f"opt_arg (the K of {reduction_op})", who, 1, _INT_MAX)
         elif opt_arg is not None:
             raise ValueError(f"{who}: opt_arg is only used by {', '.join(_K_REDUCTIONS)}")
-        if reduction_op == "SumSoftMaxWeight" and formula2 is None:
-            raise ValueError(f"{who}: SumSoftMaxWeight needs formula2 (the weights G)")
-        if formula2 is not None and reduction_op not in ("LogSumExp", "SumSoftMaxWeight"):
-            raise ValueError(f"{who}: formula2 is only used by LogSumExp and SumSoftMaxWeight")
+        if REDUCTIONS[reduction_op]["weight"] == "required" and formula2 is None:
+            raise ValueError(f"{who}: {reduction_op} needs formula2 (the weights G)")
+        if formula2 is not None and reduction_op not in _WEIGHTED:
+            raise ValueError(f"{who}: formula2 is only used by {' and '.join(_WEIGHTED)}")
         options = dict(options or {})
         given = _core.normalize_options(who, options, _core.BUILD_OPTIONS, reduction_op)
         # A tessel.Formula does not pickle; its text does (and parses back to the same formula).

@@ -39,14 +39,6 @@ ReductionPtr sub_reduction(const ReductionImpl& r, ReductionOp op, int k = 0, Fo
   return s;
 }
 
-const VarSlot& checked_var(const char* fn, const ReductionImpl& r, int index) {
-  const VarSlot* v = r.find_var(index);
-  if (!v) detail::fail(fn, "variable ", index, " does not occur in this reduction");
-  if (v->computed || v->kind == DType::Int64)
-    detail::fail(fn, "variable ", index, " is filled internally and cannot be differentiated");
-  return *v;
-}
-
 // Which sum-like reduction carries a derivative with respect to a variable of category `c`:
 // the output stays indexed like the original when c is the outer category (or a parameter).
 void place(ReductionImpl& d, const ReductionImpl& r, Category c, bool gather_like) {
@@ -72,12 +64,9 @@ void place(ReductionImpl& d, const ReductionImpl& r, Category c, bool gather_lik
 // Gradient through the selected indices of Min/Max/KMin: a Gather/Scatter of the formula's VJP.
 void select_grad(ReductionImpl& d, const ReductionImpl& r, const Formula& x, const Formula& e,
                  const VarSlot& v) {
-  const bool kmin = r.op == ReductionOp::KMin || r.op == ReductionOp::KMinArgKMin;
-  ReductionOp arg_op = kmin ? ReductionOp::ArgKMin
-                       : (r.op == ReductionOp::Min || r.op == ReductionOp::MinArgMin)
-                           ? ReductionOp::ArgMin
-                           : ReductionOp::ArgMax;
-  const ReductionPtr idx_src = sub_reduction(r, arg_op, kmin ? r.k : 0);
+  const ReductionInfo& info = reduction_info(r.op);
+  const bool kmin = info.family == ReductionFamily::KSelect;
+  const ReductionPtr idx_src = sub_reduction(r, info.index_op, kmin ? r.k : 0);
   const Formula idx = add_computed(d, idx_src, 0, r.outer());
   // The slot variable carries the cotangent of the selected entry: e[o, k] for KMin, and e[o, :]
   // restricted to component k for Min/Max of a vector formula.
@@ -92,6 +81,19 @@ void select_grad(ReductionImpl& d, const ReductionImpl& r, const Formula& x, con
   ReductionImpl as_gather = r;
   as_gather.op = ReductionOp::GatherSum;
   place(d, as_gather, v.cat, true);
+}
+
+// Gather/Scatter derivatives keep the slots and indices of the reduction they come from.
+void copy_slots(ReductionImpl& d, const ReductionImpl& r) {
+  d.k = r.k;
+  d.index_var = r.index_var;
+  d.slot_vars = r.slot_vars;
+}
+
+// The forward values a SumSoftMaxWeight derivative reads: its LogSumExp L and its value S.
+std::pair<Formula, Formula> softmax_values(ReductionImpl& d, const ReductionPtr& rp) {
+  const Formula L = add_computed(d, sub_reduction(*rp, ReductionOp::LogSumExp), 0, rp->outer());
+  return {L, add_computed(d, rp, 0, rp->outer())};
 }
 
 // Where the cotangent of output 0 comes from: an input slot, or another reduction's output (when
@@ -111,7 +113,7 @@ void chain_through_computed(ReductionImpl& d, const ReductionImpl& r, const Form
     if (c.source->output_is_index(c.output)) continue;  // indices are locally constant
     const VarSlot* cs = r.find_var(c.index);
     const Formula C = var(c.index, cs->dim, cs->cat);
-    if (r.op != ReductionOp::Sum)
+    if (reduction_info(r.op).family != ReductionFamily::Sum)
       detail::fail("grad", "internal: computed variable inside ", reduction_name(r.op));
     const Formula h = grad(r.f, C, e);
     if (is_zero(h)) continue;
@@ -150,12 +152,12 @@ std::shared_ptr<ReductionImpl> grad_impl(const ReductionPtr& rp, int var_index, 
   const Formula x = var(v.index, v.dim, v.cat);
   const Formula& F = r.f;
 
-  switch (r.op) {
-    case ReductionOp::Sum:
+  switch (reduction_info(r.op).grad) {
+    case GradRule::Sum:
       d->f = grad(F, x, e);
       place(*d, r, v.cat, false);
       break;
-    case ReductionOp::LogSumExp: {
+    case GradRule::LogSumExp: {
       const Formula L = add_computed(*d, rp, 0, r.outer());
       const Formula p = e * exp(F - L);
       d->f = r.weight.valid() ? grad(F, x, sum(p * r.weight)) + grad(r.weight, x, p)
@@ -163,32 +165,23 @@ std::shared_ptr<ReductionImpl> grad_impl(const ReductionPtr& rp, int var_index, 
       place(*d, r, v.cat, false);
       break;
     }
-    case ReductionOp::SumSoftMaxWeight: {
-      const Formula L =
-          add_computed(*d, sub_reduction(r, ReductionOp::LogSumExp), 0, r.outer());
-      const Formula S = add_computed(*d, rp, 0, r.outer());
+    case GradRule::SoftMax: {
+      const auto [L, S] = softmax_values(*d, rp);
       const Formula p = exp(F - L);
       const Formula& G = r.weight;
       d->f = grad(G, x, e * p) + grad(F, x, p * ((G | e) - (S | e)));
       place(*d, r, v.cat, false);
       break;
     }
-    case ReductionOp::Min:
-    case ReductionOp::Max:
-    case ReductionOp::MinArgMin:
-    case ReductionOp::MaxArgMax:
-    case ReductionOp::KMin:
-    case ReductionOp::KMinArgKMin:
+    case GradRule::Select:
+    case GradRule::KSelect:
       if (r.full_sum)
         detail::fail(fn, "second derivatives through ", reduction_name(r.op),
                      " of a parameter gradient are not supported");
       select_grad(*d, r, x, e, v);
       break;
-    case ReductionOp::GatherSum:
-    case ReductionOp::ScatterSum:
-      d->k = r.k;
-      d->index_var = r.index_var;
-      d->slot_vars = r.slot_vars;
+    case GradRule::Indexed:
+      copy_slots(*d, r);
       d->f = grad(F, x, e);
       // A variable that feeds a slot (the cotangent of a Min, say) reaches F through it: the
       // derivative for slot k lands in component k, which a one-hot slot variable selects.
@@ -204,7 +197,7 @@ std::shared_ptr<ReductionImpl> grad_impl(const ReductionPtr& rp, int var_index, 
       }
       place(*d, r, v.cat, true);
       break;
-    default:
+    case GradRule::None:
       detail::fail(fn, "internal: no gradient rule for ", reduction_name(r.op));
   }
   chain_through_computed(*d, r, e, var_index);
@@ -234,49 +227,43 @@ std::shared_ptr<ReductionImpl> jvp_impl(const ReductionPtr& rp, int var_index, i
     const Formula Cdot = add_computed(*d, src, 0, cs->cat);
     chain = chain + jvp(F, C, Cdot);
   }
-  if (!is_zero(chain) && r.op != ReductionOp::Sum)
+  const ReductionInfo& info = reduction_info(r.op);
+  if (!is_zero(chain) && info.family != ReductionFamily::Sum)
     detail::fail(fn, "internal: computed variable inside ", reduction_name(r.op));
   d->op = ReductionOp::Sum;
-  switch (r.op) {
-    case ReductionOp::Sum: d->f = dF(F) + chain; break;
-    case ReductionOp::LogSumExp: {
+  switch (info.grad) {
+    case GradRule::Sum:
+      d->f = dF(F) + chain;
+      break;
+    case GradRule::LogSumExp: {
       const Formula L = add_computed(*d, rp, 0, r.outer());
       d->f = r.weight.valid() ? exp(F - L) * (r.weight * dF(F) + dF(r.weight))
                               : exp(F - L) * dF(F);
       break;
     }
-    case ReductionOp::SumSoftMaxWeight: {
-      const Formula L =
-          add_computed(*d, sub_reduction(r, ReductionOp::LogSumExp), 0, r.outer());
-      const Formula S = add_computed(*d, rp, 0, r.outer());
+    case GradRule::SoftMax: {
+      const auto [L, S] = softmax_values(*d, rp);
       d->f = exp(F - L) * (dF(r.weight) + (r.weight - S) * dF(F));
       break;
     }
-    case ReductionOp::Min:
-    case ReductionOp::Max:
-    case ReductionOp::MinArgMin:
-    case ReductionOp::MaxArgMax: {
+    case GradRule::Select: {
       if (F.dim() != 1)
         detail::fail(fn, "forward mode through ", reduction_name(r.op),
                      " needs a formula of dim 1, got dim ", F.dim());
-      const bool is_min = r.op == ReductionOp::Min || r.op == ReductionOp::MinArgMin;
-      const ReductionPtr idx_src =
-          sub_reduction(r, is_min ? ReductionOp::ArgMin : ReductionOp::ArgMax);
+      const ReductionPtr idx_src = sub_reduction(r, info.index_op);
       d->index_var = add_computed(*d, idx_src, 0, r.outer()).node().var_index();
       d->k = 1;
       d->op = ReductionOp::GatherSum;
       d->f = dF(F);
       break;
     }
-    case ReductionOp::GatherSum:
-    case ReductionOp::ScatterSum:
+    case GradRule::Indexed:
       d->op = r.op;
-      d->k = r.k;
-      d->index_var = r.index_var;
-      d->slot_vars = r.slot_vars;
+      copy_slots(*d, r);
       d->f = dF(F);
       break;
-    default:
+    case GradRule::KSelect:
+    case GradRule::None:
       detail::fail(fn, "forward mode through ", reduction_name(r.op), " is not supported");
   }
   d->finalize();

@@ -13,6 +13,8 @@
 
 #include "codegen/emitter.hpp"
 #include "ops/op.hpp"
+#include "reduction/fold_rules.hpp"
+#include "reduction/reduction_info.hpp"
 
 namespace tessel {
 
@@ -20,20 +22,6 @@ namespace {
 
 using std::string;
 using std::to_string;
-
-bool is_minmax(ReductionOp op) {
-  return op == ReductionOp::Min || op == ReductionOp::Max || op == ReductionOp::ArgMin ||
-         op == ReductionOp::ArgMax || op == ReductionOp::MinArgMin || op == ReductionOp::MaxArgMax;
-}
-bool is_max(ReductionOp op) {
-  return op == ReductionOp::Max || op == ReductionOp::ArgMax || op == ReductionOp::MaxArgMax;
-}
-bool is_kmin(ReductionOp op) {
-  return op == ReductionOp::KMin || op == ReductionOp::ArgKMin || op == ReductionOp::KMinArgKMin;
-}
-bool is_softmax(ReductionOp op) {
-  return op == ReductionOp::LogSumExp || op == ReductionOp::SumSoftMaxWeight;
-}
 
 const char* kKernelSupport = R"SUPPORT(
 struct KernelArgs {
@@ -49,27 +37,13 @@ struct KernelArgs {
 
 }  // namespace
 
-// The KMin insertion every backend's kernels share; KINS_QUALIFIER is set by their preludes.
-const char* kmin_insert_source() {
-  return R"KINS(
-// Insert (v, j) into the sorted K-list; NaN ranks after every number, ties keep index order.
-KINS_QUALIFIER void kins(T* kv, i64* ki, int* kf, int K, T v, i64 j) {
-  int pos = *kf;
-  while (pos > 0 && v == v && (kv[pos - 1] != kv[pos - 1] || v < kv[pos - 1])) --pos;
-  if (pos >= K) return;
-  for (int q = (*kf < K - 1 ? *kf : K - 1); q > pos; --q) { kv[q] = kv[q - 1]; ki[q] = ki[q - 1]; }
-  kv[pos] = v;
-  ki[pos] = j;
-  if (*kf < K) ++*kf;
-}
-)KINS";
-}
-
 namespace {
 
 struct Gen {
   const CpuKernelSpec& spec;
   const ReductionImpl& r;
+  const ReductionInfo& info;
+  ReductionFamily fam;
   KernelLayout& lay;
   int W, D, WD, R;
   std::unordered_map<int, const KernelLayout::Entry*> by_index;
@@ -92,7 +66,7 @@ struct Gen {
   // Block summation: float runs of kSumBlockLaneTerms terms per lane, each folded into a double
   // accumulator, so the error bound does not depend on the vector width (README, "Accuracy").
   bool block_sum() const {
-    return r.op == ReductionOp::Sum && spec.scheme == SumScheme::Block && !spec.acc_f64;
+    return fam == ReductionFamily::Sum && spec.scheme == SumScheme::Block && !spec.acc_f64;
   }
 
   string acc(const char* what, int row, int c) const {
@@ -103,23 +77,23 @@ struct Gen {
     string s;
     const char* acc_t = spec.acc_f64 || block_sum() ? "VD" : "V";
     for (int row = 0; row < R; ++row) {
-      if (r.op == ReductionOp::Sum) {
+      if (fam == ReductionFamily::Sum) {
         for (int c = 0; c < D; ++c) {
           s += "    " + string(acc_t) + " " + acc("acc", row, c) + " = {};\n";
           if (block_sum()) s += "    V " + acc("blk", row, c) + " = {};\n";
           if (spec.scheme == SumScheme::Kahan && !spec.acc_f64)
             s += "    V " + acc("cmp", row, c) + " = {};\n";
         }
-      } else if (is_minmax(r.op)) {
+      } else if (fam == ReductionFamily::Select) {
         for (int c = 0; c < D; ++c) {
-          s += "    V " + acc("best", row, c) + " = bc(" + (is_max(r.op) ? "-" : "") +
-               "__builtin_inf());\n";
+          s += "    V " + acc("best", row, c) + " = bc(" + identity_text(info, "__builtin_inf()") +
+               ");\n";
           s += "    VI " + acc("bidx", row, c) + " = (VI){} - 1;\n";
         }
-      } else if (is_kmin(r.op)) {
+      } else if (fam == ReductionFamily::KSelect) {
         s += "    T kv_" + to_string(row) + "[" + to_string(r.k) + "]; i64 ki_" + to_string(row) +
              "[" + to_string(r.k) + "]; int kf_" + to_string(row) + " = 0;\n";
-      } else if (is_softmax(r.op)) {
+      } else if (fam == ReductionFamily::SoftMax) {
         // Values of one block of tiles wait in L1 while the block's maximum is found, so the
         // running sum is rescaled once per block instead of testing every tile.
         s += "    V fb_" + to_string(row) + "[BLK]; V bm_" + to_string(row) + ";\n";
@@ -140,7 +114,7 @@ struct Gen {
     auto masked = [&](const string& x, const char* neutral) {
       return tail ? "(valid ? " + x + " : " + neutral + ")" : x;
     };
-    if (r.op == ReductionOp::Sum) {
+    if (fam == ReductionFamily::Sum) {
       for (int c = 0; c < D; ++c) {
         const string v = masked(f[c].s, "bc(0.0)");
         if (spec.acc_f64 || (block_sum() && tail)) {
@@ -155,8 +129,9 @@ struct Gen {
           s += "    " + acc("acc", row, c) + " += " + v + ";\n";
         }
       }
-    } else if (is_minmax(r.op)) {
-      const char* cmp = is_max(r.op) ? ">" : "<";
+    } else if (fam == ReductionFamily::Select) {
+      // Terms come in index order, so fold_select_takes reduces to: better, first NaN, or first.
+      const char* cmp = info.is_max ? ">" : "<";
       for (int c = 0; c < D; ++c) {
         const string b = acc("best", row, c), bi = acc("bidx", row, c);
         s += "    { const V f_ = " + f[c].s + "; VI tk_ = (f_ " + cmp + " " + b +
@@ -164,19 +139,19 @@ struct Gen {
         if (tail) s += " tk_ &= valid;";
         s += " " + b + " = tk_ ? f_ : " + b + "; " + bi + " = tk_ ? tv : " + bi + "; }\n";
       }
-    } else if (is_kmin(r.op)) {
+    } else if (fam == ReductionFamily::KSelect) {
       const string R_ = to_string(row), K = to_string(r.k);
       const string lane_ok = tail ? "if (valid[l]) " : "";
       s += "    { const V f_ = " + f[0].s + ";\n";
       s += "      if (kf_" + R_ + " < " + K + " || kv_" + R_ + "[" + K + " - 1] != kv_" + R_ + "[" +
            K + " - 1]) {\n";
-      s += "        for (int l = 0; l < W; ++l) " + lane_ok + "kins(kv_" + R_ + ", ki_" + R_ +
+      s += "        for (int l = 0; l < W; ++l) " + lane_ok + "fold_kins(kv_" + R_ + ", ki_" + R_ +
            ", &kf_" + R_ + ", " + K + ", f_[l], t * W + l);\n";
       s += "      } else { VI c_ = f_ < bc(kv_" + R_ + "[" + K + " - 1]);" +
            (tail ? " c_ &= valid;" : "") + "\n";
-      s += "        if (v_any(c_)) for (int l = 0; l < W; ++l) if (c_[l]) kins(kv_" + R_ + ", ki_" +
-           R_ + ", &kf_" + R_ + ", " + K + ", f_[l], t * W + l);\n      }\n    }\n";
-    } else if (is_softmax(r.op)) {
+      s += "        if (v_any(c_)) for (int l = 0; l < W; ++l) if (c_[l]) fold_kins(kv_" + R_ +
+           ", ki_" + R_ + ", &kf_" + R_ + ", " + K + ", f_[l], t * W + l);\n      }\n    }\n";
+    } else if (fam == ReductionFamily::SoftMax) {
       const string R_ = to_string(row);
       if (!tail) {
         s += "    fb_" + R_ + "[t - tb] = " + f[0].s + "; bm_" + R_ + " = v_max(bm_" + R_ + ", " +
@@ -249,57 +224,49 @@ struct Gen {
   string finish(int row) const {
     const string R_ = to_string(row), out_row = "(i0 + " + R_ + ")";
     string s = "    if (i0 + " + R_ + " < a->o_end) {\n";
-    if (r.op == ReductionOp::Sum) {
+    if (fam == ReductionFamily::Sum) {
       for (int c = 0; c < D; ++c)
         s += "      out0[" + out_row + " * " + to_string(D) + " + " + to_string(c) + "] = (T)" +
              (spec.acc_f64 || block_sum() ? "hsum_d(" : "hsum(") + acc("acc", row, c) + ");\n";
-    } else if (is_minmax(r.op)) {
-      const bool arg_only = r.op == ReductionOp::ArgMin || r.op == ReductionOp::ArgMax;
-      const bool both = r.op == ReductionOp::MinArgMin || r.op == ReductionOp::MaxArgMax;
-      const char* cmp = is_max(r.op) ? ">" : "<";
+    } else if (fam == ReductionFamily::Select) {
+      // The lanes' bests hold interleaved indices: merge them with the shared rule.
+      const string mx = info.is_max ? "1" : "0";
       for (int c = 0; c < D; ++c) {
         const string b = acc("best", row, c), bi = acc("bidx", row, c),
                      at = out_row + " * " + to_string(D) + " + " + to_string(c);
         s += "      { T bv = 0; i64 bj = -1;\n        for (int l = 0; l < W; ++l) { if (" + bi +
              "[l] < 0) continue; const T v = " + b + "[l]; const i64 j = (i64)" + bi +
              "[l] * W + l;\n";
-        s += string(
-                 "          const bool take = bj < 0 || (v != v && (bv == bv || j < bj)) || (v == "
-                 "v && bv == bv && (v ") +
-             cmp + " bv || (v == bv && j < bj)));\n          if (take) { bv = v; bj = j; } }\n";
-        s += "        if (bj < 0) bv = " + string(is_max(r.op) ? "-" : "") + "__builtin_inf();\n";
-        if (arg_only)
-          s += "        outi[" + at + "] = bj;\n";
-        else
-          s += "        out0[" + at + "] = bv;\n";
-        if (both) s += "        outi[" + at + "] = bj;\n";
+        s += "          if (fold_select_takes(v, j, bv, bj, " + mx + ")) { bv = v; bj = j; } }\n";
+        s += "        if (bj < 0) bv = " + identity_text(info, "__builtin_inf()") + ";\n";
+        for (int o = 0; o < info.num_outputs(); ++o)
+          s += string("        ") +
+               (info.output_is_index(o) ? "outi[" + at + "] = bj;\n" : "out0[" + at + "] = bv;\n");
         s += "      }\n";
       }
-    } else if (is_kmin(r.op)) {
+    } else if (fam == ReductionFamily::KSelect) {
       const string K = to_string(r.k);
       s += "      for (int q = 0; q < " + K + "; ++q) {\n";
-      if (r.op != ReductionOp::ArgKMin)
-        s += "        out0[" + out_row + " * " + K + " + q] = q < kf_" + R_ + " ? kv_" + R_ +
-             "[q] : (T)__builtin_inf();\n";
-      if (r.op != ReductionOp::KMin)
-        s += "        outi[" + out_row + " * " + K + " + q] = q < kf_" + R_ + " ? ki_" + R_ +
-             "[q] : -1;\n";
+      for (int o = 0; o < info.num_outputs(); ++o)
+        s += info.output_is_index(o)
+                 ? "        outi[" + out_row + " * " + K + " + q] = q < kf_" + R_ + " ? ki_" + R_ +
+                       "[q] : -1;\n"
+                 : "        out0[" + out_row + " * " + K + " + q] = q < kf_" + R_ + " ? kv_" + R_ +
+                       "[q] : (T)" + identity_text(info, "__builtin_inf()") + ";\n";
       s += "      }\n";
-    } else if (is_softmax(r.op)) {
+    } else if (fam == ReductionFamily::SoftMax) {
+      // Each lane's sums live under its own maximum: rescale them to the row's maximum M.
       const string mv = acc("mv", row, 0);
       const int nc = std::max(WD, 1);
       s += "      double M = -__builtin_inf(); for (int l = 0; l < W; ++l) if (" + mv +
            "[l] > M) M = " + mv + "[l];\n";
       s += "      double den = 0;\n";
       if (r.op == ReductionOp::SumSoftMaxWeight)
-        s += "      for (int l = 0; l < W; ++l) den += " + mv + "[l] == -__builtin_inf() ? " +
-             lane_total(acc("ss", row, 0)) + " : " + lane_total(acc("ss", row, 0)) + " * (" + mv +
-             "[l] == M ? 1.0 : __builtin_exp(" + mv + "[l] - M));\n";
+        s += "      for (int l = 0; l < W; ++l) den += " + lane_total(acc("ss", row, 0)) +
+             " * fold_shift_scale(" + mv + "[l], M);\n";
       for (int c = 0; c < nc; ++c) {
-        s += "      { double sum = 0; for (int l = 0; l < W; ++l) sum += " + mv +
-             "[l] == -__builtin_inf() ? " + lane_total(acc("sv", row, c)) + " : " +
-             lane_total(acc("sv", row, c)) + " * (" + mv + "[l] == M ? 1.0 : __builtin_exp(" + mv +
-             "[l] - M));\n";
+        s += "      { double sum = 0; for (int l = 0; l < W; ++l) sum += " +
+             lane_total(acc("sv", row, c)) + " * fold_shift_scale(" + mv + "[l], M);\n";
         const string at = "out0[" + out_row + " * " + to_string(nc) + " + " + to_string(c) + "]";
         if (r.op == ReductionOp::LogSumExp)
           s += "        " + at +
@@ -335,8 +302,9 @@ struct Gen {
 }  // namespace
 
 bool kernel_layout(const ReductionImpl& r, KernelLayout& lay) {
-  if (r.op == ReductionOp::GatherSum || r.op == ReductionOp::ScatterSum || !r.slot_vars.empty() ||
-      (is_kmin(r.op) && r.k > kCompiledMaxK))
+  const ReductionInfo& info = reduction_info(r.op);
+  if (info.is_indexed() || !r.slot_vars.empty() ||
+      (info.family == ReductionFamily::KSelect && r.k > kCompiledMaxK))
     return false;
   std::set<int> used;
   for (const Formula& f : {r.f, r.weight})
@@ -361,14 +329,17 @@ bool kernel_layout(const ReductionImpl& r, KernelLayout& lay) {
 std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
   const ReductionImpl& r = *spec.r;
   if (!kernel_layout(r, lay)) return {};
-  Gen g{spec, r, lay, lanes(spec), r.f.dim(), r.weight.valid() ? r.weight.dim() : 0, 1, {}};
+  const ReductionInfo& info = reduction_info(r.op);
+  const ReductionFamily fam = info.family;
+  Gen g{spec, r, info, fam, lay, lanes(spec), r.f.dim(), r.weight.valid() ? r.weight.dim() : 0,
+        1,    {}};
   for (const auto& e : lay.vars) g.by_index[e.index] = &e;
   // Rows per block: enough independent work to hide latency, few enough to stay in registers.
-  const int state = r.op == ReductionOp::Sum ? g.D * (spec.scheme == SumScheme::Direct ? 1 : 2)
-                    : is_minmax(r.op)        ? 2 * g.D
-                    : is_softmax(r.op)       ? 2 + std::max(g.WD, 1)
-                                             : 100;
-  g.R = is_kmin(r.op) ? 1 : state <= 4 ? 4 : state <= 8 ? 2 : 1;
+  const int state = fam == ReductionFamily::Sum ? g.D * (spec.scheme == SumScheme::Direct ? 1 : 2)
+                    : fam == ReductionFamily::Select  ? 2 * g.D
+                    : fam == ReductionFamily::SoftMax ? 2 + std::max(g.WD, 1)
+                                                      : 100;
+  g.R = fam == ReductionFamily::KSelect ? 1 : state <= 4 ? 4 : state <= 8 ? 2 : 1;
 
   string s =
       "// generated by tessel: " +
@@ -381,8 +352,9 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
   s += "#define BLK " + to_string(blk_tiles) + "\n";
   s += cpu_prelude();
   s += kKernelSupport;
-  s += "#define KINS_QUALIFIER static inline\n";
-  s += kmin_insert_source();
+  s += "#define FOLD_QUAL static inline\n#define FOLD_INF __builtin_inf()\n"
+       "#define FOLD_EXP __builtin_exp\n";
+  s += fold_rules_source();
   s += "extern \"C\" void tessel_kernel(const struct KernelArgs* a) {\n";
   s += "  TESSEL_FTZ_ENTER\n";
   s += "  const T* X = (const T*)a->outer; const T* Y = (const T*)a->inner; const T* P = (const "
@@ -418,13 +390,13 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
   s += "    for (i64 tb = ts; tb < tf; tb += " + to_string(blk_tiles) + ") {\n";
   s += "      const i64 te = tb + " + to_string(blk_tiles) + " < tf ? tb + " +
        to_string(blk_tiles) + " : tf;\n";
-  if (is_softmax(r.op))
+  if (fam == ReductionFamily::SoftMax)
     for (int row = 0; row < g.R; ++row)
       s += "      bm_" + to_string(row) + " = " + g.acc("mv", row, 0) + ";\n";
   s += "      for (i64 t = tb; t < te; ++t) {\n" + tile_setup;
   s += g.tile_body(false);
   s += "      }\n";
-  if (is_softmax(r.op)) s += g.block_end();
+  if (fam == ReductionFamily::SoftMax) s += g.block_end();
   if (g.block_sum())
     for (int row = 0; row < g.R; ++row)
       for (int c = 0; c < g.D; ++c)

@@ -37,7 +37,6 @@ struct KernelArgs {
 // The generated source, or an empty string when the compiled path does not apply.
 std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& layout);
 const char* cpu_prelude();
-const char* kmin_insert_source();
 // Lanes per vector for a spec.
 inline int lanes(const CpuKernelSpec& s) { return s.vbytes / (s.f64 ? 8 : 4); }
 

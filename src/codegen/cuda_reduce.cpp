@@ -19,26 +19,14 @@
 
 #include <algorithm>
 
+#include "reduction/fold_rules.hpp"
+
 namespace tessel::cuda_gen {
 
 namespace {
 
 using std::string;
 using std::to_string;
-
-bool is_max(ReductionOp op) {
-  return op == ReductionOp::Max || op == ReductionOp::ArgMax || op == ReductionOp::MaxArgMax;
-}
-bool is_minmax(ReductionOp op) {
-  return is_max(op) || op == ReductionOp::Min || op == ReductionOp::ArgMin ||
-         op == ReductionOp::MinArgMin;
-}
-bool is_kmin(ReductionOp op) {
-  return op == ReductionOp::KMin || op == ReductionOp::ArgKMin || op == ReductionOp::KMinArgKMin;
-}
-bool is_softmax(ReductionOp op) {
-  return op == ReductionOp::LogSumExp || op == ReductionOp::SumSoftMaxWeight;
-}
 
 // Up to this K the K-best list lives in registers (every index constant after unrolling).
 constexpr int kRegisterK = 16;
@@ -53,9 +41,11 @@ ReduceCode::ReduceCode(const ReductionImpl& r, SumScheme scheme, bool acc_f64)
       wd_(r.weight.valid() ? r.weight.dim() : 0),
       k_(r.k),
       kahan_(scheme == SumScheme::Kahan && !acc_f64),
-      acc_f64_(acc_f64) {}
+      acc_f64_(acc_f64),
+      info_(reduction_info(r.op)),
+      fam_(info_.family) {}
 
-bool ReduceCode::needs_index() const { return is_minmax(r_.op) || is_kmin(r_.op); }
+bool ReduceCode::needs_index() const { return info_.keeps_index(); }
 
 std::vector<string> ReduceCode::sums() const {
   std::vector<string> s;
@@ -66,32 +56,35 @@ std::vector<string> ReduceCode::sums() const {
 }
 
 int ReduceCode::slots() const {
-  if (r_.op == ReductionOp::Sum) return d_;
-  if (is_minmax(r_.op)) return 2 * d_;
-  if (is_kmin(r_.op)) return 2 * k_;
+  if (fam_ == ReductionFamily::Sum) return d_;
+  if (fam_ == ReductionFamily::Select) return 2 * d_;
+  if (fam_ == ReductionFamily::KSelect) return 2 * k_;
   return 1 + static_cast<int>(sums().size());
 }
 
 int ReduceCode::state_registers(bool f64) const {
   const int t = f64 ? 2 : 1;  // a T value; doubles and indices take 2
-  if (r_.op == ReductionOp::Sum) return d_ * ((acc_f64_ ? 2 : kahan_ ? 2 * t : t) + 2);
-  if (is_minmax(r_.op)) return d_ * (t + 2);
-  if (is_kmin(r_.op)) return k_ * (t + 2);
+  if (fam_ == ReductionFamily::Sum) return d_ * ((acc_f64_ ? 2 : kahan_ ? 2 * t : t) + 2);
+  if (fam_ == ReductionFamily::Select) return d_ * (t + 2);
+  if (fam_ == ReductionFamily::KSelect) return k_ * (t + 2);
   return 2 * t + static_cast<int>(sums().size()) * (t + 2);
 }
 
 string ReduceCode::helpers() const {
-  if (!is_kmin(r_.op)) return {};
-  const string K = to_string(k_);
-  // Ranks before slot (w, wi): empty slots (index -1) rank last, NaN after every number, and an
-  // equal value never ranks before (terms and merged lists arrive in increasing index order).
+  // The merge rules shared with the interpreter and the CPU kernels.
   string s =
-      "DEV bool kbefore(T v, T w, i64 wi) { return wi < 0 || (v == v && !(v >= w)); }\n"
-      "DEV void kpush(T (&kv)[" +
-      K + "], i64 (&ki)[" + K +
-      "], T v, i64 j) {\n"
-      "  if (!kbefore(v, kv[" +
-      K + " - 1], ki[" + K + " - 1])) return;\n";
+      string("#define FOLD_QUAL DEV\n#define FOLD_INF ((double)INFINITY)\n#define FOLD_EXP exp\n") +
+      fold_rules_source();
+  if (fam_ != ReductionFamily::KSelect) return s;
+  const string K = to_string(k_);
+  // Ranks before slot (w, wi): empty slots (index -1) rank last, then fold_ranks_before (terms
+  // and merged lists arrive in increasing index order, so an equal value never ranks before).
+  s += "DEV bool kbefore(T v, T w, i64 wi) { return wi < 0 || fold_ranks_before(v, w); }\n"
+       "DEV void kpush(T (&kv)[" +
+       K + "], i64 (&ki)[" + K +
+       "], T v, i64 j) {\n"
+       "  if (!kbefore(v, kv[" +
+       K + " - 1], ki[" + K + " - 1])) return;\n";
   if (k_ <= kRegisterK)
     s += "  kv[" + K + " - 1] = v; ki[" + K +
          " - 1] = j;\n"
@@ -114,18 +107,18 @@ string ReduceCode::helpers() const {
 
 string ReduceCode::declare(const string& s) const {
   string o;
-  if (r_.op == ReductionOp::Sum) {
+  if (fam_ == ReductionFamily::Sum) {
     for (int c = 0; c < d_; ++c) {
       const string n = to_string(c) + s;
       o += string("  ") + (acc_f64_ ? "double" : "T") + " st" + n + " = 0; double sd" + n +
            " = 0;\n";
       if (kahan_) o += "  T sc" + n + " = 0;\n";
     }
-  } else if (is_minmax(r_.op)) {
+  } else if (fam_ == ReductionFamily::Select) {
     for (int c = 0; c < d_; ++c)
-      o += "  T bv" + to_string(c) + s + " = " + (is_max(r_.op) ? "-" : "") + "INF; i64 bi" +
+      o += "  T bv" + to_string(c) + s + " = " + identity_text(info_, "INF") + "; i64 bi" +
            to_string(c) + s + " = -1;\n";
-  } else if (is_kmin(r_.op)) {
+  } else if (fam_ == ReductionFamily::KSelect) {
     const string K = to_string(k_);
     o += "  T kv" + s + "[" + K + "]; i64 ki" + s + "[" + K + "];\n";
     o += "#pragma unroll\n  for (int q = 0; q < " + K + "; ++q) { kv" + s + "[q] = INF; ki" + s +
@@ -141,7 +134,7 @@ string ReduceCode::declare(const string& s) const {
 string ReduceCode::push(const std::vector<string>& rows, const std::vector<std::vector<string>>& f,
                         const std::vector<std::vector<string>>& w) const {
   string o;
-  if (r_.op == ReductionOp::Sum) {
+  if (fam_ == ReductionFamily::Sum) {
     for (size_t q = 0; q < rows.size(); ++q)
       for (int c = 0; c < d_; ++c) {
         const string st = "st" + to_string(c) + rows[q], sc = "sc" + to_string(c) + rows[q];
@@ -151,8 +144,9 @@ string ReduceCode::push(const std::vector<string>& rows, const std::vector<std::
         else
           o += "      " + st + " += " + (acc_f64_ ? "(double)" : "") + f[q][c] + ";\n";
       }
-  } else if (is_minmax(r_.op)) {
-    const char* not_better = is_max(r_.op) ? " <= " : " >= ";
+  } else if (fam_ == ReductionFamily::Select) {
+    // Terms come in index order: fold_select_takes's rule, with the first term left to close().
+    const char* not_better = info_.is_max ? " <= " : " >= ";
     for (size_t q = 0; q < rows.size(); ++q)
       for (int c = 0; c < d_; ++c) {
         const string b = "bv" + to_string(c) + rows[q], bi = "bi" + to_string(c) + rows[q];
@@ -160,7 +154,7 @@ string ReduceCode::push(const std::vector<string>& rows, const std::vector<std::
              ") && " + b + " == " + b + "; " + b + " = tk_ ? v_ : " + b + "; " + bi +
              " = tk_ ? j : " + bi + "; }\n";
       }
-  } else if (is_kmin(r_.op)) {
+  } else if (fam_ == ReductionFamily::KSelect) {
     for (size_t q = 0; q < rows.size(); ++q)
       o += "      kpush(kv" + rows[q] + ", ki" + rows[q] + ", " + f[q][0] + ", j);\n";
   } else {
@@ -201,7 +195,7 @@ string ReduceCode::push(const std::vector<string>& rows, const std::vector<std::
 
 string ReduceCode::flush(const string& s) const {
   string o;
-  if (r_.op == ReductionOp::Sum)
+  if (fam_ == ReductionFamily::Sum)
     for (int c = 0; c < d_; ++c) {
       const string n = to_string(c) + s;
       if (kahan_)  // the partial's lost low part, -sc, goes in too
@@ -210,7 +204,7 @@ string ReduceCode::flush(const string& s) const {
       else
         o += "      sd" + n + " += st" + n + "; st" + n + " = 0;\n";
     }
-  if (is_softmax(r_.op))
+  if (fam_ == ReductionFamily::SoftMax)
     for (const string& n : sums())
       o += "      " + n + "d" + s + " += " + n + "t" + s + "; " + n + "t" + s + " = 0;\n";
   return o;
@@ -218,7 +212,7 @@ string ReduceCode::flush(const string& s) const {
 
 string ReduceCode::close(const string& s, const string& jb, const string& je) const {
   string o;
-  if (is_minmax(r_.op))
+  if (fam_ == ReductionFamily::Select)
     for (int c = 0; c < d_; ++c) {
       const string bi = "bi" + to_string(c) + s;
       o += "  if (" + bi + " < 0 && " + jb + " < " + je + ") " + bi + " = " + jb + ";\n";
@@ -228,13 +222,13 @@ string ReduceCode::close(const string& s, const string& jb, const string& je) co
 
 string ReduceCode::store(const string& s, const string& at) const {
   string o;
-  if (r_.op == ReductionOp::Sum) {
+  if (fam_ == ReductionFamily::Sum) {
     for (int c = 0; c < d_; ++c) o += "    wv" + slot(c, at) + " = sd" + to_string(c) + s + ";\n";
-  } else if (is_minmax(r_.op)) {
+  } else if (fam_ == ReductionFamily::Select) {
     for (int c = 0; c < d_; ++c)
       o += "    wv" + slot(2 * c, at) + " = bv" + to_string(c) + s + "; wi" + slot(2 * c + 1, at) +
            " = bi" + to_string(c) + s + ";\n";
-  } else if (is_kmin(r_.op)) {
+  } else if (fam_ == ReductionFamily::KSelect) {
     o += "#pragma unroll\n    for (int q = 0; q < " + to_string(k_) + "; ++q) { wv[2 * q * ws + " +
          at + "] = kv" + s + "[q]; wi[(2 * q + 1) * ws + " + at + "] = ki" + s + "[q]; }\n";
   } else {
@@ -247,13 +241,13 @@ string ReduceCode::store(const string& s, const string& at) const {
 
 string ReduceCode::load(const string& s, const string& at) const {
   string o;
-  if (r_.op == ReductionOp::Sum) {
+  if (fam_ == ReductionFamily::Sum) {
     for (int c = 0; c < d_; ++c) o += "    sd" + to_string(c) + s + " = wv" + slot(c, at) + ";\n";
-  } else if (is_minmax(r_.op)) {
+  } else if (fam_ == ReductionFamily::Select) {
     for (int c = 0; c < d_; ++c)
       o += "    bv" + to_string(c) + s + " = (T)wv" + slot(2 * c, at) + "; bi" + to_string(c) + s +
            " = wi" + slot(2 * c + 1, at) + ";\n";
-  } else if (is_kmin(r_.op)) {
+  } else if (fam_ == ReductionFamily::KSelect) {
     o += "#pragma unroll\n    for (int q = 0; q < " + to_string(k_) + "; ++q) { kv" + s +
          "[q] = (T)wv[2 * q * ws + " + at + "]; ki" + s + "[q] = wi[(2 * q + 1) * ws + " + at +
          "]; }\n";
@@ -267,31 +261,29 @@ string ReduceCode::load(const string& s, const string& at) const {
 
 string ReduceCode::merge(const string& a, const string& b) const {
   string o;
-  if (r_.op == ReductionOp::Sum) {
+  if (fam_ == ReductionFamily::Sum) {
     for (int c = 0; c < d_; ++c)
       o += "    sd" + to_string(c) + a + " += sd" + to_string(c) + b + ";\n";
-  } else if (is_minmax(r_.op)) {
-    const char* better = is_max(r_.op) ? " > " : " < ";
+  } else if (fam_ == ReductionFamily::Select) {
     for (int c = 0; c < d_; ++c) {
       const string va = "bv" + to_string(c) + a, ia = "bi" + to_string(c) + a;
       const string vb = "bv" + to_string(c) + b, ib = "bi" + to_string(c) + b;
-      o += "    if (" + ib + " >= 0 && (" + ia + " < 0 || (" + vb + " != " + vb + " && " + va +
-           " == " + va + ") || " + vb + better + va + ")) { " + va + " = " + vb + "; " + ia +
-           " = " + ib + "; }\n";
+      o += "    if (fold_select_takes(" + vb + ", " + ib + ", " + va + ", " + ia + ", " +
+           (info_.is_max ? "1" : "0") + ")) { " + va + " = " + vb + "; " + ia + " = " + ib +
+           "; }\n";
     }
-  } else if (is_kmin(r_.op)) {
+  } else if (fam_ == ReductionFamily::KSelect) {
     o += "#pragma unroll\n    for (int q = 0; q < " + to_string(k_) + "; ++q) if (ki" + b +
          "[q] >= 0) kpush(kv" + a + ", ki" + a + ", kv" + b + "[q], ki" + b + "[q]);\n";
   } else {
     // b's terms come after a's: the same rescaling as one more term, NaN and +-inf included.
     const string ma = "(double)m" + a, mb = "(double)m" + b;
     o += "    if (!(m" + b + " <= m" + a + ")) {\n";
-    o += "      const double sc_ = m" + a + " == -INF ? 0.0 : exp(" + ma + " - " + mb + ");\n";
+    o += "      const double sc_ = fold_shift_scale(" + ma + ", " + mb + ");\n";
     for (const string& n : sums())
       o += "      " + n + "d" + a + " = " + n + "d" + a + " * sc_ + " + n + "d" + b + ";\n";
     o += "      m" + a + " = m" + b + ";\n    } else {\n";
-    o += "      const double sc_ = m" + b + " == -INF ? 0.0 : m" + b + " == m" + a +
-         " ? 1.0 : exp(" + mb + " - " + ma + ");\n";
+    o += "      const double sc_ = fold_shift_scale(" + mb + ", " + ma + ");\n";
     for (const string& n : sums()) o += "      " + n + "d" + a + " += " + n + "d" + b + " * sc_;\n";
     o += "    }\n";
   }
@@ -300,23 +292,23 @@ string ReduceCode::merge(const string& a, const string& b) const {
 
 string ReduceCode::finish(const string& s, const string& row) const {
   string o;
-  if (r_.op == ReductionOp::Sum) {
+  if (fam_ == ReductionFamily::Sum) {
     for (int c = 0; c < d_; ++c)
       o += "    out0[" + row + " * " + to_string(d_) + " + " + to_string(c) + "] = (T)sd" +
            to_string(c) + s + ";\n";
-  } else if (is_minmax(r_.op)) {
-    const bool arg_only = r_.op == ReductionOp::ArgMin || r_.op == ReductionOp::ArgMax;
-    const bool both = r_.op == ReductionOp::MinArgMin || r_.op == ReductionOp::MaxArgMax;
+  } else if (fam_ == ReductionFamily::Select) {
     for (int c = 0; c < d_; ++c) {
       const string at = row + " * " + to_string(d_) + " + " + to_string(c);
-      if (!arg_only) o += "    out0[" + at + "] = bv" + to_string(c) + s + ";\n";
-      if (arg_only || both) o += "    outi[" + at + "] = bi" + to_string(c) + s + ";\n";
+      for (int q = 0; q < info_.num_outputs(); ++q)
+        o += info_.output_is_index(q) ? "    outi[" + at + "] = bi" + to_string(c) + s + ";\n"
+                                      : "    out0[" + at + "] = bv" + to_string(c) + s + ";\n";
     }
-  } else if (is_kmin(r_.op)) {
+  } else if (fam_ == ReductionFamily::KSelect) {
     const string K = to_string(k_);
     o += "#pragma unroll\n    for (int q = 0; q < " + K + "; ++q) {";
-    if (r_.op != ReductionOp::ArgKMin) o += " out0[" + row + " * " + K + " + q] = kv" + s + "[q];";
-    if (r_.op != ReductionOp::KMin) o += " outi[" + row + " * " + K + " + q] = ki" + s + "[q];";
+    for (int q = 0; q < info_.num_outputs(); ++q)
+      o += info_.output_is_index(q) ? " outi[" + row + " * " + K + " + q] = ki" + s + "[q];"
+                                    : " out0[" + row + " * " + K + " + q] = kv" + s + "[q];";
     o += " }\n";
   } else {
     // Empty or all -inf: m = -inf and zero sums give -inf (LogSumExp) and 0 (SoftMax); NaN terms

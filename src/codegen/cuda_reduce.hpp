@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "reduction/reduction_impl.hpp"
+#include "reduction/reduction_info.hpp"
 
 namespace tessel::cuda_gen {
 
@@ -23,7 +24,8 @@ class ReduceCode {
   explicit ReduceCode(const ReductionImpl& r, SumScheme scheme = SumScheme::Block,
                       bool acc_f64 = false);
 
-  // Device functions the pieces call (the K-best insertion), placed before the kernels.
+  // Device functions the pieces call (the shared merge rules of reduction/fold_rules.inc, the
+  // K-best insertion), placed before the kernels.
   std::string helpers() const;
   // 8-byte workspace words one row's state takes: values as double, indices as int64.
   int slots() const;
@@ -57,6 +59,8 @@ class ReduceCode {
   const ReductionImpl& r_;
   int d_, wd_, k_;
   bool kahan_, acc_f64_;
+  const ReductionInfo& info_;
+  ReductionFamily fam_;
 };
 
 }  // namespace tessel::cuda_gen

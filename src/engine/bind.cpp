@@ -117,7 +117,7 @@ bool contiguous(const ArrayView& a) {
 std::vector<RowBlock> row_blocks(const ReductionImpl& r, const Options& opt, int64_t n_outer,
                                  int64_t n_inner) {
   const char* fn = "evaluate";
-  if (!opt.ranges || r.op == ReductionOp::GatherSum || r.op == ReductionOp::ScatterSum)
+  if (!opt.ranges || reduction_info(r.op).is_indexed())
     return {RowBlock{0, n_outer, {0, n_inner}}};
   const BlockRanges& br = *opt.ranges;
   const bool over_j = r.axis == 1;

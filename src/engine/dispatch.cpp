@@ -98,8 +98,7 @@ void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> 
   p.n_outer = rows[static_cast<int>(r.outer())];
   p.n_inner = rows[static_cast<int>(r.inner())];
   p.blocks = row_blocks(r, ctx.opt, p.n_outer, p.n_inner);
-  const bool kmin = r.op == ReductionOp::KMin || r.op == ReductionOp::ArgKMin ||
-                    r.op == ReductionOp::KMinArgKMin;
+  const bool kmin = reduction_info(r.op).family == ReductionFamily::KSelect;
   if (kmin && r.k > p.n_inner)
     detail::fail(fn, reduction_name(r.op), ": K = ", r.k, " is larger than the number of ",
                  r.axis == 1 ? "j" : "i", " rows (", p.n_inner, ")");
@@ -150,8 +149,8 @@ void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> 
       views.push_back(tmp.back().view());
     }
   }
-  const bool interpret = ctx.opt.backend == Backend::Interpreter ||
-                         r.op == ReductionOp::GatherSum || r.op == ReductionOp::ScatterSum;
+  const bool interpret =
+      ctx.opt.backend == Backend::Interpreter || reduction_info(r.op).is_indexed();
   p.device = ctx.device;
   const BackendRegistry& reg = BackendRegistry::instance();
   const BackendChoice choice = choose_backend(ctx.opt.backend, ctx.device, interpret);

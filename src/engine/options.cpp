@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <sstream>
 
+#include "reduction/reduction_info.hpp"
+
 namespace tessel {
 namespace {
 
@@ -154,9 +156,10 @@ void check_type(std::string_view who, const Spec& s, const OptionValue& v) {
   }
 }
 
+// KeOps's "sum type" reductions: those whose state is a sum, where the accumulation options apply.
 bool sum_type(ReductionOp op) {
-  return op == ReductionOp::Sum || op == ReductionOp::LogSumExp ||
-         op == ReductionOp::SumSoftMaxWeight;
+  const ReductionFamily f = reduction_info(op).family;
+  return f == ReductionFamily::Sum || f == ReductionFamily::SoftMax;
 }
 
 double non_negative(std::string_view who, const char* name, const OptionValue& v) {

@@ -2,33 +2,13 @@
 #include <algorithm>
 #include <unordered_map>
 
-#include "reduction/reduction_impl.hpp"
 #include "ops/op.hpp"
+#include "reduction/reduction_impl.hpp"
+#include "reduction/reduction_info.hpp"
 
 namespace tessel {
 
 namespace {
-
-struct NameEntry {
-  ReductionOp op;
-  const char* name;
-};
-constexpr NameEntry kNames[] = {
-    {ReductionOp::Sum, "Sum"},
-    {ReductionOp::Min, "Min"},
-    {ReductionOp::Max, "Max"},
-    {ReductionOp::ArgMin, "ArgMin"},
-    {ReductionOp::ArgMax, "ArgMax"},
-    {ReductionOp::MinArgMin, "Min_ArgMin"},
-    {ReductionOp::MaxArgMax, "Max_ArgMax"},
-    {ReductionOp::KMin, "KMin"},
-    {ReductionOp::ArgKMin, "ArgKMin"},
-    {ReductionOp::KMinArgKMin, "KMin_ArgKMin"},
-    {ReductionOp::LogSumExp, "LogSumExp"},
-    {ReductionOp::SumSoftMaxWeight, "SumSoftMaxWeight"},
-    {ReductionOp::GatherSum, "GatherSum"},
-    {ReductionOp::ScatterSum, "ScatterSum"},
-};
 
 void add_vars(const Formula& f, std::vector<VarSlot>& out) {
   if (!f.valid()) return;
@@ -40,35 +20,7 @@ const char* cat_name(Category c) {
   return c == Category::I ? "Vi" : c == Category::J ? "Vj" : "Pm";
 }
 
-bool is_kmin(ReductionOp op) {
-  return op == ReductionOp::KMin || op == ReductionOp::ArgKMin || op == ReductionOp::KMinArgKMin;
-}
-
 }  // namespace
-
-const char* reduction_name(ReductionOp op) {
-  for (const auto& e : kNames)
-    if (e.op == op) return e.name;
-  return "?";
-}
-
-ReductionOp reduction_from_name(const std::string& name) {
-  for (const auto& e : kNames)
-    if (name == e.name && e.op != ReductionOp::GatherSum && e.op != ReductionOp::ScatterSum)
-      return e.op;
-  // KeOps spellings
-  // (not Max_SumShiftExpWeight: KeOps returns its raw (max, shifted sums) pair, not a log)
-  if (name == "LogSumExpWeight") return ReductionOp::LogSumExp;
-  if (name == "SumSoftMax" || name == "SoftMax") return ReductionOp::SumSoftMaxWeight;
-  if (name == "MinArgMin") return ReductionOp::MinArgMin;
-  if (name == "MaxArgMax") return ReductionOp::MaxArgMax;
-  if (name == "KMinArgKMin") return ReductionOp::KMinArgKMin;
-  std::string known;
-  for (const auto& e : kNames)
-    if (e.op != ReductionOp::GatherSum && e.op != ReductionOp::ScatterSum)
-      known += std::string(known.empty() ? "" : ", ") + e.name;
-  detail::fail("reduction_from_name", "unknown reduction '", name, "'; expected one of ", known);
-}
 
 const VarSlot* ReductionImpl::find_var(int index) const {
   for (const auto& v : vars)
@@ -76,31 +28,15 @@ const VarSlot* ReductionImpl::find_var(int index) const {
   return nullptr;
 }
 
-int ReductionImpl::num_outputs() const {
-  return op == ReductionOp::MinArgMin || op == ReductionOp::MaxArgMax ||
-                 op == ReductionOp::KMinArgKMin
-             ? 2
-             : 1;
-}
+int ReductionImpl::num_outputs() const { return reduction_info(op).num_outputs(); }
 
 int ReductionImpl::output_dim(int out) const {
-  if (is_kmin(op)) return k;
-  if (op == ReductionOp::SumSoftMaxWeight) return weight.dim();
-  if (op == ReductionOp::LogSumExp) return weight.valid() ? weight.dim() : 1;
-  (void)out;
-  return f.dim();
+  (void)out;  // every output of a row has the same columns
+  return reduction_info(op).output_dim(f.dim(), weight.valid() ? weight.dim() : 0, k);
 }
 
 bool ReductionImpl::output_is_index(int out) const {
-  switch (op) {
-    case ReductionOp::ArgMin:
-    case ReductionOp::ArgMax:
-    case ReductionOp::ArgKMin: return true;
-    case ReductionOp::MinArgMin:
-    case ReductionOp::MaxArgMax:
-    case ReductionOp::KMinArgKMin: return out == 1;
-    default: return false;
-  }
+  return reduction_info(op).output_is_index(out);
 }
 
 int ReductionImpl::next_input_index() const {
@@ -159,28 +95,24 @@ Reduction::Reduction(ReductionOp op, Formula f, int axis, int k, Formula weight)
   const char* fn = "Reduction";
   if (!f.valid()) detail::fail(fn, "the formula is null");
   if (axis != 0 && axis != 1) detail::fail(fn, "axis must be 0 (over i) or 1 (over j), got ", axis);
-  if (op == ReductionOp::GatherSum || op == ReductionOp::ScatterSum)
-    detail::fail(fn, reduction_name(op), " is produced by differentiation, not built directly");
+  const ReductionInfo& info = reduction_info(op);
+  if (!info.by_name)
+    detail::fail(fn, info.name, " is produced by differentiation, not built directly");
   auto impl = std::make_shared<ReductionImpl>();
   impl->op = op;
   impl->f = f;
   impl->axis = axis;
   impl->k = k;
-  if (is_kmin(op)) {
-    if (k < 1) detail::fail(fn, reduction_name(op), " needs K >= 1, got ", k);
-    if (f.dim() != 1)
-      detail::fail(fn, reduction_name(op), " needs a formula of dim 1, got dim ", f.dim());
+  if (info.uses_k) {
+    if (k < 1) detail::fail(fn, info.name, " needs K >= 1, got ", k);
   } else if (k != 0) {
-    detail::fail(fn, "K is only used by the KMin reductions, got K = ", k, " for ",
-                 reduction_name(op));
+    detail::fail(fn, "K is only used by the KMin reductions, got K = ", k, " for ", info.name);
   }
-  if (op == ReductionOp::LogSumExp || op == ReductionOp::SumSoftMaxWeight) {
-    if (f.dim() != 1)
-      detail::fail(fn, reduction_name(op), " needs a formula of dim 1, got dim ", f.dim());
-  }
-  if (op == ReductionOp::SumSoftMaxWeight && !weight.valid())
-    detail::fail(fn, "SumSoftMaxWeight needs the weight formula G");
-  if (weight.valid() && op != ReductionOp::LogSumExp && op != ReductionOp::SumSoftMaxWeight)
+  if (info.scalar_formula && f.dim() != 1)
+    detail::fail(fn, info.name, " needs a formula of dim 1, got dim ", f.dim());
+  if (info.weight == WeightUse::Required && !weight.valid())
+    detail::fail(fn, info.name, " needs the weight formula G");
+  if (weight.valid() && info.weight == WeightUse::None)
     detail::fail(fn, "a weight formula is only used by LogSumExp and SumSoftMaxWeight");
   impl->weight = weight;
   add_vars(f, impl->vars);

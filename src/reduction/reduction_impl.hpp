@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "ir/node.hpp"
+#include "reduction/reduction_info.hpp"
 #include "tessel/reduction.hpp"
 
 namespace tessel {

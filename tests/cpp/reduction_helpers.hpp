@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 #include <initializer_list>
+#include <limits>
 #include <map>
 #include <random>
 #include <string>
@@ -15,6 +16,7 @@
 
 #include "ops/eval_ref.hpp"
 #include "reduction/reduction_impl.hpp"
+#include "reduction/reduction_info.hpp"
 #include "tessel/tessel.hpp"
 
 namespace tessel::testing {
@@ -79,6 +81,91 @@ inline std::vector<double> eval_pair(const Reduction& r, const std::vector<Array
     vals[v.index] = row_of(in[v.index], row, v.dim);
   }
   return eval_point(f, vals);
+}
+
+// Dense float64 reference of a reduction built by name: F (and the weight) on every (i, j) pair
+// with the reference evaluator, reduced by the row's family with the documented semantics (Min/Max:
+// first NaN wins, ties to the lowest index; KMin: stable sort, NaN last). One vector per output,
+// indices as doubles. Written apart from the library's folds so that it can judge them.
+inline std::vector<std::vector<double>> dense_reduction(const Reduction& r,
+                                                        const std::vector<Array>& in) {
+  const ReductionInfo& info = reduction_info(r.op());
+  int64_t rows[2] = {0, 0};  // i, j
+  for (const VarSlot& v : r.inputs())
+    if (v.cat != Category::Param) rows[v.cat == Category::I ? 0 : 1] = in[v.index].shape()[0];
+  const int64_t n_out = rows[r.axis() == 1 ? 0 : 1], n_red = rows[r.axis() == 1 ? 1 : 0];
+  const double inf = std::numeric_limits<double>::infinity();
+  const int D = r.formula().dim(), K = r.k();
+  std::vector<std::vector<double>> out(r.num_outputs());
+  for (int64_t o = 0; o < n_out; ++o) {
+    std::vector<std::vector<double>> f, w;
+    for (int64_t q = 0; q < n_red; ++q) {
+      const int64_t i = r.axis() == 1 ? o : q, j = r.axis() == 1 ? q : o;
+      f.push_back(eval_pair(r, in, i, j, r.formula()));
+      if (r.weight().valid()) w.push_back(eval_pair(r, in, i, j, r.weight()));
+    }
+    std::vector<double> val, idx;  // per output column
+    switch (info.family) {
+      case ReductionFamily::Sum:
+        for (int d = 0; d < D; ++d) {
+          double s = 0;
+          for (int64_t q = 0; q < n_red; ++q) s += f[q][d];
+          val.push_back(s);
+        }
+        break;
+      case ReductionFamily::Select:
+        for (int d = 0; d < D; ++d) {
+          double best = info.is_max ? -inf : inf;
+          int64_t bi = -1;
+          for (int64_t q = 0; q < n_red; ++q) {
+            const double v = f[q][d];
+            if (std::isnan(v)) {
+              if (!std::isnan(best)) best = v, bi = q;
+              continue;
+            }
+            if (bi < 0 || (!std::isnan(best) && (info.is_max ? v > best : v < best)))
+              best = v, bi = q;
+          }
+          val.push_back(best);
+          idx.push_back(static_cast<double>(bi));
+        }
+        break;
+      case ReductionFamily::KSelect: {
+        std::vector<std::pair<double, int64_t>> all;
+        for (int64_t q = 0; q < n_red; ++q) all.push_back({f[q][0], q});
+        std::stable_sort(all.begin(), all.end(), [](auto& a, auto& b) {
+          return !std::isnan(a.first) && (std::isnan(b.first) || a.first < b.first);
+        });
+        for (int q = 0; q < K; ++q) {
+          val.push_back(all[q].first);
+          idx.push_back(static_cast<double>(all[q].second));
+        }
+        break;
+      }
+      case ReductionFamily::SoftMax: {
+        double m = -inf;
+        for (int64_t q = 0; q < n_red; ++q) m = std::max(m, f[q][0]);
+        double s = 0;
+        for (int64_t q = 0; q < n_red; ++q) s += std::exp(f[q][0] - m);
+        const int W = r.weight().valid() ? r.weight().dim() : 1;
+        for (int d = 0; d < W; ++d) {
+          double a = 0;
+          for (int64_t q = 0; q < n_red; ++q)
+            a += std::exp(f[q][0] - m) * (r.weight().valid() ? w[q][d] : 1.0);
+          val.push_back(r.op() == ReductionOp::LogSumExp ? m + std::log(a) : a / s);
+        }
+        break;
+      }
+      case ReductionFamily::Indexed:
+        ADD_FAILURE() << info.name << " has no dense reference: it is not built by name";
+        return out;
+    }
+    for (int k = 0; k < r.num_outputs(); ++k) {
+      const std::vector<double>& src = r.output_is_index(k) ? idx : val;
+      out[k].insert(out[k].end(), src.begin(), src.end());
+    }
+  }
+  return out;
 }
 
 inline void expect_close(const Array& got, const std::vector<double>& want, double rtol,

@@ -220,7 +220,7 @@ class InterpreterBackend final : public KernelBackend {
   const char* name() const override { return "interpreter"; }
   bool run(const Problem& p, std::span<const ArrayView> outs) override {
     const Program prog(p);
-    if (p.r->op == ReductionOp::GatherSum || p.r->op == ReductionOp::ScatterSum)
+    if (reduction_info(p.r->op).is_indexed())
       run_gather_scatter(p, prog, outs);
     else
       run_sum_like(p, prog, outs);

@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "reduction/fold_rules.hpp"
+#include "reduction/reduction_info.hpp"
 #include "tessel/reduction.hpp"
 
 namespace tessel {
@@ -24,19 +26,16 @@ namespace tessel {
 class ReduceState {
  public:
   ReduceState(ReductionOp op, int dim, int weight_dim, int k)
-      : op_(op), d_(dim), wd_(weight_dim), k_(k) {
-    const int n = op == ReductionOp::LogSumExp || op == ReductionOp::SumSoftMaxWeight
-                      ? std::max(wd_, 1)
-                      : is_kmin() ? k_ : d_;
-    val_.resize(n);
-    idx_.resize(n);
+      : op_(op), info_(reduction_info(op)), d_(dim), wd_(weight_dim), k_(k) {
+    val_.resize(info_.output_dim(d_, wd_, k_));
+    idx_.resize(val_.size());
     reset();
   }
 
   void reset() {
     const double inf = std::numeric_limits<double>::infinity();
-    const double init = is_max() ? -inf : (is_min() || is_kmin()) ? inf : 0.0;
-    std::fill(val_.begin(), val_.end(), init);
+    // The SoftMax family keeps its identity -inf in m_; its sums start at 0.
+    std::fill(val_.begin(), val_.end(), is_softmax() ? 0.0 : info_.identity);
     std::fill(idx_.begin(), idx_.end(), -1);
     filled_ = 0;
     heap_.clear();
@@ -46,18 +45,16 @@ class ReduceState {
   }
 
   void push(const double* f, const double* w, int64_t j) {
-    if (is_min() || is_max()) {
+    if (info_.family == ReductionFamily::Select) {
       for (int c = 0; c < d_; ++c) {
-        const double v = f[c];
-        const bool better = is_min() ? v < val_[c] : v > val_[c];
-        if (idx_[c] < 0 || (std::isnan(v) && !std::isnan(val_[c])) || better) {
-          val_[c] = v;
+        if (fold::fold_select_takes(f[c], j, val_[c], idx_[c], info_.is_max)) {
+          val_[c] = f[c];
           idx_[c] = j;
         }
       }
-    } else if (is_kmin()) {
+    } else if (info_.family == ReductionFamily::KSelect) {
       push_kmin(f[0], j);
-    } else if (op_ == ReductionOp::LogSumExp || op_ == ReductionOp::SumSoftMaxWeight) {
+    } else if (is_softmax()) {
       push_softmax(f[0], w);
     } else {
       for (int c = 0; c < d_; ++c) val_[c] += f[c];
@@ -73,65 +70,35 @@ class ReduceState {
       for (size_t q = 0; q < heap_.size(); ++q) val_[q] = heap_[q].first, idx_[q] = heap_[q].second;
       heap_.clear();
     }
-    switch (op_) {
-      case ReductionOp::Min:
-      case ReductionOp::Max:
-      case ReductionOp::KMin:
-        for (size_t c = 0; c < val_.size(); ++c) out(0, static_cast<int>(c), val_[c]);
-        break;
-      case ReductionOp::ArgMin:
-      case ReductionOp::ArgMax:
-      case ReductionOp::ArgKMin:
-        for (size_t c = 0; c < idx_.size(); ++c)
-          out(0, static_cast<int>(c), static_cast<double>(idx_[c]));
-        break;
-      case ReductionOp::MinArgMin:
-      case ReductionOp::MaxArgMax:
-      case ReductionOp::KMinArgKMin:
-        for (size_t c = 0; c < val_.size(); ++c) {
-          out(0, static_cast<int>(c), val_[c]);
-          out(1, static_cast<int>(c), static_cast<double>(idx_[c]));
-        }
-        break;
-      case ReductionOp::LogSumExp:
-        for (size_t c = 0; c < val_.size(); ++c)
-          out(0, static_cast<int>(c),
-              nan_ ? NAN : s_zero(c) ? -std::numeric_limits<double>::infinity()
-                                     : m_ + std::log(val_[c]));
-        break;
-      case ReductionOp::SumSoftMaxWeight:
-        for (size_t c = 0; c < val_.size(); ++c)
-          out(0, static_cast<int>(c),
-              nan_ || m_ == INFINITY || std::isnan(val_[c]) ? NAN
-              : s_ == 0                                    ? 0.0
-                                                           : val_[c] / s_);
-        break;
-      default:
-        for (size_t c = 0; c < val_.size(); ++c) out(0, static_cast<int>(c), val_[c]);
+    if (is_softmax()) {
+      for (size_t c = 0; c < val_.size(); ++c) out(0, static_cast<int>(c), softmax_value(c));
+      return;
     }
+    // Sum, Select and KSelect: the values, the indices, or both.
+    for (int o = 0; o < info_.num_outputs(); ++o)
+      for (size_t c = 0; c < val_.size(); ++c)
+        out(o, static_cast<int>(c),
+            info_.output_is_index(o) ? static_cast<double>(idx_[c]) : val_[c]);
   }
 
  private:
-  bool is_min() const {
-    return op_ == ReductionOp::Min || op_ == ReductionOp::ArgMin || op_ == ReductionOp::MinArgMin;
-  }
-  bool is_max() const {
-    return op_ == ReductionOp::Max || op_ == ReductionOp::ArgMax || op_ == ReductionOp::MaxArgMax;
-  }
-  bool is_kmin() const {
-    return op_ == ReductionOp::KMin || op_ == ReductionOp::ArgKMin ||
-           op_ == ReductionOp::KMinArgKMin;
+  bool is_softmax() const { return info_.family == ReductionFamily::SoftMax; }
+  double softmax_value(size_t c) const {
+    if (op_ == ReductionOp::LogSumExp)
+      return nan_        ? NAN
+             : s_zero(c) ? -std::numeric_limits<double>::infinity()
+                         : m_ + std::log(val_[c]);
+    return nan_ || m_ == INFINITY || std::isnan(val_[c]) ? NAN : s_ == 0 ? 0.0 : val_[c] / s_;
   }
   bool s_zero(size_t c) const { return val_[c] == 0.0 && m_ == -INFINITY; }
-
-  static bool ranks_before(double a, double b) { return !std::isnan(a) && (std::isnan(b) || a < b); }
 
   // A K-best list kept sorted costs O(K) per accepted term: fine for a few dozen, quadratic for
   // K in the thousands (the first K terms are all accepted). Past kSortedK the K best wait in a
   // max-heap (O(log K) per term) ordered by (rank, index) and are sorted once per row.
   static constexpr int kSortedK = 64;
   static bool kbefore(const std::pair<double, int64_t>& a, const std::pair<double, int64_t>& b) {
-    return ranks_before(a.first, b.first) || (!ranks_before(b.first, a.first) && a.second < b.second);
+    return fold::fold_ranks_before(a.first, b.first) ||
+           (!fold::fold_ranks_before(b.first, a.first) && a.second < b.second);
   }
 
   void push_kmin(double v, int64_t j) {
@@ -147,14 +114,7 @@ class ReduceState {
       }
       return;
     }
-    int pos = filled_;
-    while (pos > 0 && ranks_before(v, val_[pos - 1])) --pos;
-    if (pos >= k_) return;
-    const int last = std::min(filled_, k_ - 1);
-    for (int q = last; q > pos; --q) val_[q] = val_[q - 1], idx_[q] = idx_[q - 1];
-    val_[pos] = v;
-    idx_[pos] = j;
-    filled_ = std::min(filled_ + 1, k_);
+    fold::fold_kins(val_.data(), idx_.data(), &filled_, k_, v, j);
   }
 
   // LogSumExp (val_ = sum of exp(F - m) w, or of exp(F - m)) and SoftMax (val_ = sum exp(F-m) G,
@@ -171,10 +131,10 @@ class ReduceState {
     }
     double scale_old = 1.0, term = 1.0;
     if (v > m_) {
-      scale_old = m_ == -INFINITY ? 0.0 : std::exp(m_ - v);
+      scale_old = fold::fold_shift_scale(m_, v);
       m_ = v;
     } else {
-      term = v == m_ ? 1.0 : std::exp(v - m_);  // +inf terms under m = +inf count 1, not NaN
+      term = fold::fold_shift_scale(v, m_);  // +inf terms under m = +inf count 1, not NaN
     }
     const bool weighted = wd_ > 0;
     s_ = s_ * scale_old + term;
@@ -183,6 +143,7 @@ class ReduceState {
   }
 
   ReductionOp op_;
+  ReductionInfo info_;
   int d_, wd_, k_;
   std::vector<double> val_;
   std::vector<int64_t> idx_;

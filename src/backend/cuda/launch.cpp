@@ -126,13 +126,11 @@ bool CudaBackend::run(const Problem& p, std::span<const ArrayView> outs) {
   const int device = p.device;
   const CudaDevice& dev = cuda_device(device, kWho);
   const ReductionImpl& r = *p.r;
-  if (r.op == ReductionOp::GatherSum || r.op == ReductionOp::ScatterSum)
+  if (reduction_info(r.op).is_indexed())
     detail::fail(kWho, "gradients through Min/Max/KMin (", reduction_name(r.op),
                  ") do not run on CUDA yet; evaluate them on CPU arrays");
   if (p.opt.ranges) detail::fail(kWho, "block-sparse ranges do not run on CUDA yet");
-  if ((r.op == ReductionOp::KMin || r.op == ReductionOp::ArgKMin ||
-       r.op == ReductionOp::KMinArgKMin) &&
-      r.k > kCompiledMaxK)
+  if (reduction_info(r.op).family == ReductionFamily::KSelect && r.k > kCompiledMaxK)
     detail::fail(kWho, reduction_name(r.op), " with K = ", r.k, " exceeds the CUDA limit K <= ",
                  kCompiledMaxK, "; evaluate it on CPU arrays");
   const bool f64 = p.dtype == DType::Float64;

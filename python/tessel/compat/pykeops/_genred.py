@@ -2,13 +2,12 @@
 import math
 
 from ... import _core
-from ..._genred import alias_index, read_aliases, reduction_name
+from ..._genred import _K_REDUCTIONS, alias_index, read_aliases, reduction_name
 
 __all__ = ["GenredBase", "KernelSolveBase", "make_generic_ops"]
 
 _CAT_TEXT = ("Vi", "Vj", "Pm")
 
-_K_REDUCTIONS = ("KMin", "ArgKMin", "KMin_ArgKMin")
 
 
 def call_options(who, backend, device_id, **more):
