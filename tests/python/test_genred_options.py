@@ -135,9 +135,11 @@ def test_compat_kernel_solve_checks_its_options():
         ks(x, x, b, alpha=1.0, eps=-1.0)
     with pytest.raises(TypeError, match="KernelSolve: alpha must be a number, got str"):
         ks(x, x, b, alpha="1")
-    a = ks(x, x, b, alpha=1.0, backend="CPU", device_id=0)
     k = torch.exp(-((x[:, None] - x[None]) ** 2).sum(-1))
-    torch.testing.assert_close(k @ a + a, b, rtol=1e-5, atol=1e-5)
+    # alpha may be a tensor, as in pykeops's own tests
+    for alpha in (1.0, torch.tensor([1.0], dtype=torch.float64)):
+        a = ks(x, x, b, alpha=alpha, backend="CPU", device_id=0)
+        torch.testing.assert_close(k @ a + a, b, rtol=1e-5, atol=1e-5)
 
 
 # ---- a variable the simplification drops keeps its argument ---------------------------------------

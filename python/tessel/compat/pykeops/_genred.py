@@ -182,12 +182,14 @@ class KernelSolveBase:
     def __call__(self, *args, backend="auto", device_id=-1, alpha=1e-10, eps=1e-6, ranges=None):
         """pykeops's stopping rule |r|^2 < size eps^2, i.e. an absolute tolerance."""
         who = self._who
-        kw = call_options(who, backend, device_id, alpha=alpha, eps=eps)
+        # alpha may be a tensor (tessel learns it; tessel's KernelSolve checks it), else a number.
+        more = dict(eps=eps) if hasattr(alpha, "shape") else dict(eps=eps, alpha=alpha)
+        kw = call_options(who, backend, device_id, **more)
         if len(args) != self.genred.nargs:
             raise ValueError(f"{who}: invalid number of arguments: expected "
                              f"{self.genred.nargs}, got {len(args)}")
         size = math.prod(args[self.varinvpos].shape)
-        return self._solver()(*args, alpha=kw["alpha"], tol=0.0,
+        return self._solver()(*args, alpha=alpha, tol=0.0,
                               atol=kw["eps"] * math.sqrt(size), maxiter=max(100, 10 * size),
                               backend=kw.get("backend"), ranges=ranges)
 
