@@ -170,8 +170,10 @@ NB_MODULE(_core, m) {
       .def("__str__", &Formula::str)
       .def("__repr__", [](const Formula& f) { return "tessel.Formula(" + f.str() + ")"; })
       // Hash-consing: equal formulas are one node, so equality is identity and hashing is cheap.
-      .def("__eq__", [](const Formula& a, const Formula& b) { return a.same(b); })
-      .def("__ne__", [](const Formula& a, const Formula& b) { return !a.same(b); })
+      .def("__eq__", [](const Formula& a, const Formula& b) { return a.same(b); },
+           nb::is_operator())
+      .def("__ne__", [](const Formula& a, const Formula& b) { return !a.same(b); },
+           nb::is_operator())
       .def("__hash__", [](const Formula& f) { return static_cast<size_t>(f.hash().lo); })
       .def("__getstate__", [](const Formula& f) { return std::make_tuple(f.str()); })
       .def("__setstate__",
