@@ -14,7 +14,7 @@ from . import _lazy_vars as lv
 
 __all__ = ["FormulaOps", "add_table_methods", "joint"]
 
-_make = _core.make
+_make, _var = _core.make, _core.var
 
 
 def _plain(e):
@@ -42,14 +42,14 @@ def joint(*lts):
             continue
         if where is None:
             where = {v.key: k for k, v in enumerate(variables)}
-        mapping = []
-        for v in lt._vars:
+        mapping, same = [], True
+        for m, v in enumerate(lt._vars):
             k = where.get(v.key)
             if k is None:
                 k = where[v.key] = len(variables)
                 variables.append(v)
             mapping.append(k)
-        same = all(k == m for k, m in enumerate(mapping))
+            same = same and k == m
         formulas.append(lt._f if same else lt._f.relabel(mapping))
     return formulas, variables
 
@@ -67,7 +67,10 @@ class FormulaOps:
     @classmethod
     def _leaf(cls, v):
         lt = object.__new__(cls)
-        lt._f = _core_call("__init__", _core.var, 0, v.dim, v.cat)
+        try:
+            lt._f = _var(0, v.dim, v.cat)
+        except ValueError as e:  # a 0-wide array
+            raise ValueError(f"LazyTensor: {_plain(e)}") from None
         lt._vars = (v,)
         lt._ni = v.n if v.cat == lv.I else None
         lt._nj = v.n if v.cat == lv.J else None
@@ -93,16 +96,25 @@ class FormulaOps:
         ni, nj, batch, adapter = self._ni, self._nj, self._batch, self._adapter
         for o in operands:
             if o is not self and o._vars:
-                ni, nj = lv.join_sizes(ni, o._ni, lv.I), lv.join_sizes(nj, o._nj, lv.J)
-                batch = lv.broadcast_batch(batch, o._batch, "LazyTensor")
-                adapter = lv.join_adapters(adapter, o._adapter)
+                if o._ni != ni:
+                    ni = lv.join_sizes(ni, o._ni, lv.I)
+                if o._nj != nj:
+                    nj = lv.join_sizes(nj, o._nj, lv.J)
+                if o._batch != batch:
+                    batch = lv.broadcast_batch(batch, o._batch, "LazyTensor")
+                if o._adapter is not adapter:
+                    adapter = lv.join_adapters(adapter, o._adapter)
         lt._ni, lt._nj, lt._batch, lt._adapter = ni, nj, batch, adapter
         return lt
 
     def _apply(self, who, op, operands, params=()):
         """Op `op` of the core's table on the operands (self among them), with integer params."""
         formulas, variables = joint(*operands)
-        return self._new(_core_call(who, _make, op, formulas, list(params)), variables, operands)
+        try:
+            f = _make(op, formulas, params)
+        except (ValueError, TypeError) as e:
+            raise type(e)(f"LazyTensor.{who}: {_plain(e)}") from None
+        return self._new(f, variables, operands)
 
     def _build(self, who, fn, operands, *extra):
         """fn(formulas..., *extra) for a core builder other than make (tensordot, grad, ...)."""

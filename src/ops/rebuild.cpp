@@ -75,10 +75,8 @@ std::vector<AliasInfo> variable_info(const Formula& f) {
 
 Formula relabel(const Formula& f, const std::vector<int>& index_map, bool swap_ij) {
   if (!f.valid()) detail::fail("relabel", "the formula is null");
-  std::unordered_map<const Node*, Formula> leaves;
-  for (const NodePtr& p : topo_order(f.ptr())) {
-    if (!p->is_var()) continue;
-    const Node& n = *p;
+  // The variable a leaf becomes, or null when it stays.
+  auto moved = [&](const Node& n) -> Formula {
     int index = n.var_index();
     if (!index_map.empty()) {
       if (index >= static_cast<int>(index_map.size()))
@@ -88,8 +86,17 @@ Formula relabel(const Formula& f, const std::vector<int>& index_map, bool swap_i
     }
     Category cat = n.var_cat();
     if (swap_ij && cat != Category::Param) cat = cat == Category::I ? Category::J : Category::I;
-    if (index != n.var_index() || cat != n.var_cat()) leaves[&n] = var(index, n.dim, cat);
+    if (index == n.var_index() && cat == n.var_cat()) return {};
+    return var(index, n.dim, cat);
+  };
+  if (f.node().is_var()) {  // a lone variable, the common case of a front end's operand
+    Formula v = moved(f.node());
+    return v.valid() ? v : f;
   }
+  std::unordered_map<const Node*, Formula> leaves;
+  for (const NodePtr& p : topo_order(f.ptr()))
+    if (p->is_var())
+      if (Formula v = moved(*p); v.valid()) leaves[p.get()] = std::move(v);
   return rebuild(f, std::move(leaves));
 }
 
