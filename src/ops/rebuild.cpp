@@ -1,4 +1,5 @@
-// Formulas rebuilt through the op table: ops by name (for front ends), substitution and relabelling.
+// Formulas rebuilt through the op table: ops by name (for front ends), substitution and
+// relabelling.
 #include <algorithm>
 #include <tuple>
 #include <unordered_map>
@@ -34,8 +35,7 @@ Formula rebuild(const Formula& f, std::unordered_map<const Node*, Formula> leave
 
 Formula make_op(const std::string& name, std::vector<Formula> args, std::vector<int64_t> params) {
   const OpInfo* o = op_by_name(name);
-  if (!o)
-    detail::fail("make", "'", name, "' is not an op of the table (see op_table())");
+  if (!o) detail::fail("make", "'", name, "' is not an op of the table (see op_table())");
   if (o->code == OpCode::TensorDot)
     detail::fail("make", "TensorDot takes tuples of axes; build it with tensordot()");
   // Round's decimals default to 0, as in the text syntax.
