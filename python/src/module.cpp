@@ -170,10 +170,11 @@ NB_MODULE(_core, m) {
       .def("__str__", &Formula::str)
       .def("__repr__", [](const Formula& f) { return "tessel.Formula(" + f.str() + ")"; })
       // Hash-consing: equal formulas are one node, so equality is identity and hashing is cheap.
-      .def("__eq__", [](const Formula& a, const Formula& b) { return a.same(b); },
-           nb::is_operator())
-      .def("__ne__", [](const Formula& a, const Formula& b) { return !a.same(b); },
-           nb::is_operator())
+      .def(
+          "__eq__", [](const Formula& a, const Formula& b) { return a.same(b); }, nb::is_operator())
+      .def(
+          "__ne__", [](const Formula& a, const Formula& b) { return !a.same(b); },
+          nb::is_operator())
       .def("__hash__", [](const Formula& f) { return static_cast<size_t>(f.hash().lo); })
       .def("__getstate__", [](const Formula& f) { return std::make_tuple(f.str()); })
       .def("__setstate__",
@@ -201,22 +202,26 @@ NB_MODULE(_core, m) {
         "Op `op` (a name of op_table()) on formulas `args` and integer `params`, with its dim "
         "checks and simplifications.");
   m.def(
-      "var", [](int index, int dim, int cat) {
+      "var",
+      [](int index, int dim, int cat) {
         if (cat < 0 || cat > 2)
           throw nb::value_error(("tessel.var: category must be 0 (i), 1 (j) or 2 (parameter), "
-                                 "got " + std::to_string(cat)).c_str());
+                                 "got " +
+                                 std::to_string(cat))
+                                    .c_str());
         return var(index, dim, static_cast<Category>(cat));
       },
-      nb::arg("index"), nb::arg("dim"), nb::arg("cat"), "Variable `index` of dim `dim`, "
+      nb::arg("index"), nb::arg("dim"), nb::arg("cat"),
+      "Variable `index` of dim `dim`, "
       "category 0 = i, 1 = j, 2 = parameter.");
   m.def("constant", &constant, nb::arg("value"), "A floating constant (finite).");
   m.def("int_cst", &int_cst, nb::arg("value"), "An integer constant, IntCst(n).");
   m.def("weighted_sqnorm", &weighted_sqnorm, nb::arg("s"), nb::arg("a"),
         "a^T S a with S of dim 1 (isotropic), dim(a) (diagonal) or dim(a)^2 (full, row-major).");
   m.def("weighted_sqdist", &weighted_sqdist, nb::arg("s"), nb::arg("a"), nb::arg("b"));
-  m.def("tensordot", &tensordot, nb::arg("a"), nb::arg("b"), nb::arg("dims_a"),
-        nb::arg("dims_b"), nb::arg("contr_a"), nb::arg("contr_b"),
-        nb::arg("perm") = std::vector<int>{}, "KeOps TensorDot of row-major tensors.");
+  m.def("tensordot", &tensordot, nb::arg("a"), nb::arg("b"), nb::arg("dims_a"), nb::arg("dims_b"),
+        nb::arg("contr_a"), nb::arg("contr_b"), nb::arg("perm") = std::vector<int>{},
+        "KeOps TensorDot of row-major tensors.");
   m.def("parse", &parse, nb::arg("text"), nb::arg("aliases") = std::vector<std::string>{},
         "Parse KeOps formula syntax with aliases such as 'X = Vi(3)'.");
   m.def(
