@@ -142,9 +142,6 @@ Formula jvp(const Formula& f, const Formula& v, const Formula& tangent);
 
 // Variables that occur in f, sorted by (index), each once.
 std::vector<Formula> variables(const Formula& f);
-// Replace variables: every leaf `from[k]` becomes `to[k]` (dims must match).
-Formula substitute(const Formula& f, const std::vector<Formula>& from,
-                   const std::vector<Formula>& to);
 
 // ---- the op table, for tools and tests that iterate over every op ------------------------------
 // How an op's output dim follows from its argument dims, read off the op's own dim rule:
@@ -182,5 +179,19 @@ std::vector<AliasInfo> parse_aliases(const std::vector<std::string>& aliases);
 // Grad(x, y, e) = 0): KeOps counts them among a call's arguments.
 std::vector<AliasInfo> named_variables(const std::string& text,
                                        const std::vector<std::string>& aliases = {});
+
+// ---- rebuilding formulas (front ends build and transform formulas through these) ----------------
+// Op `name` of op_table() on formula arguments and its integer parameters, with the checks of
+// the text syntax (Round's decimals may be left out). TensorDot takes tuples: use tensordot().
+Formula make_op(const std::string& name, std::vector<Formula> args,
+                std::vector<int64_t> params = {});
+// Replace variables: every leaf `from[k]` becomes `to[k]` (dims must match).
+Formula substitute(const Formula& f, const std::vector<Formula>& from,
+                   const std::vector<Formula>& to);
+// The variables that occur in f (index, dim, category; no names), sorted by index.
+std::vector<AliasInfo> variable_info(const Formula& f);
+// Variable k becomes variable index_map[k] (an empty map keeps the indices); swap_ij exchanges
+// the i and j categories (the transpose of a kernel matrix). Dims and parameters stay.
+Formula relabel(const Formula& f, const std::vector<int>& index_map, bool swap_ij = false);
 
 }  // namespace tessel

@@ -2,7 +2,7 @@
 import numpy as np
 
 from . import _core
-from .lazytensor import LazyTensor, Vi, Vj, Pm  # noqa: F401
+from .lazytensor import ArrayAdapter, LazyTensor, Vi, Vj, Pm, register_adapter  # noqa: F401
 from ._genred import GenredBase
 from ._solve import KernelSolveBase
 
@@ -84,3 +84,8 @@ class KernelSolve(KernelSolveBase):
                                       **opts)
         self._report(rep, mode, stats)
         return {**dict(zip(wrt, outs)), "alpha": rep[3]}
+
+
+register_adapter(ArrayAdapter(np.ndarray, "NumPy arrays", _DTYPES,
+                              lambda values, dtype: np.array(values, dtype=dtype), Genred,
+                              KernelSolve))

@@ -7,7 +7,7 @@ asked without storing an N x M matrix.
 import torch
 
 from . import _core
-from .lazytensor import LazyTensor, Vi, Vj, Pm  # noqa: F401
+from .lazytensor import ArrayAdapter, LazyTensor, Vi, Vj, Pm, register_adapter  # noqa: F401
 from ._genred import GenredBase, grad_of
 from ._solve import KernelSolveBase
 from .checkpoint import checkpoint_loop  # noqa: F401
@@ -231,3 +231,8 @@ class KernelSolve(KernelSolveBase):
         opts.pop("alpha")
         return _KernelSolveFunction.apply(self, (opts, mode, stats), alpha_t.to(dtype),
                                           *args[: self._spec.n_core])
+
+
+register_adapter(ArrayAdapter(torch.Tensor, "PyTorch tensors", _DTYPES,
+                              lambda values, dtype: torch.tensor(values, dtype=dtype), Genred,
+                              KernelSolve))

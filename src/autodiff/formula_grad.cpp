@@ -72,30 +72,4 @@ std::vector<Formula> variables(const Formula& f) {
   return vars;
 }
 
-Formula substitute(const Formula& f, const std::vector<Formula>& from,
-                   const std::vector<Formula>& to) {
-  if (from.size() != to.size())
-    detail::fail("substitute", "got ", from.size(), " variables but ", to.size(), " replacements");
-  std::unordered_map<const Node*, Formula> map;
-  for (size_t k = 0; k < from.size(); ++k) {
-    check_var("substitute", from[k]);
-    if (!to[k].valid() || to[k].dim() != from[k].dim())
-      detail::fail("substitute", "replacement ", k, " must have dim ", from[k].dim());
-    map[from[k].ptr().get()] = to[k];
-  }
-  for (const NodePtr& n : topo_order(f.ptr())) {
-    if (n->args.empty()) continue;
-    bool changed = false;
-    std::vector<Formula> args;
-    for (const NodePtr& a : n->args) {
-      auto it = map.find(a.get());
-      changed |= it != map.end();
-      args.push_back(it != map.end() ? it->second : Formula(a));
-    }
-    if (changed) map[n.get()] = make(n->op, std::move(args), n->ip);
-  }
-  auto it = map.find(f.ptr().get());
-  return it == map.end() ? f : it->second;
-}
-
 }  // namespace tessel

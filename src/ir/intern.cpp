@@ -96,10 +96,18 @@ Formula intern(OpCode op, int dim, std::vector<NodePtr> args, std::vector<int64_
 
   Table& t = table();
   std::lock_guard lock(t.mu);
+  // Dead entries under this key are dropped as they are met: a formula rebuilt again and again
+  // (front ends build one per call) would otherwise pile its dead copies under one key until
+  // the next sweep, and each lookup would walk them all.
   auto range = t.map.equal_range(key);
-  for (auto it = range.first; it != range.second; ++it) {
-    if (auto sp = it->second.lock(); sp && same_structure(*sp, op, dim, args, ip, value))
-      return Formula(sp);
+  for (auto it = range.first; it != range.second;) {
+    auto sp = it->second.lock();
+    if (!sp) {
+      it = t.map.erase(it);
+      continue;
+    }
+    if (same_structure(*sp, op, dim, args, ip, value)) return Formula(sp);
+    ++it;
   }
   if (t.map.size() >= t.sweep_at) {
     for (auto it = t.map.begin(); it != t.map.end();)

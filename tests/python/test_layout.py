@@ -348,7 +348,7 @@ def test_tensordot_arguments_as_pykeops_takes_them():
     # an int for a 1-axis tuple, lists for tuples
     got = La.keops_tensordot(Lb, 6, [6], [], (), [1, 0]).sum(axis=1)
     _close(got, tensordot_dense(a, b, (6,), (6,), (), (), (1, 0)).sum(1))
-    with pytest.raises(ValueError, match="cannot be contracted"):
+    with pytest.raises(ValueError, match="keops_tensordot: .*contracted"):
         La.keops_tensordot(Lb, (2, 3), (3, 2), (2,), (0,))
     with pytest.raises(TypeError, match="contfa must be an integer or a sequence"):
         La.keops_tensordot(Lb, (2, 3), (3, 2), 1.0, (0,))

@@ -140,7 +140,7 @@ def test_variables_roles_shapes_and_dedup():
     assert (xi - LazyTensor(y[None])).shape == (N, M, 3)
     assert LazyTensor(DATA["p"]).shape == (1, 1, 3)
     assert LazyTensor(DATA["p"].reshape(1, 1, 3)).aliases == ["V0 = Pm(3)"]
-    assert LazyTensor(2.5).formula == "2.5" and LazyTensor(3).formula == "IntCst(3)"
+    assert str(LazyTensor(2.5).formula) == "2.5" and str(LazyTensor(3).formula) == "IntCst(3)"
     # The same array object is one variable; Vi(x) and Vj(x) are two.
     assert len((xi * xi + xi.exp()).aliases) == 1
     assert len((Vi(x) - Vi(x)).aliases) == 1
@@ -358,9 +358,9 @@ def test_errors():
     x, y = DATA["x"], DATA["y"]
     with pytest.raises(TypeError, match="cannot mix NumPy arrays and PyTorch tensors"):
         Vi(x) - ttorch.Vj(torch.from_numpy(y))
-    with pytest.raises(ValueError, match="incompatible dims 3 and 2"):
+    with pytest.raises(ValueError, match=r"LazyTensor.__add__: .*dims 3 and 2"):
         Vi(x) + Vj(DATA["w"])
-    with pytest.raises(ValueError, match="incompatible dims 3 and 2"):
+    with pytest.raises(ValueError, match="LazyTensor.sqdist: .*dims 3 and 2"):
         Vi(x).sqdist(Vj(DATA["w"]))
     with pytest.raises(ValueError, match="neither an i-, a j- nor a parameter shape"):
         LazyTensor(np.zeros((4, 5, 3)))

@@ -1,23 +1,23 @@
 """pykeops-style LazyTensor on tessel's: KeOps axis and shape conventions, symbolic variables.
 
-A GenericLazyTensor wraps a tessel LazyTensor (which builds the formula text and checks dims) and
-adds what pykeops code expects: `shape` without a trailing dim of 1 (`_shape` keeps it),
+A GenericLazyTensor wraps a tessel LazyTensor (which builds the core formula and checks dims)
+and adds what pykeops code expects: `shape` without a trailing dim of 1 (`_shape` keeps it),
 reductions counted after the batch dims with keyword options (`backend=`, `ranges=`, `call=`,
 accuracy options), `.ranges` / `.backend` attributes, symbolic variables `Vi(0, 3)` /
 `LazyTensor((ind, dim, cat))` that turn a reduction into a callable, and `solve`.
 
-Symbolic variables sit in the formula text as `Var(ind,dim,cat)`; the arrays the LazyTensor holds
-become the arguments after the symbolic ones, as in pykeops.
+Symbolic variables are tessel placeholders (`tessel.lazytensor.Var`); when a reduction runs they
+keep their index and the arrays the LazyTensor holds become the arguments after them, as in
+pykeops. Only tessel's public LazyTensor API is used here.
 """
 import numbers
-import re
 
 from ... import lazytensor as _tl
 
 __all__ = ["GenericLazyTensor", "PendingReduction"]
 
 _TLT = _tl.LazyTensor
-_SYMB = re.compile(r"\bVar\((\d+),(\d+),([01])\)")
+_CAT_TEXT = ("Vi", "Vj", "Pm")
 _INIT_OPTIONS = ("dtype_acc", "use_double_acc", "sum_scheme", "enable_chunks", "use_fast_math")
 _CALL_OPTIONS = ("backend", "device_id", "ranges", "out")
 _UNSUPPORTED = ("sinc", "sinxdivx", "bspline", "difference_matrix", "softdtw_sqdist", "keops_kron",
@@ -56,12 +56,37 @@ def _split_options(who, kwargs):
     return init, call
 
 
+def _is_number(x):
+    return isinstance(x, numbers.Real)
+
+
 def _is_float(x):
-    return isinstance(x, numbers.Real) and not isinstance(x, numbers.Integral)
+    return _is_number(x) and not isinstance(x, numbers.Integral)
 
 
-def _swap_ij(text):
-    return _SYMB.sub(lambda m: f"Var({m[1]},{m[2]},{1 - int(m[3])})", text)
+def _symbolic_of(lt):
+    """(index, dim, cat) of each placeholder (symbolic variable) of a tessel LazyTensor."""
+    return tuple((v.placeholder, v.dim, v.cat) for v in lt.variables if v.placeholder is not None)
+
+
+def _call_formulas(lts):
+    """The formulas of tessel LazyTensors over one numbering in which each placeholder keeps its
+    index and the other variables follow them; returns (formula texts, the other variables,
+    their aliases, the number of symbolic arguments). The texts come from the core's printer
+    once per reduction: the pykeops Genred takes text."""
+    formulas, variables = _tl.joint(*lts)
+    symbolic = [v.placeholder for v in variables if v.placeholder is not None]
+    nsym = 1 + max(symbolic) if symbolic else 0
+    index, arrays = [], []
+    for v in variables:
+        if v.placeholder is not None:
+            index.append(v.placeholder)
+        else:
+            index.append(nsym + len(arrays))
+            arrays.append(v)
+    texts = [str(f.relabel(index)) for f in formulas]
+    aliases = [f"Var({nsym + k},{v.dim},{v.cat})" for k, v in enumerate(arrays)]
+    return texts, arrays, aliases, nsym
 
 
 def _swap_ranges(ranges):
@@ -72,13 +97,12 @@ class PendingReduction:
     """A reduction of a LazyTensor with symbolic variables (or built with call=False): calling
     it with one array per symbolic variable (in index order) runs the Genred."""
 
-    def __init__(self, lt_cls, text, text2, variables, n_symbolic, op, axis, k, init, call):
-        self._cls, self.formula, self.formula2 = lt_cls, text, text2
-        self._vars, self._nsym = variables, n_symbolic
+    def __init__(self, lt_cls, lts, op, axis, k, init, call):
+        texts, self._vars, self.aliases, self._nsym = _call_formulas(lts)
+        self._cls, self.formula = lt_cls, texts[0]
+        self.formula2 = texts[1] if len(texts) > 1 else None
         self.reduction_op, self.axis, self.opt_arg = op, axis, k
         self._init, self.kwargs = init, dict(call)
-        self.aliases = [f"V{k} = {_tl._CAT_TEXT[v.cat]}({n_symbolic + k},{v.dim})"
-                        for k, v in enumerate(variables)]
 
     def __call__(self, *args, **kwargs):
         init, call = _split_options("__call__", kwargs)
@@ -86,7 +110,7 @@ class PendingReduction:
         if len(args) != self._nsym:
             raise ValueError(f"LazyTensor reduction: expected {self._nsym} argument(s), one per "
                              f"symbolic variable, got {len(args)}")
-        dtypes = {v.array.dtype for v in self._vars if v.obj is not None}
+        dtypes = {v.array.dtype for v in self._vars if v.source is not None}
         dtype = dtypes.pop() if dtypes else (args[0].dtype if args else None)
         if dtype is None:
             raise ValueError("LazyTensor reduction: the formula holds no array, so its dtype is "
@@ -111,7 +135,7 @@ class GenericLazyTensor:
     __iter__ = None
     __hash__ = object.__hash__
 
-    _library = None        # "torch" or "numpy"
+    _array_type = None     # the library's array class
     _genred_class = None   # the compat Genred of that library
     _kernelsolve_class = None
 
@@ -120,7 +144,7 @@ class GenericLazyTensor:
 
     # ---- construction ------------------------------------------------------------------------
     def __init__(self, x=None, axis=None, is_complex=False):
-        self._symbolic, self._batchdims = (), None
+        self._batchdims = None
         if is_complex:
             raise NotImplementedError("LazyTensor: complex LazyTensors are not supported by tessel")
         if x is None:
@@ -134,47 +158,37 @@ class GenericLazyTensor:
             if axis is not None:
                 raise ValueError("LazyTensor: 'axis' should not be given with an (ind, dim, cat) "
                                  "tuple")
-            ind, dim, cat = x
-            self._t = _TLT._make(f"Var({ind},{dim},{cat})", [], dim)
-            self._symbolic = ((ind, dim, cat),)
+            self._t = _tl.Var(*x)
             return
         if isinstance(x, list):
             if axis not in (None, 2):
                 raise ValueError("LazyTensor: a list of numbers is a parameter; axis must be None "
                                  "or 2")
-            if not x or not all(_tl._is_number(v) for v in x):
+            if not x or not all(_is_number(v) for v in x):
                 raise TypeError("LazyTensor: a list must hold numbers (a parameter vector)")
-            self._t = self._param(tuple(float(v) for v in x))
+            self._t = _tl.Pm(x)
             return
-        if _tl._is_number(x):
+        if _is_number(x):
             if axis == 2 or (axis is None and _is_float(x)):
-                self._t = self._param((float(x),))  # a float is a parameter, as in pykeops
+                self._t = _tl.Pm(x)  # a float is a parameter, as in pykeops
             elif axis is None:
                 self._t = _TLT(x)  # an integer is IntCst(x)
             else:
                 raise ValueError(f"LazyTensor: a number is a parameter; axis must be None or 2, "
                                  f"got {axis!r}")
             return
-        if _tl._backend_of(x) != self._library:
-            raise TypeError(f"LazyTensor: this is the {self._library} LazyTensor; expected a "
-                            f"{'torch.Tensor' if self._library == 'torch' else 'numpy.ndarray'}"
-                            f", a number, a list of numbers or an (ind, dim, cat) tuple, got "
+        if not isinstance(x, self._array_type):
+            kind = f"{self._array_type.__module__}.{self._array_type.__name__}"
+            raise TypeError(f"LazyTensor: this LazyTensor takes arrays of type {kind}; expected a "
+                            f"{kind}, a number, a list of numbers or an (ind, dim, cat) tuple, got "
                             f"{type(x).__name__}")
         self._t = _TLT(x, axis=axis)
 
-    @staticmethod
-    def _param(values):
-        lt = _TLT.__new__(_TLT)
-        lt._set("V0", [_tl._Var(None, None, _tl._P, len(values), None, (), None,
-                                value=values)], len(values))
-        return lt
-
     @classmethod
     def _materialize(cls, v, dtype):
-        if v.obj is not None:
+        if v.source is not None:
             return v.array
-        values = v.value if isinstance(v.value, tuple) else (v.value,)
-        return cls._array(values, dtype)
+        return cls._array(v.value, dtype)
 
     @classmethod
     def _array(cls, values, dtype):
@@ -186,12 +200,6 @@ class GenericLazyTensor:
         res = type(self).__new__(type(self))
         res._t = t
         sources = [self] + [o for o in operands if isinstance(o, GenericLazyTensor)]
-        symbolic = []
-        for s in sources:
-            for v in s._symbolic:
-                if v not in symbolic:
-                    symbolic.append(v)
-        res._symbolic = tuple(symbolic)
         res._batchdims = next((s._batchdims for s in sources if s._batchdims is not None), None)
         r = next((s.ranges for s in sources if s.ranges is not None), None)
         if r is not None:
@@ -206,7 +214,7 @@ class GenericLazyTensor:
         # new formula to compile. (Powers keep tessel's Square / Sqrt / Pow for special values.)
         lift = name not in ("__pow__", "power")
         inner = [a._t if isinstance(a, GenericLazyTensor) else
-                 self._param((float(a),)) if lift and _is_float(a) else a for a in args]
+                 _tl.Pm(a) if lift and _is_float(a) else a for a in args]
         out = getattr(self._t, name)(*inner, **kwargs)
         if out is NotImplemented:
             return out
@@ -216,21 +224,21 @@ class GenericLazyTensor:
     @property
     def ndim(self):
         """The inner dim D of the formula (as in pykeops)."""
-        return self._t._dim
+        return self._t.ndim
 
     @property
     def ni(self):
-        return self._t._ni
+        return self._t.ni
 
     @property
     def nj(self):
-        return self._t._nj
+        return self._t.nj
 
     @property
     def batchdims(self):
         if self._batchdims is not None:
             return self._batchdims
-        return self._t._batch or None
+        return self._t.batch or None
 
     @batchdims.setter
     def batchdims(self, value):
@@ -258,19 +266,22 @@ class GenericLazyTensor:
     @property
     def dtype(self):
         """'float32' or 'float64' (None for a formula without arrays)."""
-        dtypes = {str(v.array.dtype).replace("torch.", "") for v in self._t._vars
-                  if v.obj is not None}
-        return dtypes.pop() if len(dtypes) == 1 else None
+        dtype = self._t.dtype
+        return None if dtype is None else str(dtype).replace("torch.", "")
 
     @property
     def formula(self):
-        return self._t._text
+        """The formula's text (the core's printer)."""
+        return str(self._t.formula)
 
     @property
     def variables(self):
-        return tuple(v.obj if v.obj is not None else list(v.value if isinstance(v.value, tuple)
-                                                          else (v.value,))
-                     for v in self._t._vars)
+        return tuple(v.source if v.source is not None else list(v.value)
+                     for v in self._t.variables if v.placeholder is None)
+
+    @property
+    def _symbolic(self):
+        return _symbolic_of(self._t)
 
     @property
     def symbolic_variables(self):
@@ -279,11 +290,8 @@ class GenericLazyTensor:
     @property
     def axis(self):
         """The category (0: i, 1: j, 2: parameter) of a LazyTensor that is one variable."""
-        if len(self._t._vars) == 1 and not self._symbolic and self._t._text == "V0":
-            return self._t._vars[0].cat
-        if not self._t._vars and len(self._symbolic) == 1:
-            return self._symbolic[0][2]
-        return None
+        v = self._t.variable
+        return None if v is None else v.cat
 
     def __str__(self):
         s = f"KeOps LazyTensor (tessel)\n    formula: {self.formula}"
@@ -308,8 +316,7 @@ class GenericLazyTensor:
         """Symbolic gradient of <self, gradin> with respect to the variable `other`."""
         o = other if isinstance(other, GenericLazyTensor) else type(self)(other)
         e = gradin if isinstance(gradin, GenericLazyTensor) else type(self)(gradin)
-        t = _TLT._apply([self._t, o._t, e._t], lambda a, v, g: f"Grad({a},{v},{g})", o.ndim)
-        return self._new(t, (o, e))
+        return self._new(self._t.grad(o._t, e._t), (o, e))
 
     @staticmethod
     def concatenate(tuple_of_lt, axis=-1):
@@ -331,11 +338,7 @@ class GenericLazyTensor:
 
     def t(self):
         """The transpose: i- and j-variables (symbolic ones too) swap roles; so do the ranges."""
-        t = self._t.t()
-        if self._symbolic:
-            t = _TLT._make(_swap_ij(t._text), t._vars, t._dim)
-        res = self._new(t)
-        res._symbolic = tuple((i, d, 1 - c if c in (0, 1) else c) for i, d, c in self._symbolic)
+        res = self._new(self._t.t())  # the core swaps the categories, placeholders included
         if self.ranges is not None:
             res.ranges = _swap_ranges(self.ranges)
         return res
@@ -347,7 +350,7 @@ class GenericLazyTensor:
     def __matmul__(self, v, **kwargs):
         """K @ v = sum_j K_ij v_j for K with D = 1 and v of shape (M,), (M, E) or (B..., M, E);
         `K.__matmul__(v, **options)` passes the reduction's options (backend, out, ...)."""
-        if isinstance(v, GenericLazyTensor) or _tl._backend_of(v) != self._library:
+        if isinstance(v, GenericLazyTensor) or not isinstance(v, self._array_type):
             return NotImplemented
         if self.ndim != 1:
             raise ValueError("The 'K @ v' syntax is only supported for LazyTensors 'K' whose "
@@ -382,16 +385,9 @@ class GenericLazyTensor:
         if self.backend is not None and "backend" not in call_kw:
             call_kw["backend"] = self.backend
         operands = [self] if weight is None else [self, weight]
-        texts, variables = _tl._merge([o._t for o in operands])
-        symbolic = list(self._symbolic)
-        if weight is not None:
-            symbolic += [v for v in weight._symbolic if v not in symbolic]
-        nsym = 1 + max(v[0] for v in symbolic) if symbolic else 0
-        # The arrays' placeholders V0, V1, ... become the arguments after the symbolic ones.
-        pending = PendingReduction(type(self), texts[0], texts[1] if weight is not None else None,
-                                   variables, nsym, op, a, opt_arg, tuple(sorted(init.items())),
-                                   call_kw)
-        if call and not symbolic:
+        pending = PendingReduction(type(self), [o._t for o in operands], op, a, opt_arg,
+                                   tuple(sorted(init.items())), call_kw)
+        if call and not pending._nsym:
             return pending()
         return pending
 
@@ -505,7 +501,7 @@ class GenericLazyTensor:
             if other.axis not in (0, 1) or other._symbolic:
                 raise ValueError("LazyTensor.solve: 'other' must be an array or a LazyTensor that "
                                  "is one i- or j-variable")
-            b, cat = other._t._vars[0].array, other.axis  # (B..., N, D), whatever the input
+            b, cat = other._t.variable.array, other.axis  # (B..., N, D), whatever the input
         else:
             b, cat = other, 0
         alpha = kwargs.pop("alpha", 1e-10)
@@ -519,12 +515,10 @@ class GenericLazyTensor:
         dim = 1 if b.ndim == 1 else int(b.shape[-1])
         red_axis = 1 - cat  # the unknown is indexed like the reduced index
         unknown = f"Var(0,{dim},{red_axis})"
-        prod = _TLT._apply([self._t], lambda a: f"({a}*{unknown})", dim)
-        aliases = [f"V{k} = {_tl._CAT_TEXT[v.cat]}({1 + k},{v.dim})"
-                   for k, v in enumerate(prod._vars)]
-        ks = self._kernelsolve_class(prod._text, aliases, unknown, axis=red_axis, **init)
+        (text,), variables, aliases, _ = _call_formulas([self._t * _tl.Var(0, dim, red_axis)])
+        ks = self._kernelsolve_class(text, aliases, unknown, axis=red_axis, **init)
         dtype = b.dtype
-        arrays = [self._materialize(v, dtype) for v in prod._vars]
+        arrays = [self._materialize(v, dtype) for v in variables]
         b2 = b.reshape(-1, 1) if b.ndim == 1 else b
         out = ks(b2, *arrays, alpha=alpha, eps=eps, **call_kw)
         return out.reshape(-1) if b.ndim == 1 else out
@@ -538,15 +532,15 @@ def _make_forwarder(name):
     return method
 
 
+# The operators and methods with pykeops's spelling, and every method tessel's LazyTensor makes
+# from the core's op table (so a new core op reaches this layer without an edit here).
 for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
               "__rtruediv__", "__or__", "__ror__", "__pow__", "__rpow__", "__lt__", "__le__",
-              "__gt__", "__ge__", "__eq__", "__ne__", "__neg__", "__abs__", "abs", "exp", "log",
-              "xlogx", "sqrt", "rsqrt", "inv", "square", "sin", "cos", "asin", "acos", "atan",
-              "atan2", "sign", "relu", "step", "floor", "round", "mod", "clamp", "ifelse", "power",
-              "sqnorm2", "norm2", "norm", "normalize", "sqdist", "weightedsqnorm",
-              "weightedsqdist", "elem", "extract", "__getitem__", "concat", "one_hot",
-              "matvecmult", "vecmatmult", "tensorprod", "keops_tensordot"):
-    setattr(GenericLazyTensor, _name, _make_forwarder(_name))
+              "__gt__", "__ge__", "__eq__", "__ne__", "__neg__", "__abs__", "round", "mod",
+              "clamp", "power", "norm", "weightedsqnorm", "weightedsqdist", "elem", "extract",
+              "__getitem__", "one_hot", "keops_tensordot") + _tl.TABLE_METHODS:
+    if _name not in GenericLazyTensor.__dict__:
+        setattr(GenericLazyTensor, _name, _make_forwarder(_name))
 
 
 def _make_unsupported(name):
@@ -557,7 +551,8 @@ def _make_unsupported(name):
 
 
 for _name in _UNSUPPORTED:
-    setattr(GenericLazyTensor, _name, _make_unsupported(_name))
+    if not hasattr(GenericLazyTensor, _name):
+        setattr(GenericLazyTensor, _name, _make_unsupported(_name))
 
 
 def variable_constructors(lazy_tensor_class, what):

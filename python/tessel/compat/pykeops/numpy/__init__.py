@@ -33,7 +33,7 @@ class KernelSolve(KernelSolveBase):
 class LazyTensor(GenericLazyTensor):
     """pykeops.numpy.LazyTensor: a symbolic (B..., N, M, D) array reduced by tessel."""
 
-    _library = "numpy"
+    _array_type = np.ndarray
     _genred_class = Genred
     _kernelsolve_class = KernelSolve
 

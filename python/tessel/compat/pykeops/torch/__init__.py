@@ -36,7 +36,7 @@ class KernelSolve(KernelSolveBase):
 class LazyTensor(GenericLazyTensor):
     """pykeops.torch.LazyTensor: a symbolic (B..., N, M, D) tensor reduced by tessel."""
 
-    _library = "torch"
+    _array_type = torch.Tensor
     _genred_class = Genred
     _kernelsolve_class = KernelSolve
 

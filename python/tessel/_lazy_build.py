@@ -1,0 +1,293 @@
+"""LazyTensor's formula building: core Formulas made through the op table, operators and methods.
+
+Every operation calls the core (`_core.make` and friends), which checks dims and simplifies: the
+dim rules live in the core only, and their errors are re-raised naming the LazyTensor method
+the user called. Variables of different operands are merged by identity and renumbered by the
+core (`Formula.relabel`). Methods for the table's plain ops (exp, sinc, atan2, sqdist, ...) are
+generated from `_core.op_table()`, so a new core op needs no edit here.
+"""
+import math
+import numbers
+
+from . import _core
+from . import _lazy_vars as lv
+
+__all__ = ["FormulaOps", "add_table_methods", "joint"]
+
+_make, _var = _core.make, _core.var
+
+
+def _plain(e):
+    """A core error message without its "tessel::" prefix."""
+    m = str(e)
+    return m[len("tessel::"):] if m.startswith("tessel::") else m
+
+
+def _core_call(who, fn, *args):
+    """fn(*args) on the core; its user errors name the LazyTensor method `who`."""
+    try:
+        return fn(*args)
+    except (ValueError, TypeError) as e:
+        raise type(e)(f"LazyTensor.{who}: {_plain(e)}") from None
+
+
+def joint(*lts):
+    """The LazyTensors' formulas over one shared list of variables (each variable once): returns
+    (formulas, variables), variable k of every formula being variables[k]."""
+    first = lts[0]
+    variables, formulas, where = list(first._vars), [first._f], None
+    for lt in lts[1:]:
+        if not lt._vars or lt._vars is first._vars:
+            formulas.append(lt._f)
+            continue
+        if where is None:
+            where = {v.key: k for k, v in enumerate(variables)}
+        mapping, same = [], True
+        for m, v in enumerate(lt._vars):
+            k = where.get(v.key)
+            if k is None:
+                k = where[v.key] = len(variables)
+                variables.append(v)
+            mapping.append(k)
+            same = same and k == m
+        formulas.append(lt._f if same else lt._f.relabel(mapping))
+    return formulas, variables
+
+
+class FormulaOps:
+    """A core Formula over the variables `_vars` (variable k of the formula is `_vars[k]`), with
+    the sizes, batch shape and array adapter they share."""
+
+    __slots__ = ("_f", "_vars", "_ni", "_nj", "_batch", "_adapter", "__weakref__")
+    __array_ufunc__ = None  # numpy_array * LazyTensor defers to LazyTensor.__rmul__
+    __array_priority__ = 1000
+    __iter__ = None
+    __hash__ = object.__hash__
+
+    @classmethod
+    def _leaf(cls, v):
+        lt = object.__new__(cls)
+        try:
+            lt._f = _var(0, v.dim, v.cat)
+        except ValueError as e:  # a 0-wide array
+            raise ValueError(f"LazyTensor: {_plain(e)}") from None
+        lt._vars = (v,)
+        lt._ni = v.n if v.cat == lv.I else None
+        lt._nj = v.n if v.cat == lv.J else None
+        lt._batch, lt._adapter = v.batch, v.adapter
+        return lt
+
+    @classmethod
+    def _constant(cls, x):
+        if isinstance(x, numbers.Integral):
+            f = _core.int_cst(int(x))
+        else:
+            if not math.isfinite(float(x)):
+                raise ValueError(f"LazyTensor: the constant {float(x)} is not finite")
+            f = _core.constant(float(x))
+        lt = object.__new__(cls)
+        lt._f, lt._vars, lt._ni, lt._nj, lt._batch, lt._adapter = f, (), None, None, (), None
+        return lt
+
+    def _new(self, f, variables, operands):
+        """A LazyTensor of formula f over `variables`, the union of the operands' variables."""
+        lt = object.__new__(type(self))
+        lt._f, lt._vars = f, tuple(variables)
+        ni, nj, batch, adapter = self._ni, self._nj, self._batch, self._adapter
+        for o in operands:
+            if o is not self and o._vars:
+                if o._ni != ni:
+                    ni = lv.join_sizes(ni, o._ni, lv.I)
+                if o._nj != nj:
+                    nj = lv.join_sizes(nj, o._nj, lv.J)
+                if o._batch != batch:
+                    batch = lv.broadcast_batch(batch, o._batch, "LazyTensor")
+                if o._adapter is not adapter:
+                    adapter = lv.join_adapters(adapter, o._adapter)
+        lt._ni, lt._nj, lt._batch, lt._adapter = ni, nj, batch, adapter
+        return lt
+
+    def _apply(self, who, op, operands, params=()):
+        """Op `op` of the core's table on the operands (self among them), with integer params."""
+        formulas, variables = joint(*operands)
+        try:
+            f = _make(op, formulas, params)
+        except (ValueError, TypeError) as e:
+            raise type(e)(f"LazyTensor.{who}: {_plain(e)}") from None
+        return self._new(f, variables, operands)
+
+    def _build(self, who, fn, operands, *extra):
+        """fn(formulas..., *extra) for a core builder other than make (tensordot, grad, ...)."""
+        formulas, variables = joint(*operands)
+        return self._new(_core_call(who, fn, *formulas, *extra), variables, operands)
+
+    def _wrap(self, other):
+        """A LazyTensor for an operand (LazyTensor, array or number), or None for anything else."""
+        if isinstance(other, FormulaOps):
+            return other
+        if lv.is_number(other) or lv.adapter_of(other) is not None:
+            return type(self)(other)
+        return None
+
+    def _operand(self, x, who):
+        o = self._wrap(x)
+        if o is None:
+            raise TypeError(f"LazyTensor.{who}: expected a LazyTensor, an array or a number, got "
+                            f"{type(x).__name__}")
+        return o
+
+    def _binary(self, other, who, op, reverse=False):
+        o = self._wrap(other)
+        if o is None:
+            return NotImplemented
+        return self._apply(who, op, [o, self] if reverse else [self, o])
+
+    # ---- arithmetic; comparisons give 1 where true, 0 elsewhere; | is the scalar product -------
+    def __neg__(self):
+        return self._apply("__neg__", "Minus", [self])
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return self._apply("abs", "Abs", [self])
+
+    def __pow__(self, other):
+        """Integer powers use Pow (2: Square), 0.5 Sqrt, -0.5 Rsqrt, other exponents Powf."""
+        if isinstance(other, bool):
+            other = int(other)
+        if lv.is_number(other):
+            e = float(other)
+            special = {2.0: "Square", 0.5: "Sqrt", -0.5: "Rsqrt"}.get(e)
+            if special is not None:
+                return self._apply("__pow__", special, [self])
+            if e.is_integer() and abs(e) < 2 ** 31:
+                return self._apply("__pow__", "Pow", [self], (int(e),))
+        return self._binary(other, "__pow__", "Powf")
+
+    def __rpow__(self, other):
+        return self._binary(other, "__pow__", "Powf", reverse=True)
+
+    def power(self, other):
+        return self.__pow__(other)
+
+    # ---- ops whose Python spelling differs from the table's -------------------------------------
+    def round(self, decimals=0):
+        return self._apply("round", "Round", [self], (decimals,))
+
+    def mod(self, modulus, offset=0):
+        """self - modulus * floor((self - offset) / modulus), elementwise."""
+        return self._apply("mod", "Mod", [self, self._operand(modulus, "mod"),
+                                          self._operand(offset, "mod")])
+
+    def clamp(self, a, b):
+        """min(max(self, a), b) elementwise; integer bounds use ClampInt."""
+        if all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in (a, b)):
+            return self._apply("clamp", "ClampInt", [self], (a, b))
+        return self._apply("clamp", "Clamp", [self, self._operand(a, "clamp"),
+                                              self._operand(b, "clamp")])
+
+    def one_hot(self, D):
+        return self._apply("one_hot", "OneHot", [self], (lv.positive_int("one_hot", "D", D),))
+
+    def norm(self, dim=-1):
+        if dim not in (-1, self.dim() - 1):
+            raise ValueError("LazyTensor.norm: only the norm over the D components (dim=-1) is "
+                             "symbolic")
+        return self._apply("norm", "Norm2", [self])
+
+    def weightedsqnorm(self, other):
+        """self^T S self with S = `other`: a scalar (dim 1), a diagonal (dim D) or a full D x D
+        matrix (dim D*D, row-major)."""
+        s = self._operand(other, "weightedsqnorm")
+        return self._build("weightedsqnorm", _core.weighted_sqnorm, [s, self])
+
+    def weightedsqdist(self, g, s):
+        """(self - g)^T S (self - g), S = `s` as in weightedsqnorm."""
+        y, w = self._operand(g, "weightedsqdist"), self._operand(s, "weightedsqdist")
+        return self._build("weightedsqdist", _core.weighted_sqdist, [w, self, y])
+
+    def elem(self, i):
+        if isinstance(i, bool) or not isinstance(i, numbers.Integral):
+            raise TypeError(f"LazyTensor.elem: the index must be an integer, got {i!r}")
+        if not 0 <= i < self.ndim:
+            raise IndexError(f"LazyTensor.elem: index {i} is out of range for dim {self.ndim}")
+        return self._apply("elem", "Elem", [self], (i,))
+
+    def extract(self, start, length):
+        if not (0 <= start and length >= 1 and start + length <= self.ndim):
+            raise IndexError(f"LazyTensor.extract: range [{start}, {start + length}) does not fit "
+                             f"in dim {self.ndim}")
+        return self._apply("extract", "Extract", [self], (start, length))
+
+    def keops_tensordot(self, other, dimfa, dimfb, contfa, contfb, *args):
+        """KeOps TensorDot: self and other are row-major tensors of shapes dimfa and dimfb; the
+        axes contfa of self are contracted with the axes contfb of other. The free axes, self's
+        then other's, come out in that order, or, given a permutation `permute` (one more
+        argument), free axis q goes to output position permute[q], as in KeOps:
+        torch.tensordot(a, b, (contfa, contfb)).permute(argsort(permute))."""
+        o = self._operand(other, "keops_tensordot")
+        tuples = [lv.int_tuple("keops_tensordot", name, v) for name, v in (
+            ("dimfa", dimfa), ("dimfb", dimfb), ("contfa", contfa), ("contfb", contfb))]
+        tuples += [lv.int_tuple("keops_tensordot", "permute", a) for a in args]
+        return self._build("keops_tensordot", _core.tensordot, [self, o], *map(list, tuples))
+
+    def grad(self, other, gradin):
+        """The symbolic gradient of <self, gradin> with respect to `other`, a LazyTensor that is
+        one variable (of self or not: the gradient is then 0)."""
+        v, e = self._operand(other, "grad"), self._operand(gradin, "grad")
+        if v.variable is None:
+            raise ValueError("LazyTensor.grad: the variable must be a LazyTensor that is one "
+                             f"variable, got {v!r}")
+        return self._build("grad", _core.grad_formula, [self, v, e])
+
+
+# Python operators and the core ops they build (the reflected forms swap the operands).
+_OPERATORS = {"add": "Add", "sub": "Subtract", "mul": "Mult", "truediv": "Divide",
+              "or": "Scalprod", "lt": "Less", "le": "LessEq", "gt": "Greater",
+              "ge": "GreaterEq", "eq": "Equal", "ne": "NotEqual"}
+_REFLECTED = ("add", "sub", "mul", "truediv", "or")
+
+
+def _operator(op, who, reverse):
+    def method(self, o):
+        return self._binary(o, who, op, reverse)
+
+    method.__name__ = method.__qualname__ = who.replace("__", "__r", 1) if reverse else who
+    return method
+
+
+for _py, _op in _OPERATORS.items():
+    setattr(FormulaOps, f"__{_py}__", _operator(_op, f"__{_py}__", False))
+    if _py in _REFLECTED:
+        setattr(FormulaOps, f"__r{_py}__", _operator(_op, f"__{_py}__", True))
+
+
+def _table_method(op, arity, n_params, name):
+    n_operands = arity - 1
+
+    def method(self, *args):
+        if len(args) != n_operands + n_params:
+            raise TypeError(f"LazyTensor.{name}: takes {n_operands} operand(s) and {n_params} "
+                            f"integer parameter(s), got {len(args)} argument(s)")
+        operands = [self] + [self._operand(a, name) for a in args[:n_operands]]
+        return self._apply(name, op, operands, args[n_operands:])
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"The core op {op} ({arity} formula argument(s), {n_params} integer " \
+                     "parameter(s))."
+    return method
+
+
+def add_table_methods(cls):
+    """A method per op of the core's table that cls does not spell itself (exp, sinc, atan2,
+    sqdist, matvecmult, ...): lower-case name, operands then integer parameters. Returns the
+    names added."""
+    added = []
+    for op, arity, n_params, infix, _ in _core.op_table():
+        name = op.lower()
+        if infix or op == "TensorDot" or hasattr(cls, name):
+            continue
+        setattr(cls, name, _table_method(op, arity, n_params, name))
+        added.append(name)
+    return tuple(added)
