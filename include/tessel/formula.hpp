@@ -86,6 +86,7 @@ Formula cos(const Formula& a);
 Formula asin(const Formula& a);
 Formula acos(const Formula& a);
 Formula atan(const Formula& a);
+Formula sinc(const Formula& a);  // sin(x)/x, 1 at 0: KeOps's SinXDivX
 Formula atan2(const Formula& y, const Formula& x);
 Formula floor(const Formula& a);
 Formula round(const Formula& a);  // half away from zero
@@ -157,6 +158,7 @@ struct OpSummary {
   int n_int_params = 0;    // integer parameters after them (TensorDot: tuples, listed as 0)
   std::string infix;       // "+", "-", "*", "/", "|" for ops printed infix, else empty
   std::string dim_rule;
+  std::string method;      // the LazyTensor method name ("sinxdivx", "power"), "" for none
 };
 std::vector<OpSummary> op_table();
 

@@ -9,8 +9,11 @@ int dim_bcast2(const char* name, std::span<const Formula> a) {
   return broadcast_dim(name, a[0].dim(), a[1].dim());
 }
 
+}  // namespace
+
 struct AddOp {
-  static constexpr const char* name = "Add";
+  TESSEL_OP(Add);
+  static constexpr const char* method = "";  // infix
   static constexpr const char* infix = "+";
   static constexpr int arity = 2;
   static int dim(std::span<const Formula> a, std::span<const int64_t>) {
@@ -32,9 +35,11 @@ struct AddOp {
     return {unbroadcast(g, arg(self, 0).dim()), unbroadcast(g, arg(self, 1).dim())};
   }
 };
+Formula operator+(const Formula& a, const Formula& b) { return make(OpCode::Add, {a, b}); }
 
 struct SubOp {
-  static constexpr const char* name = "Subtract";
+  TESSEL_OP_NAMED(Sub, "Subtract");
+  static constexpr const char* method = "";  // infix
   static constexpr const char* infix = "-";
   static constexpr int arity = 2;
   static int dim(std::span<const Formula> a, std::span<const int64_t>) {
@@ -55,9 +60,11 @@ struct SubOp {
     return {unbroadcast(g, arg(self, 0).dim()), unbroadcast(-g, arg(self, 1).dim())};
   }
 };
+Formula operator-(const Formula& a, const Formula& b) { return make(OpCode::Sub, {a, b}); }
 
 struct MulOp {
-  static constexpr const char* name = "Mult";
+  TESSEL_OP_NAMED(Mul, "Mult");
+  static constexpr const char* method = "";  // infix
   static constexpr const char* infix = "*";
   static constexpr int arity = 2;
   static int dim(std::span<const Formula> a, std::span<const int64_t>) {
@@ -89,9 +96,11 @@ struct MulOp {
     return {unbroadcast(g * y, x.dim()), unbroadcast(g * x, y.dim())};
   }
 };
+Formula operator*(const Formula& a, const Formula& b) { return make(OpCode::Mul, {a, b}); }
 
 struct DivOp {
-  static constexpr const char* name = "Divide";
+  TESSEL_OP_NAMED(Div, "Divide");
+  static constexpr const char* method = "";  // infix
   static constexpr const char* infix = "/";
   static constexpr int arity = 2;
   static int dim(std::span<const Formula> a, std::span<const int64_t>) {
@@ -115,9 +124,11 @@ struct DivOp {
     return {unbroadcast(g / y, x.dim()), unbroadcast(-(g * self) / y, y.dim())};
   }
 };
+Formula operator/(const Formula& a, const Formula& b) { return make(OpCode::Div, {a, b}); }
 
 struct NegOp {
-  static constexpr const char* name = "Minus";
+  TESSEL_OP_NAMED(Neg, "Minus");
+  static constexpr const char* method = "";  // -x
   static constexpr int arity = 1;
   static constexpr bool zero_preserving = true;
   static constexpr auto dim = dim_same_as_arg;
@@ -131,22 +142,12 @@ struct NegOp {
   }
   static std::vector<Formula> vjp(const Formula&, const Formula& g) { return {-g}; }
 };
-
-}  // namespace
+Formula operator-(const Formula& a) { return make(OpCode::Neg, {a}); }
 
 void register_arith(std::vector<OpInfo>& t) {
-  t.push_back(describe<AddOp>(OpCode::Add));
-  t.push_back(describe<SubOp>(OpCode::Sub));
-  t.push_back(describe<MulOp>(OpCode::Mul));
-  t.push_back(describe<DivOp>(OpCode::Div));
-  t.push_back(describe<NegOp>(OpCode::Neg));
+  register_ops<AddOp, SubOp, MulOp, DivOp, NegOp>(t);
 }
 
-Formula operator+(const Formula& a, const Formula& b) { return make(OpCode::Add, {a, b}); }
-Formula operator-(const Formula& a, const Formula& b) { return make(OpCode::Sub, {a, b}); }
-Formula operator*(const Formula& a, const Formula& b) { return make(OpCode::Mul, {a, b}); }
-Formula operator/(const Formula& a, const Formula& b) { return make(OpCode::Div, {a, b}); }
-Formula operator-(const Formula& a) { return make(OpCode::Neg, {a}); }
 Formula operator+(const Formula& a, double b) { return a + constant(b); }
 Formula operator+(double a, const Formula& b) { return constant(a) + b; }
 Formula operator-(const Formula& a, double b) { return a - constant(b); }

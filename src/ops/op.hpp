@@ -2,7 +2,8 @@
 //
 // An op is written once as `template <class S> apply(node, args, out)` over a "scalar" S that is
 // one of: double (the float64 reference), Lanes (the tile interpreter) and Expr (code generation:
-// operations on Expr emit source text). That is how a new op touches one place.
+// operations on Expr emit source text), using the primitives of ops/primitives.hpp. That is how a
+// new op touches one place.
 #pragma once
 
 #include <array>
@@ -13,33 +14,20 @@
 #include <vector>
 
 #include "ir/node.hpp"
+#include "ops/primitives.hpp"
 #include "tessel/error.hpp"
 
 namespace tessel {
 
-// ---- the scalar vocabulary every S provides (double's version here) ------------------------------
-inline double t_exp(double a) { return std::exp(a); }
-inline double t_log(double a) { return std::log(a); }
-inline double t_sqrt(double a) { return std::sqrt(a); }
-// Rsqrt(0) = 0, as in KeOps: the derivatives of Sqrt, Norm2 and Normalize are written through it,
-// so they vanish at 0 instead of giving 0 * inf = NaN (docs/conventions.md).
-inline double t_rsqrt(double a) { return a == 0.0 ? 0.0 : 1.0 / std::sqrt(a); }
-inline double t_sin(double a) { return std::sin(a); }
-inline double t_cos(double a) { return std::cos(a); }
-inline double t_asin(double a) { return std::asin(a); }
-inline double t_acos(double a) { return std::acos(a); }
-inline double t_atan(double a) { return std::atan(a); }
-inline double t_atan2(double y, double x) { return std::atan2(y, x); }
-inline double t_floor(double a) { return std::floor(a); }
-inline double t_round(double a) { return std::round(a); }
-inline double t_abs(double a) { return std::fabs(a); }
-// min/max return the second operand when the first is NaN, like the SIMD instructions
-inline double t_min(double a, double b) { return a < b ? a : b; }
-inline double t_max(double a, double b) { return a > b ? a : b; }
-// selections: (a < b) ? x : y, (a <= b) ? x : y, (a == b) ? x : y
-inline double t_lt(double a, double b, double x, double y) { return a < b ? x : y; }
-inline double t_le(double a, double b, double x, double y) { return a <= b ? x : y; }
-inline double t_eq(double a, double b, double x, double y) { return a == b ? x : y; }
+#define TESSEL_ARGS_1 x
+#define TESSEL_ARGS_2 x, y
+#define TESSEL_ARGS_4 x, y, z, w
+
+// ---- the float64 reference's scalar: double ------------------------------------------------------
+#define TESSEL_DOUBLE_PRIMITIVE(name, ar, value) \
+  inline double t_##name(TESSEL_PARAMS_##ar(double)) { return (value); }
+TESSEL_PRIMITIVES(TESSEL_DOUBLE_PRIMITIVE)
+#undef TESSEL_DOUBLE_PRIMITIVE
 
 // ---- the tile interpreter's scalar: a fixed number of lanes of double ----------------------------
 constexpr int kLanes = 32;
@@ -48,56 +36,34 @@ struct Lanes {
   Lanes() = default;
   Lanes(double c) { v.fill(c); }  // NOLINT: constants broadcast implicitly, as in generated code
 };
-#define TESSEL_LANES_UN(name, expr)                 \
-  inline Lanes name(const Lanes& a) {               \
-    Lanes r;                                        \
-    for (int l = 0; l < kLanes; ++l) {              \
-      double x = a.v[l];                            \
-      r.v[l] = (expr);                              \
-    }                                               \
-    return r;                                       \
+// f applied lane by lane.
+template <class F, class... A>
+inline Lanes lanewise(F f, const A&... a) {
+  Lanes r;
+  for (int l = 0; l < kLanes; ++l) r.v[l] = f(a.v[l]...);
+  return r;
+}
+inline Lanes operator+(const Lanes& a, const Lanes& b) {
+  return lanewise([](double x, double y) { return x + y; }, a, b);
+}
+inline Lanes operator-(const Lanes& a, const Lanes& b) {
+  return lanewise([](double x, double y) { return x - y; }, a, b);
+}
+inline Lanes operator*(const Lanes& a, const Lanes& b) {
+  return lanewise([](double x, double y) { return x * y; }, a, b);
+}
+inline Lanes operator/(const Lanes& a, const Lanes& b) {
+  return lanewise([](double x, double y) { return x / y; }, a, b);
+}
+inline Lanes operator-(const Lanes& a) {
+  return lanewise([](double x) { return -x; }, a);
+}
+#define TESSEL_LANES_PRIMITIVE(name, ar, value)                              \
+  inline Lanes t_##name(TESSEL_PARAMS_##ar(const Lanes&)) {                  \
+    return lanewise([](auto... v) { return t_##name(v...); }, TESSEL_ARGS_##ar); \
   }
-#define TESSEL_LANES_BIN(name, expr)                \
-  inline Lanes name(const Lanes& a, const Lanes& b) { \
-    Lanes r;                                        \
-    for (int l = 0; l < kLanes; ++l) {              \
-      double x = a.v[l], y = b.v[l];                \
-      r.v[l] = (expr);                              \
-    }                                               \
-    return r;                                       \
-  }
-TESSEL_LANES_BIN(operator+, x + y)
-TESSEL_LANES_BIN(operator-, x - y)
-TESSEL_LANES_BIN(operator*, x* y)
-TESSEL_LANES_BIN(operator/, x / y)
-TESSEL_LANES_UN(operator-, -x)
-TESSEL_LANES_UN(t_exp, std::exp(x))
-TESSEL_LANES_UN(t_log, std::log(x))
-TESSEL_LANES_UN(t_sqrt, std::sqrt(x))
-TESSEL_LANES_UN(t_rsqrt, x == 0.0 ? 0.0 : 1.0 / std::sqrt(x))
-TESSEL_LANES_UN(t_sin, std::sin(x))
-TESSEL_LANES_UN(t_cos, std::cos(x))
-TESSEL_LANES_UN(t_asin, std::asin(x))
-TESSEL_LANES_UN(t_acos, std::acos(x))
-TESSEL_LANES_UN(t_atan, std::atan(x))
-TESSEL_LANES_UN(t_floor, std::floor(x))
-TESSEL_LANES_UN(t_round, std::round(x))
-TESSEL_LANES_UN(t_abs, std::fabs(x))
-TESSEL_LANES_BIN(t_atan2, std::atan2(x, y))
-TESSEL_LANES_BIN(t_min, x < y ? x : y)
-TESSEL_LANES_BIN(t_max, x > y ? x : y)
-#undef TESSEL_LANES_UN
-#undef TESSEL_LANES_BIN
-#define TESSEL_LANES_SEL(name, cmp)                                                       \
-  inline Lanes name(const Lanes& a, const Lanes& b, const Lanes& x, const Lanes& y) {     \
-    Lanes r;                                                                              \
-    for (int l = 0; l < kLanes; ++l) r.v[l] = (a.v[l] cmp b.v[l]) ? x.v[l] : y.v[l];      \
-    return r;                                                                             \
-  }
-TESSEL_LANES_SEL(t_lt, <)
-TESSEL_LANES_SEL(t_le, <=)
-TESSEL_LANES_SEL(t_eq, ==)
-#undef TESSEL_LANES_SEL
+TESSEL_PRIMITIVES(TESSEL_LANES_PRIMITIVE)
+#undef TESSEL_LANES_PRIMITIVE
 
 // ---- code generation's scalar: operations append statements to the current emitter -------------
 class Emitter;
@@ -112,24 +78,9 @@ Expr operator-(const Expr& a, const Expr& b);
 Expr operator*(const Expr& a, const Expr& b);
 Expr operator/(const Expr& a, const Expr& b);
 Expr operator-(const Expr& a);
-Expr t_exp(const Expr& a);
-Expr t_log(const Expr& a);
-Expr t_sqrt(const Expr& a);
-Expr t_rsqrt(const Expr& a);
-Expr t_sin(const Expr& a);
-Expr t_cos(const Expr& a);
-Expr t_asin(const Expr& a);
-Expr t_acos(const Expr& a);
-Expr t_atan(const Expr& a);
-Expr t_atan2(const Expr& y, const Expr& x);
-Expr t_floor(const Expr& a);
-Expr t_round(const Expr& a);
-Expr t_abs(const Expr& a);
-Expr t_min(const Expr& a, const Expr& b);
-Expr t_max(const Expr& a, const Expr& b);
-Expr t_lt(const Expr& a, const Expr& b, const Expr& x, const Expr& y);
-Expr t_le(const Expr& a, const Expr& b, const Expr& x, const Expr& y);
-Expr t_eq(const Expr& a, const Expr& b, const Expr& x, const Expr& y);
+#define TESSEL_EXPR_PRIMITIVE(name, ar, value) Expr t_##name(TESSEL_PARAMS_##ar(const Expr&));
+TESSEL_PRIMITIVES(TESSEL_EXPR_PRIMITIVE)
+#undef TESSEL_EXPR_PRIMITIVE
 
 // ---- the table -------------------------------------------------------------------------------------
 template <class S>
@@ -147,6 +98,8 @@ struct OpInfo {
   int arity = 0;               // number of formula arguments
   int n_ip = 0;                // number of integer parameters (TensorDot: variable)
   const char* infix = nullptr;  // "+", "-", "*", "/", "|" for operators printed infix
+  // The Python method name when it is not the lower-case name ("" when no method: infix ops).
+  const char* method = nullptr;
   bool zero_preserving = false;  // f(0) = 0 (unary ops): Zero in gives Zero out
   DimFn dim = nullptr;
   SimplifyFn simplify = nullptr;
@@ -162,11 +115,12 @@ const OpInfo* op_by_name(const std::string& name);  // nullptr when unknown
 // Builds a node through the table: checks arity and dims, simplifies, interns.
 Formula make(OpCode code, std::vector<Formula> args, std::vector<int64_t> ip = {});
 
-// Fills an OpInfo from a struct with static members name, arity, dim, vjp and template apply<S>.
+// Fills an OpInfo from a struct with static members code, name, arity, dim, vjp and template
+// apply<S>; the optional members keep their defaults when absent.
 template <class Impl>
-OpInfo describe(OpCode code) {
+OpInfo describe() {
   OpInfo o;
-  o.code = code;
+  o.code = Impl::code;
   o.name = Impl::name;
   o.arity = Impl::arity;
   o.dim = Impl::dim;
@@ -176,10 +130,24 @@ OpInfo describe(OpCode code) {
   o.apply_e = &Impl::template apply<Expr>;
   if constexpr (requires { Impl::n_ip; }) o.n_ip = Impl::n_ip;
   if constexpr (requires { Impl::infix; }) o.infix = Impl::infix;
+  if constexpr (requires { Impl::method; }) o.method = Impl::method;
   if constexpr (requires { Impl::zero_preserving; }) o.zero_preserving = Impl::zero_preserving;
   if constexpr (requires { Impl::simplify; }) o.simplify = Impl::simplify;
   return o;
 }
+// Registers a family's ops: register_ops<AddOp, SubOp, ...>(t).
+template <class... Impl>
+void register_ops(std::vector<OpInfo>& t) {
+  (t.push_back(describe<Impl>()), ...);
+}
+// An op struct's code and KeOps text name: TESSEL_OP(Exp) inside `struct ExpOp`, or
+// TESSEL_OP_NAMED(Sub, "Subtract") where the text name differs.
+#define TESSEL_OP(op)                             \
+  static constexpr OpCode code = OpCode::op; \
+  static constexpr const char* name = #op
+#define TESSEL_OP_NAMED(op, text)               \
+  static constexpr OpCode code = OpCode::op; \
+  static constexpr const char* name = text
 
 // Registration hooks, one per op family file.
 void register_arith(std::vector<OpInfo>& t);

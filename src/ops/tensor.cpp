@@ -6,11 +6,8 @@
 
 namespace tessel {
 
-namespace {
-#define TESSEL_NAME(s) static constexpr const char* name = s
-
 struct MatVecOp {
-  TESSEL_NAME("MatVecMult");  // (m×n) · n -> m
+  TESSEL_OP(MatVecMult);  // (m×n) · n -> m
   static constexpr int arity = 2;
   static int dim(std::span<const Formula> a, std::span<const int64_t>) {
     const int da = a[0].dim(), dv = a[1].dim();
@@ -32,8 +29,10 @@ struct MatVecOp {
     return {tensorprod(g, v), vecmatmult(g, m)};
   }
 };
+Formula matvecmult(const Formula& a, const Formula& v) { return make(OpCode::MatVecMult, {a, v}); }
+
 struct VecMatOp {
-  TESSEL_NAME("VecMatMult");  // m · (m×n) -> n
+  TESSEL_OP(VecMatMult);  // m · (m×n) -> n
   static constexpr int arity = 2;
   static int dim(std::span<const Formula> a, std::span<const int64_t>) {
     const int dv = a[0].dim(), dm = a[1].dim();
@@ -55,8 +54,10 @@ struct VecMatOp {
     return {matvecmult(m, g), tensorprod(v, g)};
   }
 };
+Formula vecmatmult(const Formula& v, const Formula& a) { return make(OpCode::VecMatMult, {v, a}); }
+
 struct TensorProdOp {
-  TESSEL_NAME("TensorProd");  // outer product, row-major
+  TESSEL_OP(TensorProd);  // outer product, row-major
   static constexpr int arity = 2;
   static int dim(std::span<const Formula> a, std::span<const int64_t>) {
     return checked_dim(name, int64_t{a[0].dim()} * a[1].dim());
@@ -71,8 +72,10 @@ struct TensorProdOp {
     return {matvecmult(g, y), vecmatmult(x, g)};
   }
 };
+Formula tensorprod(const Formula& a, const Formula& b) { return make(OpCode::TensorProd, {a, b}); }
+
 struct TensorDotOp {
-  TESSEL_NAME("TensorDot");
+  TESSEL_OP(TensorDot);
   static constexpr int arity = 2;
   static int dim(std::span<const Formula> a, std::span<const int64_t> ip) {
     TensorDotSpec t = TensorDotSpec::decode(ip);
@@ -93,20 +96,6 @@ struct TensorDotOp {
             make(OpCode::TensorDot, {x, g}, t.vjp_b().encode())};
   }
 };
-#undef TESSEL_NAME
-
-}  // namespace
-
-void register_tensor(std::vector<OpInfo>& t) {
-  t.push_back(describe<MatVecOp>(OpCode::MatVecMult));
-  t.push_back(describe<VecMatOp>(OpCode::VecMatMult));
-  t.push_back(describe<TensorProdOp>(OpCode::TensorProd));
-  t.push_back(describe<TensorDotOp>(OpCode::TensorDot));
-}
-
-Formula matvecmult(const Formula& a, const Formula& v) { return make(OpCode::MatVecMult, {a, v}); }
-Formula vecmatmult(const Formula& v, const Formula& a) { return make(OpCode::VecMatMult, {v, a}); }
-Formula tensorprod(const Formula& a, const Formula& b) { return make(OpCode::TensorProd, {a, b}); }
 Formula tensordot(const Formula& a, const Formula& b, const std::vector<int>& dims_a,
                   const std::vector<int>& dims_b, const std::vector<int>& contr_a,
                   const std::vector<int>& contr_b, const std::vector<int>& perm) {
@@ -124,6 +113,10 @@ Formula tensordot(const Formula& a, const Formula& b, const std::vector<int>& di
     std::iota(t.perm.begin(), t.perm.end(), 0);
   }
   return make(OpCode::TensorDot, {a, b}, t.encode());
+}
+
+void register_tensor(std::vector<OpInfo>& t) {
+  register_ops<MatVecOp, VecMatOp, TensorProdOp, TensorDotOp>(t);
 }
 
 }  // namespace tessel

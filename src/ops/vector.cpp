@@ -31,10 +31,11 @@ S dot_of(const S* a, const S* b, int d) {
   for (int c = 1; c < d; ++c) r = r + a[c] * b[c];
   return r;
 }
-#define TESSEL_NAME(s) static constexpr const char* name = s
+
+}  // namespace
 
 struct SumOp {
-  TESSEL_NAME("Sum");
+  TESSEL_OP(Sum);
   static constexpr int arity = 1;
   static constexpr bool zero_preserving = true;
   static constexpr auto dim = dim_scalar;
@@ -45,8 +46,10 @@ struct SumOp {
     return {spread(g, arg(s, 0).dim())};
   }
 };
+Formula sum(const Formula& a) { return make(OpCode::Sum, {a}); }
 // Max/Min/ArgMax/ArgMin over components; the first extreme component wins ties.
 template <bool IsMax, bool IsArg>
+
 struct Extreme {
   static constexpr int arity = 1;
   static constexpr auto dim = dim_scalar;
@@ -65,30 +68,39 @@ struct Extreme {
     out[0] = IsArg ? idx : best;
   }
 };
+
 struct MaxOp : Extreme<true, false> {
-  TESSEL_NAME("Max");
+  TESSEL_OP(Max);
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
     const Formula a = arg(s, 0);
     return {scatter(g, argmax(a), a.dim())};
   }
 };
+Formula max(const Formula& a) { return make(OpCode::Max, {a}); }
+
 struct MinOp : Extreme<false, false> {
-  TESSEL_NAME("Min");
+  TESSEL_OP(Min);
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
     const Formula a = arg(s, 0);
     return {scatter(g, argmin(a), a.dim())};
   }
 };
+Formula min(const Formula& a) { return make(OpCode::Min, {a}); }
+
 struct ArgMaxOp : Extreme<true, true> {
-  TESSEL_NAME("ArgMax");
+  TESSEL_OP(ArgMax);
   static constexpr auto vjp = no_grad;
 };
+Formula argmax(const Formula& a) { return make(OpCode::ArgMax, {a}); }
+
 struct ArgMinOp : Extreme<false, true> {
-  TESSEL_NAME("ArgMin");
+  TESSEL_OP(ArgMin);
   static constexpr auto vjp = no_grad;
 };
+Formula argmin(const Formula& a) { return make(OpCode::ArgMin, {a}); }
+
 struct ElemOp {
-  TESSEL_NAME("Elem");
+  TESSEL_OP(Elem);
   static constexpr int arity = 1, n_ip = 1;
   static constexpr bool zero_preserving = true;
   static int dim(std::span<const Formula> a, std::span<const int64_t> ip) {
@@ -111,8 +123,10 @@ struct ElemOp {
     return {r};
   }
 };
+Formula elem(const Formula& a, int m) { return make(OpCode::Elem, {a}, {m}); }
+
 struct ExtractOp {
-  TESSEL_NAME("Extract");
+  TESSEL_OP(Extract);
   static constexpr int arity = 1, n_ip = 2;
   static constexpr bool zero_preserving = true;
   static int dim(std::span<const Formula> a, std::span<const int64_t> ip) {
@@ -135,8 +149,12 @@ struct ExtractOp {
     return {r};
   }
 };
+Formula extract(const Formula& a, int start, int len) {
+  return make(OpCode::Extract, {a}, {start, len});
+}
+
 struct ConcatOp {
-  TESSEL_NAME("Concat");
+  TESSEL_OP(Concat);
   static constexpr int arity = 2;
   static int dim(std::span<const Formula> a, std::span<const int64_t>) {
     return checked_dim(name, int64_t{a[0].dim()} + a[1].dim());
@@ -155,8 +173,10 @@ struct ConcatOp {
     return {extract(g, 0, da), extract(g, da, db)};
   }
 };
+Formula concat(const Formula& a, const Formula& b) { return make(OpCode::Concat, {a, b}); }
+
 struct OneHotOp {
-  TESSEL_NAME("OneHot");  // OneHot(x, d): x holds a float-encoded integer
+  TESSEL_OP(OneHot);  // OneHot(x, d): x holds a float-encoded integer
   static constexpr int arity = 1, n_ip = 1;
   static int dim(std::span<const Formula> a, std::span<const int64_t> ip) {
     need_dim1(name, a[0], "the index argument");
@@ -168,8 +188,10 @@ struct OneHotOp {
   }
   static constexpr auto vjp = no_grad;
 };
+Formula one_hot(const Formula& a, int dim) { return make(OpCode::OneHot, {a}, {dim}); }
+
 struct SqNorm2Op {
-  TESSEL_NAME("SqNorm2");
+  TESSEL_OP(SqNorm2);
   static constexpr int arity = 1;
   static constexpr bool zero_preserving = true;
   static constexpr auto dim = dim_scalar;
@@ -180,8 +202,10 @@ struct SqNorm2Op {
     return {(2.0 * g) * arg(s, 0)};
   }
 };
+Formula sqnorm2(const Formula& a) { return make(OpCode::SqNorm2, {a}); }
+
 struct Norm2Op {
-  TESSEL_NAME("Norm2");
+  TESSEL_OP(Norm2);
   static constexpr int arity = 1;
   static constexpr bool zero_preserving = true;
   static constexpr auto dim = dim_scalar;
@@ -193,8 +217,10 @@ struct Norm2Op {
     return {(g * rsqrt(sqnorm2(a))) * a};
   }
 };
+Formula norm2(const Formula& a) { return make(OpCode::Norm2, {a}); }
+
 struct NormalizeOp {
-  TESSEL_NAME("Normalize");
+  TESSEL_OP(Normalize);
   static constexpr int arity = 1;
   static constexpr auto dim = dim_same_as_arg;
   template <class S> static void apply(const Node& n, const S* const* a, S* out) {
@@ -206,8 +232,10 @@ struct NormalizeOp {
     return {(g - (s | g) * s) * rsqrt(sqnorm2(a))};
   }
 };
+Formula normalize(const Formula& a) { return make(OpCode::Normalize, {a}); }
+
 struct SqDistOp {
-  TESSEL_NAME("SqDist");
+  TESSEL_OP(SqDist);
   static constexpr int arity = 2;
   static int dim(std::span<const Formula> a, std::span<const int64_t>) {
     same_dim(name, a[0].dim(), a[1].dim());
@@ -226,8 +254,10 @@ struct SqDistOp {
     return {d, -d};
   }
 };
+Formula sqdist(const Formula& a, const Formula& b) { return make(OpCode::SqDist, {a, b}); }
+
 struct ScalprodOp {
-  TESSEL_NAME("Scalprod");
+  TESSEL_OP(Scalprod);
   static constexpr const char* infix = "|";
   static constexpr int arity = 2;
   static int dim(std::span<const Formula> a, std::span<const int64_t>) {
@@ -244,9 +274,11 @@ struct ScalprodOp {
     return {g * arg(s, 1), g * arg(s, 0)};
   }
 };
+Formula scalprod(const Formula& a, const Formula& b) { return make(OpCode::Scalprod, {a, b}); }
 // Quadratic forms a^T S a with S isotropic (dim 1), diagonal (dim d) or full (dim d*d).
+
 struct SqNormIsoOp {
-  TESSEL_NAME("SqNormIso");
+  TESSEL_OP(SqNormIso);
   static constexpr int arity = 2;
   static int dim(std::span<const Formula> a, std::span<const int64_t>) {
     return need_dim1(name, a[0], "the weight (first argument)");
@@ -259,8 +291,10 @@ struct SqNormIsoOp {
     return {g * sqnorm2(x), (2.0 * g * w) * x};
   }
 };
+Formula sqnorm_iso(const Formula& s, const Formula& a) { return make(OpCode::SqNormIso, {s, a}); }
+
 struct SqNormDiagOp {
-  TESSEL_NAME("SqNormDiag");
+  TESSEL_OP(SqNormDiag);
   static constexpr int arity = 2;
   static int dim(std::span<const Formula> a, std::span<const int64_t>) {
     same_dim(name, a[0].dim(), a[1].dim());
@@ -279,8 +313,12 @@ struct SqNormDiagOp {
     return {g * square(x), (2.0 * g) * (w * x)};
   }
 };
+Formula sqnorm_diag(const Formula& s, const Formula& a) {
+  return make(OpCode::SqNormDiag, {s, a});
+}
+
 struct SymSqNormOp {
-  TESSEL_NAME("SymSqNorm");
+  TESSEL_OP(SymSqNorm);
   static constexpr int arity = 2;
   static int dim(std::span<const Formula> a, std::span<const int64_t>) {
     const int64_t d = a[1].dim();
@@ -304,52 +342,15 @@ struct SymSqNormOp {
     return {g * tensorprod(x, x), g * (matvecmult(w, x) + vecmatmult(x, w))};
   }
 };
-#undef TESSEL_NAME
-
-}  // namespace
+Formula sym_sqnorm(const Formula& s, const Formula& a) { return make(OpCode::SymSqNorm, {s, a}); }
 
 void register_vector(std::vector<OpInfo>& t) {
-  t.push_back(describe<SumOp>(OpCode::Sum));
-  t.push_back(describe<MaxOp>(OpCode::Max));
-  t.push_back(describe<MinOp>(OpCode::Min));
-  t.push_back(describe<ArgMaxOp>(OpCode::ArgMax));
-  t.push_back(describe<ArgMinOp>(OpCode::ArgMin));
-  t.push_back(describe<ElemOp>(OpCode::Elem));
-  t.push_back(describe<ExtractOp>(OpCode::Extract));
-  t.push_back(describe<ConcatOp>(OpCode::Concat));
-  t.push_back(describe<OneHotOp>(OpCode::OneHot));
-  t.push_back(describe<SqNorm2Op>(OpCode::SqNorm2));
-  t.push_back(describe<Norm2Op>(OpCode::Norm2));
-  t.push_back(describe<NormalizeOp>(OpCode::Normalize));
-  t.push_back(describe<SqDistOp>(OpCode::SqDist));
-  t.push_back(describe<ScalprodOp>(OpCode::Scalprod));
-  t.push_back(describe<SqNormIsoOp>(OpCode::SqNormIso));
-  t.push_back(describe<SqNormDiagOp>(OpCode::SqNormDiag));
-  t.push_back(describe<SymSqNormOp>(OpCode::SymSqNorm));
+  register_ops<SumOp, MaxOp, MinOp, ArgMaxOp, ArgMinOp, ElemOp, ExtractOp, ConcatOp, OneHotOp,
+               SqNorm2Op, Norm2Op, NormalizeOp, SqDistOp, ScalprodOp, SqNormIsoOp, SqNormDiagOp,
+               SymSqNormOp>(t);
 }
 
-Formula sum(const Formula& a) { return make(OpCode::Sum, {a}); }
-Formula max(const Formula& a) { return make(OpCode::Max, {a}); }
-Formula min(const Formula& a) { return make(OpCode::Min, {a}); }
-Formula argmax(const Formula& a) { return make(OpCode::ArgMax, {a}); }
-Formula argmin(const Formula& a) { return make(OpCode::ArgMin, {a}); }
-Formula elem(const Formula& a, int m) { return make(OpCode::Elem, {a}, {m}); }
-Formula extract(const Formula& a, int start, int len) {
-  return make(OpCode::Extract, {a}, {start, len});
-}
-Formula concat(const Formula& a, const Formula& b) { return make(OpCode::Concat, {a, b}); }
-Formula one_hot(const Formula& a, int dim) { return make(OpCode::OneHot, {a}, {dim}); }
-Formula sqnorm2(const Formula& a) { return make(OpCode::SqNorm2, {a}); }
-Formula norm2(const Formula& a) { return make(OpCode::Norm2, {a}); }
-Formula normalize(const Formula& a) { return make(OpCode::Normalize, {a}); }
-Formula sqdist(const Formula& a, const Formula& b) { return make(OpCode::SqDist, {a, b}); }
-Formula scalprod(const Formula& a, const Formula& b) { return make(OpCode::Scalprod, {a, b}); }
 Formula operator|(const Formula& a, const Formula& b) { return scalprod(a, b); }
-Formula sqnorm_iso(const Formula& s, const Formula& a) { return make(OpCode::SqNormIso, {s, a}); }
-Formula sqnorm_diag(const Formula& s, const Formula& a) {
-  return make(OpCode::SqNormDiag, {s, a});
-}
-Formula sym_sqnorm(const Formula& s, const Formula& a) { return make(OpCode::SymSqNorm, {s, a}); }
 Formula weighted_sqnorm(const Formula& w, const Formula& a) {
   if (!w.valid() || !a.valid()) detail::fail("WeightedSqNorm", "null formula argument");
   const int64_t d = a.dim();

@@ -73,6 +73,7 @@ TEST(OpValues, PublicBuildersMatchTheTable) {
       {asin(a), m(OpCode::Asin, {a})},
       {acos(a), m(OpCode::Acos, {a})},
       {atan(a), m(OpCode::Atan, {a})},
+      {sinc(a), m(OpCode::Sinc, {a})},
       {atan2(a, b), m(OpCode::Atan2, {a, b})},
       {floor(a), m(OpCode::Floor, {a})},
       {round(a), m(OpCode::Round, {a}, {0})},

@@ -73,7 +73,7 @@ def test_op_table_is_covered():
     excluded with a reason; an op added to the core without either fails here."""
     names = {o[0] for o in _core.op_table()}
     assert set(fs.NOT_DRAWN) <= names
-    for name, arity, n_ip, _, kind in _core.op_table():
+    for name, arity, n_ip, _, kind, *_ in _core.op_table():
         assert kind in ("elementwise", "to_scalar", "same_to_scalar", "custom")
         if name in fs.NOT_DRAWN:
             continue
@@ -332,12 +332,12 @@ def allowed_difference(c, arrays, q, p, t):
 
 def _at_point(op, values):
     """Per pair, whether an op's arguments (their values side by side) sit at its point:
-    Atan2 at (0, 0), Powf at base 0 (docs/differences_from_keops.md, row 4)."""
-    a, b = values
+    Atan2 at (0, 0), Powf at base 0 (docs/differences_from_keops.md, row 4), SinXDivX at 0
+    (docs/conventions.md)."""
     if op == "Atan2":
-        a, b = np.broadcast_arrays(a, b)
+        a, b = np.broadcast_arrays(*values)
         return ((a == 0) & (b == 0)).any(axis=-1)
-    return (a == 0).any(axis=-1)
+    return (values[0] == 0).any(axis=-1)
 
 
 def _structurally_zero(c, grad_var):
@@ -358,8 +358,8 @@ def _structurally_zero(c, grad_var):
 
 def allowed_grad_difference(c, arrays, grad_var, p, t):
     """Gradient entries where pykeops gives NaN and tessel a finite value because a pair reaches
-    an Atan2 at (0, 0) or a Powf with base 0, whose derivatives tessel defines there (0; the
-    exact limits) and pykeops writes as 0 / 0, 0 * inf or log(0) * 0. An entry is allowed only
+    an Atan2 at (0, 0), a Powf with base 0 or a SinXDivX at 0, whose derivatives tessel defines
+    there (0; the exact limits) and pykeops writes as 0 / 0, 0 * inf or log(0) * 0. An entry is allowed only
     where such a pair contributes to it: its row for an i- or j-variable, every entry for a
     parameter."""
     if _structurally_zero(c, grad_var):
