@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "ops/primitives.hpp"
+#include "ops/op.hpp"
 
 namespace tessel {
 

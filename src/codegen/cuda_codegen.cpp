@@ -23,7 +23,7 @@
 
 #include "codegen/cuda_reduce.hpp"
 #include "codegen/emitter.hpp"
-#include "ops/primitives.hpp"
+#include "ops/op.hpp"
 #include "tessel/error.hpp"
 
 namespace tessel {

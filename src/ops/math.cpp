@@ -48,10 +48,14 @@ std::vector<Formula> no_grad(const Formula& self, const Formula&) {
 Formula x0(const Formula& self) { return arg(self, 0); }
 Formula x1(const Formula& self) { return arg(self, 1); }
 Formula x2(const Formula& self) { return arg(self, 2); }
-// `value` where `guard` != 0, and exactly 0 where guard == 0 (NaN guards stay NaN): a derivative
-// whose limit at a singular point is 0 but whose formula there is 0 * inf.
-Formula zero_where_zero(const Formula& guard, const Formula& value) {
-  return ifelse(-abs(guard), zero(value.dim()), value);
+// value(a) where `guard` != 0, and exactly 0 where guard == 0 (NaN guards stay NaN): a derivative
+// whose limit at a singular point is 0 but whose formula there is 0 * inf. `value` reads `a` with
+// `safe` in its place where guard == 0, so the branch not taken stays finite there, and so do the
+// derivatives through it (its zero cotangent times a finite factor, not 0 * inf = NaN).
+template <class F>
+Formula zero_where_zero(const Formula& guard, const Formula& a, double safe, F value) {
+  const Formula c = -abs(guard), v = value(ifelse(c, constant(safe), a));
+  return ifelse(c, zero(v.dim()), v);
 }
 
 }  // namespace
@@ -164,8 +168,11 @@ struct PowfOp : Binary<PowfOp> {
   // for y = 0. d/dy = s log x, 0 where s = 0 (x = 0, y > 0), its limit there.
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
     const Formula x = x0(s), y = x1(s);
-    return {unbroadcast(g * zero_where_zero(y, y * powf(x, y - 1.0)), x.dim()),
-            unbroadcast(g * zero_where_zero(s, s * log(x)), y.dim())};
+    const Formula dx = zero_where_zero(y, y, 1.0, [&](const Formula& p) {
+      return p * powf(x, p - 1.0);
+    });
+    const Formula dy = zero_where_zero(s, x, 1.0, [&](const Formula& b) { return s * log(b); });
+    return {unbroadcast(g * dx, x.dim()), unbroadcast(g * dy, y.dim())};
   }
 };
 Formula powf(const Formula& a, const Formula& b) { return make(OpCode::Powf, {a, b}); }

@@ -158,8 +158,8 @@ inline const std::vector<MultiCase>& multi_cases() {
          return q == 0 ? Vec{0, 0} : Vec{a[1] / q, -a[0] / q};
        },
        {{0, 0}, {0, -0.0}, {1e-3, 0}, {0, -1e-3}, {0.5, -0.25}}, 2},
-      // Powf(x, p): the exact limits at x = 0; second derivatives there are not covered (see the
-      // table: a masked branch's 0 * inf).
+      // Powf(x, p): the exact limits at x = 0; its second derivatives there are checked apart
+      // (SingularPoints.PowfSecondDerivativesAtBaseZero): they are not all 0 on these rows.
       {"Powf", {1, 1}, [](auto& a) { return powf(a[0], a[1]); }, 1,
        powf_value, powf_grad,
        {{0, 0.5}, {0, 1}, {0, 2.5}, {0, 0}, {0, -0.5}}, 5, false},
