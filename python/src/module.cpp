@@ -171,13 +171,13 @@ NB_MODULE(_core, m) {
   m.def(
       "op_table",
       [] {
-        std::vector<std::tuple<std::string, int, int, std::string, std::string, std::string>> v;
+        std::vector<std::tuple<std::string, int, int, std::string, std::string>> v;
         for (const OpSummary& o : op_table())
-          v.emplace_back(o.name, o.arity, o.n_int_params, o.infix, o.dim_rule, o.method);
+          v.emplace_back(o.name, o.arity, o.n_int_params, o.infix, o.dim_rule);
         return v;
       },
       "Every op of the core: (name, arity, integer parameters, infix symbol or '', dim rule: "
-      "'elementwise', 'to_scalar', 'same_to_scalar' or 'custom', LazyTensor method name or '').");
+      "'elementwise', 'to_scalar', 'same_to_scalar' or 'custom').");
   m.def(
       "parse_aliases",
       [](const std::vector<std::string>& aliases) {

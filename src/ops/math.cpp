@@ -1,4 +1,5 @@
 // Elementwise math ops (transcendental, rounding, comparisons, conditionals) and their VJPs.
+#include <array>
 #include <cmath>
 
 #include "ops/op.hpp"
@@ -9,7 +10,6 @@ namespace {
 
 // CRTP bases: an op supplies `f` (the scalar function) and its vjp; the base does broadcasting.
 template <class D>
-
 struct Unary {
   static constexpr int arity = 1;
   static int dim(std::span<const Formula> a, std::span<const int64_t>) { return a[0].dim(); }
@@ -19,7 +19,6 @@ struct Unary {
   }
 };
 template <class D>
-
 struct Binary {
   static constexpr int arity = 2;
   static int dim(std::span<const Formula> a, std::span<const int64_t>) {
@@ -31,7 +30,6 @@ struct Binary {
   }
 };
 template <class D>
-
 struct Ternary {
   static constexpr int arity = 3;
   static int dim(std::span<const Formula> a, std::span<const int64_t>) {
@@ -48,6 +46,7 @@ std::vector<Formula> no_grad(const Formula& self, const Formula&) {
 Formula x0(const Formula& self) { return arg(self, 0); }
 Formula x1(const Formula& self) { return arg(self, 1); }
 Formula x2(const Formula& self) { return arg(self, 2); }
+
 // value(a) where `guard` != 0, and exactly 0 where guard == 0 (NaN guards stay NaN): a derivative
 // whose limit at a singular point is 0 but whose formula there is 0 * inf. `value` reads `a` with
 // `safe` in its place where guard == 0, so the branch not taken stays finite there, and so do the
@@ -421,65 +420,40 @@ struct ElemMaxOp : Binary<ElemMaxOp> {
 };
 Formula elem_max(const Formula& a, const Formula& b) { return make(OpCode::ElemMax, {a, b}); }
 
-struct LessOp : Binary<LessOp> {
-  TESSEL_OP(Less);
+// Comparisons give 1 or 0 through one selection each (NaN compares false) and have no derivative.
+enum class Cmp { Less, LessEq, Greater, GreaterEq, Equal, NotEqual };
+template <Cmp K>
+struct CompareOp : Binary<CompareOp<K>> {
+  static constexpr OpCode code = std::array{OpCode::Less,      OpCode::LessEq, OpCode::Greater,
+                                            OpCode::GreaterEq, OpCode::Equal,  OpCode::NotEqual}
+      [static_cast<int>(K)];
+  static constexpr const char* name = std::array{"Less",      "LessEq", "Greater",
+                                                 "GreaterEq", "Equal",  "NotEqual"}
+      [static_cast<int>(K)];
   template <class S> static S f(const Node&, const S& a, const S& b) {
-    return t_lt(a, b, S(1.0), S(0.0));
+    const S one(1.0), zero(0.0);
+    if constexpr (K == Cmp::Less) return t_lt(a, b, one, zero);
+    if constexpr (K == Cmp::LessEq) return t_le(a, b, one, zero);
+    if constexpr (K == Cmp::Greater) return t_lt(b, a, one, zero);
+    if constexpr (K == Cmp::GreaterEq) return t_le(b, a, one, zero);
+    if constexpr (K == Cmp::Equal) return t_eq(a, b, one, zero);
+    if constexpr (K == Cmp::NotEqual) return t_eq(a, b, zero, one);
   }
   static constexpr auto vjp = no_grad;
 };
 Formula less(const Formula& a, const Formula& b) { return make(OpCode::Less, {a, b}); }
-
-struct LessEqOp : Binary<LessEqOp> {
-  TESSEL_OP(LessEq);
-  template <class S> static S f(const Node&, const S& a, const S& b) {
-    return t_le(a, b, S(1.0), S(0.0));
-  }
-  static constexpr auto vjp = no_grad;
-};
 Formula less_eq(const Formula& a, const Formula& b) { return make(OpCode::LessEq, {a, b}); }
-
-struct GreaterOp : Binary<GreaterOp> {
-  TESSEL_OP(Greater);
-  template <class S> static S f(const Node&, const S& a, const S& b) {
-    return t_lt(b, a, S(1.0), S(0.0));
-  }
-  static constexpr auto vjp = no_grad;
-};
 Formula greater(const Formula& a, const Formula& b) { return make(OpCode::Greater, {a, b}); }
-
-struct GreaterEqOp : Binary<GreaterEqOp> {
-  TESSEL_OP(GreaterEq);
-  template <class S> static S f(const Node&, const S& a, const S& b) {
-    return t_le(b, a, S(1.0), S(0.0));
-  }
-  static constexpr auto vjp = no_grad;
-};
 Formula greater_eq(const Formula& a, const Formula& b) { return make(OpCode::GreaterEq, {a, b}); }
-
-struct EqualOp : Binary<EqualOp> {
-  TESSEL_OP(Equal);
-  template <class S> static S f(const Node&, const S& a, const S& b) {
-    return t_eq(a, b, S(1.0), S(0.0));
-  }
-  static constexpr auto vjp = no_grad;
-};
 Formula equal(const Formula& a, const Formula& b) { return make(OpCode::Equal, {a, b}); }
-
-struct NotEqualOp : Binary<NotEqualOp> {
-  TESSEL_OP(NotEqual);
-  template <class S> static S f(const Node&, const S& a, const S& b) {
-    return t_eq(a, b, S(0.0), S(1.0));
-  }
-  static constexpr auto vjp = no_grad;
-};
 Formula not_equal(const Formula& a, const Formula& b) { return make(OpCode::NotEqual, {a, b}); }
 
 void register_math(std::vector<OpInfo>& t) {
   register_ops<ExpOp, LogOp, XLogXOp, SqrtOp, RsqrtOp, InvOp, PowOp, PowfOp, SquareOp, AbsOp,
                SignOp, StepOp, ReluOp, SinOp, CosOp, AsinOp, AcosOp, AtanOp, SincOp, Atan2Op,
-               FloorOp, RoundOp, ModOp, ClampOp, ClampIntOp, IfElseOp, ElemMinOp, ElemMaxOp, LessOp,
-               LessEqOp, GreaterOp, GreaterEqOp, EqualOp, NotEqualOp>(t);
+               FloorOp, RoundOp, ModOp, ClampOp, ClampIntOp, IfElseOp, ElemMinOp, ElemMaxOp,
+               CompareOp<Cmp::Less>, CompareOp<Cmp::LessEq>, CompareOp<Cmp::Greater>,
+               CompareOp<Cmp::GreaterEq>, CompareOp<Cmp::Equal>, CompareOp<Cmp::NotEqual>>(t);
 }
 
 }  // namespace tessel

@@ -6,23 +6,34 @@
 
 namespace tessel {
 
+namespace {
+
+// The dim of an (m×n)·n or m·(m×n) product: the matrix dim over the vector dim.
+int product_dim(const char* op, int dm, int dv) {
+  if (dm % dv != 0)
+    dim_error(op, "matrix dim " + std::to_string(dm) + " is not a multiple of vector dim " +
+                      std::to_string(dv));
+  return dm / dv;
+}
+// a[0] b[0] + a[sa] b[sb] + ... (n terms), without a leading 0 + (the emitted code stays short).
+template <class S>
+S strided_dot(const S* a, int sa, const S* b, int sb, int n) {
+  S acc = a[0] * b[0];
+  for (int k = 1; k < n; ++k) acc = acc + a[k * sa] * b[k * sb];
+  return acc;
+}
+
+}  // namespace
+
 struct MatVecOp {
   TESSEL_OP(MatVecMult);  // (m×n) · n -> m
   static constexpr int arity = 2;
   static int dim(std::span<const Formula> a, std::span<const int64_t>) {
-    const int da = a[0].dim(), dv = a[1].dim();
-    if (da % dv != 0)
-      dim_error(name, "matrix dim " + std::to_string(da) + " is not a multiple of vector dim " +
-                          std::to_string(dv));
-    return da / dv;
+    return product_dim(name, a[0].dim(), a[1].dim());
   }
   template <class S> static void apply(const Node& n, const S* const* a, S* out) {
     const int cols = n.args[1]->dim;
-    for (int r = 0; r < n.dim; ++r) {
-      S acc = a[0][r * cols] * a[1][0];
-      for (int c = 1; c < cols; ++c) acc = acc + a[0][r * cols + c] * a[1][c];
-      out[r] = acc;
-    }
+    for (int r = 0; r < n.dim; ++r) out[r] = strided_dot(a[0] + r * cols, 1, a[1], 1, cols);
   }
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
     const Formula m = arg(s, 0), v = arg(s, 1);
@@ -35,19 +46,11 @@ struct VecMatOp {
   TESSEL_OP(VecMatMult);  // m · (m×n) -> n
   static constexpr int arity = 2;
   static int dim(std::span<const Formula> a, std::span<const int64_t>) {
-    const int dv = a[0].dim(), dm = a[1].dim();
-    if (dm % dv != 0)
-      dim_error(name, "matrix dim " + std::to_string(dm) + " is not a multiple of vector dim " +
-                          std::to_string(dv));
-    return dm / dv;
+    return product_dim(name, a[1].dim(), a[0].dim());
   }
   template <class S> static void apply(const Node& n, const S* const* a, S* out) {
     const int rows = n.args[0]->dim, cols = n.dim;
-    for (int c = 0; c < cols; ++c) {
-      S acc = a[0][0] * a[1][c];
-      for (int r = 1; r < rows; ++r) acc = acc + a[0][r] * a[1][r * cols + c];
-      out[c] = acc;
-    }
+    for (int c = 0; c < cols; ++c) out[c] = strided_dot(a[0], 1, a[1] + c, cols, rows);
   }
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
     const Formula v = arg(s, 0), m = arg(s, 1);

@@ -7,6 +7,7 @@ namespace {
 
 // g (dim 1) repeated to dim d: the VJP of every "sum over components".
 Formula spread(const Formula& g, int d) { return g.dim() == d ? g : zero(d) + g; }
+
 // g (dim 1) in component `which` (a float-encoded index) of a dim-d vector, 0 elsewhere. A select,
 // not g * OneHot: an infinite g must not turn the other components into inf * 0 = NaN.
 Formula scatter(const Formula& g, const Formula& which, int d) {
@@ -19,20 +20,33 @@ int need_dim1(const char* op, const Formula& a, const char* what) {
 std::vector<Formula> no_grad(const Formula& self, const Formula&) {
   return std::vector<Formula>(self.node().args.size());
 }
+// term(0) + term(1) + ... + term(n-1), without a leading 0 + (the emitted code stays short).
+template <class S, class F>
+S sum_terms(int n, F term) {
+  S r = term(0);
+  for (int c = 1; c < n; ++c) r = r + term(c);
+  return r;
+}
 template <class S>
 S sum_of(const S* a, int d) {
-  S r = a[0];
-  for (int c = 1; c < d; ++c) r = r + a[c];
-  return r;
+  return sum_terms<S>(d, [&](int c) { return a[c]; });
 }
 template <class S>
 S dot_of(const S* a, const S* b, int d) {
-  S r = a[0] * b[0];
-  for (int c = 1; c < d; ++c) r = r + a[c] * b[c];
-  return r;
+  return sum_terms<S>(d, [&](int c) { return a[c] * b[c]; });
 }
 
 }  // namespace
+
+// Two arguments of equal dims, a scalar result.
+template <class D>
+struct SameToScalar {
+  static constexpr int arity = 2;
+  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
+    same_dim(D::name, a[0].dim(), a[1].dim());
+    return 1;
+  }
+};
 
 struct SumOp {
   TESSEL_OP(Sum);
@@ -47,56 +61,41 @@ struct SumOp {
   }
 };
 Formula sum(const Formula& a) { return make(OpCode::Sum, {a}); }
-// Max/Min/ArgMax/ArgMin over components; the first extreme component wins ties.
-template <bool IsMax, bool IsArg>
 
+// Max/Min/ArgMax/ArgMin over components; the first extreme component wins ties.
+template <OpCode C, bool IsMax, bool IsArg>
 struct Extreme {
+  static constexpr OpCode code = C;
+  static constexpr const char* name =
+      IsArg ? (IsMax ? "ArgMax" : "ArgMin") : (IsMax ? "Max" : "Min");
   static constexpr int arity = 1;
   static constexpr auto dim = dim_scalar;
   template <class S> static void apply(const Node& n, const S* const* a, S* out) {
     S best = a[0][0], idx(0.0);
     for (int c = 1; c < n.args[0]->dim; ++c) {
       const S& v = a[0][c];
-      if constexpr (IsMax) {
-        idx = t_lt(best, v, S(static_cast<double>(c)), idx);
-        best = t_lt(best, v, v, best);
-      } else {
-        idx = t_lt(v, best, S(static_cast<double>(c)), idx);
-        best = t_lt(v, best, v, best);
-      }
+      // strict: a later component equal to the extreme does not replace it
+      const S& lo = IsMax ? best : v;
+      const S& hi = IsMax ? v : best;
+      idx = t_lt(lo, hi, S(static_cast<double>(c)), idx);
+      best = t_lt(lo, hi, v, best);
     }
     out[0] = IsArg ? idx : best;
   }
-};
-
-struct MaxOp : Extreme<true, false> {
-  TESSEL_OP(Max);
+  // The extreme's cotangent goes to the first extreme component; indices have no derivative.
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    if (IsArg) return no_grad(s, g);
     const Formula a = arg(s, 0);
-    return {scatter(g, argmax(a), a.dim())};
+    return {scatter(g, IsMax ? argmax(a) : argmin(a), a.dim())};
   }
 };
+using MaxOp = Extreme<OpCode::Max, true, false>;
 Formula max(const Formula& a) { return make(OpCode::Max, {a}); }
-
-struct MinOp : Extreme<false, false> {
-  TESSEL_OP(Min);
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
-    const Formula a = arg(s, 0);
-    return {scatter(g, argmin(a), a.dim())};
-  }
-};
+using MinOp = Extreme<OpCode::Min, false, false>;
 Formula min(const Formula& a) { return make(OpCode::Min, {a}); }
-
-struct ArgMaxOp : Extreme<true, true> {
-  TESSEL_OP(ArgMax);
-  static constexpr auto vjp = no_grad;
-};
+using ArgMaxOp = Extreme<OpCode::ArgMax, true, true>;
 Formula argmax(const Formula& a) { return make(OpCode::ArgMax, {a}); }
-
-struct ArgMinOp : Extreme<false, true> {
-  TESSEL_OP(ArgMin);
-  static constexpr auto vjp = no_grad;
-};
+using ArgMinOp = Extreme<OpCode::ArgMin, false, true>;
 Formula argmin(const Formula& a) { return make(OpCode::ArgMin, {a}); }
 
 struct ElemOp {
@@ -234,20 +233,13 @@ struct NormalizeOp {
 };
 Formula normalize(const Formula& a) { return make(OpCode::Normalize, {a}); }
 
-struct SqDistOp {
+struct SqDistOp : SameToScalar<SqDistOp> {
   TESSEL_OP(SqDist);
-  static constexpr int arity = 2;
-  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
-    same_dim(name, a[0].dim(), a[1].dim());
-    return 1;
-  }
   template <class S> static void apply(const Node& n, const S* const* a, S* out) {
-    S r;
-    for (int c = 0; c < n.args[0]->dim; ++c) {
+    out[0] = sum_terms<S>(n.args[0]->dim, [&](int c) {
       const S d = a[0][c] - a[1][c];
-      r = c == 0 ? d * d : r + d * d;
-    }
-    out[0] = r;
+      return d * d;
+    });
   }
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
     const Formula d = (2.0 * g) * (arg(s, 0) - arg(s, 1));
@@ -256,14 +248,9 @@ struct SqDistOp {
 };
 Formula sqdist(const Formula& a, const Formula& b) { return make(OpCode::SqDist, {a, b}); }
 
-struct ScalprodOp {
+struct ScalprodOp : SameToScalar<ScalprodOp> {
   TESSEL_OP(Scalprod);
   static constexpr const char* infix = "|";
-  static constexpr int arity = 2;
-  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
-    same_dim(name, a[0].dim(), a[1].dim());
-    return 1;
-  }
   static Formula simplify(std::span<const Formula> a, std::span<const int64_t>) {
     return is_zero(a[0]) || is_zero(a[1]) ? zero(1) : Formula{};
   }
@@ -275,6 +262,7 @@ struct ScalprodOp {
   }
 };
 Formula scalprod(const Formula& a, const Formula& b) { return make(OpCode::Scalprod, {a, b}); }
+
 // Quadratic forms a^T S a with S isotropic (dim 1), diagonal (dim d) or full (dim d*d).
 
 struct SqNormIsoOp {
@@ -293,20 +281,10 @@ struct SqNormIsoOp {
 };
 Formula sqnorm_iso(const Formula& s, const Formula& a) { return make(OpCode::SqNormIso, {s, a}); }
 
-struct SqNormDiagOp {
+struct SqNormDiagOp : SameToScalar<SqNormDiagOp> {
   TESSEL_OP(SqNormDiag);
-  static constexpr int arity = 2;
-  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
-    same_dim(name, a[0].dim(), a[1].dim());
-    return 1;
-  }
   template <class S> static void apply(const Node& n, const S* const* a, S* out) {
-    S r;
-    for (int c = 0; c < n.args[1]->dim; ++c) {
-      const S t = a[0][c] * (a[1][c] * a[1][c]);
-      r = c == 0 ? t : r + t;
-    }
-    out[0] = r;
+    out[0] = sum_terms<S>(n.args[1]->dim, [&](int c) { return a[0][c] * (a[1][c] * a[1][c]); });
   }
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
     const Formula w = arg(s, 0), x = arg(s, 1);
@@ -329,13 +307,10 @@ struct SymSqNormOp {
   }
   template <class S> static void apply(const Node& n, const S* const* a, S* out) {
     const int d = n.args[1]->dim;
-    S r;
-    for (int p = 0; p < d; ++p)
-      for (int q = 0; q < d; ++q) {
-        const S t = a[0][p * d + q] * (a[1][p] * a[1][q]);
-        r = (p == 0 && q == 0) ? t : r + t;
-      }
-    out[0] = r;
+    out[0] = sum_terms<S>(d * d, [&](int k) {
+      const int p = k / d, q = k % d;
+      return a[0][k] * (a[1][p] * a[1][q]);
+    });
   }
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
     const Formula w = arg(s, 0), x = arg(s, 1);

@@ -138,13 +138,20 @@ TEST(OpGrads, EveryOpHasADerivativeCase) {
         << "no derivative case for op " << op_info(static_cast<OpCode>(k)).name;
 }
 
+// Calls body(case, its variables, its formula) for each case with derivatives of this kind.
+template <class Body>
+void for_each_case(GradKind kind, Body body) {
+  for (const OpCase& c : cases()) {
+    if (c.grad != kind) continue;
+    const auto vars = make_vars(c);
+    body(c, vars, c.build(vars));
+  }
+}
+
 // grad(f, v, e) against central differences of <f, e>, for every variable of every smooth case.
 TEST(OpGrads, VjpMatchesFiniteDifferences) {
   Rng rng(99);
-  for (const OpCase& c : cases()) {
-    if (c.grad != GradKind::Smooth) continue;
-    const auto vars = make_vars(c);
-    const Formula f = c.build(vars);
+  for_each_case(GradKind::Smooth, [&](const OpCase& c, const auto& vars, const Formula& f) {
     const Formula e = pm(kE, f.dim());
     for (int trial = 0; trial < 3; ++trial) {
       const Point p = sample(c, rng);
@@ -162,16 +169,13 @@ TEST(OpGrads, VjpMatchesFiniteDifferences) {
         }
       }
     }
-  }
+  });
 }
 
 // Floor, Round, Step, Sign, comparisons, ArgMax/ArgMin and OneHot are piecewise constant.
 TEST(OpGrads, PiecewiseConstantOpsHaveZeroGradient) {
   Rng rng(5);
-  for (const OpCase& c : cases()) {
-    if (c.grad != GradKind::Zero) continue;
-    const auto vars = make_vars(c);
-    const Formula f = c.build(vars);
+  for_each_case(GradKind::Zero, [&](const OpCase& c, const auto& vars, const Formula& f) {
     const Point p = sample(c, rng);
     const std::map<int, Vec> extra = {{kE, random_vec(rng, f.dim())}};
     for (size_t k = 0; k < vars.size(); ++k) {
@@ -183,7 +187,7 @@ TEST(OpGrads, PiecewiseConstantOpsHaveZeroGradient) {
       const Formula j = jvp(f, vars[k], pm(kT, vars[k].dim()));
       EXPECT_TRUE(j.node().is_zero()) << c.name << ": jvp " << j.str();
     }
-  }
+  });
 }
 
 // jvp(f, v, t) against the central difference of f along t.
@@ -209,11 +213,9 @@ void check_jvp(const OpCase& c, const Formula& f, const std::vector<Formula>& va
 
 TEST(OpGrads, JvpMatchesFiniteDifferences) {
   Rng rng(31);
-  for (const OpCase& c : cases())
-    if (c.grad == GradKind::Smooth) {
-      const auto vars = make_vars(c);
-      check_jvp(c, c.build(vars), vars, rng);
-    }
+  for_each_case(GradKind::Smooth, [&](const OpCase& c, const auto& vars, const Formula& f) {
+    check_jvp(c, f, vars, rng);
+  });
   for (const OpCase& c : composite_cases()) {
     const auto vars = make_vars(c);
     check_jvp(c, c.build(vars), vars, rng);

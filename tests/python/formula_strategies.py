@@ -197,7 +197,7 @@ def formula(draw, vs, dim, depth):
     """A formula of dim `dim` (dim-1 results broadcast where the op allows) at most `depth` deep."""
     if depth == 0 or draw(st.integers(0, 3)) == 0:
         return draw(leaf(vs, dim))
-    name, arity, n_ip, _, _ = draw(st.sampled_from(table()))
+    name, arity, n_ip = draw(st.sampled_from(table()))[:3]
     if name in SHAPED_PARAMS:
         got = draw(SHAPED_PARAMS[name](dim))
         if got is None:

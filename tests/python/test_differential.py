@@ -405,6 +405,11 @@ FIXED = [
            point="Atan2"),
     _fixed("Sum", "Powf(Var(0,1,0),Var(1,1,1))", [(0, 1), (1, 1)], "ties", seed=3,
            point="Powf"),
+    # SinXDivX at exact zeros (its derivative there: 0, pykeops NaN), tiny and huge arguments
+    *[_fixed("Sum", "Mult(SinXDivX(Var(0,1,0)),Var(1,1,1))", [(0, 1), (1, 1)], regime, seed=6,
+             point="SinXDivX") for regime in ("ties", "tiny", "huge", "nonfinite")],
+    _fixed("Sum", "SinXDivX(Subtract(Var(0,2,0),Var(1,2,1)))", [(0, 2), (1, 2)], "normal",
+           seed=7),
     # IfElse on NaN conditions, -inf softmax terms with infinite weights
     _fixed("SumSoftMaxWeight", "IfElse(Var(0,1,0),Var(1,1,1),Minus(Var(1,1,1)))",
            [(0, 1), (1, 1)], "nonfinite", seed=5, f2="Var(1,1,1)"),
