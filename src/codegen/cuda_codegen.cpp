@@ -75,7 +75,7 @@ DEV V v_floor(V a) { return floor(a); }
 DEV V v_round(V a) { return round(a); }  // halves away from zero, like the CPU kernels
 )PRELUDE";
 
-// The prelude, with the libm primitives (ops/primitives.hpp) as CUDA's math functions.
+// The prelude, with the libm primitives (ops/op.hpp) as CUDA's math functions.
 const string& cuda_prelude() {
   static const string s = [] {
     string r = kCudaPreludeHead;

@@ -3,33 +3,16 @@
 
 namespace tessel {
 
-namespace {
-
-int dim_bcast2(const char* name, std::span<const Formula> a) {
-  return broadcast_dim(name, a[0].dim(), a[1].dim());
-}
-
-}  // namespace
-
-struct AddOp {
+struct AddOp : Binary<AddOp> {
   TESSEL_OP(Add);
-  static constexpr const char* method = "";  // infix
-  static constexpr const char* infix = "+";
-  static constexpr int arity = 2;
-  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
-    return dim_bcast2(name, a);
-  }
+  static constexpr const char* infix = "+", *method = "";
+  template <class S> static S f(const Node&, const S& x, const S& y) { return x + y; }
   static Formula simplify(std::span<const Formula> a, std::span<const int64_t>) {
     const int d = broadcast_dim(name, a[0].dim(), a[1].dim());
     if (is_zero(a[0]) && a[1].dim() == d) return a[1];
     if (is_zero(a[1]) && a[0].dim() == d) return a[0];
-    if (a[1].node().op == OpCode::Neg)
-      return a[0] - arg(a[1], 0);
+    if (a[1].node().op == OpCode::Neg) return a[0] - arg(a[1], 0);
     return {};
-  }
-  template <class S>
-  static void apply(const Node& n, const S* const* a, S* out) {
-    ew2(n, a, out, [](const S& x, const S& y) { return x + y; });
   }
   static std::vector<Formula> vjp(const Formula& self, const Formula& g) {
     return {unbroadcast(g, arg(self, 0).dim()), unbroadcast(g, arg(self, 1).dim())};
@@ -37,14 +20,10 @@ struct AddOp {
 };
 Formula operator+(const Formula& a, const Formula& b) { return make(OpCode::Add, {a, b}); }
 
-struct SubOp {
+struct SubOp : Binary<SubOp> {
   TESSEL_OP_NAMED(Sub, "Subtract");
-  static constexpr const char* method = "";  // infix
-  static constexpr const char* infix = "-";
-  static constexpr int arity = 2;
-  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
-    return dim_bcast2(name, a);
-  }
+  static constexpr const char* infix = "-", *method = "";
+  template <class S> static S f(const Node&, const S& x, const S& y) { return x - y; }
   static Formula simplify(std::span<const Formula> a, std::span<const int64_t>) {
     const int d = broadcast_dim(name, a[0].dim(), a[1].dim());
     if (is_zero(a[1]) && a[0].dim() == d) return a[0];
@@ -52,24 +31,16 @@ struct SubOp {
     if (a[0].same(a[1])) return zero(d);
     return {};
   }
-  template <class S>
-  static void apply(const Node& n, const S* const* a, S* out) {
-    ew2(n, a, out, [](const S& x, const S& y) { return x - y; });
-  }
   static std::vector<Formula> vjp(const Formula& self, const Formula& g) {
     return {unbroadcast(g, arg(self, 0).dim()), unbroadcast(-g, arg(self, 1).dim())};
   }
 };
 Formula operator-(const Formula& a, const Formula& b) { return make(OpCode::Sub, {a, b}); }
 
-struct MulOp {
+struct MulOp : Binary<MulOp> {
   TESSEL_OP_NAMED(Mul, "Mult");
-  static constexpr const char* method = "";  // infix
-  static constexpr const char* infix = "*";
-  static constexpr int arity = 2;
-  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
-    return dim_bcast2(name, a);
-  }
+  static constexpr const char* infix = "*", *method = "";
+  template <class S> static S f(const Node&, const S& x, const S& y) { return x * y; }
   static Formula simplify(std::span<const Formula> a, std::span<const int64_t>) {
     const int d = broadcast_dim(name, a[0].dim(), a[1].dim());
     if (is_zero(a[0]) || is_zero(a[1])) return zero(d);
@@ -83,13 +54,8 @@ struct MulOp {
     if (is_const(a[1]) && !is_const(a[0])) return a[1] * a[0];
     double c;
     if (is_const(a[0], &c) && a[1].node().op == OpCode::Mul && a[1].node().args[0]->is_const())
-      return constant(c * a[1].node().args[0]->value) *
-             arg(a[1], 1);
+      return constant(c * a[1].node().args[0]->value) * arg(a[1], 1);
     return {};
-  }
-  template <class S>
-  static void apply(const Node& n, const S* const* a, S* out) {
-    ew2(n, a, out, [](const S& x, const S& y) { return x * y; });
   }
   static std::vector<Formula> vjp(const Formula& self, const Formula& g) {
     const Formula x = arg(self, 0), y = arg(self, 1);
@@ -98,14 +64,10 @@ struct MulOp {
 };
 Formula operator*(const Formula& a, const Formula& b) { return make(OpCode::Mul, {a, b}); }
 
-struct DivOp {
+struct DivOp : Binary<DivOp> {
   TESSEL_OP_NAMED(Div, "Divide");
-  static constexpr const char* method = "";  // infix
-  static constexpr const char* infix = "/";
-  static constexpr int arity = 2;
-  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
-    return dim_bcast2(name, a);
-  }
+  static constexpr const char* infix = "/", *method = "";
+  template <class S> static S f(const Node&, const S& x, const S& y) { return x / y; }
   static Formula simplify(std::span<const Formula> a, std::span<const int64_t>) {
     const int d = broadcast_dim(name, a[0].dim(), a[1].dim());
     if (is_zero(a[0])) return zero(d);
@@ -115,10 +77,6 @@ struct DivOp {
     if (a[0].node().varies && !a[1].node().varies && !is_const(a[1])) return a[0] * inv(a[1]);
     return {};
   }
-  template <class S>
-  static void apply(const Node& n, const S* const* a, S* out) {
-    ew2(n, a, out, [](const S& x, const S& y) { return x / y; });
-  }
   static std::vector<Formula> vjp(const Formula& self, const Formula& g) {
     const Formula x = arg(self, 0), y = arg(self, 1);
     return {unbroadcast(g / y, x.dim()), unbroadcast(-(g * self) / y, y.dim())};
@@ -126,19 +84,14 @@ struct DivOp {
 };
 Formula operator/(const Formula& a, const Formula& b) { return make(OpCode::Div, {a, b}); }
 
-struct NegOp {
+struct NegOp : Unary<NegOp> {
   TESSEL_OP_NAMED(Neg, "Minus");
   static constexpr const char* method = "";  // -x
-  static constexpr int arity = 1;
   static constexpr bool zero_preserving = true;
-  static constexpr auto dim = dim_same_as_arg;
+  template <class S> static S f(const Node&, const S& x) { return -x; }
   static Formula simplify(std::span<const Formula> a, std::span<const int64_t>) {
     if (a[0].node().op == OpCode::Neg) return arg(a[0], 0);
     return {};
-  }
-  template <class S>
-  static void apply(const Node& n, const S* const* a, S* out) {
-    ew1(n, a, out, [](const S& x) { return -x; });
   }
   static std::vector<Formula> vjp(const Formula&, const Formula& g) { return {-g}; }
 };

@@ -8,41 +8,6 @@ namespace tessel {
 
 namespace {
 
-// CRTP bases: an op supplies `f` (the scalar function) and its vjp; the base does broadcasting.
-template <class D>
-struct Unary {
-  static constexpr int arity = 1;
-  static int dim(std::span<const Formula> a, std::span<const int64_t>) { return a[0].dim(); }
-  template <class S>
-  static void apply(const Node& n, const S* const* a, S* out) {
-    ew1(n, a, out, [&](const S& x) { return D::f(n, x); });
-  }
-};
-template <class D>
-struct Binary {
-  static constexpr int arity = 2;
-  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
-    return broadcast_dim(D::name, a[0].dim(), a[1].dim());
-  }
-  template <class S>
-  static void apply(const Node& n, const S* const* a, S* out) {
-    ew2(n, a, out, [&](const S& x, const S& y) { return D::f(n, x, y); });
-  }
-};
-template <class D>
-struct Ternary {
-  static constexpr int arity = 3;
-  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
-    return broadcast_dim(D::name, broadcast_dim(D::name, a[0].dim(), a[1].dim()), a[2].dim());
-  }
-  template <class S>
-  static void apply(const Node& n, const S* const* a, S* out) {
-    ew3(n, a, out, [&](const S& x, const S& y, const S& z) { return D::f(n, x, y, z); });
-  }
-};
-std::vector<Formula> no_grad(const Formula& self, const Formula&) {
-  return std::vector<Formula>(self.node().args.size());
-}
 Formula x0(const Formula& self) { return arg(self, 0); }
 Formula x1(const Formula& self) { return arg(self, 1); }
 Formula x2(const Formula& self) { return arg(self, 2); }
@@ -62,14 +27,14 @@ Formula zero_where_zero(const Formula& guard, const Formula& a, double safe, F v
 struct ExpOp : Unary<ExpOp> {
   TESSEL_OP(Exp);
   template <class S> static S f(const Node&, const S& x) { return t_exp(x); }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) { return {g * s}; }
+  static Grads vjp(const Formula& s, const Formula& g) { return {g * s}; }
 };
 Formula exp(const Formula& a) { return make(OpCode::Exp, {a}); }
 
 struct LogOp : Unary<LogOp> {
   TESSEL_OP(Log);
   template <class S> static S f(const Node&, const S& x) { return t_log(x); }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) { return {g / x0(s)}; }
+  static Grads vjp(const Formula& s, const Formula& g) { return {g / x0(s)}; }
 };
 Formula log(const Formula& a) { return make(OpCode::Log, {a}); }
 
@@ -79,9 +44,7 @@ struct XLogXOp : Unary<XLogXOp> {
   template <class S> static S f(const Node&, const S& x) {
     return t_eq(x, S(0.0), S(0.0), x * t_log(x));
   }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
-    return {g * (log(x0(s)) + 1.0)};
-  }
+  static Grads vjp(const Formula& s, const Formula& g) { return {g * (log(x0(s)) + 1.0)}; }
 };
 Formula xlogx(const Formula& a) { return make(OpCode::XLogX, {a}); }
 
@@ -89,7 +52,7 @@ struct SqrtOp : Unary<SqrtOp> {
   TESSEL_OP(Sqrt);
   static constexpr bool zero_preserving = true;
   template <class S> static S f(const Node&, const S& x) { return t_sqrt(x); }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+  static Grads vjp(const Formula& s, const Formula& g) {
     return {(0.5 * g) * rsqrt(x0(s))};  // through Rsqrt: 0 at 0, not 0.5 / 0
   }
 };
@@ -98,7 +61,7 @@ Formula sqrt(const Formula& a) { return make(OpCode::Sqrt, {a}); }
 struct RsqrtOp : Unary<RsqrtOp> {
   TESSEL_OP(Rsqrt);
   template <class S> static S f(const Node&, const S& x) { return t_rsqrt(x); }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+  static Grads vjp(const Formula& s, const Formula& g) {
     return {(-0.5 * g) * pow(s, 3)};  // Rsqrt(x)^3, not Rsqrt(x) / x: 0 at 0, not 0 / 0
   }
 };
@@ -107,9 +70,7 @@ Formula rsqrt(const Formula& a) { return make(OpCode::Rsqrt, {a}); }
 struct InvOp : Unary<InvOp> {
   TESSEL_OP(Inv);
   template <class S> static S f(const Node&, const S& x) { return S(1.0) / x; }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
-    return {-(g * square(s))};
-  }
+  static Grads vjp(const Formula& s, const Formula& g) { return {-(g * square(s))}; }
 };
 Formula inv(const Formula& a) { return make(OpCode::Inv, {a}); }
 
@@ -137,7 +98,7 @@ struct PowOp : Unary<PowOp> {
     }
     return neg ? S(1.0) / r : r;
   }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+  static Grads vjp(const Formula& s, const Formula& g) {
     const int64_t n = s.node().ip[0];
     return {(static_cast<double>(n) * g) * pow(x0(s), static_cast<int>(n - 1))};
   }
@@ -165,7 +126,7 @@ struct PowfOp : Binary<PowfOp> {
   }
   // d/dx = y x^(y-1) (not y s / x, which is 0 / 0 at x = 0): its limit at 0 for every y, and 0
   // for y = 0. d/dy = s log x, 0 where s = 0 (x = 0, y > 0), its limit there.
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+  static Grads vjp(const Formula& s, const Formula& g) {
     const Formula x = x0(s), y = x1(s);
     const Formula dx = zero_where_zero(y, y, 1.0, [&](const Formula& p) {
       return p * powf(x, p - 1.0);
@@ -180,9 +141,7 @@ struct SquareOp : Unary<SquareOp> {
   TESSEL_OP(Square);
   static constexpr bool zero_preserving = true;
   template <class S> static S f(const Node&, const S& x) { return x * x; }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
-    return {2.0 * (g * x0(s))};
-  }
+  static Grads vjp(const Formula& s, const Formula& g) { return {2.0 * (g * x0(s))}; }
 };
 Formula square(const Formula& a) { return make(OpCode::Square, {a}); }
 
@@ -190,9 +149,7 @@ struct AbsOp : Unary<AbsOp> {
   TESSEL_OP(Abs);
   static constexpr bool zero_preserving = true;
   template <class S> static S f(const Node&, const S& x) { return t_abs(x); }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
-    return {g * sign(x0(s))};
-  }
+  static Grads vjp(const Formula& s, const Formula& g) { return {g * sign(x0(s))}; }
 };
 Formula abs(const Formula& a) { return make(OpCode::Abs, {a}); }
 
@@ -219,9 +176,7 @@ struct ReluOp : Unary<ReluOp> {
   TESSEL_OP(ReLU);
   static constexpr bool zero_preserving = true;
   template <class S> static S f(const Node&, const S& x) { return t_lt(x, S(0.0), S(0.0), x); }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
-    return {g * step(x0(s))};
-  }
+  static Grads vjp(const Formula& s, const Formula& g) { return {g * step(x0(s))}; }
 };
 Formula relu(const Formula& a) { return make(OpCode::ReLU, {a}); }
 
@@ -229,18 +184,14 @@ struct SinOp : Unary<SinOp> {
   TESSEL_OP(Sin);
   static constexpr bool zero_preserving = true;
   template <class S> static S f(const Node&, const S& x) { return t_sin(x); }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
-    return {g * cos(x0(s))};
-  }
+  static Grads vjp(const Formula& s, const Formula& g) { return {g * cos(x0(s))}; }
 };
 Formula sin(const Formula& a) { return make(OpCode::Sin, {a}); }
 
 struct CosOp : Unary<CosOp> {
   TESSEL_OP(Cos);
   template <class S> static S f(const Node&, const S& x) { return t_cos(x); }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
-    return {-(g * sin(x0(s)))};
-  }
+  static Grads vjp(const Formula& s, const Formula& g) { return {-(g * sin(x0(s)))}; }
 };
 Formula cos(const Formula& a) { return make(OpCode::Cos, {a}); }
 
@@ -248,16 +199,14 @@ struct AsinOp : Unary<AsinOp> {
   TESSEL_OP(Asin);
   static constexpr bool zero_preserving = true;
   template <class S> static S f(const Node&, const S& x) { return t_asin(x); }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
-    return {g * rsqrt(1.0 - square(x0(s)))};
-  }
+  static Grads vjp(const Formula& s, const Formula& g) { return {g * rsqrt(1.0 - square(x0(s)))}; }
 };
 Formula asin(const Formula& a) { return make(OpCode::Asin, {a}); }
 
 struct AcosOp : Unary<AcosOp> {
   TESSEL_OP(Acos);
   template <class S> static S f(const Node&, const S& x) { return t_acos(x); }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+  static Grads vjp(const Formula& s, const Formula& g) {
     return {-(g * rsqrt(1.0 - square(x0(s))))};
   }
 };
@@ -267,9 +216,7 @@ struct AtanOp : Unary<AtanOp> {
   TESSEL_OP(Atan);
   static constexpr bool zero_preserving = true;
   template <class S> static S f(const Node&, const S& x) { return t_atan(x); }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
-    return {g / (1.0 + square(x0(s)))};
-  }
+  static Grads vjp(const Formula& s, const Formula& g) { return {g / (1.0 + square(x0(s)))}; }
 };
 Formula atan(const Formula& a) { return make(OpCode::Atan, {a}); }
 
@@ -284,7 +231,7 @@ struct SincOp : Unary<SincOp> {
   template <class S> static S f(const Node&, const S& x) {
     return t_eq(x, S(0.0), S(1.0), t_sin(x) / x);
   }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+  static Grads vjp(const Formula& s, const Formula& g) {
     const Formula x = x0(s), far = abs(x) - 1.0;
     const Formula xf = ifelse(far, x, constant(1.0)), xn = ifelse(far, constant(0.0), x);
     const Formula u = square(xn);
@@ -304,7 +251,7 @@ Formula sinc(const Formula& a) { return make(OpCode::Sinc, {a}); }
 struct Atan2Op : Binary<Atan2Op> {
   TESSEL_OP(Atan2);
   template <class S> static S f(const Node&, const S& y, const S& x) { return t_atan2(y, x); }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+  static Grads vjp(const Formula& s, const Formula& g) {
     const Formula y = x0(s), x = x1(s);
     // 1 / (x^2 + y^2) as Rsqrt(.)^2: 0 at the origin, where the gradient has no limit.
     const Formula r = g * square(rsqrt(square(x) + square(y)));
@@ -339,7 +286,7 @@ struct ModOp : Ternary<ModOp> {
   template <class S> static S f(const Node&, const S& a, const S& n, const S& d) {
     return a - n * t_floor((a - d) / n);
   }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+  static Grads vjp(const Formula& s, const Formula& g) {
     const Formula a = x0(s), n = x1(s), d = x2(s);
     return {unbroadcast(g, a.dim()), unbroadcast(-(g * floor((a - d) / n)), n.dim()), Formula{}};
   }
@@ -353,7 +300,7 @@ struct ClampOp : Ternary<ClampOp> {
   template <class S> static S f(const Node&, const S& x, const S& lo, const S& hi) {
     return t_lt(x, lo, lo, t_lt(hi, x, hi, x));
   }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+  static Grads vjp(const Formula& s, const Formula& g) {
     const Formula x = x0(s), lo = x1(s), hi = x2(s);
     const Formula glo = g * less(x, lo), ghi = g * (greater(x, hi) * (1.0 - less(x, lo)));
     return {unbroadcast(g - glo - ghi, x.dim()), unbroadcast(glo, lo.dim()),
@@ -371,7 +318,7 @@ struct ClampIntOp : Unary<ClampIntOp> {
     const S lo(static_cast<double>(n.ip[0])), hi(static_cast<double>(n.ip[1]));
     return t_lt(x, lo, lo, t_lt(hi, x, hi, x));
   }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+  static Grads vjp(const Formula& s, const Formula& g) {
     const Formula x = x0(s);
     const double lo = static_cast<double>(s.node().ip[0]), hi = static_cast<double>(s.node().ip[1]);
     return {g * (1.0 - less(x, constant(lo)) - greater(x, constant(hi)))};
@@ -390,7 +337,7 @@ struct IfElseOp : Ternary<IfElseOp> {
   }
   // The cotangent is selected, not multiplied by a 0/1 mask: an infinite g would give inf * 0 =
   // NaN to the branch not taken.
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+  static Grads vjp(const Formula& s, const Formula& g) {
     const Formula c = x0(s), a = x1(s), b = x2(s), z = zero(g.dim());
     return {Formula{}, unbroadcast(ifelse(c, g, z), a.dim()),
             unbroadcast(ifelse(c, z, g), b.dim())};
@@ -403,7 +350,7 @@ Formula ifelse(const Formula& c, const Formula& a, const Formula& b) {
 struct ElemMinOp : Binary<ElemMinOp> {
   TESSEL_OP(ElemMin);
   template <class S> static S f(const Node&, const S& a, const S& b) { return t_lt(a, b, a, b); }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+  static Grads vjp(const Formula& s, const Formula& g) {
     const Formula a = x0(s), b = x1(s), ga = g * less(a, b);
     return {unbroadcast(ga, a.dim()), unbroadcast(g - ga, b.dim())};
   }
@@ -413,7 +360,7 @@ Formula elem_min(const Formula& a, const Formula& b) { return make(OpCode::ElemM
 struct ElemMaxOp : Binary<ElemMaxOp> {
   TESSEL_OP(ElemMax);
   template <class S> static S f(const Node&, const S& a, const S& b) { return t_lt(b, a, a, b); }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+  static Grads vjp(const Formula& s, const Formula& g) {
     const Formula a = x0(s), b = x1(s), ga = g * less(b, a);
     return {unbroadcast(ga, a.dim()), unbroadcast(g - ga, b.dim())};
   }

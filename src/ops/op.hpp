@@ -3,7 +3,10 @@
 // An op is written once as `template <class S> apply(node, args, out)` over a "scalar" S that is
 // one of: double (the float64 reference), Lanes (the tile interpreter) and Expr (code generation:
 // operations on Expr emit source text), using the primitives declared below. That is how a new op
-// touches one place.
+// touches one place: its struct, builder and register_ops entry in its family file (ops/*.cpp),
+// plus its OpCode (ir/node.hpp) and its builder's declaration (include/tessel/formula.hpp).
+// Python reads the op table (`_core.op_table()`), so needs no edit; the C++ tests fail
+// until the op has a value case (tests/cpp/op_cases.hpp) and a kernel sample (test_compiled.cpp).
 #pragma once
 
 #include <array>
@@ -25,9 +28,9 @@
 // Two lists, by how the kernels implement v_<name>:
 // - TESSEL_KERNEL_PRIMITIVES: hand-vectorised in each kernel prelude (codegen/cpu_prelude.cpp, the
 //   CUDA prelude in codegen/cuda_codegen.cpp), because they are hot (exp, log) or need care there.
-// - TESSEL_LIBM_PRIMITIVES: a libm function of the same name, which both preludes generate from
-//   this list (the CPU one lane by lane). A new libm function is one line here and nothing else;
-//   an op written from existing primitives (SinXDivX) needs no line at all.
+// - TESSEL_LIBM_PRIMITIVES: a libm function of the same name (arity 1 or 2), which both preludes
+//   generate from this list (the CPU one lane by lane). A new libm function is one line here and
+//   nothing else; an op written from existing primitives (SinXDivX) needs no line at all.
 //
 // Rsqrt(0) = 0, as in KeOps: the derivatives of Sqrt, Norm2 and Normalize are written through it,
 // so they vanish at 0 instead of giving 0 * inf = NaN (docs/conventions.md). min/max return the
@@ -136,7 +139,8 @@ using DimFn = int (*)(std::span<const Formula> args, std::span<const int64_t> ip
 // Returns an equivalent simpler formula, or an invalid one when no rule applies.
 using SimplifyFn = Formula (*)(std::span<const Formula> args, std::span<const int64_t> ip);
 // Gradient of <self, g> with respect to each argument; an invalid formula means zero.
-using VjpFn = std::vector<Formula> (*)(const Formula& self, const Formula& g);
+using Grads = std::vector<Formula>;
+using VjpFn = Grads (*)(const Formula& self, const Formula& g);
 
 struct OpInfo {
   OpCode code = OpCode::Count_;
@@ -233,6 +237,43 @@ void ew3(const Node& n, const S* const* a, S* out, F f) {
   const bool b0 = n.args[0]->dim == 1, b1 = n.args[1]->dim == 1, b2 = n.args[2]->dim == 1;
   for (int c = 0; c < n.dim; ++c)
     out[c] = f(a[0][b0 ? 0 : c], a[1][b1 ? 0 : c], a[2][b2 ? 0 : c]);
+}
+// CRTP bases of elementwise ops: D supplies name, `f(node, x...)` (the scalar function) and its
+// vjp; the base gives the arity, the broadcasting dim rule and apply.
+template <class D>
+struct Unary {
+  static constexpr int arity = 1;
+  static int dim(std::span<const Formula> a, std::span<const int64_t>) { return a[0].dim(); }
+  template <class S>
+  static void apply(const Node& n, const S* const* a, S* out) {
+    ew1(n, a, out, [&](const S& x) { return D::f(n, x); });
+  }
+};
+template <class D>
+struct Binary {
+  static constexpr int arity = 2;
+  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
+    return broadcast_dim(D::name, a[0].dim(), a[1].dim());
+  }
+  template <class S>
+  static void apply(const Node& n, const S* const* a, S* out) {
+    ew2(n, a, out, [&](const S& x, const S& y) { return D::f(n, x, y); });
+  }
+};
+template <class D>
+struct Ternary {
+  static constexpr int arity = 3;
+  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
+    return broadcast_dim(D::name, broadcast_dim(D::name, a[0].dim(), a[1].dim()), a[2].dim());
+  }
+  template <class S>
+  static void apply(const Node& n, const S* const* a, S* out) {
+    ew3(n, a, out, [&](const S& x, const S& y, const S& z) { return D::f(n, x, y, z); });
+  }
+};
+// The VJP of an op without a derivative (piecewise constant, or an index).
+inline std::vector<Formula> no_grad(const Formula& self, const Formula&) {
+  return std::vector<Formula>(self.node().args.size());
 }
 // Dim rules shared by many ops.
 inline int dim_same_as_arg(std::span<const Formula> a, std::span<const int64_t>) {

@@ -17,9 +17,6 @@ int need_dim1(const char* op, const Formula& a, const char* what) {
   if (a.dim() != 1) dim_error(op, std::string(what) + " must have dim 1, got " + std::to_string(a.dim()));
   return 1;
 }
-std::vector<Formula> no_grad(const Formula& self, const Formula&) {
-  return std::vector<Formula>(self.node().args.size());
-}
 // term(0) + term(1) + ... + term(n-1), without a leading 0 + (the emitted code stays short).
 template <class S, class F>
 S sum_terms(int n, F term) {
@@ -48,14 +45,20 @@ struct SameToScalar {
   }
 };
 
-struct SumOp {
-  TESSEL_OP(Sum);
+// A vector to a scalar, 0 for the zero vector: D supplies f(components, dim).
+template <class D>
+struct ToScalar {
   static constexpr int arity = 1;
   static constexpr bool zero_preserving = true;
   static constexpr auto dim = dim_scalar;
   template <class S> static void apply(const Node& n, const S* const* a, S* out) {
-    out[0] = sum_of(a[0], n.args[0]->dim);
+    out[0] = D::f(a[0], n.args[0]->dim);
   }
+};
+
+struct SumOp : ToScalar<SumOp> {
+  TESSEL_OP(Sum);
+  template <class S> static S f(const S* a, int d) { return sum_of(a, d); }
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
     return {spread(g, arg(s, 0).dim())};
   }
@@ -189,28 +192,18 @@ struct OneHotOp {
 };
 Formula one_hot(const Formula& a, int dim) { return make(OpCode::OneHot, {a}, {dim}); }
 
-struct SqNorm2Op {
+struct SqNorm2Op : ToScalar<SqNorm2Op> {
   TESSEL_OP(SqNorm2);
-  static constexpr int arity = 1;
-  static constexpr bool zero_preserving = true;
-  static constexpr auto dim = dim_scalar;
-  template <class S> static void apply(const Node& n, const S* const* a, S* out) {
-    out[0] = dot_of(a[0], a[0], n.args[0]->dim);
-  }
+  template <class S> static S f(const S* a, int d) { return dot_of(a, a, d); }
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
     return {(2.0 * g) * arg(s, 0)};
   }
 };
 Formula sqnorm2(const Formula& a) { return make(OpCode::SqNorm2, {a}); }
 
-struct Norm2Op {
+struct Norm2Op : ToScalar<Norm2Op> {
   TESSEL_OP(Norm2);
-  static constexpr int arity = 1;
-  static constexpr bool zero_preserving = true;
-  static constexpr auto dim = dim_scalar;
-  template <class S> static void apply(const Node& n, const S* const* a, S* out) {
-    out[0] = t_sqrt(dot_of(a[0], a[0], n.args[0]->dim));
-  }
+  template <class S> static S f(const S* a, int d) { return t_sqrt(dot_of(a, a, d)); }
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
     const Formula a = arg(s, 0);  // through Rsqrt: 0 at a = 0 (KeOps's convention), not 0 / 0
     return {(g * rsqrt(sqnorm2(a))) * a};

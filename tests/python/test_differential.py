@@ -359,25 +359,33 @@ def _structurally_zero(c, grad_var):
 def allowed_grad_difference(c, arrays, grad_var, p, t):
     """Gradient entries where pykeops gives NaN and tessel a finite value because a pair reaches
     an Atan2 at (0, 0), a Powf with base 0 or a SinXDivX at 0, whose derivatives tessel defines
-    there (0; the exact limits) and pykeops writes as 0 / 0, 0 * inf or log(0) * 0. An entry is allowed only
-    where such a pair contributes to it: its row for an i- or j-variable, every entry for a
-    parameter."""
+    there (0; the exact limits) and pykeops writes as 0 / 0, 0 * inf or log(0) * 0; and finite
+    entries that differ where a pair puts SinXDivX's argument at 0 < |x| < 1e-3, where pykeops's
+    Cos(x)/x - Sin(x)/x^2 cancels (relative error ~3e-16 / x^2; tessel's series is checked
+    against a long-double reference in tests/cpp). An entry is allowed only where such a pair
+    contributes to it: its row for an i- or j-variable, every entry for a parameter."""
     if _structurally_zero(c, grad_var):
         return np.isnan(p) & (t == 0)
     points = c["f"].points + (c["f2"].points if c["f2"] else ())
     if not points:
         return np.zeros(t.shape, bool)
-    hit = False
+    hit = cancels = False
     for op, args in points:
         values = [_terms(c, arrays, a) for a in args]  # (…, reduced, kept, dim) each
         hit = hit | _at_point(op, values)
+        if op == "SinXDivX":
+            small = np.abs(values[0])
+            cancels = cancels | ((small > 0) & (small < 1e-3)).any(axis=-1)
     cat = c["vs"].slots[grad_var][0]
     red_cat = 1 if c["axis"] == 1 else 0
-    if cat == 2:
-        rows = hit.any(axis=(-2, -1))[..., None]
-    else:
-        rows = hit.any(axis=-1 if cat == red_cat else -2)[..., None]
-    return np.broadcast_to(rows, t.shape) & np.isnan(p) & np.isfinite(t)
+
+    def rows(h):
+        if h is False:
+            return np.zeros(t.shape, bool)
+        r = h.any(axis=(-2, -1)) if cat == 2 else h.any(axis=-1 if cat == red_cat else -2)
+        return np.broadcast_to(r[..., None], t.shape)
+
+    return ((rows(hit) & np.isnan(p)) | (rows(cancels) & np.isfinite(p))) & np.isfinite(t)
 
 
 def _fixed(red, f, slots, regime, seed, f2=None, point=None):
