@@ -74,8 +74,6 @@ Formula xlogx(const Formula& a);
 Formula sqrt(const Formula& a);
 Formula rsqrt(const Formula& a);
 Formula inv(const Formula& a);
-Formula pow(const Formula& a, int n);
-Formula powf(const Formula& a, const Formula& b);
 Formula square(const Formula& a);
 Formula abs(const Formula& a);
 Formula sign(const Formula& a);
@@ -86,13 +84,12 @@ Formula cos(const Formula& a);
 Formula asin(const Formula& a);
 Formula acos(const Formula& a);
 Formula atan(const Formula& a);
-Formula atan2(const Formula& y, const Formula& x);
+Formula sinc(const Formula& a);  // sin(x)/x, 1 at 0: KeOps's SinXDivX
 Formula floor(const Formula& a);
 Formula round(const Formula& a);  // half away from zero
-Formula mod(const Formula& a, const Formula& n, const Formula& d);  // a - n*floor((a-d)/n)
-Formula clamp(const Formula& a, const Formula& lo, const Formula& hi);
-Formula clampint(const Formula& a, int lo, int hi);
-Formula ifelse(const Formula& c, const Formula& a, const Formula& b);  // c >= 0 ? a : b
+Formula pow(const Formula& a, int n);
+Formula powf(const Formula& a, const Formula& b);
+Formula atan2(const Formula& y, const Formula& x);
 Formula elem_min(const Formula& a, const Formula& b);
 Formula elem_max(const Formula& a, const Formula& b);
 // comparisons give 1 or 0
@@ -102,6 +99,10 @@ Formula greater(const Formula& a, const Formula& b);
 Formula greater_eq(const Formula& a, const Formula& b);
 Formula equal(const Formula& a, const Formula& b);
 Formula not_equal(const Formula& a, const Formula& b);
+Formula mod(const Formula& a, const Formula& n, const Formula& d);  // a - n*floor((a-d)/n)
+Formula clamp(const Formula& a, const Formula& lo, const Formula& hi);
+Formula clampint(const Formula& a, int lo, int hi);
+Formula ifelse(const Formula& c, const Formula& a, const Formula& b);  // c >= 0 ? a : b
 
 // ---- vector ops ----------------------------------------------------------------------------------
 Formula sum(const Formula& a);
@@ -154,6 +155,7 @@ struct OpSummary {
   int n_int_params = 0;    // integer parameters after them (TensorDot: tuples, listed as 0)
   std::string infix;       // "+", "-", "*", "/", "|" for ops printed infix, else empty
   std::string dim_rule;
+  std::string method;      // the LazyTensor method name ("sinxdivx", "power"), "" for none
 };
 std::vector<OpSummary> op_table();
 

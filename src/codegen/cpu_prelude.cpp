@@ -6,10 +6,15 @@
 // fallback on other targets. exp and log are our own polynomials: no libm call in the hot loop.
 #include "codegen/cpu_codegen.hpp"
 
+#include <string>
+
+#include "ops/op.hpp"
+
 namespace tessel {
 
-const char* cpu_prelude() {
-  return R"PRELUDE(
+namespace {
+
+const char* kPrelude = R"PRELUDE(
 typedef long long i64;
 typedef int i32;
 #if TESSEL_F64
@@ -36,13 +41,18 @@ static inline V vload(const T* p) { V v; __builtin_memcpy(&v, p, sizeof v); retu
 static inline V v_lt(V a, V b, V x, V y) { return a < b ? x : y; }
 static inline V v_le(V a, V b, V x, V y) { return a <= b ? x : y; }
 static inline V v_eq(V a, V b, V x, V y) { return a == b ? x : y; }
+// x86 builtins differ only by pd/ps and their all-lanes mask type.
+#if TESSEL_F64
+#define TESSEL_IA32(op, sfx) __builtin_ia32_##op##pd##sfx
+#define TESSEL_ALL (unsigned char)-1
+#else
+#define TESSEL_IA32(op, sfx) __builtin_ia32_##op##ps##sfx
+#define TESSEL_ALL (unsigned short)-1
+#endif
 // min/max return b when either is NaN, exactly like the x86 instructions they become.
-#if defined(__AVX512F__) && TESSEL_VBYTES == 64 && TESSEL_F64
-static inline V v_min(V a, V b) { return __builtin_ia32_minpd512_mask(a, b, a, (unsigned char)-1, 4); }
-static inline V v_max(V a, V b) { return __builtin_ia32_maxpd512_mask(a, b, a, (unsigned char)-1, 4); }
-#elif defined(__AVX512F__) && TESSEL_VBYTES == 64
-static inline V v_min(V a, V b) { return __builtin_ia32_minps512_mask(a, b, a, (unsigned short)-1, 4); }
-static inline V v_max(V a, V b) { return __builtin_ia32_maxps512_mask(a, b, a, (unsigned short)-1, 4); }
+#if defined(__AVX512F__) && TESSEL_VBYTES == 64
+static inline V v_min(V a, V b) { return TESSEL_IA32(min, 512_mask)(a, b, a, TESSEL_ALL, 4); }
+static inline V v_max(V a, V b) { return TESSEL_IA32(max, 512_mask)(a, b, a, TESSEL_ALL, 4); }
 #else
 static inline V v_min(V a, V b) { return a < b ? a : b; }
 static inline V v_max(V a, V b) { return a > b ? a : b; }
@@ -54,10 +64,8 @@ static inline bool v_any(VI m) {
   return __builtin_ia32_cvtq2mask512(m) != 0;
 #elif defined(__AVX512DQ__) && TESSEL_VBYTES == 64
   return __builtin_ia32_cvtd2mask512(m) != 0;
-#elif defined(__AVX__) && TESSEL_VBYTES == 32 && TESSEL_F64
-  return __builtin_ia32_movmskpd256((V)m) != 0;
 #elif defined(__AVX__) && TESSEL_VBYTES == 32
-  return __builtin_ia32_movmskps256((V)m) != 0;
+  return TESSEL_IA32(movmsk, 256)((V)m) != 0;
 #else
   TI w[W];
   __builtin_memcpy(w, &m, sizeof m);
@@ -68,29 +76,14 @@ static inline bool v_any(VI m) {
 }
 
 #if defined(__AVX512F__) && TESSEL_VBYTES == 64
-#if TESSEL_F64
-static inline V v_sqrt(V a) { return __builtin_ia32_sqrtpd512_mask(a, a, (unsigned char)-1, 4); }
-static inline V v_rnd(V a, int mode) { return __builtin_ia32_rndscalepd_mask(a, mode, a, (unsigned char)-1, 4); }
-#else
-static inline V v_sqrt(V a) { return __builtin_ia32_sqrtps512_mask(a, a, (unsigned short)-1, 4); }
-static inline V v_rnd(V a, int mode) { return __builtin_ia32_rndscaleps_mask(a, mode, a, (unsigned short)-1, 4); }
-#endif
+static inline V v_sqrt(V a) { return TESSEL_IA32(sqrt, 512_mask)(a, a, TESSEL_ALL, 4); }
+static inline V v_rnd(V a, int mode) { return TESSEL_IA32(rndscale, _mask)(a, mode, a, TESSEL_ALL, 4); }
 #elif defined(__AVX__) && TESSEL_VBYTES == 32
-#if TESSEL_F64
-static inline V v_sqrt(V a) { return __builtin_ia32_sqrtpd256(a); }
-static inline V v_rnd(V a, int mode) { return __builtin_ia32_roundpd256(a, mode); }
-#else
-static inline V v_sqrt(V a) { return __builtin_ia32_sqrtps256(a); }
-static inline V v_rnd(V a, int mode) { return __builtin_ia32_roundps256(a, mode); }
-#endif
+static inline V v_sqrt(V a) { return TESSEL_IA32(sqrt, 256)(a); }
+static inline V v_rnd(V a, int mode) { return TESSEL_IA32(round, 256)(a, mode); }
 #elif defined(__SSE4_1__) && TESSEL_VBYTES == 16
-#if TESSEL_F64
-static inline V v_sqrt(V a) { return __builtin_ia32_sqrtpd(a); }
-static inline V v_rnd(V a, int mode) { return __builtin_ia32_roundpd(a, mode); }
-#else
-static inline V v_sqrt(V a) { return __builtin_ia32_sqrtps(a); }
-static inline V v_rnd(V a, int mode) { return __builtin_ia32_roundps(a, mode); }
-#endif
+static inline V v_sqrt(V a) { return TESSEL_IA32(sqrt, )(a); }
+static inline V v_rnd(V a, int mode) { return TESSEL_IA32(round, )(a, mode); }
 #else
 static inline V v_sqrt(V a) { V r; for (int l = 0; l < W; ++l) r[l] = __builtin_sqrt(a[l]); return r; }
 static inline V v_rnd(V a, int mode) {
@@ -111,10 +104,8 @@ static inline V v_rsqrt(V a) { return a == bc(0.0) ? bc(0.0) : bc(1.0) / v_sqrt(
 // p * 2^n for integral n: one instruction with AVX-512; otherwise two exponent-bit halves so that
 // subnormal and near-overflow results stay right.
 static inline V v_scale(V p, V n) {
-#if defined(__AVX512F__) && TESSEL_VBYTES == 64 && TESSEL_F64
-  return __builtin_ia32_scalefpd512_mask(p, n, p, (unsigned char)-1, 4);
-#elif defined(__AVX512F__) && TESSEL_VBYTES == 64
-  return __builtin_ia32_scalefps512_mask(p, n, p, (unsigned short)-1, 4);
+#if defined(__AVX512F__) && TESSEL_VBYTES == 64
+  return TESSEL_IA32(scalef, 512_mask)(p, n, p, TESSEL_ALL, 4);
 #else
   VI ni = __builtin_convertvector(n, VI), n2 = ni >> 1, n1 = ni - n2;
   return p * (V)((n1 + (TI)TESSEL_BIAS) << TESSEL_MANT) * (V)((n2 + (TI)TESSEL_BIAS) << TESSEL_MANT);
@@ -194,16 +185,6 @@ static inline V v_log(V x) {
   return x != x ? x : y;
 }
 
-// Trigonometric functions go lane by lane: they are rare in kernel formulas and libm's are exact.
-#define TESSEL_LANEWISE1(name, fn) \
-  static inline V name(V a) { V r; for (int l = 0; l < W; ++l) r[l] = fn(a[l]); return r; }
-TESSEL_LANEWISE1(v_sin, __builtin_sin)
-TESSEL_LANEWISE1(v_cos, __builtin_cos)
-TESSEL_LANEWISE1(v_asin, __builtin_asin)
-TESSEL_LANEWISE1(v_acos, __builtin_acos)
-TESSEL_LANEWISE1(v_atan, __builtin_atan)
-static inline V v_atan2(V y, V x) { V r; for (int l = 0; l < W; ++l) r[l] = __builtin_atan2(y[l], x[l]); return r; }
-
 // float32 kernels flush subnormals to zero: a Gaussian tail in the subnormal range otherwise costs
 // a microcode assist per operation (10-50x slower), for values below 1.2e-38 that a sum cannot
 // notice. The thread's previous mode is restored on exit.
@@ -219,6 +200,28 @@ static inline V v_atan2(V y, V x) { V r; for (int l = 0; l < W; ++l) r[l] = __bu
 static inline double hsum(V v) { double s = 0; for (int l = 0; l < W; ++l) s += v[l]; return s; }
 static inline double hsum_d(VD v) { double s = 0; for (int l = 0; l < W; ++l) s += v[l]; return s; }
 )PRELUDE";
+
+// The libm primitives go lane by lane: they are rare in kernel formulas and libm's are exact.
+std::string libm_primitives() {
+  std::string s;
+  auto add = [&](const char* name, int arity) {
+    const std::string params = arity == 1 ? "V x" : "V x, V y";
+    const std::string lanes = arity == 1 ? "x[l]" : "x[l], y[l]";
+    s += "static inline V v_" + std::string(name) + "(" + params +
+         ") { V r; for (int l = 0; l < W; ++l) r[l] = __builtin_" + name + "(" + lanes +
+         "); return r; }\n";
+  };
+#define TESSEL_CPU_PRIMITIVE(name, ar, value) add(#name, ar);
+  TESSEL_LIBM_PRIMITIVES(TESSEL_CPU_PRIMITIVE)
+#undef TESSEL_CPU_PRIMITIVE
+  return s;
+}
+
+}  // namespace
+
+const char* cpu_prelude() {
+  static const std::string s = kPrelude + libm_primitives();
+  return s.c_str();
 }
 
 }  // namespace tessel

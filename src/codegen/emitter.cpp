@@ -49,30 +49,15 @@ Expr operator-(const Expr& a, const Expr& b) { return bin(a, "-", b); }
 Expr operator*(const Expr& a, const Expr& b) { return bin(a, "*", b); }
 Expr operator/(const Expr& a, const Expr& b) { return bin(a, "/", b); }
 Expr operator-(const Expr& a) { return Emitter::current().assign("-" + a.s); }
-Expr t_exp(const Expr& a) { return call("v_exp", {&a}); }
-Expr t_log(const Expr& a) { return call("v_log", {&a}); }
-Expr t_sqrt(const Expr& a) { return call("v_sqrt", {&a}); }
-Expr t_rsqrt(const Expr& a) { return call("v_rsqrt", {&a}); }
-Expr t_sin(const Expr& a) { return call("v_sin", {&a}); }
-Expr t_cos(const Expr& a) { return call("v_cos", {&a}); }
-Expr t_asin(const Expr& a) { return call("v_asin", {&a}); }
-Expr t_acos(const Expr& a) { return call("v_acos", {&a}); }
-Expr t_atan(const Expr& a) { return call("v_atan", {&a}); }
-Expr t_atan2(const Expr& y, const Expr& x) { return call("v_atan2", {&y, &x}); }
-Expr t_floor(const Expr& a) { return call("v_floor", {&a}); }
-Expr t_round(const Expr& a) { return call("v_round", {&a}); }
-Expr t_abs(const Expr& a) { return call("v_abs", {&a}); }
-Expr t_min(const Expr& a, const Expr& b) { return call("v_min", {&a, &b}); }
-Expr t_max(const Expr& a, const Expr& b) { return call("v_max", {&a, &b}); }
-Expr t_lt(const Expr& a, const Expr& b, const Expr& x, const Expr& y) {
-  return call("v_lt", {&a, &b, &x, &y});
-}
-Expr t_le(const Expr& a, const Expr& b, const Expr& x, const Expr& y) {
-  return call("v_le", {&a, &b, &x, &y});
-}
-Expr t_eq(const Expr& a, const Expr& b, const Expr& x, const Expr& y) {
-  return call("v_eq", {&a, &b, &x, &y});
-}
+#define TESSEL_EXPR_PRIMITIVE(name, ar, value)                 \
+  Expr t_##name(TESSEL_PARAMS_##ar(const Expr&)) {             \
+    return call("v_" #name, {TESSEL_ADDRESSES_##ar});          \
+  }
+#define TESSEL_ADDRESSES_1 &x
+#define TESSEL_ADDRESSES_2 &x, &y
+#define TESSEL_ADDRESSES_4 &x, &y, &z, &w
+TESSEL_PRIMITIVES(TESSEL_EXPR_PRIMITIVE)
+#undef TESSEL_EXPR_PRIMITIVE
 
 std::vector<Expr> emit_formula(const Formula& f,
                                const std::function<std::string(const Node&, int)>& var_name,

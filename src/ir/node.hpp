@@ -40,6 +40,7 @@ enum class OpCode : uint16_t {
   Asin,
   Acos,
   Atan,
+  Sinc,
   Atan2,
   Floor,
   Round,

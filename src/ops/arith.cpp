@@ -3,43 +3,27 @@
 
 namespace tessel {
 
-namespace {
-
-int dim_bcast2(const char* name, std::span<const Formula> a) {
-  return broadcast_dim(name, a[0].dim(), a[1].dim());
-}
-
-struct AddOp {
-  static constexpr const char* name = "Add";
-  static constexpr const char* infix = "+";
-  static constexpr int arity = 2;
-  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
-    return dim_bcast2(name, a);
-  }
+struct AddOp : Binary<AddOp> {
+  TESSEL_OP(Add);
+  static constexpr const char* infix = "+", *method = "";
+  template <class S> static S f(const Node&, const S& x, const S& y) { return x + y; }
   static Formula simplify(std::span<const Formula> a, std::span<const int64_t>) {
     const int d = broadcast_dim(name, a[0].dim(), a[1].dim());
     if (is_zero(a[0]) && a[1].dim() == d) return a[1];
     if (is_zero(a[1]) && a[0].dim() == d) return a[0];
-    if (a[1].node().op == OpCode::Neg)
-      return a[0] - arg(a[1], 0);
+    if (a[1].node().op == OpCode::Neg) return a[0] - arg(a[1], 0);
     return {};
-  }
-  template <class S>
-  static void apply(const Node& n, const S* const* a, S* out) {
-    ew2(n, a, out, [](const S& x, const S& y) { return x + y; });
   }
   static std::vector<Formula> vjp(const Formula& self, const Formula& g) {
     return {unbroadcast(g, arg(self, 0).dim()), unbroadcast(g, arg(self, 1).dim())};
   }
 };
+Formula operator+(const Formula& a, const Formula& b) { return make(OpCode::Add, {a, b}); }
 
-struct SubOp {
-  static constexpr const char* name = "Subtract";
-  static constexpr const char* infix = "-";
-  static constexpr int arity = 2;
-  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
-    return dim_bcast2(name, a);
-  }
+struct SubOp : Binary<SubOp> {
+  TESSEL_OP_NAMED(Sub, "Subtract");
+  static constexpr const char* infix = "-", *method = "";
+  template <class S> static S f(const Node&, const S& x, const S& y) { return x - y; }
   static Formula simplify(std::span<const Formula> a, std::span<const int64_t>) {
     const int d = broadcast_dim(name, a[0].dim(), a[1].dim());
     if (is_zero(a[1]) && a[0].dim() == d) return a[0];
@@ -47,22 +31,16 @@ struct SubOp {
     if (a[0].same(a[1])) return zero(d);
     return {};
   }
-  template <class S>
-  static void apply(const Node& n, const S* const* a, S* out) {
-    ew2(n, a, out, [](const S& x, const S& y) { return x - y; });
-  }
   static std::vector<Formula> vjp(const Formula& self, const Formula& g) {
     return {unbroadcast(g, arg(self, 0).dim()), unbroadcast(-g, arg(self, 1).dim())};
   }
 };
+Formula operator-(const Formula& a, const Formula& b) { return make(OpCode::Sub, {a, b}); }
 
-struct MulOp {
-  static constexpr const char* name = "Mult";
-  static constexpr const char* infix = "*";
-  static constexpr int arity = 2;
-  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
-    return dim_bcast2(name, a);
-  }
+struct MulOp : Binary<MulOp> {
+  TESSEL_OP_NAMED(Mul, "Mult");
+  static constexpr const char* infix = "*", *method = "";
+  template <class S> static S f(const Node&, const S& x, const S& y) { return x * y; }
   static Formula simplify(std::span<const Formula> a, std::span<const int64_t>) {
     const int d = broadcast_dim(name, a[0].dim(), a[1].dim());
     if (is_zero(a[0]) || is_zero(a[1])) return zero(d);
@@ -76,27 +54,20 @@ struct MulOp {
     if (is_const(a[1]) && !is_const(a[0])) return a[1] * a[0];
     double c;
     if (is_const(a[0], &c) && a[1].node().op == OpCode::Mul && a[1].node().args[0]->is_const())
-      return constant(c * a[1].node().args[0]->value) *
-             arg(a[1], 1);
+      return constant(c * a[1].node().args[0]->value) * arg(a[1], 1);
     return {};
-  }
-  template <class S>
-  static void apply(const Node& n, const S* const* a, S* out) {
-    ew2(n, a, out, [](const S& x, const S& y) { return x * y; });
   }
   static std::vector<Formula> vjp(const Formula& self, const Formula& g) {
     const Formula x = arg(self, 0), y = arg(self, 1);
     return {unbroadcast(g * y, x.dim()), unbroadcast(g * x, y.dim())};
   }
 };
+Formula operator*(const Formula& a, const Formula& b) { return make(OpCode::Mul, {a, b}); }
 
-struct DivOp {
-  static constexpr const char* name = "Divide";
-  static constexpr const char* infix = "/";
-  static constexpr int arity = 2;
-  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
-    return dim_bcast2(name, a);
-  }
+struct DivOp : Binary<DivOp> {
+  TESSEL_OP_NAMED(Div, "Divide");
+  static constexpr const char* infix = "/", *method = "";
+  template <class S> static S f(const Node&, const S& x, const S& y) { return x / y; }
   static Formula simplify(std::span<const Formula> a, std::span<const int64_t>) {
     const int d = broadcast_dim(name, a[0].dim(), a[1].dim());
     if (is_zero(a[0])) return zero(d);
@@ -106,47 +77,30 @@ struct DivOp {
     if (a[0].node().varies && !a[1].node().varies && !is_const(a[1])) return a[0] * inv(a[1]);
     return {};
   }
-  template <class S>
-  static void apply(const Node& n, const S* const* a, S* out) {
-    ew2(n, a, out, [](const S& x, const S& y) { return x / y; });
-  }
   static std::vector<Formula> vjp(const Formula& self, const Formula& g) {
     const Formula x = arg(self, 0), y = arg(self, 1);
     return {unbroadcast(g / y, x.dim()), unbroadcast(-(g * self) / y, y.dim())};
   }
 };
+Formula operator/(const Formula& a, const Formula& b) { return make(OpCode::Div, {a, b}); }
 
-struct NegOp {
-  static constexpr const char* name = "Minus";
-  static constexpr int arity = 1;
+struct NegOp : Unary<NegOp> {
+  TESSEL_OP_NAMED(Neg, "Minus");
+  static constexpr const char* method = "";  // -x
   static constexpr bool zero_preserving = true;
-  static constexpr auto dim = dim_same_as_arg;
+  template <class S> static S f(const Node&, const S& x) { return -x; }
   static Formula simplify(std::span<const Formula> a, std::span<const int64_t>) {
     if (a[0].node().op == OpCode::Neg) return arg(a[0], 0);
     return {};
   }
-  template <class S>
-  static void apply(const Node& n, const S* const* a, S* out) {
-    ew1(n, a, out, [](const S& x) { return -x; });
-  }
   static std::vector<Formula> vjp(const Formula&, const Formula& g) { return {-g}; }
 };
-
-}  // namespace
+Formula operator-(const Formula& a) { return make(OpCode::Neg, {a}); }
 
 void register_arith(std::vector<OpInfo>& t) {
-  t.push_back(describe<AddOp>(OpCode::Add));
-  t.push_back(describe<SubOp>(OpCode::Sub));
-  t.push_back(describe<MulOp>(OpCode::Mul));
-  t.push_back(describe<DivOp>(OpCode::Div));
-  t.push_back(describe<NegOp>(OpCode::Neg));
+  register_ops<AddOp, SubOp, MulOp, DivOp, NegOp>(t);
 }
 
-Formula operator+(const Formula& a, const Formula& b) { return make(OpCode::Add, {a, b}); }
-Formula operator-(const Formula& a, const Formula& b) { return make(OpCode::Sub, {a, b}); }
-Formula operator*(const Formula& a, const Formula& b) { return make(OpCode::Mul, {a, b}); }
-Formula operator/(const Formula& a, const Formula& b) { return make(OpCode::Div, {a, b}); }
-Formula operator-(const Formula& a) { return make(OpCode::Neg, {a}); }
 Formula operator+(const Formula& a, double b) { return a + constant(b); }
 Formula operator+(double a, const Formula& b) { return constant(a) + b; }
 Formula operator-(const Formula& a, double b) { return a - constant(b); }

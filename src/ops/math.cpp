@@ -1,4 +1,5 @@
 // Elementwise math ops (transcendental, rounding, comparisons, conditionals) and their VJPs.
+#include <array>
 #include <cmath>
 
 #include "ops/op.hpp"
@@ -7,96 +8,75 @@ namespace tessel {
 
 namespace {
 
-// CRTP bases: an op supplies `f` (the scalar function) and its vjp; the base does broadcasting.
-template <class D>
-struct Unary {
-  static constexpr int arity = 1;
-  static int dim(std::span<const Formula> a, std::span<const int64_t>) { return a[0].dim(); }
-  template <class S>
-  static void apply(const Node& n, const S* const* a, S* out) {
-    ew1(n, a, out, [&](const S& x) { return D::f(n, x); });
-  }
-};
-template <class D>
-struct Binary {
-  static constexpr int arity = 2;
-  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
-    return broadcast_dim(D::name, a[0].dim(), a[1].dim());
-  }
-  template <class S>
-  static void apply(const Node& n, const S* const* a, S* out) {
-    ew2(n, a, out, [&](const S& x, const S& y) { return D::f(n, x, y); });
-  }
-};
-template <class D>
-struct Ternary {
-  static constexpr int arity = 3;
-  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
-    return broadcast_dim(D::name, broadcast_dim(D::name, a[0].dim(), a[1].dim()), a[2].dim());
-  }
-  template <class S>
-  static void apply(const Node& n, const S* const* a, S* out) {
-    ew3(n, a, out, [&](const S& x, const S& y, const S& z) { return D::f(n, x, y, z); });
-  }
-};
-std::vector<Formula> no_grad(const Formula& self, const Formula&) {
-  return std::vector<Formula>(self.node().args.size());
-}
 Formula x0(const Formula& self) { return arg(self, 0); }
 Formula x1(const Formula& self) { return arg(self, 1); }
 Formula x2(const Formula& self) { return arg(self, 2); }
-// `value` where `guard` != 0, and exactly 0 where guard == 0 (NaN guards stay NaN): a derivative
-// whose limit at a singular point is 0 but whose formula there is 0 * inf.
-Formula zero_where_zero(const Formula& guard, const Formula& value) {
-  return ifelse(-abs(guard), zero(value.dim()), value);
+
+// value(a) where `guard` != 0, and exactly 0 where guard == 0 (NaN guards stay NaN): a derivative
+// whose limit at a singular point is 0 but whose formula there is 0 * inf. `value` reads `a` with
+// `safe` in its place where guard == 0, so the branch not taken stays finite there, and so do the
+// derivatives through it (its zero cotangent times a finite factor, not 0 * inf = NaN).
+template <class F>
+Formula zero_where_zero(const Formula& guard, const Formula& a, double safe, F value) {
+  const Formula c = -abs(guard), v = value(ifelse(c, constant(safe), a));
+  return ifelse(c, zero(v.dim()), v);
 }
 
-#define TESSEL_NAME(s) static constexpr const char* name = s
+}  // namespace
 
 struct ExpOp : Unary<ExpOp> {
-  TESSEL_NAME("Exp");
+  TESSEL_OP(Exp);
   template <class S> static S f(const Node&, const S& x) { return t_exp(x); }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) { return {g * s}; }
+  static Grads vjp(const Formula& s, const Formula& g) { return {g * s}; }
 };
+Formula exp(const Formula& a) { return make(OpCode::Exp, {a}); }
+
 struct LogOp : Unary<LogOp> {
-  TESSEL_NAME("Log");
+  TESSEL_OP(Log);
   template <class S> static S f(const Node&, const S& x) { return t_log(x); }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) { return {g / x0(s)}; }
+  static Grads vjp(const Formula& s, const Formula& g) { return {g / x0(s)}; }
 };
+Formula log(const Formula& a) { return make(OpCode::Log, {a}); }
+
 struct XLogXOp : Unary<XLogXOp> {
-  TESSEL_NAME("XLogX");
+  TESSEL_OP(XLogX);
   static constexpr bool zero_preserving = true;
   template <class S> static S f(const Node&, const S& x) {
     return t_eq(x, S(0.0), S(0.0), x * t_log(x));
   }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
-    return {g * (log(x0(s)) + 1.0)};
-  }
+  static Grads vjp(const Formula& s, const Formula& g) { return {g * (log(x0(s)) + 1.0)}; }
 };
+Formula xlogx(const Formula& a) { return make(OpCode::XLogX, {a}); }
+
 struct SqrtOp : Unary<SqrtOp> {
-  TESSEL_NAME("Sqrt");
+  TESSEL_OP(Sqrt);
   static constexpr bool zero_preserving = true;
   template <class S> static S f(const Node&, const S& x) { return t_sqrt(x); }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+  static Grads vjp(const Formula& s, const Formula& g) {
     return {(0.5 * g) * rsqrt(x0(s))};  // through Rsqrt: 0 at 0, not 0.5 / 0
   }
 };
+Formula sqrt(const Formula& a) { return make(OpCode::Sqrt, {a}); }
+
 struct RsqrtOp : Unary<RsqrtOp> {
-  TESSEL_NAME("Rsqrt");
+  TESSEL_OP(Rsqrt);
   template <class S> static S f(const Node&, const S& x) { return t_rsqrt(x); }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+  static Grads vjp(const Formula& s, const Formula& g) {
     return {(-0.5 * g) * pow(s, 3)};  // Rsqrt(x)^3, not Rsqrt(x) / x: 0 at 0, not 0 / 0
   }
 };
+Formula rsqrt(const Formula& a) { return make(OpCode::Rsqrt, {a}); }
+
 struct InvOp : Unary<InvOp> {
-  TESSEL_NAME("Inv");
+  TESSEL_OP(Inv);
   template <class S> static S f(const Node&, const S& x) { return S(1.0) / x; }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
-    return {-(g * square(s))};
-  }
+  static Grads vjp(const Formula& s, const Formula& g) { return {-(g * square(s))}; }
 };
+Formula inv(const Formula& a) { return make(OpCode::Inv, {a}); }
+
 struct PowOp : Unary<PowOp> {
-  TESSEL_NAME("Pow");
+  TESSEL_OP(Pow);
+  static constexpr const char* method = "";  // x ** n
   static constexpr int n_ip = 1;
   static Formula simplify(std::span<const Formula> a, std::span<const int64_t> ip) {
     if (ip[0] == 0) return a[0].dim() == 1 ? int_cst(1) : zero(a[0].dim()) + 1.0;
@@ -118,13 +98,16 @@ struct PowOp : Unary<PowOp> {
     }
     return neg ? S(1.0) / r : r;
   }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+  static Grads vjp(const Formula& s, const Formula& g) {
     const int64_t n = s.node().ip[0];
     return {(static_cast<double>(n) * g) * pow(x0(s), static_cast<int>(n - 1))};
   }
 };
+Formula pow(const Formula& a, int n) { return make(OpCode::Pow, {a}, {n}); }
+
 struct PowfOp : Binary<PowfOp> {
-  TESSEL_NAME("Powf");
+  TESSEL_OP(Powf);
+  static constexpr const char* method = "power";
   // C's pow (as KeOps, torch and NumPy): |x|^y carries the sign (-1)^y for an integer y and a
   // negative or -0 base, and is NaN for a finite negative base and a non-integer y. Exp(y Log x)
   // alone was NaN for every negative base. The IEEE cases exp(y log|x|) misses are selected:
@@ -143,107 +126,150 @@ struct PowfOp : Binary<PowfOp> {
   }
   // d/dx = y x^(y-1) (not y s / x, which is 0 / 0 at x = 0): its limit at 0 for every y, and 0
   // for y = 0. d/dy = s log x, 0 where s = 0 (x = 0, y > 0), its limit there.
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+  static Grads vjp(const Formula& s, const Formula& g) {
     const Formula x = x0(s), y = x1(s);
-    return {unbroadcast(g * zero_where_zero(y, y * powf(x, y - 1.0)), x.dim()),
-            unbroadcast(g * zero_where_zero(s, s * log(x)), y.dim())};
+    const Formula dx = zero_where_zero(y, y, 1.0, [&](const Formula& p) {
+      return p * powf(x, p - 1.0);
+    });
+    const Formula dy = zero_where_zero(s, x, 1.0, [&](const Formula& b) { return s * log(b); });
+    return {unbroadcast(g * dx, x.dim()), unbroadcast(g * dy, y.dim())};
   }
 };
+Formula powf(const Formula& a, const Formula& b) { return make(OpCode::Powf, {a, b}); }
+
 struct SquareOp : Unary<SquareOp> {
-  TESSEL_NAME("Square");
+  TESSEL_OP(Square);
   static constexpr bool zero_preserving = true;
   template <class S> static S f(const Node&, const S& x) { return x * x; }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
-    return {2.0 * (g * x0(s))};
-  }
+  static Grads vjp(const Formula& s, const Formula& g) { return {2.0 * (g * x0(s))}; }
 };
+Formula square(const Formula& a) { return make(OpCode::Square, {a}); }
+
 struct AbsOp : Unary<AbsOp> {
-  TESSEL_NAME("Abs");
+  TESSEL_OP(Abs);
   static constexpr bool zero_preserving = true;
   template <class S> static S f(const Node&, const S& x) { return t_abs(x); }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
-    return {g * sign(x0(s))};
-  }
+  static Grads vjp(const Formula& s, const Formula& g) { return {g * sign(x0(s))}; }
 };
+Formula abs(const Formula& a) { return make(OpCode::Abs, {a}); }
+
 struct SignOp : Unary<SignOp> {
-  TESSEL_NAME("Sign");
+  TESSEL_OP(Sign);
   static constexpr bool zero_preserving = true;
   template <class S> static S f(const Node&, const S& x) {
     return t_lt(S(0.0), x, S(1.0), t_lt(x, S(0.0), S(-1.0), S(0.0)));
   }
   static constexpr auto vjp = no_grad;
 };
+Formula sign(const Formula& a) { return make(OpCode::Sign, {a}); }
+
 struct StepOp : Unary<StepOp> {
-  TESSEL_NAME("Step");
+  TESSEL_OP(Step);
   template <class S> static S f(const Node&, const S& x) {
     return t_lt(x, S(0.0), S(0.0), S(1.0));
   }
   static constexpr auto vjp = no_grad;
 };
+Formula step(const Formula& a) { return make(OpCode::Step, {a}); }
+
 struct ReluOp : Unary<ReluOp> {
-  TESSEL_NAME("ReLU");
+  TESSEL_OP(ReLU);
   static constexpr bool zero_preserving = true;
   template <class S> static S f(const Node&, const S& x) { return t_lt(x, S(0.0), S(0.0), x); }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
-    return {g * step(x0(s))};
-  }
+  static Grads vjp(const Formula& s, const Formula& g) { return {g * step(x0(s))}; }
 };
+Formula relu(const Formula& a) { return make(OpCode::ReLU, {a}); }
+
 struct SinOp : Unary<SinOp> {
-  TESSEL_NAME("Sin");
+  TESSEL_OP(Sin);
   static constexpr bool zero_preserving = true;
   template <class S> static S f(const Node&, const S& x) { return t_sin(x); }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
-    return {g * cos(x0(s))};
-  }
+  static Grads vjp(const Formula& s, const Formula& g) { return {g * cos(x0(s))}; }
 };
+Formula sin(const Formula& a) { return make(OpCode::Sin, {a}); }
+
 struct CosOp : Unary<CosOp> {
-  TESSEL_NAME("Cos");
+  TESSEL_OP(Cos);
   template <class S> static S f(const Node&, const S& x) { return t_cos(x); }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
-    return {-(g * sin(x0(s)))};
-  }
+  static Grads vjp(const Formula& s, const Formula& g) { return {-(g * sin(x0(s)))}; }
 };
+Formula cos(const Formula& a) { return make(OpCode::Cos, {a}); }
+
 struct AsinOp : Unary<AsinOp> {
-  TESSEL_NAME("Asin");
+  TESSEL_OP(Asin);
   static constexpr bool zero_preserving = true;
   template <class S> static S f(const Node&, const S& x) { return t_asin(x); }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
-    return {g * rsqrt(1.0 - square(x0(s)))};
-  }
+  static Grads vjp(const Formula& s, const Formula& g) { return {g * rsqrt(1.0 - square(x0(s)))}; }
 };
+Formula asin(const Formula& a) { return make(OpCode::Asin, {a}); }
+
 struct AcosOp : Unary<AcosOp> {
-  TESSEL_NAME("Acos");
+  TESSEL_OP(Acos);
   template <class S> static S f(const Node&, const S& x) { return t_acos(x); }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+  static Grads vjp(const Formula& s, const Formula& g) {
     return {-(g * rsqrt(1.0 - square(x0(s))))};
   }
 };
+Formula acos(const Formula& a) { return make(OpCode::Acos, {a}); }
+
 struct AtanOp : Unary<AtanOp> {
-  TESSEL_NAME("Atan");
+  TESSEL_OP(Atan);
   static constexpr bool zero_preserving = true;
   template <class S> static S f(const Node&, const S& x) { return t_atan(x); }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
-    return {g / (1.0 + square(x0(s)))};
+  static Grads vjp(const Formula& s, const Formula& g) { return {g / (1.0 + square(x0(s)))}; }
+};
+Formula atan(const Formula& a) { return make(OpCode::Atan, {a}); }
+
+// sin(x)/x, KeOps's SinXDivX, with its limit 1 at 0 (pykeops's LazyTensor.sinc is this op at
+// pi x). Its derivative (cos x - sinc x) / x cancels near 0 (relative error ~6 eps / x^2), so for
+// |x| < 1 it is the Taylor series x P(x^2), sum_k (-1)^k 2k x^(2k-1) / (2k+1)!, to k = 9: the first
+// omitted term is below 1.2e-18 of the sum there, and at |x| >= 1 the closed form loses at most
+// ~6 eps. Each branch reads an input that the select replaces where it is not taken (1 and 0),
+// so neither evaluates 0/0 or overflows and second derivatives stay finite (0 * NaN otherwise).
+struct SincOp : Unary<SincOp> {
+  TESSEL_OP_NAMED(Sinc, "SinXDivX");
+  template <class S> static S f(const Node&, const S& x) {
+    return t_eq(x, S(0.0), S(1.0), t_sin(x) / x);
+  }
+  static Grads vjp(const Formula& s, const Formula& g) {
+    const Formula x = x0(s), far = abs(x) - 1.0;
+    const Formula xf = ifelse(far, x, constant(1.0)), xn = ifelse(far, constant(0.0), x);
+    const Formula u = square(xn);
+    Formula p;
+    for (int k = 9; k >= 1; --k) {
+      double f = 1.0;  // (2k+1)!, exact in double up to 19!
+      for (int m = 2; m <= 2 * k + 1; ++m) f *= m;
+      const double c = (k % 2 ? -2.0 : 2.0) * k / f;
+      p = p.valid() ? p * u + c : constant(c);
+    }
+    const Formula near = xn * p, closed = (cos(xf) - s) / xf;
+    return {g * ifelse(far, closed, near)};
   }
 };
+Formula sinc(const Formula& a) { return make(OpCode::Sinc, {a}); }
+
 struct Atan2Op : Binary<Atan2Op> {
-  TESSEL_NAME("Atan2");
+  TESSEL_OP(Atan2);
   template <class S> static S f(const Node&, const S& y, const S& x) { return t_atan2(y, x); }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+  static Grads vjp(const Formula& s, const Formula& g) {
     const Formula y = x0(s), x = x1(s);
     // 1 / (x^2 + y^2) as Rsqrt(.)^2: 0 at the origin, where the gradient has no limit.
     const Formula r = g * square(rsqrt(square(x) + square(y)));
     return {unbroadcast(r * x, y.dim()), unbroadcast(-(r * y), x.dim())};
   }
 };
+Formula atan2(const Formula& y, const Formula& x) { return make(OpCode::Atan2, {y, x}); }
+
 struct FloorOp : Unary<FloorOp> {
-  TESSEL_NAME("Floor");
+  TESSEL_OP(Floor);
   static constexpr bool zero_preserving = true;
   template <class S> static S f(const Node&, const S& x) { return t_floor(x); }
   static constexpr auto vjp = no_grad;
 };
+Formula floor(const Formula& a) { return make(OpCode::Floor, {a}); }
+
 struct RoundOp : Unary<RoundOp> {
-  TESSEL_NAME("Round");  // Round(x, d): to d decimal places, halves away from zero
+  TESSEL_OP(Round);  // Round(x, d): to d decimal places, halves away from zero
   static constexpr int n_ip = 1;
   static constexpr bool zero_preserving = true;
   template <class S> static S f(const Node& n, const S& x) {
@@ -253,194 +279,128 @@ struct RoundOp : Unary<RoundOp> {
   }
   static constexpr auto vjp = no_grad;
 };
+Formula round(const Formula& a) { return make(OpCode::Round, {a}, {0}); }
+
 struct ModOp : Ternary<ModOp> {
-  TESSEL_NAME("Mod");  // Mod(a, n, d) = a - n * floor((a - d) / n), as in KeOps
+  TESSEL_OP(Mod);  // Mod(a, n, d) = a - n * floor((a - d) / n), as in KeOps
   template <class S> static S f(const Node&, const S& a, const S& n, const S& d) {
     return a - n * t_floor((a - d) / n);
   }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+  static Grads vjp(const Formula& s, const Formula& g) {
     const Formula a = x0(s), n = x1(s), d = x2(s);
     return {unbroadcast(g, a.dim()), unbroadcast(-(g * floor((a - d) / n)), n.dim()), Formula{}};
   }
 };
+Formula mod(const Formula& a, const Formula& n, const Formula& d) {
+  return make(OpCode::Mod, {a, n, d});
+}
+
 struct ClampOp : Ternary<ClampOp> {
-  TESSEL_NAME("Clamp");
+  TESSEL_OP(Clamp);
   template <class S> static S f(const Node&, const S& x, const S& lo, const S& hi) {
     return t_lt(x, lo, lo, t_lt(hi, x, hi, x));
   }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+  static Grads vjp(const Formula& s, const Formula& g) {
     const Formula x = x0(s), lo = x1(s), hi = x2(s);
     const Formula glo = g * less(x, lo), ghi = g * (greater(x, hi) * (1.0 - less(x, lo)));
     return {unbroadcast(g - glo - ghi, x.dim()), unbroadcast(glo, lo.dim()),
             unbroadcast(ghi, hi.dim())};
   }
 };
+Formula clamp(const Formula& a, const Formula& lo, const Formula& hi) {
+  return make(OpCode::Clamp, {a, lo, hi});
+}
+
 struct ClampIntOp : Unary<ClampIntOp> {
-  TESSEL_NAME("ClampInt");
+  TESSEL_OP(ClampInt);
   static constexpr int n_ip = 2;
   template <class S> static S f(const Node& n, const S& x) {
     const S lo(static_cast<double>(n.ip[0])), hi(static_cast<double>(n.ip[1]));
     return t_lt(x, lo, lo, t_lt(hi, x, hi, x));
   }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+  static Grads vjp(const Formula& s, const Formula& g) {
     const Formula x = x0(s);
     const double lo = static_cast<double>(s.node().ip[0]), hi = static_cast<double>(s.node().ip[1]);
     return {g * (1.0 - less(x, constant(lo)) - greater(x, constant(hi)))};
   }
 };
+Formula clampint(const Formula& a, int lo, int hi) {
+  if (lo > hi) detail::fail("ClampInt", "lower bound ", lo, " is above upper bound ", hi);
+  return make(OpCode::ClampInt, {a}, {lo, hi});
+}
+
 struct IfElseOp : Ternary<IfElseOp> {
   // IfElse(c, a, b) = c >= 0 ? a : b, as KeOps: a NaN condition selects b.
-  TESSEL_NAME("IfElse");
+  TESSEL_OP(IfElse);
   template <class S> static S f(const Node&, const S& c, const S& a, const S& b) {
     return t_le(S(0.0), c, a, b);
   }
   // The cotangent is selected, not multiplied by a 0/1 mask: an infinite g would give inf * 0 =
   // NaN to the branch not taken.
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+  static Grads vjp(const Formula& s, const Formula& g) {
     const Formula c = x0(s), a = x1(s), b = x2(s), z = zero(g.dim());
     return {Formula{}, unbroadcast(ifelse(c, g, z), a.dim()),
             unbroadcast(ifelse(c, z, g), b.dim())};
   }
 };
+Formula ifelse(const Formula& c, const Formula& a, const Formula& b) {
+  return make(OpCode::IfElse, {c, a, b});
+}
+
 struct ElemMinOp : Binary<ElemMinOp> {
-  TESSEL_NAME("ElemMin");
+  TESSEL_OP(ElemMin);
   template <class S> static S f(const Node&, const S& a, const S& b) { return t_lt(a, b, a, b); }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+  static Grads vjp(const Formula& s, const Formula& g) {
     const Formula a = x0(s), b = x1(s), ga = g * less(a, b);
     return {unbroadcast(ga, a.dim()), unbroadcast(g - ga, b.dim())};
   }
 };
+Formula elem_min(const Formula& a, const Formula& b) { return make(OpCode::ElemMin, {a, b}); }
+
 struct ElemMaxOp : Binary<ElemMaxOp> {
-  TESSEL_NAME("ElemMax");
+  TESSEL_OP(ElemMax);
   template <class S> static S f(const Node&, const S& a, const S& b) { return t_lt(b, a, a, b); }
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+  static Grads vjp(const Formula& s, const Formula& g) {
     const Formula a = x0(s), b = x1(s), ga = g * less(b, a);
     return {unbroadcast(ga, a.dim()), unbroadcast(g - ga, b.dim())};
   }
 };
-struct LessOp : Binary<LessOp> {
-  TESSEL_NAME("Less");
-  template <class S> static S f(const Node&, const S& a, const S& b) {
-    return t_lt(a, b, S(1.0), S(0.0));
-  }
-  static constexpr auto vjp = no_grad;
-};
-struct LessEqOp : Binary<LessEqOp> {
-  TESSEL_NAME("LessEq");
-  template <class S> static S f(const Node&, const S& a, const S& b) {
-    return t_le(a, b, S(1.0), S(0.0));
-  }
-  static constexpr auto vjp = no_grad;
-};
-struct GreaterOp : Binary<GreaterOp> {
-  TESSEL_NAME("Greater");
-  template <class S> static S f(const Node&, const S& a, const S& b) {
-    return t_lt(b, a, S(1.0), S(0.0));
-  }
-  static constexpr auto vjp = no_grad;
-};
-struct GreaterEqOp : Binary<GreaterEqOp> {
-  TESSEL_NAME("GreaterEq");
-  template <class S> static S f(const Node&, const S& a, const S& b) {
-    return t_le(b, a, S(1.0), S(0.0));
-  }
-  static constexpr auto vjp = no_grad;
-};
-struct EqualOp : Binary<EqualOp> {
-  TESSEL_NAME("Equal");
-  template <class S> static S f(const Node&, const S& a, const S& b) {
-    return t_eq(a, b, S(1.0), S(0.0));
-  }
-  static constexpr auto vjp = no_grad;
-};
-struct NotEqualOp : Binary<NotEqualOp> {
-  TESSEL_NAME("NotEqual");
-  template <class S> static S f(const Node&, const S& a, const S& b) {
-    return t_eq(a, b, S(0.0), S(1.0));
-  }
-  static constexpr auto vjp = no_grad;
-};
-#undef TESSEL_NAME
-
-}  // namespace
-
-void register_math(std::vector<OpInfo>& t) {
-  t.push_back(describe<ExpOp>(OpCode::Exp));
-  t.push_back(describe<LogOp>(OpCode::Log));
-  t.push_back(describe<XLogXOp>(OpCode::XLogX));
-  t.push_back(describe<SqrtOp>(OpCode::Sqrt));
-  t.push_back(describe<RsqrtOp>(OpCode::Rsqrt));
-  t.push_back(describe<InvOp>(OpCode::Inv));
-  t.push_back(describe<PowOp>(OpCode::Pow));
-  t.push_back(describe<PowfOp>(OpCode::Powf));
-  t.push_back(describe<SquareOp>(OpCode::Square));
-  t.push_back(describe<AbsOp>(OpCode::Abs));
-  t.push_back(describe<SignOp>(OpCode::Sign));
-  t.push_back(describe<StepOp>(OpCode::Step));
-  t.push_back(describe<ReluOp>(OpCode::ReLU));
-  t.push_back(describe<SinOp>(OpCode::Sin));
-  t.push_back(describe<CosOp>(OpCode::Cos));
-  t.push_back(describe<AsinOp>(OpCode::Asin));
-  t.push_back(describe<AcosOp>(OpCode::Acos));
-  t.push_back(describe<AtanOp>(OpCode::Atan));
-  t.push_back(describe<Atan2Op>(OpCode::Atan2));
-  t.push_back(describe<FloorOp>(OpCode::Floor));
-  t.push_back(describe<RoundOp>(OpCode::Round));
-  t.push_back(describe<ModOp>(OpCode::Mod));
-  t.push_back(describe<ClampOp>(OpCode::Clamp));
-  t.push_back(describe<ClampIntOp>(OpCode::ClampInt));
-  t.push_back(describe<IfElseOp>(OpCode::IfElse));
-  t.push_back(describe<ElemMinOp>(OpCode::ElemMin));
-  t.push_back(describe<ElemMaxOp>(OpCode::ElemMax));
-  t.push_back(describe<LessOp>(OpCode::Less));
-  t.push_back(describe<LessEqOp>(OpCode::LessEq));
-  t.push_back(describe<GreaterOp>(OpCode::Greater));
-  t.push_back(describe<GreaterEqOp>(OpCode::GreaterEq));
-  t.push_back(describe<EqualOp>(OpCode::Equal));
-  t.push_back(describe<NotEqualOp>(OpCode::NotEqual));
-}
-
-Formula exp(const Formula& a) { return make(OpCode::Exp, {a}); }
-Formula log(const Formula& a) { return make(OpCode::Log, {a}); }
-Formula xlogx(const Formula& a) { return make(OpCode::XLogX, {a}); }
-Formula sqrt(const Formula& a) { return make(OpCode::Sqrt, {a}); }
-Formula rsqrt(const Formula& a) { return make(OpCode::Rsqrt, {a}); }
-Formula inv(const Formula& a) { return make(OpCode::Inv, {a}); }
-Formula pow(const Formula& a, int n) { return make(OpCode::Pow, {a}, {n}); }
-Formula powf(const Formula& a, const Formula& b) { return make(OpCode::Powf, {a, b}); }
-Formula square(const Formula& a) { return make(OpCode::Square, {a}); }
-Formula abs(const Formula& a) { return make(OpCode::Abs, {a}); }
-Formula sign(const Formula& a) { return make(OpCode::Sign, {a}); }
-Formula step(const Formula& a) { return make(OpCode::Step, {a}); }
-Formula relu(const Formula& a) { return make(OpCode::ReLU, {a}); }
-Formula sin(const Formula& a) { return make(OpCode::Sin, {a}); }
-Formula cos(const Formula& a) { return make(OpCode::Cos, {a}); }
-Formula asin(const Formula& a) { return make(OpCode::Asin, {a}); }
-Formula acos(const Formula& a) { return make(OpCode::Acos, {a}); }
-Formula atan(const Formula& a) { return make(OpCode::Atan, {a}); }
-Formula atan2(const Formula& y, const Formula& x) { return make(OpCode::Atan2, {y, x}); }
-Formula floor(const Formula& a) { return make(OpCode::Floor, {a}); }
-Formula round(const Formula& a) { return make(OpCode::Round, {a}, {0}); }
-Formula mod(const Formula& a, const Formula& n, const Formula& d) {
-  return make(OpCode::Mod, {a, n, d});
-}
-Formula clamp(const Formula& a, const Formula& lo, const Formula& hi) {
-  return make(OpCode::Clamp, {a, lo, hi});
-}
-Formula clampint(const Formula& a, int lo, int hi) {
-  if (lo > hi) detail::fail("ClampInt", "lower bound ", lo, " is above upper bound ", hi);
-  return make(OpCode::ClampInt, {a}, {lo, hi});
-}
-Formula ifelse(const Formula& c, const Formula& a, const Formula& b) {
-  return make(OpCode::IfElse, {c, a, b});
-}
-Formula elem_min(const Formula& a, const Formula& b) { return make(OpCode::ElemMin, {a, b}); }
 Formula elem_max(const Formula& a, const Formula& b) { return make(OpCode::ElemMax, {a, b}); }
+
+// Comparisons give 1 or 0 through one selection each (NaN compares false) and have no derivative.
+enum class Cmp { Less, LessEq, Greater, GreaterEq, Equal, NotEqual };
+template <Cmp K>
+struct CompareOp : Binary<CompareOp<K>> {
+  static constexpr OpCode code = std::array{OpCode::Less,      OpCode::LessEq, OpCode::Greater,
+                                            OpCode::GreaterEq, OpCode::Equal,  OpCode::NotEqual}
+      [static_cast<int>(K)];
+  static constexpr const char* name = std::array{"Less",      "LessEq", "Greater",
+                                                 "GreaterEq", "Equal",  "NotEqual"}
+      [static_cast<int>(K)];
+  template <class S> static S f(const Node&, const S& a, const S& b) {
+    const S one(1.0), zero(0.0);
+    if constexpr (K == Cmp::Less) return t_lt(a, b, one, zero);
+    if constexpr (K == Cmp::LessEq) return t_le(a, b, one, zero);
+    if constexpr (K == Cmp::Greater) return t_lt(b, a, one, zero);
+    if constexpr (K == Cmp::GreaterEq) return t_le(b, a, one, zero);
+    if constexpr (K == Cmp::Equal) return t_eq(a, b, one, zero);
+    if constexpr (K == Cmp::NotEqual) return t_eq(a, b, zero, one);
+  }
+  static constexpr auto vjp = no_grad;
+};
 Formula less(const Formula& a, const Formula& b) { return make(OpCode::Less, {a, b}); }
 Formula less_eq(const Formula& a, const Formula& b) { return make(OpCode::LessEq, {a, b}); }
 Formula greater(const Formula& a, const Formula& b) { return make(OpCode::Greater, {a, b}); }
 Formula greater_eq(const Formula& a, const Formula& b) { return make(OpCode::GreaterEq, {a, b}); }
 Formula equal(const Formula& a, const Formula& b) { return make(OpCode::Equal, {a, b}); }
 Formula not_equal(const Formula& a, const Formula& b) { return make(OpCode::NotEqual, {a, b}); }
+
+void register_math(std::vector<OpInfo>& t) {
+  register_ops<ExpOp, LogOp, XLogXOp, SqrtOp, RsqrtOp, InvOp, PowOp, PowfOp, SquareOp, AbsOp,
+               SignOp, StepOp, ReluOp, SinOp, CosOp, AsinOp, AcosOp, AtanOp, SincOp, Atan2Op,
+               FloorOp, RoundOp, ModOp, ClampOp, ClampIntOp, IfElseOp, ElemMinOp, ElemMaxOp,
+               CompareOp<Cmp::Less>, CompareOp<Cmp::LessEq>, CompareOp<Cmp::Greater>,
+               CompareOp<Cmp::GreaterEq>, CompareOp<Cmp::Equal>, CompareOp<Cmp::NotEqual>>(t);
+}
 
 }  // namespace tessel

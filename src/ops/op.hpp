@@ -2,7 +2,11 @@
 //
 // An op is written once as `template <class S> apply(node, args, out)` over a "scalar" S that is
 // one of: double (the float64 reference), Lanes (the tile interpreter) and Expr (code generation:
-// operations on Expr emit source text). That is how a new op touches one place.
+// operations on Expr emit source text), using the primitives declared below. That is how a new op
+// touches one place: its struct, builder and register_ops entry in its family file (ops/*.cpp),
+// plus its OpCode (ir/node.hpp) and its builder's declaration (include/tessel/formula.hpp).
+// Python reads the op table (`_core.op_table()`), so needs no edit; the C++ tests fail
+// until the op has a value case (tests/cpp/op_cases.hpp) and a kernel sample (test_compiled.cpp).
 #pragma once
 
 #include <array>
@@ -15,31 +19,64 @@
 #include "ir/node.hpp"
 #include "tessel/error.hpp"
 
+// ---- the math primitives every scalar type provides, declared once as X-macro lists -------------
+// Op definitions (ops/*.cpp) are written over a scalar S and call these as t_<name>. Each list
+// entry X(name, arity, value) generates the float64 form t_<name>(double...) (the reference),
+// the interpreter's lane form, the declaration of the code-generation form (codegen/emitter.cpp
+// defines it as a call of v_<name>). `value` is the float64 result, written in lanes x, y, z, w.
+//
+// Two lists, by how the kernels implement v_<name>:
+// - TESSEL_KERNEL_PRIMITIVES: hand-vectorised in each kernel prelude (codegen/cpu_prelude.cpp, the
+//   CUDA prelude in codegen/cuda_codegen.cpp), because they are hot (exp, log) or need care there.
+// - TESSEL_LIBM_PRIMITIVES: a libm function of the same name (arity 1 or 2), which both preludes
+//   generate from this list (the CPU one lane by lane). A new libm function is one line here and
+//   nothing else; an op written from existing primitives (SinXDivX) needs no line at all.
+//
+// Rsqrt(0) = 0, as in KeOps: the derivatives of Sqrt, Norm2 and Normalize are written through it,
+// so they vanish at 0 instead of giving 0 * inf = NaN (docs/conventions.md). min/max return the
+// second operand when the first is NaN, like the SIMD instructions. lt/le/eq are selections:
+// (x < y) ? z : w and so on.
+#define TESSEL_KERNEL_PRIMITIVES(X)                \
+  X(exp, 1, std::exp(x))                           \
+  X(log, 1, std::log(x))                           \
+  X(sqrt, 1, std::sqrt(x))                         \
+  X(rsqrt, 1, x == 0.0 ? 0.0 : 1.0 / std::sqrt(x)) \
+  X(floor, 1, std::floor(x))                       \
+  X(round, 1, std::round(x))                       \
+  X(abs, 1, std::fabs(x))                          \
+  X(min, 2, x < y ? x : y)                         \
+  X(max, 2, x > y ? x : y)                         \
+  X(lt, 4, x < y ? z : w)                          \
+  X(le, 4, x <= y ? z : w)                         \
+  X(eq, 4, x == y ? z : w)
+
+// Rare in kernel formulas, and libm's are correctly rounded or nearly so: called lane by lane.
+#define TESSEL_LIBM_PRIMITIVES(X) \
+  X(sin, 1, std::sin(x))          \
+  X(cos, 1, std::cos(x))          \
+  X(asin, 1, std::asin(x))        \
+  X(acos, 1, std::acos(x))        \
+  X(atan, 1, std::atan(x))        \
+  X(atan2, 2, std::atan2(x, y))
+
+#define TESSEL_PRIMITIVES(X) TESSEL_KERNEL_PRIMITIVES(X) TESSEL_LIBM_PRIMITIVES(X)
+
+// Parameter lists by arity, for the generated signatures: TESSEL_PARAMS_<arity>(type).
+#define TESSEL_PARAMS_1(T) T x
+#define TESSEL_PARAMS_2(T) T x, T y
+#define TESSEL_PARAMS_4(T) T x, T y, T z, T w
+
+#define TESSEL_ARGS_1 x
+#define TESSEL_ARGS_2 x, y
+#define TESSEL_ARGS_4 x, y, z, w
+
 namespace tessel {
 
-// ---- the scalar vocabulary every S provides (double's version here) ------------------------------
-inline double t_exp(double a) { return std::exp(a); }
-inline double t_log(double a) { return std::log(a); }
-inline double t_sqrt(double a) { return std::sqrt(a); }
-// Rsqrt(0) = 0, as in KeOps: the derivatives of Sqrt, Norm2 and Normalize are written through it,
-// so they vanish at 0 instead of giving 0 * inf = NaN (docs/conventions.md).
-inline double t_rsqrt(double a) { return a == 0.0 ? 0.0 : 1.0 / std::sqrt(a); }
-inline double t_sin(double a) { return std::sin(a); }
-inline double t_cos(double a) { return std::cos(a); }
-inline double t_asin(double a) { return std::asin(a); }
-inline double t_acos(double a) { return std::acos(a); }
-inline double t_atan(double a) { return std::atan(a); }
-inline double t_atan2(double y, double x) { return std::atan2(y, x); }
-inline double t_floor(double a) { return std::floor(a); }
-inline double t_round(double a) { return std::round(a); }
-inline double t_abs(double a) { return std::fabs(a); }
-// min/max return the second operand when the first is NaN, like the SIMD instructions
-inline double t_min(double a, double b) { return a < b ? a : b; }
-inline double t_max(double a, double b) { return a > b ? a : b; }
-// selections: (a < b) ? x : y, (a <= b) ? x : y, (a == b) ? x : y
-inline double t_lt(double a, double b, double x, double y) { return a < b ? x : y; }
-inline double t_le(double a, double b, double x, double y) { return a <= b ? x : y; }
-inline double t_eq(double a, double b, double x, double y) { return a == b ? x : y; }
+// ---- the float64 reference's scalar: double ------------------------------------------------------
+#define TESSEL_DOUBLE_PRIMITIVE(name, ar, value) \
+  inline double t_##name(TESSEL_PARAMS_##ar(double)) { return (value); }
+TESSEL_PRIMITIVES(TESSEL_DOUBLE_PRIMITIVE)
+#undef TESSEL_DOUBLE_PRIMITIVE
 
 // ---- the tile interpreter's scalar: a fixed number of lanes of double ----------------------------
 constexpr int kLanes = 32;
@@ -48,56 +85,34 @@ struct Lanes {
   Lanes() = default;
   Lanes(double c) { v.fill(c); }  // NOLINT: constants broadcast implicitly, as in generated code
 };
-#define TESSEL_LANES_UN(name, expr)                 \
-  inline Lanes name(const Lanes& a) {               \
-    Lanes r;                                        \
-    for (int l = 0; l < kLanes; ++l) {              \
-      double x = a.v[l];                            \
-      r.v[l] = (expr);                              \
-    }                                               \
-    return r;                                       \
+// f applied lane by lane.
+template <class F, class... A>
+inline Lanes lanewise(F f, const A&... a) {
+  Lanes r;
+  for (int l = 0; l < kLanes; ++l) r.v[l] = f(a.v[l]...);
+  return r;
+}
+inline Lanes operator+(const Lanes& a, const Lanes& b) {
+  return lanewise([](double x, double y) { return x + y; }, a, b);
+}
+inline Lanes operator-(const Lanes& a, const Lanes& b) {
+  return lanewise([](double x, double y) { return x - y; }, a, b);
+}
+inline Lanes operator*(const Lanes& a, const Lanes& b) {
+  return lanewise([](double x, double y) { return x * y; }, a, b);
+}
+inline Lanes operator/(const Lanes& a, const Lanes& b) {
+  return lanewise([](double x, double y) { return x / y; }, a, b);
+}
+inline Lanes operator-(const Lanes& a) {
+  return lanewise([](double x) { return -x; }, a);
+}
+#define TESSEL_LANES_PRIMITIVE(name, ar, value)                              \
+  inline Lanes t_##name(TESSEL_PARAMS_##ar(const Lanes&)) {                  \
+    return lanewise([](auto... v) { return t_##name(v...); }, TESSEL_ARGS_##ar); \
   }
-#define TESSEL_LANES_BIN(name, expr)                \
-  inline Lanes name(const Lanes& a, const Lanes& b) { \
-    Lanes r;                                        \
-    for (int l = 0; l < kLanes; ++l) {              \
-      double x = a.v[l], y = b.v[l];                \
-      r.v[l] = (expr);                              \
-    }                                               \
-    return r;                                       \
-  }
-TESSEL_LANES_BIN(operator+, x + y)
-TESSEL_LANES_BIN(operator-, x - y)
-TESSEL_LANES_BIN(operator*, x* y)
-TESSEL_LANES_BIN(operator/, x / y)
-TESSEL_LANES_UN(operator-, -x)
-TESSEL_LANES_UN(t_exp, std::exp(x))
-TESSEL_LANES_UN(t_log, std::log(x))
-TESSEL_LANES_UN(t_sqrt, std::sqrt(x))
-TESSEL_LANES_UN(t_rsqrt, x == 0.0 ? 0.0 : 1.0 / std::sqrt(x))
-TESSEL_LANES_UN(t_sin, std::sin(x))
-TESSEL_LANES_UN(t_cos, std::cos(x))
-TESSEL_LANES_UN(t_asin, std::asin(x))
-TESSEL_LANES_UN(t_acos, std::acos(x))
-TESSEL_LANES_UN(t_atan, std::atan(x))
-TESSEL_LANES_UN(t_floor, std::floor(x))
-TESSEL_LANES_UN(t_round, std::round(x))
-TESSEL_LANES_UN(t_abs, std::fabs(x))
-TESSEL_LANES_BIN(t_atan2, std::atan2(x, y))
-TESSEL_LANES_BIN(t_min, x < y ? x : y)
-TESSEL_LANES_BIN(t_max, x > y ? x : y)
-#undef TESSEL_LANES_UN
-#undef TESSEL_LANES_BIN
-#define TESSEL_LANES_SEL(name, cmp)                                                       \
-  inline Lanes name(const Lanes& a, const Lanes& b, const Lanes& x, const Lanes& y) {     \
-    Lanes r;                                                                              \
-    for (int l = 0; l < kLanes; ++l) r.v[l] = (a.v[l] cmp b.v[l]) ? x.v[l] : y.v[l];      \
-    return r;                                                                             \
-  }
-TESSEL_LANES_SEL(t_lt, <)
-TESSEL_LANES_SEL(t_le, <=)
-TESSEL_LANES_SEL(t_eq, ==)
-#undef TESSEL_LANES_SEL
+TESSEL_PRIMITIVES(TESSEL_LANES_PRIMITIVE)
+#undef TESSEL_LANES_PRIMITIVE
 
 // ---- code generation's scalar: operations append statements to the current emitter -------------
 class Emitter;
@@ -112,24 +127,9 @@ Expr operator-(const Expr& a, const Expr& b);
 Expr operator*(const Expr& a, const Expr& b);
 Expr operator/(const Expr& a, const Expr& b);
 Expr operator-(const Expr& a);
-Expr t_exp(const Expr& a);
-Expr t_log(const Expr& a);
-Expr t_sqrt(const Expr& a);
-Expr t_rsqrt(const Expr& a);
-Expr t_sin(const Expr& a);
-Expr t_cos(const Expr& a);
-Expr t_asin(const Expr& a);
-Expr t_acos(const Expr& a);
-Expr t_atan(const Expr& a);
-Expr t_atan2(const Expr& y, const Expr& x);
-Expr t_floor(const Expr& a);
-Expr t_round(const Expr& a);
-Expr t_abs(const Expr& a);
-Expr t_min(const Expr& a, const Expr& b);
-Expr t_max(const Expr& a, const Expr& b);
-Expr t_lt(const Expr& a, const Expr& b, const Expr& x, const Expr& y);
-Expr t_le(const Expr& a, const Expr& b, const Expr& x, const Expr& y);
-Expr t_eq(const Expr& a, const Expr& b, const Expr& x, const Expr& y);
+#define TESSEL_EXPR_PRIMITIVE(name, ar, value) Expr t_##name(TESSEL_PARAMS_##ar(const Expr&));
+TESSEL_PRIMITIVES(TESSEL_EXPR_PRIMITIVE)
+#undef TESSEL_EXPR_PRIMITIVE
 
 // ---- the table -------------------------------------------------------------------------------------
 template <class S>
@@ -139,7 +139,8 @@ using DimFn = int (*)(std::span<const Formula> args, std::span<const int64_t> ip
 // Returns an equivalent simpler formula, or an invalid one when no rule applies.
 using SimplifyFn = Formula (*)(std::span<const Formula> args, std::span<const int64_t> ip);
 // Gradient of <self, g> with respect to each argument; an invalid formula means zero.
-using VjpFn = std::vector<Formula> (*)(const Formula& self, const Formula& g);
+using Grads = std::vector<Formula>;
+using VjpFn = Grads (*)(const Formula& self, const Formula& g);
 
 struct OpInfo {
   OpCode code = OpCode::Count_;
@@ -147,6 +148,8 @@ struct OpInfo {
   int arity = 0;               // number of formula arguments
   int n_ip = 0;                // number of integer parameters (TensorDot: variable)
   const char* infix = nullptr;  // "+", "-", "*", "/", "|" for operators printed infix
+  // The Python method name when it is not the lower-case name ("" when no method: infix ops).
+  const char* method = nullptr;
   bool zero_preserving = false;  // f(0) = 0 (unary ops): Zero in gives Zero out
   DimFn dim = nullptr;
   SimplifyFn simplify = nullptr;
@@ -162,11 +165,12 @@ const OpInfo* op_by_name(const std::string& name);  // nullptr when unknown
 // Builds a node through the table: checks arity and dims, simplifies, interns.
 Formula make(OpCode code, std::vector<Formula> args, std::vector<int64_t> ip = {});
 
-// Fills an OpInfo from a struct with static members name, arity, dim, vjp and template apply<S>.
+// Fills an OpInfo from a struct with static members code, name, arity, dim, vjp and template
+// apply<S>; the optional members keep their defaults when absent.
 template <class Impl>
-OpInfo describe(OpCode code) {
+OpInfo describe() {
   OpInfo o;
-  o.code = code;
+  o.code = Impl::code;
   o.name = Impl::name;
   o.arity = Impl::arity;
   o.dim = Impl::dim;
@@ -176,10 +180,24 @@ OpInfo describe(OpCode code) {
   o.apply_e = &Impl::template apply<Expr>;
   if constexpr (requires { Impl::n_ip; }) o.n_ip = Impl::n_ip;
   if constexpr (requires { Impl::infix; }) o.infix = Impl::infix;
+  if constexpr (requires { Impl::method; }) o.method = Impl::method;
   if constexpr (requires { Impl::zero_preserving; }) o.zero_preserving = Impl::zero_preserving;
   if constexpr (requires { Impl::simplify; }) o.simplify = Impl::simplify;
   return o;
 }
+// Registers a family's ops: register_ops<AddOp, SubOp, ...>(t).
+template <class... Impl>
+void register_ops(std::vector<OpInfo>& t) {
+  (t.push_back(describe<Impl>()), ...);
+}
+// An op struct's code and KeOps text name: TESSEL_OP(Exp) inside `struct ExpOp`, or
+// TESSEL_OP_NAMED(Sub, "Subtract") where the text name differs.
+#define TESSEL_OP(op)                             \
+  static constexpr OpCode code = OpCode::op; \
+  static constexpr const char* name = #op
+#define TESSEL_OP_NAMED(op, text)               \
+  static constexpr OpCode code = OpCode::op; \
+  static constexpr const char* name = text
 
 // Registration hooks, one per op family file.
 void register_arith(std::vector<OpInfo>& t);
@@ -219,6 +237,43 @@ void ew3(const Node& n, const S* const* a, S* out, F f) {
   const bool b0 = n.args[0]->dim == 1, b1 = n.args[1]->dim == 1, b2 = n.args[2]->dim == 1;
   for (int c = 0; c < n.dim; ++c)
     out[c] = f(a[0][b0 ? 0 : c], a[1][b1 ? 0 : c], a[2][b2 ? 0 : c]);
+}
+// CRTP bases of elementwise ops: D supplies name, `f(node, x...)` (the scalar function) and its
+// vjp; the base gives the arity, the broadcasting dim rule and apply.
+template <class D>
+struct Unary {
+  static constexpr int arity = 1;
+  static int dim(std::span<const Formula> a, std::span<const int64_t>) { return a[0].dim(); }
+  template <class S>
+  static void apply(const Node& n, const S* const* a, S* out) {
+    ew1(n, a, out, [&](const S& x) { return D::f(n, x); });
+  }
+};
+template <class D>
+struct Binary {
+  static constexpr int arity = 2;
+  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
+    return broadcast_dim(D::name, a[0].dim(), a[1].dim());
+  }
+  template <class S>
+  static void apply(const Node& n, const S* const* a, S* out) {
+    ew2(n, a, out, [&](const S& x, const S& y) { return D::f(n, x, y); });
+  }
+};
+template <class D>
+struct Ternary {
+  static constexpr int arity = 3;
+  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
+    return broadcast_dim(D::name, broadcast_dim(D::name, a[0].dim(), a[1].dim()), a[2].dim());
+  }
+  template <class S>
+  static void apply(const Node& n, const S* const* a, S* out) {
+    ew3(n, a, out, [&](const S& x, const S& y, const S& z) { return D::f(n, x, y, z); });
+  }
+};
+// The VJP of an op without a derivative (piecewise constant, or an index).
+inline std::vector<Formula> no_grad(const Formula& self, const Formula&) {
+  return std::vector<Formula>(self.node().args.size());
 }
 // Dim rules shared by many ops.
 inline int dim_same_as_arg(std::span<const Formula> a, std::span<const int64_t>) {

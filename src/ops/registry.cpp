@@ -1,5 +1,6 @@
 // The op table, the generic node builder (checks, simplification, folding) and the leaf builders.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <mutex>
@@ -104,7 +105,10 @@ std::vector<OpSummary> op_table() {
   std::vector<OpSummary> v;
   for (const OpInfo& o : table()) {
     if (!o.apply_d) continue;  // leaves (variables, constants, zeros) are no ops
-    v.push_back({o.name, o.arity, o.n_ip, o.infix ? o.infix : "", dim_rule_kind(o)});
+    std::string method = o.method ? o.method : o.name;
+    if (!o.method)
+      for (char& ch : method) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    v.push_back({o.name, o.arity, o.n_ip, o.infix ? o.infix : "", dim_rule_kind(o), method});
   }
   return v;
 }

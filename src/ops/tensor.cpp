@@ -7,56 +7,60 @@
 namespace tessel {
 
 namespace {
-#define TESSEL_NAME(s) static constexpr const char* name = s
+
+// The dim of an (m×n)·n or m·(m×n) product: the matrix dim over the vector dim.
+int product_dim(const char* op, int dm, int dv) {
+  if (dm % dv != 0)
+    dim_error(op, "matrix dim " + std::to_string(dm) + " is not a multiple of vector dim " +
+                      std::to_string(dv));
+  return dm / dv;
+}
+// a[0] b[0] + a[sa] b[sb] + ... (n terms), without a leading 0 + (the emitted code stays short).
+template <class S>
+S strided_dot(const S* a, int sa, const S* b, int sb, int n) {
+  S acc = a[0] * b[0];
+  for (int k = 1; k < n; ++k) acc = acc + a[k * sa] * b[k * sb];
+  return acc;
+}
+
+}  // namespace
 
 struct MatVecOp {
-  TESSEL_NAME("MatVecMult");  // (m×n) · n -> m
+  TESSEL_OP(MatVecMult);  // (m×n) · n -> m
   static constexpr int arity = 2;
   static int dim(std::span<const Formula> a, std::span<const int64_t>) {
-    const int da = a[0].dim(), dv = a[1].dim();
-    if (da % dv != 0)
-      dim_error(name, "matrix dim " + std::to_string(da) + " is not a multiple of vector dim " +
-                          std::to_string(dv));
-    return da / dv;
+    return product_dim(name, a[0].dim(), a[1].dim());
   }
   template <class S> static void apply(const Node& n, const S* const* a, S* out) {
     const int cols = n.args[1]->dim;
-    for (int r = 0; r < n.dim; ++r) {
-      S acc = a[0][r * cols] * a[1][0];
-      for (int c = 1; c < cols; ++c) acc = acc + a[0][r * cols + c] * a[1][c];
-      out[r] = acc;
-    }
+    for (int r = 0; r < n.dim; ++r) out[r] = strided_dot(a[0] + r * cols, 1, a[1], 1, cols);
   }
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
     const Formula m = arg(s, 0), v = arg(s, 1);
     return {tensorprod(g, v), vecmatmult(g, m)};
   }
 };
+Formula matvecmult(const Formula& a, const Formula& v) { return make(OpCode::MatVecMult, {a, v}); }
+
 struct VecMatOp {
-  TESSEL_NAME("VecMatMult");  // m · (m×n) -> n
+  TESSEL_OP(VecMatMult);  // m · (m×n) -> n
   static constexpr int arity = 2;
   static int dim(std::span<const Formula> a, std::span<const int64_t>) {
-    const int dv = a[0].dim(), dm = a[1].dim();
-    if (dm % dv != 0)
-      dim_error(name, "matrix dim " + std::to_string(dm) + " is not a multiple of vector dim " +
-                          std::to_string(dv));
-    return dm / dv;
+    return product_dim(name, a[1].dim(), a[0].dim());
   }
   template <class S> static void apply(const Node& n, const S* const* a, S* out) {
     const int rows = n.args[0]->dim, cols = n.dim;
-    for (int c = 0; c < cols; ++c) {
-      S acc = a[0][0] * a[1][c];
-      for (int r = 1; r < rows; ++r) acc = acc + a[0][r] * a[1][r * cols + c];
-      out[c] = acc;
-    }
+    for (int c = 0; c < cols; ++c) out[c] = strided_dot(a[0], 1, a[1] + c, cols, rows);
   }
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
     const Formula v = arg(s, 0), m = arg(s, 1);
     return {matvecmult(m, g), tensorprod(v, g)};
   }
 };
+Formula vecmatmult(const Formula& v, const Formula& a) { return make(OpCode::VecMatMult, {v, a}); }
+
 struct TensorProdOp {
-  TESSEL_NAME("TensorProd");  // outer product, row-major
+  TESSEL_OP(TensorProd);  // outer product, row-major
   static constexpr int arity = 2;
   static int dim(std::span<const Formula> a, std::span<const int64_t>) {
     return checked_dim(name, int64_t{a[0].dim()} * a[1].dim());
@@ -71,8 +75,10 @@ struct TensorProdOp {
     return {matvecmult(g, y), vecmatmult(x, g)};
   }
 };
+Formula tensorprod(const Formula& a, const Formula& b) { return make(OpCode::TensorProd, {a, b}); }
+
 struct TensorDotOp {
-  TESSEL_NAME("TensorDot");
+  TESSEL_OP(TensorDot);
   static constexpr int arity = 2;
   static int dim(std::span<const Formula> a, std::span<const int64_t> ip) {
     TensorDotSpec t = TensorDotSpec::decode(ip);
@@ -93,20 +99,6 @@ struct TensorDotOp {
             make(OpCode::TensorDot, {x, g}, t.vjp_b().encode())};
   }
 };
-#undef TESSEL_NAME
-
-}  // namespace
-
-void register_tensor(std::vector<OpInfo>& t) {
-  t.push_back(describe<MatVecOp>(OpCode::MatVecMult));
-  t.push_back(describe<VecMatOp>(OpCode::VecMatMult));
-  t.push_back(describe<TensorProdOp>(OpCode::TensorProd));
-  t.push_back(describe<TensorDotOp>(OpCode::TensorDot));
-}
-
-Formula matvecmult(const Formula& a, const Formula& v) { return make(OpCode::MatVecMult, {a, v}); }
-Formula vecmatmult(const Formula& v, const Formula& a) { return make(OpCode::VecMatMult, {v, a}); }
-Formula tensorprod(const Formula& a, const Formula& b) { return make(OpCode::TensorProd, {a, b}); }
 Formula tensordot(const Formula& a, const Formula& b, const std::vector<int>& dims_a,
                   const std::vector<int>& dims_b, const std::vector<int>& contr_a,
                   const std::vector<int>& contr_b, const std::vector<int>& perm) {
@@ -124,6 +116,10 @@ Formula tensordot(const Formula& a, const Formula& b, const std::vector<int>& di
     std::iota(t.perm.begin(), t.perm.end(), 0);
   }
   return make(OpCode::TensorDot, {a, b}, t.encode());
+}
+
+void register_tensor(std::vector<OpInfo>& t) {
+  register_ops<MatVecOp, VecMatOp, TensorProdOp, TensorDotOp>(t);
 }
 
 }  // namespace tessel

@@ -193,37 +193,20 @@ struct TensorDotSpec {
     s.perm = inverse(from);
     return s;
   }
-  // d<out, g>/db as TensorDot(a, g, ...), built as vjp_a is.
-  TensorDotSpec vjp_b() const {
-    const auto fa = free_a(), fb = free_b(), src = source_axes();
-    const int64_t nfa = fa.size();
+  // The same product written TensorDot(b, a, ...): the remaining axes are then b's before a's.
+  TensorDotSpec swapped() const {
+    const size_t nfa = dims_a.size() - contr_a.size();
     TensorDotSpec s;
-    s.dims_a = dims_a;
-    s.dims_b = out_dims();
-    std::vector<int64_t> fg;  // g axes left free: they carry b's free axes
-    for (size_t t = 0; t < src.size(); ++t) {
-      if (src[t] < nfa) {
-        s.contr_a.push_back(fa[src[t]]);
-        s.contr_b.push_back(t);
-      } else {
-        fg.push_back(t);
-      }
-    }
-    std::vector<int64_t> ca_sorted = contr_a;
-    std::sort(ca_sorted.begin(), ca_sorted.end());
-    std::vector<int64_t> from(dims_b.size());
-    for (int64_t be = 0; be < static_cast<int64_t>(dims_b.size()); ++be) {
-      const int64_t m = position(fb, be);
-      if (m < static_cast<int64_t>(fb.size())) {
-        from[be] = ca_sorted.size() + position(fg, perm[nfa + m]);
-      } else {
-        const int64_t alpha = contr_a[position(contr_b, be)];
-        from[be] = position(ca_sorted, alpha);
-      }
-    }
-    s.perm = inverse(from);
+    s.dims_a = dims_b;
+    s.dims_b = dims_a;
+    s.contr_a = contr_b;
+    s.contr_b = contr_a;
+    s.perm.assign(perm.begin() + nfa, perm.end());
+    s.perm.insert(s.perm.end(), perm.begin(), perm.begin() + nfa);
     return s;
   }
+  // d<out, g>/db as TensorDot(a, g, ...): vjp_a of the swapped product, swapped back.
+  TensorDotSpec vjp_b() const { return swapped().vjp_a().swapped(); }
 };
 
 }  // namespace tessel

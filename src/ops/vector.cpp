@@ -7,6 +7,7 @@ namespace {
 
 // g (dim 1) repeated to dim d: the VJP of every "sum over components".
 Formula spread(const Formula& g, int d) { return g.dim() == d ? g : zero(d) + g; }
+
 // g (dim 1) in component `which` (a float-encoded index) of a dim-d vector, 0 elsewhere. A select,
 // not g * OneHot: an infinite g must not turn the other components into inf * 0 = NaN.
 Formula scatter(const Formula& g, const Formula& which, int d) {
@@ -16,79 +17,92 @@ int need_dim1(const char* op, const Formula& a, const char* what) {
   if (a.dim() != 1) dim_error(op, std::string(what) + " must have dim 1, got " + std::to_string(a.dim()));
   return 1;
 }
-std::vector<Formula> no_grad(const Formula& self, const Formula&) {
-  return std::vector<Formula>(self.node().args.size());
+// term(0) + term(1) + ... + term(n-1), without a leading 0 + (the emitted code stays short).
+template <class S, class F>
+S sum_terms(int n, F term) {
+  S r = term(0);
+  for (int c = 1; c < n; ++c) r = r + term(c);
+  return r;
 }
 template <class S>
 S sum_of(const S* a, int d) {
-  S r = a[0];
-  for (int c = 1; c < d; ++c) r = r + a[c];
-  return r;
+  return sum_terms<S>(d, [&](int c) { return a[c]; });
 }
 template <class S>
 S dot_of(const S* a, const S* b, int d) {
-  S r = a[0] * b[0];
-  for (int c = 1; c < d; ++c) r = r + a[c] * b[c];
-  return r;
+  return sum_terms<S>(d, [&](int c) { return a[c] * b[c]; });
 }
-#define TESSEL_NAME(s) static constexpr const char* name = s
 
-struct SumOp {
-  TESSEL_NAME("Sum");
+}  // namespace
+
+// Two arguments of equal dims, a scalar result.
+template <class D>
+struct SameToScalar {
+  static constexpr int arity = 2;
+  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
+    same_dim(D::name, a[0].dim(), a[1].dim());
+    return 1;
+  }
+};
+
+// A vector to a scalar, 0 for the zero vector: D supplies f(components, dim).
+template <class D>
+struct ToScalar {
   static constexpr int arity = 1;
   static constexpr bool zero_preserving = true;
   static constexpr auto dim = dim_scalar;
   template <class S> static void apply(const Node& n, const S* const* a, S* out) {
-    out[0] = sum_of(a[0], n.args[0]->dim);
+    out[0] = D::f(a[0], n.args[0]->dim);
   }
+};
+
+struct SumOp : ToScalar<SumOp> {
+  TESSEL_OP(Sum);
+  template <class S> static S f(const S* a, int d) { return sum_of(a, d); }
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
     return {spread(g, arg(s, 0).dim())};
   }
 };
+Formula sum(const Formula& a) { return make(OpCode::Sum, {a}); }
+
 // Max/Min/ArgMax/ArgMin over components; the first extreme component wins ties.
-template <bool IsMax, bool IsArg>
+template <OpCode C, bool IsMax, bool IsArg>
 struct Extreme {
+  static constexpr OpCode code = C;
+  static constexpr const char* name =
+      IsArg ? (IsMax ? "ArgMax" : "ArgMin") : (IsMax ? "Max" : "Min");
   static constexpr int arity = 1;
   static constexpr auto dim = dim_scalar;
   template <class S> static void apply(const Node& n, const S* const* a, S* out) {
     S best = a[0][0], idx(0.0);
     for (int c = 1; c < n.args[0]->dim; ++c) {
       const S& v = a[0][c];
-      if constexpr (IsMax) {
-        idx = t_lt(best, v, S(static_cast<double>(c)), idx);
-        best = t_lt(best, v, v, best);
-      } else {
-        idx = t_lt(v, best, S(static_cast<double>(c)), idx);
-        best = t_lt(v, best, v, best);
-      }
+      // strict: a later component equal to the extreme does not replace it
+      const S& lo = IsMax ? best : v;
+      const S& hi = IsMax ? v : best;
+      idx = t_lt(lo, hi, S(static_cast<double>(c)), idx);
+      best = t_lt(lo, hi, v, best);
     }
     out[0] = IsArg ? idx : best;
   }
-};
-struct MaxOp : Extreme<true, false> {
-  TESSEL_NAME("Max");
+  // The extreme's cotangent goes to the first extreme component; indices have no derivative.
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
+    if (IsArg) return no_grad(s, g);
     const Formula a = arg(s, 0);
-    return {scatter(g, argmax(a), a.dim())};
+    return {scatter(g, IsMax ? argmax(a) : argmin(a), a.dim())};
   }
 };
-struct MinOp : Extreme<false, false> {
-  TESSEL_NAME("Min");
-  static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
-    const Formula a = arg(s, 0);
-    return {scatter(g, argmin(a), a.dim())};
-  }
-};
-struct ArgMaxOp : Extreme<true, true> {
-  TESSEL_NAME("ArgMax");
-  static constexpr auto vjp = no_grad;
-};
-struct ArgMinOp : Extreme<false, true> {
-  TESSEL_NAME("ArgMin");
-  static constexpr auto vjp = no_grad;
-};
+using MaxOp = Extreme<OpCode::Max, true, false>;
+Formula max(const Formula& a) { return make(OpCode::Max, {a}); }
+using MinOp = Extreme<OpCode::Min, false, false>;
+Formula min(const Formula& a) { return make(OpCode::Min, {a}); }
+using ArgMaxOp = Extreme<OpCode::ArgMax, true, true>;
+Formula argmax(const Formula& a) { return make(OpCode::ArgMax, {a}); }
+using ArgMinOp = Extreme<OpCode::ArgMin, false, true>;
+Formula argmin(const Formula& a) { return make(OpCode::ArgMin, {a}); }
+
 struct ElemOp {
-  TESSEL_NAME("Elem");
+  TESSEL_OP(Elem);
   static constexpr int arity = 1, n_ip = 1;
   static constexpr bool zero_preserving = true;
   static int dim(std::span<const Formula> a, std::span<const int64_t> ip) {
@@ -111,8 +125,10 @@ struct ElemOp {
     return {r};
   }
 };
+Formula elem(const Formula& a, int m) { return make(OpCode::Elem, {a}, {m}); }
+
 struct ExtractOp {
-  TESSEL_NAME("Extract");
+  TESSEL_OP(Extract);
   static constexpr int arity = 1, n_ip = 2;
   static constexpr bool zero_preserving = true;
   static int dim(std::span<const Formula> a, std::span<const int64_t> ip) {
@@ -135,8 +151,12 @@ struct ExtractOp {
     return {r};
   }
 };
+Formula extract(const Formula& a, int start, int len) {
+  return make(OpCode::Extract, {a}, {start, len});
+}
+
 struct ConcatOp {
-  TESSEL_NAME("Concat");
+  TESSEL_OP(Concat);
   static constexpr int arity = 2;
   static int dim(std::span<const Formula> a, std::span<const int64_t>) {
     return checked_dim(name, int64_t{a[0].dim()} + a[1].dim());
@@ -155,8 +175,10 @@ struct ConcatOp {
     return {extract(g, 0, da), extract(g, da, db)};
   }
 };
+Formula concat(const Formula& a, const Formula& b) { return make(OpCode::Concat, {a, b}); }
+
 struct OneHotOp {
-  TESSEL_NAME("OneHot");  // OneHot(x, d): x holds a float-encoded integer
+  TESSEL_OP(OneHot);  // OneHot(x, d): x holds a float-encoded integer
   static constexpr int arity = 1, n_ip = 1;
   static int dim(std::span<const Formula> a, std::span<const int64_t> ip) {
     need_dim1(name, a[0], "the index argument");
@@ -168,33 +190,29 @@ struct OneHotOp {
   }
   static constexpr auto vjp = no_grad;
 };
-struct SqNorm2Op {
-  TESSEL_NAME("SqNorm2");
-  static constexpr int arity = 1;
-  static constexpr bool zero_preserving = true;
-  static constexpr auto dim = dim_scalar;
-  template <class S> static void apply(const Node& n, const S* const* a, S* out) {
-    out[0] = dot_of(a[0], a[0], n.args[0]->dim);
-  }
+Formula one_hot(const Formula& a, int dim) { return make(OpCode::OneHot, {a}, {dim}); }
+
+struct SqNorm2Op : ToScalar<SqNorm2Op> {
+  TESSEL_OP(SqNorm2);
+  template <class S> static S f(const S* a, int d) { return dot_of(a, a, d); }
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
     return {(2.0 * g) * arg(s, 0)};
   }
 };
-struct Norm2Op {
-  TESSEL_NAME("Norm2");
-  static constexpr int arity = 1;
-  static constexpr bool zero_preserving = true;
-  static constexpr auto dim = dim_scalar;
-  template <class S> static void apply(const Node& n, const S* const* a, S* out) {
-    out[0] = t_sqrt(dot_of(a[0], a[0], n.args[0]->dim));
-  }
+Formula sqnorm2(const Formula& a) { return make(OpCode::SqNorm2, {a}); }
+
+struct Norm2Op : ToScalar<Norm2Op> {
+  TESSEL_OP(Norm2);
+  template <class S> static S f(const S* a, int d) { return t_sqrt(dot_of(a, a, d)); }
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
     const Formula a = arg(s, 0);  // through Rsqrt: 0 at a = 0 (KeOps's convention), not 0 / 0
     return {(g * rsqrt(sqnorm2(a))) * a};
   }
 };
+Formula norm2(const Formula& a) { return make(OpCode::Norm2, {a}); }
+
 struct NormalizeOp {
-  TESSEL_NAME("Normalize");
+  TESSEL_OP(Normalize);
   static constexpr int arity = 1;
   static constexpr auto dim = dim_same_as_arg;
   template <class S> static void apply(const Node& n, const S* const* a, S* out) {
@@ -206,34 +224,26 @@ struct NormalizeOp {
     return {(g - (s | g) * s) * rsqrt(sqnorm2(a))};
   }
 };
-struct SqDistOp {
-  TESSEL_NAME("SqDist");
-  static constexpr int arity = 2;
-  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
-    same_dim(name, a[0].dim(), a[1].dim());
-    return 1;
-  }
+Formula normalize(const Formula& a) { return make(OpCode::Normalize, {a}); }
+
+struct SqDistOp : SameToScalar<SqDistOp> {
+  TESSEL_OP(SqDist);
   template <class S> static void apply(const Node& n, const S* const* a, S* out) {
-    S r;
-    for (int c = 0; c < n.args[0]->dim; ++c) {
+    out[0] = sum_terms<S>(n.args[0]->dim, [&](int c) {
       const S d = a[0][c] - a[1][c];
-      r = c == 0 ? d * d : r + d * d;
-    }
-    out[0] = r;
+      return d * d;
+    });
   }
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
     const Formula d = (2.0 * g) * (arg(s, 0) - arg(s, 1));
     return {d, -d};
   }
 };
-struct ScalprodOp {
-  TESSEL_NAME("Scalprod");
+Formula sqdist(const Formula& a, const Formula& b) { return make(OpCode::SqDist, {a, b}); }
+
+struct ScalprodOp : SameToScalar<ScalprodOp> {
+  TESSEL_OP(Scalprod);
   static constexpr const char* infix = "|";
-  static constexpr int arity = 2;
-  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
-    same_dim(name, a[0].dim(), a[1].dim());
-    return 1;
-  }
   static Formula simplify(std::span<const Formula> a, std::span<const int64_t>) {
     return is_zero(a[0]) || is_zero(a[1]) ? zero(1) : Formula{};
   }
@@ -244,9 +254,12 @@ struct ScalprodOp {
     return {g * arg(s, 1), g * arg(s, 0)};
   }
 };
+Formula scalprod(const Formula& a, const Formula& b) { return make(OpCode::Scalprod, {a, b}); }
+
 // Quadratic forms a^T S a with S isotropic (dim 1), diagonal (dim d) or full (dim d*d).
+
 struct SqNormIsoOp {
-  TESSEL_NAME("SqNormIso");
+  TESSEL_OP(SqNormIso);
   static constexpr int arity = 2;
   static int dim(std::span<const Formula> a, std::span<const int64_t>) {
     return need_dim1(name, a[0], "the weight (first argument)");
@@ -259,28 +272,24 @@ struct SqNormIsoOp {
     return {g * sqnorm2(x), (2.0 * g * w) * x};
   }
 };
-struct SqNormDiagOp {
-  TESSEL_NAME("SqNormDiag");
-  static constexpr int arity = 2;
-  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
-    same_dim(name, a[0].dim(), a[1].dim());
-    return 1;
-  }
+Formula sqnorm_iso(const Formula& s, const Formula& a) { return make(OpCode::SqNormIso, {s, a}); }
+
+struct SqNormDiagOp : SameToScalar<SqNormDiagOp> {
+  TESSEL_OP(SqNormDiag);
   template <class S> static void apply(const Node& n, const S* const* a, S* out) {
-    S r;
-    for (int c = 0; c < n.args[1]->dim; ++c) {
-      const S t = a[0][c] * (a[1][c] * a[1][c]);
-      r = c == 0 ? t : r + t;
-    }
-    out[0] = r;
+    out[0] = sum_terms<S>(n.args[1]->dim, [&](int c) { return a[0][c] * (a[1][c] * a[1][c]); });
   }
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
     const Formula w = arg(s, 0), x = arg(s, 1);
     return {g * square(x), (2.0 * g) * (w * x)};
   }
 };
+Formula sqnorm_diag(const Formula& s, const Formula& a) {
+  return make(OpCode::SqNormDiag, {s, a});
+}
+
 struct SymSqNormOp {
-  TESSEL_NAME("SymSqNorm");
+  TESSEL_OP(SymSqNorm);
   static constexpr int arity = 2;
   static int dim(std::span<const Formula> a, std::span<const int64_t>) {
     const int64_t d = a[1].dim();
@@ -291,65 +300,25 @@ struct SymSqNormOp {
   }
   template <class S> static void apply(const Node& n, const S* const* a, S* out) {
     const int d = n.args[1]->dim;
-    S r;
-    for (int p = 0; p < d; ++p)
-      for (int q = 0; q < d; ++q) {
-        const S t = a[0][p * d + q] * (a[1][p] * a[1][q]);
-        r = (p == 0 && q == 0) ? t : r + t;
-      }
-    out[0] = r;
+    out[0] = sum_terms<S>(d * d, [&](int k) {
+      const int p = k / d, q = k % d;
+      return a[0][k] * (a[1][p] * a[1][q]);
+    });
   }
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
     const Formula w = arg(s, 0), x = arg(s, 1);
     return {g * tensorprod(x, x), g * (matvecmult(w, x) + vecmatmult(x, w))};
   }
 };
-#undef TESSEL_NAME
-
-}  // namespace
+Formula sym_sqnorm(const Formula& s, const Formula& a) { return make(OpCode::SymSqNorm, {s, a}); }
 
 void register_vector(std::vector<OpInfo>& t) {
-  t.push_back(describe<SumOp>(OpCode::Sum));
-  t.push_back(describe<MaxOp>(OpCode::Max));
-  t.push_back(describe<MinOp>(OpCode::Min));
-  t.push_back(describe<ArgMaxOp>(OpCode::ArgMax));
-  t.push_back(describe<ArgMinOp>(OpCode::ArgMin));
-  t.push_back(describe<ElemOp>(OpCode::Elem));
-  t.push_back(describe<ExtractOp>(OpCode::Extract));
-  t.push_back(describe<ConcatOp>(OpCode::Concat));
-  t.push_back(describe<OneHotOp>(OpCode::OneHot));
-  t.push_back(describe<SqNorm2Op>(OpCode::SqNorm2));
-  t.push_back(describe<Norm2Op>(OpCode::Norm2));
-  t.push_back(describe<NormalizeOp>(OpCode::Normalize));
-  t.push_back(describe<SqDistOp>(OpCode::SqDist));
-  t.push_back(describe<ScalprodOp>(OpCode::Scalprod));
-  t.push_back(describe<SqNormIsoOp>(OpCode::SqNormIso));
-  t.push_back(describe<SqNormDiagOp>(OpCode::SqNormDiag));
-  t.push_back(describe<SymSqNormOp>(OpCode::SymSqNorm));
+  register_ops<SumOp, MaxOp, MinOp, ArgMaxOp, ArgMinOp, ElemOp, ExtractOp, ConcatOp, OneHotOp,
+               SqNorm2Op, Norm2Op, NormalizeOp, SqDistOp, ScalprodOp, SqNormIsoOp, SqNormDiagOp,
+               SymSqNormOp>(t);
 }
 
-Formula sum(const Formula& a) { return make(OpCode::Sum, {a}); }
-Formula max(const Formula& a) { return make(OpCode::Max, {a}); }
-Formula min(const Formula& a) { return make(OpCode::Min, {a}); }
-Formula argmax(const Formula& a) { return make(OpCode::ArgMax, {a}); }
-Formula argmin(const Formula& a) { return make(OpCode::ArgMin, {a}); }
-Formula elem(const Formula& a, int m) { return make(OpCode::Elem, {a}, {m}); }
-Formula extract(const Formula& a, int start, int len) {
-  return make(OpCode::Extract, {a}, {start, len});
-}
-Formula concat(const Formula& a, const Formula& b) { return make(OpCode::Concat, {a, b}); }
-Formula one_hot(const Formula& a, int dim) { return make(OpCode::OneHot, {a}, {dim}); }
-Formula sqnorm2(const Formula& a) { return make(OpCode::SqNorm2, {a}); }
-Formula norm2(const Formula& a) { return make(OpCode::Norm2, {a}); }
-Formula normalize(const Formula& a) { return make(OpCode::Normalize, {a}); }
-Formula sqdist(const Formula& a, const Formula& b) { return make(OpCode::SqDist, {a, b}); }
-Formula scalprod(const Formula& a, const Formula& b) { return make(OpCode::Scalprod, {a, b}); }
 Formula operator|(const Formula& a, const Formula& b) { return scalprod(a, b); }
-Formula sqnorm_iso(const Formula& s, const Formula& a) { return make(OpCode::SqNormIso, {s, a}); }
-Formula sqnorm_diag(const Formula& s, const Formula& a) {
-  return make(OpCode::SqNormDiag, {s, a});
-}
-Formula sym_sqnorm(const Formula& s, const Formula& a) { return make(OpCode::SymSqNorm, {s, a}); }
 Formula weighted_sqnorm(const Formula& w, const Formula& a) {
   if (!w.valid() || !a.valid()) detail::fail("WeightedSqNorm", "null formula argument");
   const int64_t d = a.dim();

@@ -161,22 +161,18 @@ struct Callee {
 };
 
 std::optional<Callee> callee(const std::string& name) {
-  static const std::unordered_map<std::string, Callee> special = {
-      {"Vi", {Form::Var, nullptr, Category::I, 0, 2, 2}},
-      {"Vx", {Form::Var, nullptr, Category::I, 0, 2, 2}},
-      {"Vj", {Form::Var, nullptr, Category::J, 0, 2, 2}},
-      {"Vy", {Form::Var, nullptr, Category::J, 0, 2, 2}},
-      {"Pm", {Form::Var, nullptr, Category::Param, 0, 2, 2}},
-      {"Var", {Form::VarCat, nullptr, Category::I, 0, 3, 3}},
-      {"IntCst", {Form::IntCst, nullptr, Category::I, 0, 1, 1}},
-      {"Rat", {Form::Rat, nullptr, Category::I, 0, 2, 2}},
-      {"Zero", {Form::Zero, nullptr, Category::I, 0, 1, 1}},
-      {"TensorDot", {Form::TensorDot, nullptr, Category::I, 2, 4, 5}},
-      {"WeightedSqNorm", {Form::WSqNorm, nullptr, Category::I, 2, 0, 0}},
-      {"WeightedSqDist", {Form::WSqDist, nullptr, Category::I, 3, 0, 0}},
-      // KeOps's symbolic gradient: Grad(f, x, e) is the gradient of <f, e> with respect to x.
-      {"Grad", {Form::Grad, nullptr, Category::I, 3, 0, 0}},
+  const auto v = [](Category cat) { return Callee{Form::Var, nullptr, cat, 0, 2, 2}; };
+  const auto f = [](Form form, size_t n_f, size_t n_p_min, size_t n_p_max) {
+    return Callee{form, nullptr, Category::I, n_f, n_p_min, n_p_max};
   };
+  // KeOps's symbolic gradient: Grad(f, x, e) is the gradient of <f, e> with respect to x.
+  static const std::unordered_map<std::string, Callee> special = {
+      {"Vi", v(Category::I)}, {"Vx", v(Category::I)}, {"Vj", v(Category::J)},
+      {"Vy", v(Category::J)}, {"Pm", v(Category::Param)}, {"Var", f(Form::VarCat, 0, 3, 3)},
+      {"IntCst", f(Form::IntCst, 0, 1, 1)}, {"Rat", f(Form::Rat, 0, 2, 2)},
+      {"Zero", f(Form::Zero, 0, 1, 1)}, {"TensorDot", f(Form::TensorDot, 2, 4, 5)},
+      {"WeightedSqNorm", f(Form::WSqNorm, 2, 0, 0)}, {"WeightedSqDist", f(Form::WSqDist, 3, 0, 0)},
+      {"Grad", f(Form::Grad, 3, 0, 0)}};
   if (auto it = special.find(name); it != special.end()) return it->second;
   const OpInfo* o = op_by_name(name);
   if (!o) return std::nullopt;
@@ -553,14 +549,6 @@ std::vector<AliasInfo> read_aliases(const std::vector<std::string>& aliases) {
   return out;
 }
 
-}  // namespace
-
-std::vector<AliasInfo> parse_aliases(const std::vector<std::string>& aliases) {
-  return read_aliases(aliases);
-}
-
-namespace {
-
 std::unordered_map<std::string, Formula> alias_names(const std::vector<std::string>& aliases) {
   std::unordered_map<std::string, Formula> names;
   for (const AliasInfo& a : read_aliases(aliases))
@@ -569,6 +557,10 @@ std::unordered_map<std::string, Formula> alias_names(const std::vector<std::stri
 }
 
 }  // namespace
+
+std::vector<AliasInfo> parse_aliases(const std::vector<std::string>& aliases) {
+  return read_aliases(aliases);
+}
 
 Formula parse(const std::string& text, const std::vector<std::string>& aliases) {
   const auto names = alias_names(aliases);

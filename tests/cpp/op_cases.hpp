@@ -13,6 +13,7 @@
 #include "ops/eval_ref.hpp"
 #include "ir/node.hpp"
 #include "ops/op.hpp"
+#include "singular_cases.hpp"
 #include "tessel/formula.hpp"
 
 namespace op_cases {
@@ -253,6 +254,14 @@ inline std::vector<OpCase> all_cases() {
   };
   const Draw u2 = uniform(-2, 2), tri = ints(-1, 1) /* ties are frequent */;
   const auto apart = [](double a, double b) { return std::fabs(a - b) > 1e-3; };
+  // A binary vector op at several argument dims, each case named by them ("Concat23").
+  auto vec_dims = [&](std::string name, OpCode op, std::vector<std::vector<int>> all,
+                      Formula (*f)(const Formula&, const Formula&),
+                      std::function<Vec(const Point&)> ref) {
+    for (const auto& dims : all)
+      vec(name + std::to_string(dims[0]) + std::to_string(dims[1]), op, dims,
+          [f](auto& v) { return f(v[0], v[1]); }, ref, {u2});
+  };
 
   // arithmetic
   ew("Add", OpCode::Add, {}, Ref2([](double x, double y) { return x + y; }), {u2});
@@ -297,6 +306,16 @@ inline std::vector<OpCase> all_cases() {
   ew("Asin", OpCode::Asin, {}, Ref1([](double x) { return std::asin(x); }), {uniform(-.9, .9)});
   ew("Acos", OpCode::Acos, {}, Ref1([](double x) { return std::acos(x); }), {uniform(-.9, .9)});
   ew("Atan", OpCode::Atan, {}, Ref1([](double x) { return std::atan(x); }), {uniform(-3, 3)});
+  // Sinc (SinXDivX): around 0 (exact zeros, tiny, the series/closed-form switch at |x| = 1) and
+  // at large |x|; singular::sinc_ref is an independent long-double reference.
+  const Ref1 sinc_v = [](double x) { return static_cast<double>(tessel::singular::sinc_ref(x, 0)); };
+  ew("Sinc", OpCode::Sinc, {}, sinc_v, {uniform(-4, 4)});
+  ew("Sinc_near0", OpCode::Sinc, {}, sinc_v,
+     {[](Rng& r) {
+       const double pts[] = {0.0, -0.0, 1e-300, -3e-9, 1e-4, 0.999999, -1.000001, 1.0};
+       return r() & 1 ? pts[r() % 8] : unif(r, -1.2, 1.2);
+     }});
+  ew("Sinc_large", OpCode::Sinc, {}, sinc_v, {away0(1e2, 1e6)});
   ew("Atan2", OpCode::Atan2, {}, Ref2([](double y, double x) { return std::atan2(y, x); }),
      {away0(0.1, 2)});
   ew("Floor", OpCode::Floor, {}, Ref1([](double x) { return std::floor(x); }),
@@ -411,16 +430,11 @@ inline std::vector<OpCase> all_cases() {
         [st, len](auto& v) { return extract(v[0], st, len); },
         [st, len](const Point& p) { return Vec(p[0].begin() + st, p[0].begin() + st + len); },
         {u2});
-  for (auto dims : std::vector<std::vector<int>>{{2, 3}, {1, 1}, {3, 1}})
-    vec(
-        "Concat" + std::to_string(dims[0]) + std::to_string(dims[1]), OpCode::Concat, dims,
-        [](auto& v) { return concat(v[0], v[1]); },
-        [](const Point& p) {
-          Vec r = p[0];
-          r.insert(r.end(), p[1].begin(), p[1].end());
-          return r;
-        },
-        {u2});
+  vec_dims("Concat", OpCode::Concat, {{2, 3}, {1, 1}, {3, 1}}, concat, [](const Point& p) {
+    Vec r = p[0];
+    r.insert(r.end(), p[1].begin(), p[1].end());
+    return r;
+  });
   vec(
       "OneHot", OpCode::OneHot, {1}, [](auto& v) { return one_hot(v[0], 4); },
       [](const Point& p) {
@@ -509,34 +523,23 @@ inline std::vector<OpCase> all_cases() {
       for (size_t j = 0; j < v.size(); ++j) r[i] += m[i * v.size() + j] * v[j];
     return r;
   };
-  for (auto dims : std::vector<std::vector<int>>{{6, 3}, {6, 2}, {3, 1}, {3, 3}})
-    vec(
-        "MatVecMult" + std::to_string(dims[0]) + std::to_string(dims[1]), OpCode::MatVecMult, dims,
-        [](auto& v) { return matvecmult(v[0], v[1]); },
-        [=](const Point& p) { return matvec(p[0], p[1]); }, {u2});
-  for (auto dims : std::vector<std::vector<int>>{{2, 6}, {3, 6}, {1, 3}})
-    vec(
-        "VecMatMult" + std::to_string(dims[0]) + std::to_string(dims[1]), OpCode::VecMatMult, dims,
-        [](auto& v) { return vecmatmult(v[0], v[1]); },
-        [](const Point& p) {
-          const size_t m = p[0].size(), n = p[1].size() / m;
-          Vec r(n, 0.0);
-          for (size_t j = 0; j < n; ++j)
-            for (size_t i = 0; i < m; ++i) r[j] += p[0][i] * p[1][i * n + j];
-          return r;
-        },
-        {u2});
-  for (auto dims : std::vector<std::vector<int>>{{2, 3}, {3, 1}, {1, 2}})
-    vec(
-        "TensorProd" + std::to_string(dims[0]) + std::to_string(dims[1]), OpCode::TensorProd, dims,
-        [](auto& v) { return tensorprod(v[0], v[1]); },
-        [](const Point& p) {
-          Vec r;
-          for (double a : p[0])
-            for (double b : p[1]) r.push_back(a * b);
-          return r;
-        },
-        {u2});
+  vec_dims("MatVecMult", OpCode::MatVecMult, {{6, 3}, {6, 2}, {3, 1}, {3, 3}}, matvecmult,
+           [=](const Point& p) { return matvec(p[0], p[1]); });
+  vec_dims("VecMatMult", OpCode::VecMatMult, {{2, 6}, {3, 6}, {1, 3}}, vecmatmult,
+           [](const Point& p) {
+             const size_t m = p[0].size(), n = p[1].size() / m;
+             Vec r(n, 0.0);
+             for (size_t j = 0; j < n; ++j)
+               for (size_t i = 0; i < m; ++i) r[j] += p[0][i] * p[1][i * n + j];
+             return r;
+           });
+  vec_dims("TensorProd", OpCode::TensorProd, {{2, 3}, {3, 1}, {1, 2}}, tensorprod,
+           [](const Point& p) {
+             Vec r;
+             for (double a : p[0])
+               for (double b : p[1]) r.push_back(a * b);
+             return r;
+           });
   for (const TdConfig& t : tensordot_configs())
     vec(
         "TensorDot_" + t.name, OpCode::TensorDot, {prod(t.dims_a), prod(t.dims_b)},

@@ -25,6 +25,24 @@ struct UnaryCase {
   Vec at;  // kRows points
 };
 
+// sin(x)/x (order 0) and its first and second derivatives in long double: the Taylor series
+// below |x| = 2 (30 terms: the remainder is below 1e-40), the closed forms above.
+inline long double sinc_ref(double xd, int order) {
+  const long double x = xd;
+  if (std::fabs(xd) < 2) {
+    long double sum = 0, c = 1;  // c = (-1)^k / (2k+1)!
+    for (int k = 0; k < 30; ++k, c /= -(2.0L * k) * (2.0L * k + 1)) {
+      const int e = 2 * k;
+      if (e < order) continue;
+      const long double falling = order == 0 ? 1 : order == 1 ? e : e * (e - 1.0L);
+      sum += c * falling * std::pow(x, e - order);
+    }
+    return sum;
+  }
+  const long double v = std::sin(x) / x, d1 = (x * std::cos(x) - std::sin(x)) / (x * x);
+  return order == 0 ? v : order == 1 ? d1 : -v - 2 * d1 / x;
+}
+
 inline double sgn(double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0; }
 
 inline const std::vector<UnaryCase>& unary_cases() {
@@ -45,6 +63,11 @@ inline const std::vector<UnaryCase>& unary_cases() {
       {"ReLU", [](const Formula& a) { return relu(a); }, [](double x) { return x < 0 ? 0.0 : x; },
        [](double x) { return x < 0 ? 0.0 : 1.0; }, [](double) { return 0.0; },
        {0.0, -0.0, 1e-3, -1e-3, 2}},
+      // sin(x)/x: 1 at 0, derivatives 0 and -1/3 there (the series branch of its VJP).
+      {"Sinc", [](const Formula& a) { return sinc(a); },
+       [](double x) { return static_cast<double>(sinc_ref(x, 0)); },
+       [](double x) { return static_cast<double>(sinc_ref(x, 1)); },
+       [](double x) { return static_cast<double>(sinc_ref(x, 2)); }, {0.0, -0.0, 1e-8, 1, -30}},
       // Poles: IEEE infinities, no convention needed.
       {"Log", [](const Formula& a) { return log(a); }, [](double x) { return std::log(x); },
        [](double x) { return 1 / x; }, [](double x) { return -1 / (x * x); }, {0.0, 1e-3, 0.5, 1, 3}},
@@ -135,8 +158,8 @@ inline const std::vector<MultiCase>& multi_cases() {
          return q == 0 ? Vec{0, 0} : Vec{a[1] / q, -a[0] / q};
        },
        {{0, 0}, {0, -0.0}, {1e-3, 0}, {0, -1e-3}, {0.5, -0.25}}, 2},
-      // Powf(x, p): the exact limits at x = 0; second derivatives there are not covered (see the
-      // table: a masked branch's 0 * inf).
+      // Powf(x, p): the exact limits at x = 0; its second derivatives there are checked apart
+      // (SingularPoints.PowfSecondDerivativesAtBaseZero): they are not all 0 on these rows.
       {"Powf", {1, 1}, [](auto& a) { return powf(a[0], a[1]); }, 1,
        powf_value, powf_grad,
        {{0, 0.5}, {0, 1}, {0, 2.5}, {0, 0}, {0, -0.5}}, 5, false},

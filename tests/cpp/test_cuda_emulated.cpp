@@ -499,6 +499,7 @@ TEST_P(CudaEmulatedKernels, EveryOpValues) {
       {"acos", acos(0.9 * u)},
       {"atan", atan(3.0 * a)},
       {"atan2", atan2(x, y)},
+      {"sinc", sinc(3.0 * a * step(e)) + sinc(1e3 * a)},
       {"floor", floor(4.0 * a)},
       {"round", round(4.0 * a) + make(OpCode::Round, {a}, {2})},
       {"mod", mod(4.0 * a, constant(1.5), constant(0.25))},

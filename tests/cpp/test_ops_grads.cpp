@@ -138,13 +138,20 @@ TEST(OpGrads, EveryOpHasADerivativeCase) {
         << "no derivative case for op " << op_info(static_cast<OpCode>(k)).name;
 }
 
+// Calls body(case, its variables, its formula) for each case with derivatives of this kind.
+template <class Body>
+void for_each_case(GradKind kind, Body body) {
+  for (const OpCase& c : cases()) {
+    if (c.grad != kind) continue;
+    const auto vars = make_vars(c);
+    body(c, vars, c.build(vars));
+  }
+}
+
 // grad(f, v, e) against central differences of <f, e>, for every variable of every smooth case.
 TEST(OpGrads, VjpMatchesFiniteDifferences) {
   Rng rng(99);
-  for (const OpCase& c : cases()) {
-    if (c.grad != GradKind::Smooth) continue;
-    const auto vars = make_vars(c);
-    const Formula f = c.build(vars);
+  for_each_case(GradKind::Smooth, [&](const OpCase& c, const auto& vars, const Formula& f) {
     const Formula e = pm(kE, f.dim());
     for (int trial = 0; trial < 3; ++trial) {
       const Point p = sample(c, rng);
@@ -162,16 +169,13 @@ TEST(OpGrads, VjpMatchesFiniteDifferences) {
         }
       }
     }
-  }
+  });
 }
 
 // Floor, Round, Step, Sign, comparisons, ArgMax/ArgMin and OneHot are piecewise constant.
 TEST(OpGrads, PiecewiseConstantOpsHaveZeroGradient) {
   Rng rng(5);
-  for (const OpCase& c : cases()) {
-    if (c.grad != GradKind::Zero) continue;
-    const auto vars = make_vars(c);
-    const Formula f = c.build(vars);
+  for_each_case(GradKind::Zero, [&](const OpCase& c, const auto& vars, const Formula& f) {
     const Point p = sample(c, rng);
     const std::map<int, Vec> extra = {{kE, random_vec(rng, f.dim())}};
     for (size_t k = 0; k < vars.size(); ++k) {
@@ -183,7 +187,7 @@ TEST(OpGrads, PiecewiseConstantOpsHaveZeroGradient) {
       const Formula j = jvp(f, vars[k], pm(kT, vars[k].dim()));
       EXPECT_TRUE(j.node().is_zero()) << c.name << ": jvp " << j.str();
     }
-  }
+  });
 }
 
 // jvp(f, v, t) against the central difference of f along t.
@@ -209,11 +213,9 @@ void check_jvp(const OpCase& c, const Formula& f, const std::vector<Formula>& va
 
 TEST(OpGrads, JvpMatchesFiniteDifferences) {
   Rng rng(31);
-  for (const OpCase& c : cases())
-    if (c.grad == GradKind::Smooth) {
-      const auto vars = make_vars(c);
-      check_jvp(c, c.build(vars), vars, rng);
-    }
+  for_each_case(GradKind::Smooth, [&](const OpCase& c, const auto& vars, const Formula& f) {
+    check_jvp(c, f, vars, rng);
+  });
   for (const OpCase& c : composite_cases()) {
     const auto vars = make_vars(c);
     check_jvp(c, c.build(vars), vars, rng);
@@ -304,4 +306,25 @@ TEST(OpGrads, SharedVariablesAccumulate) {
   const Vec xv = {0.3, -1.2, 0.7};
   const Vec g = eval_point(grad(f, x, constant(1.0)), {{0, xv}});
   for (int c = 0; c < 3; ++c) EXPECT_NEAR(g[c], 4 * xv[c], 1e-14);
+}
+
+// SinXDivX's derivative from 1e-300 to 1e3, across the series/closed-form switch at |x| = 1,
+// against a long-double reference: the naive (cos x - sinc x) / x would lose all digits below
+// ~1e-8. Bounds: the series' rounding (a few ulp), ~6 eps for the closed form near |x| = 1.
+TEST(OpGrads, SincDerivativeIsAccurateFromTinyToLarge) {
+  const Formula x = vi(0, 1), d1 = grad(sinc(x), x, constant(1.0));
+  const Formula d2 = grad(d1, x, constant(1.0));
+  std::vector<double> xs = {0.0, -0.0, 1e-300, 1e-150, 3e-9, 1e-4, 0.5, 0.999999999999,
+                            1.0, 1.000000000001, 1.5, 7.25, 100.0, 1e3};
+  for (double e = -300; e <= 3; e += 0.37) xs.push_back(std::pow(10.0, e));
+  for (double v : xs)
+    for (double s : {1.0, -1.0}) {
+      const double at = s * v;
+      const double want1 = static_cast<double>(tessel::singular::sinc_ref(at, 1));
+      const double want2 = static_cast<double>(tessel::singular::sinc_ref(at, 2));
+      const double got1 = eval_at(d1, {{at}})[0], got2 = eval_at(d2, {{at}})[0];
+      EXPECT_LE(std::fabs(got1 - want1), 2e-15 * std::fabs(want1) + 1e-300) << "x = " << at;
+      // the second derivative's closed form subtracts terms of ~1/x^2 near its zeros: absolute
+      EXPECT_NEAR(got2, want2, 1e-13) << "x = " << at;
+    }
 }

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "ir/node.hpp"
@@ -296,15 +297,19 @@ TEST(Parser, FormulaErrors) {
   expect_error("Pow(X, 99999999999)", kXYZ, "out of range", 7);
 }
 
+// The builders' own errors, at the column of the call that failed: {text, message, column}.
 TEST(Parser, BuilderErrorsCarryTheColumn) {
-  expect_error("X + Z", kXYZ, "Add: operands have dims 3 and 2", 2);
-  expect_error("Exp(X * Z)", kXYZ, "Mult: operands have dims 3 and 2", 6);
-  expect_error("1 + SqDist(X, Z)", kXYZ, "SqDist: operands have dims 3 and 2", 4);
-  expect_error("X[3]", kXYZ, "Elem: index 3 is out of range", 1);
-  expect_error("Vi(-1, 3)", kXYZ, "index must be >= 0", 0);
-  expect_error("Var(0, 3, 5)", kXYZ, "category must be 0", 0);
-  expect_error("Rat(1, 0)", kXYZ, "denominator must be non-zero", 0);
-  expect_error("1e999", kXYZ, "out of range", 0);
+  const std::tuple<const char*, const char*, int> cases[] = {
+      {"X + Z", "Add: operands have dims 3 and 2", 2},
+      {"Exp(X * Z)", "Mult: operands have dims 3 and 2", 6},
+      {"1 + SqDist(X, Z)", "SqDist: operands have dims 3 and 2", 4},
+      {"X[3]", "Elem: index 3 is out of range", 1},
+      {"Vi(-1, 3)", "index must be >= 0", 0},
+      {"Var(0, 3, 5)", "category must be 0", 0},
+      {"Rat(1, 0)", "denominator must be non-zero", 0},
+      {"1e999", "out of range", 0}};
+  for (const auto& [text, message, column] : cases)
+    expect_error(text, kXYZ, message, static_cast<size_t>(column));
 }
 
 TEST(Parser, AliasErrors) {

@@ -179,6 +179,29 @@ TEST_P(SingularPoints, KernelsOnCoincidentPoints) {
     }
 }
 
+// Powf(x, p) at x = 0, p > 1: every second derivative is the finite limit (d2/dx2 = p (p-1)
+// 0^(p-2), the others 0). The masked branch of d/dp, s Log x, used to give 0 * Log 0 = NaN.
+TEST_P(SingularPoints, PowfSecondDerivativesAtBaseZero) {
+  const DType t = GetParam().dtype;
+  const Formula x = vi(0, 1), p = vi(1, 1), one = vj(2, 1), f = powf(x, p);
+  const Vec ps = {2, 2.5, 3, 4, 1.5000001};
+  const Vec want_xx = {2, 0, 0, 0, kInf};
+  const Array in_x = filled(t, {5, 1}, Vec(5, 0.0)), in_p = filled(t, {5, 1}, ps);
+  const Array in_one = filled(t, {1, 1}, Vec{1.0});
+  const Formula vars[] = {x, p};
+  for (int a = 0; a < 2; ++a)
+    for (int b = 0; b < 2; ++b) {
+      const Formula h = grad(grad(f, vars[a], constant(1.0)), vars[b], constant(1.0));
+      const Array got = run(Reduction(ReductionOp::Sum, h * one), {in_x, in_p, in_one})[0];
+      for (int i = 0; i < 5; ++i) {
+        const double want = a == 0 && b == 0 ? want_xx[i] : 0.0;
+        expect_entry(got.at(i), want, rtol(t),
+                     "d2 Powf / d" + std::string(a ? "p" : "x") + " d" + (b ? "p" : "x") +
+                         " at (0, " + std::to_string(ps[i]) + ")");
+      }
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, SingularPoints,
                          ::testing::Values(Config{Backend::Interpreter, DType::Float64},
                                            Config{Backend::Compiled, DType::Float64},

@@ -73,7 +73,7 @@ def test_op_table_is_covered():
     excluded with a reason; an op added to the core without either fails here."""
     names = {o[0] for o in _core.op_table()}
     assert set(fs.NOT_DRAWN) <= names
-    for name, arity, n_ip, _, kind in _core.op_table():
+    for name, arity, n_ip, _, kind, *_ in _core.op_table():
         assert kind in ("elementwise", "to_scalar", "same_to_scalar", "custom")
         if name in fs.NOT_DRAWN:
             continue
@@ -312,12 +312,12 @@ def allowed_difference(c, arrays, q, p, t):
 
 def _at_point(op, values):
     """Per pair, whether an op's arguments (their values side by side) sit at its point:
-    Atan2 at (0, 0), Powf at base 0 (docs/differences_from_keops.md, row 4)."""
-    a, b = values
+    Atan2 at (0, 0), Powf at base 0 (docs/differences_from_keops.md, row 4), SinXDivX at 0
+    (docs/conventions.md)."""
     if op == "Atan2":
-        a, b = np.broadcast_arrays(a, b)
+        a, b = np.broadcast_arrays(*values)
         return ((a == 0) & (b == 0)).any(axis=-1)
-    return (a == 0).any(axis=-1)
+    return (values[0] == 0).any(axis=-1)
 
 
 def _structurally_zero(c, grad_var):
@@ -338,26 +338,34 @@ def _structurally_zero(c, grad_var):
 
 def allowed_grad_difference(c, arrays, grad_var, p, t):
     """Gradient entries where pykeops gives NaN and tessel a finite value because a pair reaches
-    an Atan2 at (0, 0) or a Powf with base 0, whose derivatives tessel defines there (0; the
-    exact limits) and pykeops writes as 0 / 0, 0 * inf or log(0) * 0. An entry is allowed only
-    where such a pair contributes to it: its row for an i- or j-variable, every entry for a
-    parameter."""
+    an Atan2 at (0, 0), a Powf with base 0 or a SinXDivX at 0, whose derivatives tessel defines
+    there (0; the exact limits) and pykeops writes as 0 / 0, 0 * inf or log(0) * 0; and finite
+    entries that differ where a pair puts SinXDivX's argument at 0 < |x| < 1e-3, where pykeops's
+    Cos(x)/x - Sin(x)/x^2 cancels (relative error ~3e-16 / x^2; tessel's series is checked
+    against a long-double reference in tests/cpp). An entry is allowed only where such a pair
+    contributes to it: its row for an i- or j-variable, every entry for a parameter."""
     if _structurally_zero(c, grad_var):
         return np.isnan(p) & (t == 0)
     points = c["f"].points + (c["f2"].points if c["f2"] else ())
     if not points:
         return np.zeros(t.shape, bool)
-    hit = False
+    hit = cancels = False
     for op, args in points:
         values = [_terms(c, arrays, a) for a in args]  # (…, reduced, kept, dim) each
         hit = hit | _at_point(op, values)
+        if op == "SinXDivX":
+            small = np.abs(values[0])
+            cancels = cancels | ((small > 0) & (small < 1e-3)).any(axis=-1)
     cat = c["vs"].slots[grad_var][0]
     red_cat = 1 if c["axis"] == 1 else 0
-    if cat == 2:
-        rows = hit.any(axis=(-2, -1))[..., None]
-    else:
-        rows = hit.any(axis=-1 if cat == red_cat else -2)[..., None]
-    return np.broadcast_to(rows, t.shape) & np.isnan(p) & np.isfinite(t)
+
+    def rows(h):
+        if h is False:
+            return np.zeros(t.shape, bool)
+        r = h.any(axis=(-2, -1)) if cat == 2 else h.any(axis=-1 if cat == red_cat else -2)
+        return np.broadcast_to(r[..., None], t.shape)
+
+    return ((rows(hit) & np.isnan(p)) | (rows(cancels) & np.isfinite(p))) & np.isfinite(t)
 
 
 def _fixed(red, f, slots, regime, seed, f2=None, point=None):
@@ -385,6 +393,11 @@ FIXED = [
            point="Atan2"),
     _fixed("Sum", "Powf(Var(0,1,0),Var(1,1,1))", [(0, 1), (1, 1)], "ties", seed=3,
            point="Powf"),
+    # SinXDivX at exact zeros (its derivative there: 0, pykeops NaN), tiny and huge arguments
+    *[_fixed("Sum", "Mult(SinXDivX(Var(0,1,0)),Var(1,1,1))", [(0, 1), (1, 1)], regime, seed=6,
+             point="SinXDivX") for regime in ("ties", "tiny", "huge", "nonfinite")],
+    _fixed("Sum", "SinXDivX(Subtract(Var(0,2,0),Var(1,2,1)))", [(0, 2), (1, 2)], "normal",
+           seed=7),
     # IfElse on NaN conditions, -inf softmax terms with infinite weights
     _fixed("SumSoftMaxWeight", "IfElse(Var(0,1,0),Var(1,1,1),Minus(Var(1,1,1)))",
            [(0, 1), (1, 1)], "nonfinite", seed=5, f2="Var(1,1,1)"),
