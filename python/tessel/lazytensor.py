@@ -14,6 +14,7 @@ The code is split by concern: _lazy_vars (variables, shapes, array adapters), _l
 (formula building), _lazy_reduce (reductions). tessel.numpy and tessel.torch register their
 arrays with `register_adapter`.
 """
+import math
 import numbers
 
 from . import _core
@@ -165,6 +166,11 @@ class LazyTensor(Reductions, FormulaOps):
             return self.extract(start, stop - start)
         raise TypeError(f"LazyTensor: indices must be integers or slices, got "
                         f"{type(key).__name__}")
+
+    def sinc(self):
+        """sinc(x) = sin(pi x) / (pi x), 1 at 0: the normalised sinc of NumPy, PyTorch and pykeops
+        (the unnormalised sin(x) / x is `sinxdivx`)."""
+        return (math.pi * self).sinxdivx()
 
     # ---- transpose -----------------------------------------------------------------------------
     def t(self):
