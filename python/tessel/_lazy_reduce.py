@@ -7,23 +7,20 @@ autograd.
 """
 from . import _lazy_vars as lv
 from ._lazy_build import joint
+from ._lru import LruCache
 
 __all__ = ["Reductions", "GENRED_OPTIONS"]
 
 GENRED_OPTIONS = ("backend", "dtype_acc", "sum_scheme")
 
-_genred_cache = {}
-_GENRED_CACHE_MAX = 1024
+# The Genred / KernelSolve objects of the reductions LazyTensors ask for, least recently used
+# dropped first (a loop that builds new formulas must not grow the process).
+_genred_cache = LruCache(1024)
 
 
 def cached(key, make):
     """The Genred / KernelSolve object for `key`, built by make() on first use."""
-    g = _genred_cache.get(key)
-    if g is None:
-        if len(_genred_cache) >= _GENRED_CACHE_MAX:
-            _genred_cache.clear()
-        g = _genred_cache[key] = make()
-    return g
+    return _genred_cache.get_or_make(key, make)
 
 
 def _common_dtype(variables, who):

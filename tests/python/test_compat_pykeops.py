@@ -288,7 +288,7 @@ def test_lazytensor_conventions_and_options():
     with pytest.raises(TypeError, match="torch"):
         tk.LazyTensor(np.zeros((3, 1, 2)))
     with pytest.raises(NotImplementedError):
-        S.sinc()
+        S.bspline()
 
 
 def test_lazytensor_autograd_through_geomloss_style_kernel():

@@ -425,3 +425,21 @@ def test_sinc_is_the_normalised_sinc_of_torch_and_numpy():
     assert torch.allclose(g_got, g_want, rtol=1e-12, atol=1e-15)
     u = (tt.Vi(x).sinxdivx() * tt.Vj(ones)).sum(1)
     assert torch.allclose(u, torch.sinc(x / torch.pi), rtol=1e-14, atol=1e-15)
+
+
+def test_genred_cache_is_bounded():
+    # A loop that builds a new formula each step must not grow the process without bound.
+    import numpy as np
+    import tessel.numpy as tn
+    from tessel import _lazy_reduce
+
+    x, y = np.random.rand(4, 1), np.random.rand(5, 1)
+    cache = _lazy_reduce._genred_cache
+    old = cache.maxsize
+    cache.maxsize = 3
+    try:
+        for k in range(6):
+            (tn.Vi(x) - tn.Vj(y) * float(k + 2)).sum(1)
+            assert len(cache) <= 3
+    finally:
+        cache.maxsize = old

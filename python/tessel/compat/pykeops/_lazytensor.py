@@ -13,6 +13,7 @@ pykeops. Only tessel's public LazyTensor API is used here.
 import numbers
 
 from ... import lazytensor as _tl
+from ..._lru import LruCache
 
 __all__ = ["GenericLazyTensor", "PendingReduction"]
 
@@ -20,23 +21,18 @@ _TLT = _tl.LazyTensor
 _CAT_TEXT = ("Vi", "Vj", "Pm")
 _INIT_OPTIONS = ("dtype_acc", "use_double_acc", "sum_scheme", "enable_chunks", "use_fast_math")
 _CALL_OPTIONS = ("backend", "device_id", "ranges", "out")
-_UNSUPPORTED = ("sinc", "sinxdivx", "bspline", "difference_matrix", "softdtw_sqdist", "keops_kron",
-                "diff", "factorize", "auto_factorize", "grad_matrix", "trace_operator",
+_UNSUPPORTED = ("bspline", "difference_matrix", "softdtw_sqdist", "keops_kron", "diff", "factorize", "auto_factorize", "grad_matrix", "trace_operator",
                 "divergence", "laplacian", "real2complex", "imag2complex", "exp1j")
 
-_genred_cache = {}
-_GENRED_CACHE_MAX = 1024
+# The Genred objects of the reductions asked for, least recently used dropped first.
+_genred_cache = LruCache(1024)
 
 
 def _cached_genred(cls, text, text2, aliases, op, axis, k, init):
     key = (cls, text, text2, aliases, op, axis, k, init)
-    g = _genred_cache.get(key)
-    if g is None:
-        if len(_genred_cache) >= _GENRED_CACHE_MAX:
-            _genred_cache.clear()
-        g = _genred_cache[key] = cls(text, list(aliases), reduction_op=op, axis=axis, opt_arg=k,
-                                     formula2=text2, **dict(init))
-    return g
+    return _genred_cache.get_or_make(
+        key, lambda: cls(text, list(aliases), reduction_op=op, axis=axis, opt_arg=k,
+                         formula2=text2, **dict(init)))
 
 
 def clear_caches():
