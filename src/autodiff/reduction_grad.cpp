@@ -111,8 +111,7 @@ void chain_through_computed(ReductionImpl& d, const ReductionImpl& r, const Form
     if (c.source->output_is_index(c.output)) continue;  // indices are locally constant
     const VarSlot* cs = r.find_var(c.index);
     const Formula C = var(c.index, cs->dim, cs->cat);
-    if (r.op != ReductionOp::Sum)
-      detail::fail("grad", "internal: computed variable inside ", reduction_name(r.op));
+    TESSEL_ASSERT(r.op == ReductionOp::Sum, "computed variable inside ", reduction_name(r.op));
     const Formula h = grad(r.f, C, e);
     if (is_zero(h)) continue;
     auto cbar = std::make_shared<ReductionImpl>();
@@ -205,7 +204,7 @@ std::shared_ptr<ReductionImpl> grad_impl(const ReductionPtr& rp, int var_index, 
       place(*d, r, v.cat, true);
       break;
     default:
-      detail::fail(fn, "internal: no gradient rule for ", reduction_name(r.op));
+      TESSEL_UNREACHABLE("no gradient rule for ", reduction_name(r.op));
   }
   chain_through_computed(*d, r, e, var_index);
   d->finalize();
@@ -234,8 +233,8 @@ std::shared_ptr<ReductionImpl> jvp_impl(const ReductionPtr& rp, int var_index, i
     const Formula Cdot = add_computed(*d, src, 0, cs->cat);
     chain = chain + jvp(F, C, Cdot);
   }
-  if (!is_zero(chain) && r.op != ReductionOp::Sum)
-    detail::fail(fn, "internal: computed variable inside ", reduction_name(r.op));
+  TESSEL_ASSERT(is_zero(chain) || r.op == ReductionOp::Sum, "computed variable inside ",
+                reduction_name(r.op));
   d->op = ReductionOp::Sum;
   switch (r.op) {
     case ReductionOp::Sum: d->f = dF(F) + chain; break;
