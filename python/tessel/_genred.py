@@ -1,4 +1,5 @@
 """What NumPy and PyTorch Genred share: building the reduction, checking calls, options."""
+import atexit
 import numbers
 
 from . import _core
@@ -133,6 +134,9 @@ class GenredSpec:
 
 
 _grad_cache = {}
+# Emptied at exit: torch never frees an autograd graph alive then, and through its Function
+# classes it keeps this module's globals alive; core objects left here would leak.
+atexit.register(_grad_cache.clear)
 
 
 def grad_of(reduction, var):

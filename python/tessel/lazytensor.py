@@ -11,6 +11,7 @@ Shapes, as in pykeops: (B..., N, 1, D) is an i-variable, (B..., 1, M, D) a j-var
 (B..., 1, 1, D) or (D,) a parameter, a Python number a constant; Vi / Vj / Pm take (B..., N, D)
 arrays directly. Batch dimensions B... broadcast as in NumPy and are handed to the core in one call.
 """
+import atexit
 import math
 import numbers
 import re
@@ -203,6 +204,9 @@ def _positive_int(who, name, v):
 # ---- the Genred cache ----------------------------------------------------------------------------
 _genred_cache = {}
 _GENRED_CACHE_MAX = 1024
+# Emptied at exit: torch never frees an autograd graph alive then, and through its Function
+# classes it keeps this module's globals alive; core objects left here would leak.
+atexit.register(_genred_cache.clear)
 
 
 def _cached(key, make):

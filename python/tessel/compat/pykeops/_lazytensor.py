@@ -9,6 +9,7 @@ accuracy options), `.ranges` / `.backend` attributes, symbolic variables `Vi(0, 
 Symbolic variables sit in the formula text as `Var(ind,dim,cat)`; the arrays the LazyTensor holds
 become the arguments after the symbolic ones, as in pykeops.
 """
+import atexit
 import numbers
 import re
 
@@ -26,6 +27,7 @@ _UNSUPPORTED = ("sinc", "sinxdivx", "bspline", "difference_matrix", "softdtw_sqd
 
 _genred_cache = {}
 _GENRED_CACHE_MAX = 1024
+atexit.register(_genred_cache.clear)  # as tessel.lazytensor's: nothing core left at exit
 
 
 def _cached_genred(cls, text, text2, aliases, op, axis, k, init):
