@@ -27,6 +27,14 @@ struct Loaded {
   KernelFn fn = nullptr;
   KernelLayout layout;
   int lanes = 1;
+  void* handle = nullptr;  // closed with the last reference: a running launch holds one
+  uint64_t last_use = 0;   // under Table::mu
+  Loaded() = default;
+  Loaded(const Loaded&) = delete;
+  Loaded& operator=(const Loaded&) = delete;
+  ~Loaded() {
+    if (handle) dlclose(handle);
+  }
 };
 
 struct Target {
@@ -57,16 +65,32 @@ Target target_for(bool f64) {
 // longer for deep nesting, while the interpreter starts at once. Backend::Compiled still tries.
 constexpr size_t kAutoSourceLimit = size_t{1} << 20;
 
+// Loaded kernels, at most kMaxLoaded: a process that makes formulas without end (a constant
+// baked into each) would otherwise map shared objects without end. The least recently used one
+// is dropped (and unloaded once no launch holds it); using it again reloads it from the disk
+// cache, without compiling.
+constexpr size_t kMaxLoaded = 512;
+constexpr size_t kMaxInterpretOnly = 4096;
+
 struct Table {
   std::mutex mu;
   std::unordered_map<std::string, std::shared_ptr<Loaded>> by_spec;
+  uint64_t clock = 0;
   // Specs that Backend::Auto gave to the interpreter (too large, or the compile ran out of
-  // time): later calls in this process go straight there instead of waiting again.
+  // time): later calls in this process go straight there instead of waiting again. Emptied at
+  // kMaxInterpretOnly: a spec forgotten then is tried (and given up) once more.
   std::unordered_set<std::string> interpret_only;
 };
 Table& table() {
-  static Table* t = new Table;  // kernels stay loaded for the life of the process
+  static Table* t = new Table;  // never destroyed: it outlives static destructors of callers
   return *t;
+}
+
+void drop_least_recent(Table& t) {
+  auto oldest = t.by_spec.begin();
+  for (auto it = t.by_spec.begin(); it != t.by_spec.end(); ++it)
+    if (it->second->last_use < oldest->second->last_use) oldest = it;
+  t.by_spec.erase(oldest);
 }
 
 std::string spec_key(const ReductionImpl& r, const CpuKernelSpec& s) {
@@ -88,13 +112,17 @@ std::shared_ptr<Loaded> load(const Problem& p, const CpuKernelSpec& spec, const 
   {
     std::lock_guard lk(t.mu);
     auto it = t.by_spec.find(key);
-    if (it != t.by_spec.end()) return it->second;
+    if (it != t.by_spec.end()) {
+      it->second->last_use = ++t.clock;
+      return it->second;
+    }
     if (automatic && t.interpret_only.count(key)) return nullptr;
   }
   auto give_up = [&](const std::string& why) {
     detail::warn_once("interpret:" + key, why + "; with backend 'auto' the interpreter evaluates " +
                                               "it instead (slower), here and in later calls");
     std::lock_guard lk(t.mu);
+    if (t.interpret_only.size() >= kMaxInterpretOnly) t.interpret_only.clear();
     t.interpret_only.insert(key);
     return nullptr;
   };
@@ -134,11 +162,13 @@ std::shared_ptr<Loaded> load(const Problem& p, const CpuKernelSpec& spec, const 
         << " s (the limit; set TESSEL_COMPILE_TIMEOUT=<seconds> to change it)";
     return give_up(why.str());
   }
-  void* h = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!h) detail::fail("evaluate", "cannot load the compiled kernel ", so, ": ", dlerror());
-  k->fn = reinterpret_cast<KernelFn>(dlsym(h, "tessel_kernel"));
+  k->handle = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!k->handle) detail::fail("evaluate", "cannot load the compiled kernel ", so, ": ", dlerror());
+  k->fn = reinterpret_cast<KernelFn>(dlsym(k->handle, "tessel_kernel"));
   if (!k->fn) detail::fail("evaluate", "the compiled kernel ", so, " has no tessel_kernel symbol");
   std::lock_guard lk(t.mu);
+  if (t.by_spec.size() >= kMaxLoaded && !t.by_spec.count(key)) drop_least_recent(t);
+  k->last_use = ++t.clock;
   return t.by_spec.emplace(key, k).first->second;
 }
 

@@ -17,6 +17,8 @@ namespace tessel {
 
 namespace {
 
+constexpr size_t kMaxPtx = 256;
+
 struct Table {
   std::mutex mu;
   std::unordered_map<std::string, std::string> ptx;  // key -> PTX
@@ -69,6 +71,9 @@ std::string cuda_ptx(const std::string& source, const std::string& arch,
   std::string ptx = read_file(path);
   std::lock_guard lk(t.mu);
   ++(built ? t.stats.compiles : t.stats.disk_hits);
+  // At most kMaxPtx texts (hundreds of KB each) stay in memory; one dropped is read from the
+  // disk cache again.
+  if (t.ptx.size() >= kMaxPtx && !t.ptx.count(key)) t.ptx.erase(t.ptx.begin());
   return t.ptx.emplace(key, std::move(ptx)).first->second;
 }
 
