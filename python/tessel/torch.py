@@ -57,7 +57,8 @@ class _GenredFunction(torch.autograd.Function):
     def forward(ctx, reduction, options, *args):
         outs = _run(reduction, options, args)
         ctx.reduction, ctx.options = reduction, options
-        _live_ctx.add(ctx)
+        if any(ctx.needs_input_grad):  # else the ctx dies with this call
+            _live_ctx.add(ctx)
         ctx.save_for_backward(*args)
         index_outs = [o for k, o in enumerate(outs) if reduction.output_is_index(k)]
         if index_outs:
@@ -154,7 +155,8 @@ class _KernelSolveFunction(torch.autograd.Function):
                                  **dict(opts, alpha=float(alpha)))
         solver._report(rep, mode, stats)
         ctx.solver, ctx.settings = solver, settings
-        _live_ctx.add(ctx)
+        if any(ctx.needs_input_grad):
+            _live_ctx.add(ctx)
         ctx.save_for_backward(alpha, x, *args)
         return x
 
