@@ -26,5 +26,9 @@ cmake --build build-asan
 # The kernel cache is build-asan/test-cache (set per test by ctest), never the user's own.
 export ASAN_OPTIONS="halt_on_error=1:abort_on_error=0:detect_stack_use_after_return=1:strict_string_checks=1:check_initialization_order=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+# The install test builds examples/cpp against the installed (instrumented) library in a fresh
+# CMake tree, which reads its first flags from these: without them its programs start without the
+# ASan runtime and abort ("ASan runtime does not come first").
+export CXXFLAGS="$flags" LDFLAGS="-fsanitize=address,undefined"
 # The libFuzzer run has its own clang sanitizer build (scripts/fuzz.sh); it is not repeated here.
 ctest --test-dir build-asan --output-on-failure -E '^fuzz_parser_bounded$' "$@"

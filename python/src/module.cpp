@@ -164,8 +164,6 @@ OptionValue option_value(nb::handle v) {
 
 NB_MODULE(_core, m) {
   m.doc() = "tessel core: compiled, differentiable kernel reductions";
-  // Genred objects and gradient caches legitimately live until interpreter exit.
-  nb::set_leak_warnings(false);
   // Library warnings (fallback to the interpreter, unsafe cache folder, a long lock wait) become
   // Python RuntimeWarnings, which users can filter or log; if that fails they go to stderr.
   set_warning_handler([](const std::string& message) {
@@ -176,12 +174,21 @@ NB_MODULE(_core, m) {
       throw std::runtime_error("the warning was turned into an error");
     }
   });
+  // User errors become TypeError or ValueError by their kind; a broken internal invariant becomes
+  // tessel.InternalError (a RuntimeError), which no `except ValueError` mistakes for bad input.
+  nb::exception<InternalError>(m, "InternalError", PyExc_RuntimeError);
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
       std::rethrow_exception(p);
     } catch (const Error& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
+      PyErr_SetString(e.kind() == ErrorKind::Type ? PyExc_TypeError : PyExc_ValueError, e.what());
     }
+  });
+  // Each tier as Python sees it, for the tests (no user input reaches an InternalError).
+  m.def("_raise", [](const std::string& tier) {
+    if (tier == "type") detail::fail_type("_raise", "a type error");
+    TESSEL_ASSERT(tier != "internal", "an internal error");
+    detail::fail("_raise", "a value error");
   });
 
   // Formulas are built here through the op table (make, var, constant, ...), never from text on

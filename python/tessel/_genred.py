@@ -4,6 +4,7 @@ Keyword options are read by the core's normaliser (`_core.normalize_options`), a
 core's parser (`_core.parse_aliases`), reduction names by the core's table: no front end keeps a
 copy of its own.
 """
+import atexit
 import numbers
 
 from . import _core
@@ -199,6 +200,9 @@ class GenredSpec:
 # working set (a reduction has a few variables, each gradient of order k adds one entry).
 GRAD_CACHE_SIZE = 512
 _grad_cache = LruCache(GRAD_CACHE_SIZE)
+# Emptied at exit: torch never frees an autograd graph alive then, and through its Function
+# classes it keeps this module's globals alive; core objects left here would leak.
+atexit.register(_grad_cache.clear)
 
 
 def grad_of(reduction, var):

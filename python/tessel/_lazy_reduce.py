@@ -5,6 +5,8 @@ arrays' library (found through their adapter), cached by formula, variables and 
 calls it on views of the arrays: no copies, and with PyTorch tensors gradients flow through
 autograd.
 """
+import atexit
+
 from . import _lazy_vars as lv
 from ._lazy_build import joint
 from ._lru import LruCache
@@ -16,6 +18,9 @@ GENRED_OPTIONS = ("backend", "dtype_acc", "sum_scheme")
 # The Genred / KernelSolve objects of the reductions LazyTensors ask for, least recently used
 # dropped first (a loop that builds new formulas must not grow the process).
 _genred_cache = LruCache(1024)
+# Emptied at exit: torch never frees an autograd graph alive then, and through its Function
+# classes it keeps this module's globals alive; core objects left here would leak.
+atexit.register(_genred_cache.clear)
 
 
 def cached(key, make):

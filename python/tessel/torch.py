@@ -4,6 +4,9 @@ The backward of a reduction is another reduction (the core differentiates symbol
 the same autograd Function, so `torch.autograd.grad(..., create_graph=True)` nests as deep as
 asked without storing an N x M matrix.
 """
+import atexit
+import weakref
+
 import torch
 
 from . import _core
@@ -36,11 +39,26 @@ def _run(reduction, options, args):
     return [torch.from_numpy(o).to(device) for o in outs]
 
 
+# torch never frees the Python side of an autograd graph that is still alive when the interpreter
+# exits (a script's global `loss`, say): its nodes skip the decref once finalization has begun.
+# The core objects on such a graph's ctx would never be freed and nanobind would report them as
+# leaked, so each ctx that holds one is dropped at exit (the graph cannot be used after that).
+_live_ctx = weakref.WeakSet()
+
+
+@atexit.register
+def _drop_live_ctx():
+    for ctx in list(_live_ctx):
+        ctx.__dict__.clear()
+
+
 class _GenredFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, reduction, options, *args):
         outs = _run(reduction, options, args)
         ctx.reduction, ctx.options = reduction, options
+        if any(ctx.needs_input_grad):  # else the ctx dies with this call
+            _live_ctx.add(ctx)
         ctx.save_for_backward(*args)
         index_outs = [o for k, o in enumerate(outs) if reduction.output_is_index(k)]
         if index_outs:
@@ -150,6 +168,8 @@ class _KernelSolveFunction(torch.autograd.Function):
                                  **dict(opts, alpha=float(alpha)))
         solver._report(rep, mode, stats)
         ctx.solver, ctx.settings = solver, settings
+        if any(ctx.needs_input_grad):
+            _live_ctx.add(ctx)
         ctx.save_for_backward(alpha, x, *args)
         return x
 

@@ -65,8 +65,8 @@ void check_float_view(const ArrayView& v, const char* what, DType dtype,
   if (v.device.kind != DeviceKind::CPU)
     detail::fail(kWho, what, " is on a CUDA device; kernel_solve runs on the CPU only");
   if (v.dtype != dtype)
-    detail::fail(kWho, what, " has dtype ", dtype_name(v.dtype), "; expected ", dtype_name(dtype),
-                 " like b");
+    detail::fail_type(kWho, what, " has dtype ", dtype_name(v.dtype), "; expected ",
+                      dtype_name(dtype), " like b");
   if (v.shape != shape) {
     std::string got, want;
     for (int64_t s : v.shape) got += (got.empty() ? "" : ", ") + std::to_string(s);
@@ -128,7 +128,7 @@ class KernelOperator {
       detail::fail(kWho, "inputs holds ", inputs_.size(), " arrays; b (var ", var_, ") is missing");
     const ArrayView& b = inputs_[var_];
     if (b.dtype != DType::Float32 && b.dtype != DType::Float64)
-      detail::fail(kWho, "b has dtype ", dtype_name(b.dtype), "; expected float32 or float64");
+      detail::fail_type(kWho, "b has dtype ", dtype_name(b.dtype), "; expected float32 or float64");
     if (b.device.kind != DeviceKind::CPU)
       detail::fail(kWho, "b is on a CUDA device; kernel_solve runs on the CPU only");
     const bool shape_ok =

@@ -113,8 +113,8 @@ void chain_through_computed(ReductionImpl& d, const ReductionImpl& r, const Form
     if (c.source->output_is_index(c.output)) continue;  // indices are locally constant
     const VarSlot* cs = r.find_var(c.index);
     const Formula C = var(c.index, cs->dim, cs->cat);
-    if (reduction_info(r.op).family != ReductionFamily::Sum)
-      detail::fail("grad", "internal: computed variable inside ", reduction_name(r.op));
+    TESSEL_ASSERT(reduction_info(r.op).family == ReductionFamily::Sum,
+                  "computed variable inside ", reduction_name(r.op));
     const Formula h = grad(r.f, C, e);
     if (is_zero(h)) continue;
     auto cbar = std::make_shared<ReductionImpl>();
@@ -198,7 +198,7 @@ std::shared_ptr<ReductionImpl> grad_impl(const ReductionPtr& rp, int var_index, 
       place(*d, r, v.cat, true);
       break;
     case GradRule::None:
-      detail::fail(fn, "internal: no gradient rule for ", reduction_name(r.op));
+      TESSEL_UNREACHABLE("no gradient rule for ", reduction_name(r.op));
   }
   chain_through_computed(*d, r, e, var_index);
   d->finalize();
@@ -228,8 +228,8 @@ std::shared_ptr<ReductionImpl> jvp_impl(const ReductionPtr& rp, int var_index, i
     chain = chain + jvp(F, C, Cdot);
   }
   const ReductionInfo& info = reduction_info(r.op);
-  if (!is_zero(chain) && info.family != ReductionFamily::Sum)
-    detail::fail(fn, "internal: computed variable inside ", reduction_name(r.op));
+  TESSEL_ASSERT(is_zero(chain) || info.family == ReductionFamily::Sum,
+                "computed variable inside ", reduction_name(r.op));
   d->op = ReductionOp::Sum;
   switch (info.grad) {
     case GradRule::Sum:

@@ -210,6 +210,7 @@ const CacheKind DiskCache::kCuda{"cuda", ".ptx", ".cu"};
 
 DiskCache& DiskCache::instance(const CacheKind& kind) {
   // One object per root, never destroyed: references handed out stay valid for the process.
+  // Bounded by the cache folders the process names (TESSEL_CACHE_DIR values), a handful.
   static std::mutex mu;
   static std::map<std::string, std::unique_ptr<DiskCache>>* caches =
       new std::map<std::string, std::unique_ptr<DiskCache>>();

@@ -274,7 +274,7 @@ struct Gen {
                "__builtin_log(sum)); }\n";
         else
           s += "        " + at +
-               " = (T)(sum != sum || M == __builtin_inf() ? __builtin_nan(\"\") : den == 0 ? 0.0 "
+               " = (T)(sum != sum || M == __builtin_inf() || den == 0 ? __builtin_nan(\"\") "
                ": sum / den); }\n";
       }
     }

@@ -311,8 +311,8 @@ string ReduceCode::finish(const string& s, const string& row) const {
                                     : " out0[" + row + " * " + K + " + q] = kv" + s + "[q];";
     o += " }\n";
   } else {
-    // Empty or all -inf: m = -inf and zero sums give -inf (LogSumExp) and 0 (SoftMax); NaN terms
-    // left NaN sums.
+    // Empty or all -inf: m = -inf and zero sums give -inf (LogSumExp) and NaN (SoftMax: 0 / 0);
+    // NaN terms left NaN sums.
     const int nc = std::max(wd_, 1);
     for (int c = 0; c < nc; ++c) {
       const string sum = (wd_ ? "s" + to_string(c) : string("s")) + "d" + s;
@@ -320,7 +320,7 @@ string ReduceCode::finish(const string& s, const string& row) const {
       if (r_.op == ReductionOp::LogSumExp)
         o += "    " + at + " = (T)((double)m" + s + " + log(" + sum + "));\n";
       else
-        o += "    " + at + " = (T)(m" + s + " == INF ? (T)NAN : ssd" + s + " == 0 ? 0.0 : " + sum +
+        o += "    " + at + " = (T)(m" + s + " == INF || ssd" + s + " == 0 ? (T)NAN : " + sum +
              " / ssd" + s + ");\n";
     }
   }

@@ -13,7 +13,7 @@ Emitter::Emitter() : prev_(active) { active = this; }
 Emitter::~Emitter() { active = prev_; }
 
 Emitter& Emitter::current() {
-  if (!active) detail::fail("codegen", "internal: no active emitter");
+  TESSEL_ASSERT(active, "no active emitter");
   return *active;
 }
 

@@ -53,7 +53,7 @@ Bound bind(const VarSlot& v, const ArrayView& a, bool cuda) {
   if (a.device.kind != DeviceKind::CPU && !cuda)
     detail::fail(fn, who, " is on a CUDA device but the CPU backend was requested");
   if (a.dtype != DType::Float32 && a.dtype != DType::Float64)
-    detail::fail(fn, who, " has dtype ", dtype_name(a.dtype), "; expected float32 or float64");
+    detail::fail_type(fn, who, " has dtype ", dtype_name(a.dtype), "; expected float32 or float64");
   if (!a.strides.empty() && a.strides.size() != a.shape.size())
     detail::fail(fn, who, " has ", a.strides.size(), " strides for ", a.shape.size(), " dims");
   for (int64_t s : a.shape)
@@ -93,7 +93,7 @@ void check_output(const ReductionImpl& r, int k, const ArrayView& o, int64_t row
   if (o.device.kind != DeviceKind::CPU && !cuda)
     detail::fail(fn, who, " is on a CUDA device but the CPU backend was requested");
   if (o.dtype != want)
-    detail::fail(fn, who, " has dtype ", dtype_name(o.dtype), "; expected ", dtype_name(want));
+    detail::fail_type(fn, who, " has dtype ", dtype_name(o.dtype), "; expected ", dtype_name(want));
   const bool ok = (o.shape.size() == 2 && o.shape[0] == rows && o.shape[1] == dim) ||
                   (o.shape.size() == 1 &&
                    ((dim == 1 && o.shape[0] == rows) || (rows == 1 && o.shape[0] == dim)));

@@ -75,8 +75,9 @@ void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> 
     if (!have_dtype) {
       p.dtype = b.dtype, have_dtype = true, dtype_from = v.index;
     } else if (b.dtype != p.dtype) {
-      detail::fail(fn, "input ", v.index, " has dtype ", dtype_name(b.dtype), " but input ",
-                   dtype_from, " has ", dtype_name(p.dtype), "; all inputs must share one dtype");
+      detail::fail_type(fn, "input ", v.index, " has dtype ", dtype_name(b.dtype), " but input ",
+                        dtype_from, " has ", dtype_name(p.dtype),
+                        "; all inputs must share one dtype");
     }
     if (v.cat != Category::Param) {
       const int c = static_cast<int>(v.cat);

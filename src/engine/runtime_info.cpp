@@ -191,7 +191,8 @@ std::string simd_level() {
 
 CompilerInfo compiler_info() {
   // Probing spawns a process, so do it once per TESSEL_CXX value (keyed, not once per process,
-  // so a test or tool that changes TESSEL_CXX sees the new choice).
+  // so a test or tool that changes TESSEL_CXX sees the new choice). Bounded by the distinct
+  // TESSEL_CXX values a process sets.
   static std::mutex mu;
   static auto* cache = new std::map<std::string, CompilerInfo>();
   const char* v = env("TESSEL_CXX");

@@ -32,6 +32,8 @@ struct KeyHash {
   size_t operator()(const Hash128& h) const { return static_cast<size_t>(h.lo ^ (h.hi << 1)); }
 };
 
+// Bounded by the live nodes: it holds weak references only (a node dies with its last Formula),
+// and the sweep in intern() drops the expired ones whenever the map doubles past them.
 struct Table {
   std::mutex mu;
   std::unordered_multimap<Hash128, std::weak_ptr<const Node>, KeyHash> map;

@@ -28,8 +28,7 @@ std::vector<OpInfo> build_table() {
   register_vector(reg);
   register_tensor(reg);
   for (auto& o : reg) t[static_cast<size_t>(o.code)] = o;
-  for (size_t k = 0; k < t.size(); ++k)
-    if (!t[k].name) throw std::logic_error("tessel: op " + std::to_string(k) + " not registered");
+  for (size_t k = 0; k < t.size(); ++k) TESSEL_ASSERT(t[k].name, "op ", k, " is not registered");
   return t;
 }
 
@@ -150,8 +149,8 @@ bool is_one(const Formula& f) {
 
 Formula unbroadcast(const Formula& g, int target_dim) {
   if (!g.valid() || g.dim() == target_dim) return g;
-  if (target_dim == 1) return sum(g);
-  detail::fail("unbroadcast", "internal: gradient dim ", g.dim(), " vs ", target_dim);
+  TESSEL_ASSERT(target_dim == 1, "gradient dim ", g.dim(), " vs ", target_dim);
+  return sum(g);
 }
 
 Formula make(OpCode code, std::vector<Formula> args, std::vector<int64_t> ip) {

@@ -1,5 +1,6 @@
 // Error messages that survive any consumer: user text quoted in them is escaped, never raw bytes.
 #include <cstdio>
+#include <sstream>
 
 #include "tessel/error.hpp"
 
@@ -58,8 +59,23 @@ std::string escape_text(std::string_view text, bool ascii_only) {
   return out;
 }
 
+void internal_error(const char* function, const char* file, int line, const std::string& what) {
+  // Only the file's name: the build machine's folders mean nothing in a user's bug report.
+  std::string_view f(file);
+  if (const size_t slash = f.find_last_of('/'); slash != std::string_view::npos)
+    f.remove_prefix(slash + 1);
+  std::ostringstream os;
+  os << "tessel: internal error in " << function << ": " << what << " (" << f << ":" << line
+     << "); please report it";
+  throw InternalError(os.str());
+}
+
 }  // namespace detail
 
-Error::Error(const std::string& what) : std::runtime_error(detail::escape_text(what, false)) {}
+Error::Error(const std::string& what, ErrorKind kind)
+    : std::runtime_error(detail::escape_text(what, false)), kind_(kind) {}
+
+InternalError::InternalError(const std::string& what)
+    : std::logic_error(detail::escape_text(what, false)) {}
 
 }  // namespace tessel

@@ -12,6 +12,10 @@ namespace tessel {
 
 namespace {
 
+// Keys of the warnings given, forgotten all at once past kMaxSeen (a key names a kernel or a
+// folder, and a long process may meet many): after that a warning may be given once more.
+constexpr size_t kMaxSeen = 4096;
+
 struct Sink {
   std::mutex mu;
   std::set<std::string> seen;
@@ -38,7 +42,9 @@ void warn_once(const std::string& key, const std::string& message) noexcept {
   std::function<void(const std::string&)> handler;
   {
     std::lock_guard lk(s.mu);
-    if (!s.seen.insert(key).second) return;
+    if (s.seen.count(key)) return;
+    if (s.seen.size() >= kMaxSeen) s.seen.clear();
+    s.seen.insert(key);
     handler = s.handler;
   }
   // Outside the lock: a handler may take its own locks (Python's GIL) or warn again. Warnings

@@ -191,3 +191,59 @@ TEST(DiskCacheProcesses, TwoProcessesBuildTheSameKernelAtOnce) {
   test_env::ScopedEnv cache("TESSEL_CACHE_DIR", std::string(dir));
   EXPECT_EQ(cache_list().size(), 1u);
 }
+
+// Two tiers: a user error carries its kind (Python maps Type to TypeError, Value to ValueError);
+// a broken invariant is an InternalError that no `catch (const Error&)` swallows as bad input.
+TEST(ErrorTiers, KindsAndInternalErrors) {
+  auto kind_of = [](auto&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.kind();
+    }
+    ADD_FAILURE() << "no tessel::Error";
+    return ErrorKind::Value;
+  };
+  auto in = good_inputs();
+  in[2] = Array(DType::Int64, {7, 1});
+  EXPECT_EQ(kind_of([&] { evaluate(kGauss, in); }), ErrorKind::Type);
+  in = good_inputs();
+  in[2] = random_array(DType::Float64, {7, 1}, 3);
+  EXPECT_EQ(kind_of([&] { evaluate(kGauss, in); }), ErrorKind::Type);
+  in = good_inputs();
+  in[1] = random_array(DType::Float32, {7, 2}, 2);
+  EXPECT_EQ(kind_of([&] { evaluate(kGauss, in); }), ErrorKind::Value);
+
+  const int line = __LINE__ + 3;
+  auto broken = [](int k) {
+    if (k < 0) TESSEL_UNREACHABLE("negative ", k);
+    TESSEL_ASSERT(k == 0, "k is ", k);
+    TESSEL_ASSERT(k + 1 == 1);
+    return k;
+  };
+  EXPECT_EQ(broken(0), 0);
+  bool caught_as_user_error = false;
+  try {
+    try {
+      broken(2);
+    } catch (const Error&) {
+      caught_as_user_error = true;
+    }
+  } catch (const InternalError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("tessel: internal error in "), std::string::npos) << what;
+    EXPECT_NE(
+        what.find(": k is 2 (test_bad_input.cpp:" + std::to_string(line) + "); please report"),
+        std::string::npos)
+        << what;
+    EXPECT_EQ(what.find('/'), std::string::npos) << "no build folder in the message: " << what;
+  }
+  EXPECT_FALSE(caught_as_user_error);
+  EXPECT_THROW(broken(-1), InternalError);
+  try {
+    broken(-1);
+  } catch (const InternalError& e) {
+    EXPECT_NE(std::string(e.what()).find("internal error in operator(): negative -1 ("), std::string::npos)
+        << e.what();
+  }
+}

@@ -190,7 +190,7 @@ double softmax_ref(const std::vector<double>& F, const std::vector<double>& g) {
     if (std::isnan(v)) return NAN;
   for (double v : F) M = std::max(M, v);
   if (M == INFINITY) return NAN;  // softmax computes inf - inf
-  if (M == -INFINITY) return 0;   // no term counts (torch: NaN); the empty-row convention
+  if (M == -INFINITY) return NAN;  // every weight is 0 / 0
   for (size_t j = 0; j < F.size(); ++j) num += std::exp(F[j] - M) * g[j], den += std::exp(F[j] - M);
   return num / den;
 }

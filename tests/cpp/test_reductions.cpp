@@ -101,6 +101,14 @@ TEST(ReductionEdge, EmptyInputsGiveNeutralValues) {
   EXPECT_EQ(m[1].at(0), -1.0);
   auto l = evaluate(Reduction(ReductionOp::LogSumExp, f), in);
   EXPECT_TRUE(std::isinf(l[0].at(0)) && l[0].at(0) < 0);
+  // A softmax over no terms has no weights (0 / 0): NaN, as KeOps's, not a made-up 0.
+  for (const Backend b : {Backend::Interpreter, Backend::Compiled}) {
+    Options o;
+    o.backend = b;
+    if (b == Backend::Compiled && !compiler_info().usable) continue;
+    auto sm = evaluate(Reduction(ReductionOp::SumSoftMaxWeight, -f, 1, 0, vj(1, 2)), in, o);
+    for (int k = 0; k < 8; ++k) EXPECT_TRUE(std::isnan(sm[0].at(k))) << static_cast<int>(b);
+  }
   std::vector<Array> none = {Array(DType::Float32, {0, 2}), random_array(DType::Float32, {5, 2}, 2)};
   EXPECT_EQ(evaluate(Reduction(ReductionOp::Sum, f), none)[0].size(), 0);
 }
@@ -108,7 +116,8 @@ TEST(ReductionEdge, EmptyInputsGiveNeutralValues) {
 // A -inf term has softmax weight exp(-inf) = 0, and adds 0 * w: NaN where its weight w is
 // infinite (IEEE, KeOps, torch), on every backend. The interpreter once skipped such terms, so an
 // all -inf row with -inf weights gave 0 there and NaN compiled. With finite weights an all -inf
-// row stays -inf (LogSumExp) and 0 (SumSoftMaxWeight) on both.
+// row stays -inf (LogSumExp) and is NaN (SumSoftMaxWeight: every weight is 0 / 0, as in torch and
+// KeOps) on both.
 TEST(ReductionEdge, MinusInfTermsWithInfiniteWeights) {
   const double inf = std::numeric_limits<double>::infinity();
   const Formula f = vi(0, 1) + vj(1, 1), w = vj(2, 1);
@@ -122,7 +131,7 @@ TEST(ReductionEdge, MinusInfTermsWithInfiniteWeights) {
   };
   const Row rows[] = {{{-inf, -inf, -inf}, {-inf, 1, 1}, NAN, NAN},
                       {{0, -inf, 1}, {1, inf, 2}, NAN, NAN},
-                      {{-inf, -inf}, {1, 2}, -inf, 0.0}};
+                      {{-inf, -inf}, {1, 2}, -inf, NAN}};
   for (const Backend b : {Backend::Interpreter, Backend::Compiled}) {
     if (b == Backend::Compiled && !compiler_info().usable) continue;
     Options o;

@@ -285,16 +285,11 @@ def allowed_difference(c, arrays, q, p, t):
     3. KMin/ArgKMin rank +inf, then NaN, after every other number: where a row has fewer than
        K terms below +inf, tessel fills the remaining slots with the +inf and NaN terms and
        their indices; pykeops leaves them at its start value (+inf, index 0), as its strict
-       comparison never takes a +inf term.
-    8. SumSoftMaxWeight on a row whose terms are all -inf: 0 in tessel (the empty row's value),
-       NaN (0 / 0) in pykeops."""
+       comparison never takes a +inf term."""
     allowed = np.zeros(t.shape, bool)
-    if c["red"] not in MINMAX + KMINS + ("SumSoftMaxWeight",):
+    if c["red"] not in MINMAX + KMINS:
         return allowed
     terms = np.swapaxes(_terms(c, arrays), -3, -2)  # (…, kept, reduced, dim)
-    if c["red"] == "SumSoftMaxWeight":
-        no_mass = (terms[..., 0] == -np.inf).all(axis=-1)[..., None]  # scalar F
-        return no_mass & (t == 0) & np.isnan(p)
     nan = np.isnan(terms)
     terms_at = lambda idx: np.take_along_axis(  # noqa: E731
         terms, idx.astype(np.int64).clip(0, terms.shape[-2] - 1), axis=-2)

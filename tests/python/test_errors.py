@@ -175,3 +175,61 @@ def test_unknown_options_of_tessel_front_ends_are_type_errors():
         tn.Genred(FORMULA, ALIASES, dtypeacc="float64")
     with pytest.raises(TypeError, match="KernelSolve: unexpected keyword option 'alpha'"):
         tt.KernelSolve(FORMULA, ALIASES, "B", alpha=1.0)  # alpha belongs to the call
+LEAK_SCRIPT = r"""
+import numpy as np
+import torch
+import tessel.numpy as tn
+import tessel.torch as tt
+from tessel.torch import LazyTensor
+
+f, al = "Exp(-SqDist(X,Y))*B", ["X = Vi(3)", "Y = Vj(3)", "B = Vj(2)"]
+x, y, b = np.random.rand(5, 3), np.random.rand(4, 3), np.random.rand(4, 2)
+out_np = tn.Genred(f, al, axis=1)(x, y, b)
+X = torch.rand(5, 3, requires_grad=True)
+Y, B = torch.rand(4, 3), torch.rand(4, 2)
+# Graphs left alive at exit: torch never frees their Python objects.
+loss = tt.Genred(f, al, axis=1)(X, Y, B).sum()
+(g,) = torch.autograd.grad(loss, [X], create_graph=True)
+d2 = g.square().sum()
+K = (-((LazyTensor(X[:, None, :]) - LazyTensor(Y[None, :, :])) ** 2).sum(-1)).exp()
+lt = K.sum(1).sum()
+lt.backward()
+sol = tt.KernelSolve(f, al, "B")(X, X, torch.rand(5, 2), alpha=0.5).sum()
+print("ok")
+"""
+
+
+def test_no_nanobind_leaks_at_exit(tmp_path):
+    """Leak reporting stays on: an interpreter that ran Genred, LazyTensor, KernelSolve and torch
+    autograd (graphs still alive at exit included) ends without nanobind reporting a leak."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [os.path.dirname(os.path.dirname(
+        tessel.__file__)), env.get("PYTHONPATH", "")] if p)
+    r = subprocess.run([sys.executable, "-c", LEAK_SCRIPT], capture_output=True, text=True,
+                       env=env, cwd=tmp_path, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok"
+    assert "nanobind: leaked" not in r.stderr, r.stderr
+    assert "leaked" not in r.stderr, r.stderr
+
+
+def test_error_tiers_map_to_python_exceptions():
+    """User errors are TypeError or ValueError by kind; a broken invariant is tessel.InternalError,
+    a RuntimeError that `except ValueError` does not mistake for bad input."""
+    assert issubclass(tessel.InternalError, RuntimeError)
+    assert not issubclass(tessel.InternalError, (ValueError, TypeError))
+    with pytest.raises(TypeError, match="tessel::_raise: a type error"):
+        tessel._core._raise("type")
+    with pytest.raises(ValueError, match="tessel::_raise: a value error"):
+        tessel._core._raise("value")
+    with pytest.raises(tessel.InternalError,
+                       match=r"tessel: internal error in .*: an internal error \(module\.cpp:\d+\); "
+                             "please report it"):
+        tessel._core._raise("internal")
+    x, y, b = args()
+    g = tn.Genred(FORMULA, ALIASES, axis=1)
+    with pytest.raises(TypeError, match="input 1 has dtype float32 but input 0 has float64"):
+        g(x, y.astype(np.float32), b)

@@ -23,3 +23,4 @@ def test_example_runs(script, args):
                          text=True, env=dict(os.environ), timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.strip(), "the example printed nothing"
+    assert "nanobind: leaked" not in out.stderr, out.stderr  # leak reporting stays on

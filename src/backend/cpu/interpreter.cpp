@@ -24,7 +24,7 @@ std::vector<const RowBlock*> Problem::block_of_rows() const {
 const Bound& Problem::var(int index) const {
   for (const Bound& b : vars)
     if (b.index == index) return b;
-  detail::fail("evaluate", "internal: variable ", index, " is not bound");
+  TESSEL_UNREACHABLE("variable ", index, " is not bound");
 }
 
 namespace {

@@ -3,11 +3,12 @@
 // Semantics (the compiled kernels must match): Min/Max propagate NaN and report the first NaN's
 // index; ties go to the lowest index. KMin ranks NaN after every number (as sorting does) and
 // ties by index. LogSumExp and SumSoftMaxWeight rescale online by the running maximum.
-// With no terms: Sum 0, Min +inf, Max -inf, indices -1, LogSumExp -inf, SumSoftMaxWeight 0.
+// With no terms: Sum 0, Min +inf, Max -inf, indices -1, LogSumExp -inf, SumSoftMaxWeight NaN.
 // Infinite terms follow torch.logsumexp and torch.softmax: a +inf term makes LogSumExp +inf (all
 // +inf too; weighted: log of the sum of the weights of the +inf terms, +inf or NaN), and
 // SumSoftMaxWeight NaN (softmax computes inf - inf); -inf terms count 0, so a row of only -inf
-// terms is LogSumExp -inf and, like an empty row, SumSoftMaxWeight 0 (torch: NaN). NaN gives NaN.
+// terms is LogSumExp -inf and, like an empty row, SumSoftMaxWeight NaN: no weight is defined there
+// (0 / 0), as in torch.softmax and KeOps. NaN gives NaN.
 #pragma once
 
 #include <algorithm>
@@ -88,7 +89,7 @@ class ReduceState {
       return nan_        ? NAN
              : s_zero(c) ? -std::numeric_limits<double>::infinity()
                          : m_ + std::log(val_[c]);
-    return nan_ || m_ == INFINITY || std::isnan(val_[c]) ? NAN : s_ == 0 ? 0.0 : val_[c] / s_;
+    return nan_ || m_ == INFINITY || std::isnan(val_[c]) || s_ == 0 ? NAN : val_[c] / s_;
   }
   bool s_zero(size_t c) const { return val_[c] == 0.0 && m_ == -INFINITY; }
 

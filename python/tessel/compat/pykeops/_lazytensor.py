@@ -10,6 +10,7 @@ Symbolic variables are tessel placeholders (`tessel.lazytensor.Var`); when a red
 keep their index and the arrays the LazyTensor holds become the arguments after them, as in
 pykeops. Only tessel's public LazyTensor API is used here.
 """
+import atexit
 import numbers
 
 from ... import lazytensor as _tl
@@ -21,11 +22,13 @@ _TLT = _tl.LazyTensor
 _CAT_TEXT = ("Vi", "Vj", "Pm")
 _INIT_OPTIONS = ("dtype_acc", "use_double_acc", "sum_scheme", "enable_chunks", "use_fast_math")
 _CALL_OPTIONS = ("backend", "device_id", "ranges", "out")
-_UNSUPPORTED = ("bspline", "difference_matrix", "softdtw_sqdist", "keops_kron", "diff", "factorize", "auto_factorize", "grad_matrix", "trace_operator",
-                "divergence", "laplacian", "real2complex", "imag2complex", "exp1j")
+_UNSUPPORTED = ("bspline", "difference_matrix", "softdtw_sqdist", "keops_kron", "diff",
+                "factorize", "auto_factorize", "grad_matrix", "trace_operator", "divergence",
+                "laplacian", "real2complex", "imag2complex", "exp1j")
 
 # The Genred objects of the reductions asked for, least recently used dropped first.
 _genred_cache = LruCache(1024)
+atexit.register(_genred_cache.clear)  # as tessel.lazytensor's: nothing core left at exit
 
 
 def _cached_genred(cls, text, text2, aliases, op, axis, k, init):
