@@ -292,29 +292,11 @@ def _reversible_backward(ctx, gy):
     y1, y2 = y.chunk(2, dim=1)
     g1, g2 = gy.chunk(2, dim=1)
     gp = [None] * len(params)
-    pf, pg = [params[k] for k in ctx.f_idx], [params[k] for k in ctx.g_idx]
     with torch.enable_grad():
-        # y2 = x2 (*) G(y1): one evaluation of G gives x2 and the products for x2, y1, G.
-        y1l = y1.detach().requires_grad_()
-        hg = c._branch("G", y1l, y2)
-        ctx.captured.check(hg, (y1l,))
-        with torch.no_grad():
-            x2 = c._uncombine(y2, hg)
-        x2.requires_grad_()
-        out = grad_once(c._combine(x2, hg), [x2, y1l] + pg, g2)
-        gx2, g1 = out[0], _add(g1, out[1])
-        for k, g in zip(ctx.g_idx, out[2:]):
-            gp[k] = _add(gp[k], g)
-        # y1 = x1 (*) F(x2), with the total gradient reaching y1.
-        hf = c._branch("F", x2, y1)
-        ctx.captured.check(hf, (x2,))
-        with torch.no_grad():
-            x1 = c._uncombine(y1, hf)
-        x1.requires_grad_()
-        out = grad_once(c._combine(x1, hf), [x1, x2] + pf, g1)
-    gx = torch.cat([out[0], _add(gx2, out[1])], dim=1)
-    for k, g in zip(ctx.f_idx, out[2:]):
-        gp[k] = _add(gp[k], g)
+        # y2 = x2 (*) G(y1), then y1 = x1 (*) F(x2) with the total gradient reaching y1.
+        x2, gx2, gy1 = _undo_half(ctx, "G", y1.detach().requires_grad_(), y2, g2, params, gp)
+        x1, gx1, gx2_f = _undo_half(ctx, "F", x2, y1, _add(g1, gy1), params, gp)
+    gx = torch.cat([gx1, _add(gx2, gx2_f)], dim=1)
     producer = ctx.producer
     if not producer.has_x:
         x = torch.cat([x1.detach(), x2.detach()], dim=1)
@@ -322,6 +304,23 @@ def _reversible_backward(ctx, gy):
     if ctx.taken:
         ctx.y = None  # handed back by the next block, which hands it again on a later pass
     return (gx,) + tuple(gp)
+
+
+def _undo_half(ctx, name, inp, y, g, params, gp):
+    """Undoes y = x (*) B(inp) for the branch B named `name`: one evaluation of B gives x and the
+    products of g with the Jacobians of y for x, inp and B's parameters (the latter added into
+    gp). Returns (x, x's gradient, inp's gradient)."""
+    c = ctx.coupling
+    idx = ctx.f_idx if name == "F" else ctx.g_idx
+    h = c._branch(name, inp, y)
+    ctx.captured.check(h, (inp,))
+    with torch.no_grad():
+        x = c._uncombine(y, h)
+    x.requires_grad_()
+    out = grad_once(c._combine(x, h), [x, inp] + [params[k] for k in idx], g)
+    for k, gk in zip(idx, out[2:]):
+        gp[k] = _add(gp[k], gk)
+    return x, out[0], out[1]
 
 
 def _graph_input(ctx):

@@ -175,12 +175,15 @@ TEST(CudaCodegen, KernelsUseTheFastPaths) {
 
 // ---- the launch plan --------------------------------------------------------------------------
 
-// The headline case: Gaussian kernel sum, D = 3, float32, on an H100 (132 SMs).
-TEST(CudaCodegenPlan, GaussianSumOnAnH100) {
-  const Vars v;
-  const Formula &x = v.x, &y = v.y, &b = v.b, &g = v.g;
-  const Reduction kGauss = v.gauss();
+// The launch-plan tests: the Gaussian kernel sum, its variables and an H100 (132 SMs).
+class CudaCodegenPlan : public ::testing::Test, protected Vars {
+ protected:
+  const Reduction kGauss = gauss();
   const CudaDeviceCaps h100;
+};
+
+// The headline case: Gaussian kernel sum, D = 3, float32, on an H100 (132 SMs).
+TEST_F(CudaCodegenPlan, GaussianSumOnAnH100) {
   const CudaKernelPlan big = plan_cuda_kernel(kGauss.impl(), false, 1000000, 1000000, h100);
   EXPECT_EQ(big.rows_per_thread, 4);
   EXPECT_EQ(big.block, 128);
@@ -201,10 +204,7 @@ TEST(CudaCodegenPlan, GaussianSumOnAnH100) {
 }
 
 // Rows per thread: 4 for small states and formulas, fewer as the registers they need grow.
-TEST(CudaCodegenPlan, RowsPerThreadFollowTheState) {
-  const Vars v;
-  const Formula &x = v.x, &y = v.y, &b = v.b, &g = v.g;
-  const Reduction kGauss = v.gauss();
+TEST_F(CudaCodegenPlan, RowsPerThreadFollowTheState) {
   auto rows = [](const Reduction& r, bool f64 = false) {
     return cuda_rows_per_thread(r.impl(), f64);
   };
@@ -221,11 +221,7 @@ TEST(CudaCodegenPlan, RowsPerThreadFollowTheState) {
   EXPECT_EQ(one.block, 256) << "one row per thread: 256 threads keep 256 rows per tile";
 }
 
-TEST(CudaCodegenPlan, SplitFillsTheGpuWithinLimits) {
-  const Vars v;
-  const Formula &x = v.x, &y = v.y, &b = v.b, &g = v.g;
-  const Reduction kGauss = v.gauss();
-  const CudaDeviceCaps h100;
+TEST_F(CudaCodegenPlan, SplitFillsTheGpuWithinLimits) {
   // 1000 rows make 2 blocks: split until 4 waves, chunks of ~2400 inner rows.
   const CudaKernelPlan p = plan_cuda_kernel(kGauss.impl(), false, 1000, 10000000, h100);
   EXPECT_EQ(p.split_j, 4224);
@@ -258,11 +254,7 @@ TEST(CudaCodegenPlan, SplitFillsTheGpuWithinLimits) {
         << r.str();
 }
 
-TEST(CudaCodegenPlan, OverridesAndSharedMemoryLimits) {
-  const Vars v;
-  const Formula &x = v.x, &y = v.y, &b = v.b, &g = v.g;
-  const Reduction kGauss = v.gauss();
-  const CudaDeviceCaps h100;
+TEST_F(CudaCodegenPlan, OverridesAndSharedMemoryLimits) {
   const CudaKernelPlan p = plan_cuda_kernel(kGauss.impl(), false, 1000000, 1000000, h100,
                                             {.block = 64, .rows_per_thread = 2, .split_j = 3});
   EXPECT_EQ(p.block, 64);

@@ -88,15 +88,24 @@ void expect_same(const std::vector<Array>& got, const std::vector<Array>& want, 
   }
 }
 
-class CudaGpu : public ::testing::TestWithParam<bool> {};
+// Each test runs in float32 and in float64 (the parameter), the GPU against the interpreter.
+class CudaGpu : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    SKIP_WITHOUT_GPU();
+    t = GetParam() ? DType::Float64 : DType::Float32;
+    cpu.backend = Backend::Interpreter;
+    gpu.backend = Backend::Cuda;
+  }
+  // The tolerance of this run's dtype.
+  double tol_for(double f64, double f32) const { return t == DType::Float64 ? f64 : f32; }
+
+  DType t = DType::Float32;
+  Options cpu, gpu;
+};
 
 TEST_P(CudaGpu, EveryReductionMatchesTheInterpreter) {
-  SKIP_WITHOUT_GPU();
-  const DType t = GetParam() ? DType::Float64 : DType::Float32;
-  const double tol = t == DType::Float64 ? 1e-11 : 2e-5;
-  Options cpu, gpu;
-  cpu.backend = Backend::Interpreter;
-  gpu.backend = Backend::Cuda;
+  const double tol = tol_for(1e-11, 2e-5);
   // Sizes that leave partial blocks and tiles, and a short outer side that makes the plan split.
   for (auto [n, m] : {std::pair<int64_t, int64_t>{1000, 1500}, {37, 20000}}) {
     const std::vector<Array> in = with_dtype(inputs(t, n, m), t);
@@ -112,12 +121,7 @@ TEST_P(CudaGpu, EveryReductionMatchesTheInterpreter) {
 }
 
 TEST_P(CudaGpu, GradientsMatchTheInterpreter) {
-  SKIP_WITHOUT_GPU();
-  const DType t = GetParam() ? DType::Float64 : DType::Float32;
-  const double tol = t == DType::Float64 ? 1e-10 : 1e-4;
-  Options cpu, gpu;
-  cpu.backend = Backend::Interpreter;
-  gpu.backend = Backend::Cuda;
+  const double tol = tol_for(1e-10, 1e-4);
   const int64_t n = 700, m = 900;
   for (const GpuCase& c : cases()) {
     if (c.name != "Sum" && c.name != "LogSumExp" && c.name != "SoftMax") continue;

@@ -96,44 +96,42 @@ TEST(DiskCache, BuildsOnceThenHits) {
   EXPECT_EQ(build.calls, 1);
 }
 
-TEST(DiskCache, TruncatedLibraryIsDetectedAndRebuilt) {
+// A cache that has built kKey once; each test spoils what it published in one way.
+class DiskCacheRepair : public ::testing::Test {
+ protected:
+  // The next lookup must notice the damage, build again (the `calls`-th build) and republish.
+  void expect_rebuilt(int calls) {
+    EXPECT_EQ(cache.get_or_build(kKey, "src", ref(build)), so);
+    EXPECT_EQ(build.calls, calls);
+    EXPECT_EQ(slurp(so), build.bytes);
+  }
+
   TempDir tmp;
-  DiskCache cache(tmp.path());
+  DiskCache cache{tmp.path()};
   FakeBuild build;
-  std::string so = cache.get_or_build(kKey, "src", ref(build));
+  const std::string so = cache.get_or_build(kKey, "src", ref(build));
+};
+
+TEST_F(DiskCacheRepair, TruncatedLibraryIsDetectedAndRebuilt) {
   ASSERT_EQ(::truncate(so.c_str(), 5), 0);
-  EXPECT_EQ(cache.get_or_build(kKey, "src", ref(build)), so);
-  EXPECT_EQ(build.calls, 2);
-  EXPECT_EQ(slurp(so), build.bytes);
+  expect_rebuilt(2);
 }
 
-TEST(DiskCache, SameSizeCorruptionIsDetectedByChecksum) {
-  TempDir tmp;
-  DiskCache cache(tmp.path());
-  FakeBuild build;
-  std::string so = cache.get_or_build(kKey, "src", ref(build));
+TEST_F(DiskCacheRepair, SameSizeCorruptionIsDetectedByChecksum) {
   std::string damaged = build.bytes;
   damaged[3] ^= 0x20;
   spit(so, damaged);
-  cache.get_or_build(kKey, "src", ref(build));
-  EXPECT_EQ(build.calls, 2);
-  EXPECT_EQ(slurp(so), build.bytes);
+  expect_rebuilt(2);
 }
 
-TEST(DiskCache, DamagedOrMissingManifestIsDetectedAndRebuilt) {
-  TempDir tmp;
-  DiskCache cache(tmp.path());
-  FakeBuild build;
-  std::string so = cache.get_or_build(kKey, "src", ref(build));
-  std::string manifest = slurp(manifest_path(so));
+TEST_F(DiskCacheRepair, DamagedOrMissingManifestIsDetectedAndRebuilt) {
+  const std::string manifest = slurp(manifest_path(so));
   spit(manifest_path(so), manifest.substr(0, manifest.size() / 2));
-  cache.get_or_build(kKey, "src", ref(build));
-  EXPECT_EQ(build.calls, 2);
+  expect_rebuilt(2);
   EXPECT_EQ(slurp(manifest_path(so)), manifest);
 
   ASSERT_EQ(::unlink(manifest_path(so).c_str()), 0);  // as if a publish died half-way
-  cache.get_or_build(kKey, "src", ref(build));
-  EXPECT_EQ(build.calls, 3);
+  expect_rebuilt(3);
   EXPECT_EQ(slurp(manifest_path(so)), manifest);
 }
 

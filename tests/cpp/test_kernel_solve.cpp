@@ -76,6 +76,19 @@ std::vector<ArrayView> views(const std::vector<Array>& a) {
   return v;
 }
 
+// x = (alpha I + K)^-1 b for the problem's own b (float64), and the solver's report.
+struct Solved {
+  Array x{DType::Float64, {kN, kC}};
+  SolveReport rep;
+};
+
+Solved solve(const Problem& p, const SolveOptions& opt = {}) {
+  Solved s;
+  const std::vector<Array> in = p.arrays(p.b);
+  s.rep = kernel_solve(p.k, 2, views(in), s.x.view(), opt);
+  return s;
+}
+
 double max_diff(const Array& a, const std::vector<double>& ref) {
   double m = 0;
   for (size_t k = 0; k < ref.size(); ++k) m = std::max(m, std::abs(a.at(k) - ref[k]));
@@ -84,12 +97,10 @@ double max_diff(const Array& a, const std::vector<double>& ref) {
 
 TEST(KernelSolve, MatchesDenseSolveFloat64) {
   const Problem p;
-  const std::vector<Array> in = p.arrays(p.b);
-  Array x(DType::Float64, {kN, kC});
   SolveOptions opt;
   opt.alpha = 0.05;
   opt.tol = 1e-12;
-  const SolveReport rep = kernel_solve(p.k, 2, views(in), x.view(), opt);
+  const auto [x, rep] = solve(p, opt);
   EXPECT_TRUE(rep.converged) << rep.str();
   EXPECT_LT(rep.residual, 1e-11);
   EXPECT_GT(rep.iterations, 5);
@@ -126,18 +137,15 @@ TEST(KernelSolve, GradientMatchesFiniteDifferences) {
   for (double& v : gx) v = nd(gen);
   // L(x, y, b, g) = <gx, solve(...)>.
   auto loss = [&](const Problem& q, double a) {
-    const std::vector<Array> in = q.arrays(q.b);
-    Array x(DType::Float64, {kN, kC});
     SolveOptions o = opt;
     o.alpha = a;
-    kernel_solve(q.k, 2, views(in), x.view(), o);
+    const Array x = solve(q, o).x;
     double s = 0;
     for (int k = 0; k < kN * kC; ++k) s += gx[k] * x.at(k);
     return s;
   };
   const std::vector<Array> in = p.arrays(p.b);
-  Array x(DType::Float64, {kN, kC});
-  kernel_solve(p.k, 2, views(in), x.view(), opt);
+  const Array x = solve(p, opt).x;
   const Array gxa = Array::from(gx, {kN, kC});
   Array d0(DType::Float64, {kN, kD}), d1(DType::Float64, {kN, kD}), db(DType::Float64, {kN, kC}),
       dg(DType::Float64, {1});
@@ -213,12 +221,9 @@ TEST(KernelSolve, BadInputErrors) {
 }
 
 TEST(KernelSolve, NonConvergenceIsReportedWithoutRaising) {
-  const Problem p;
-  const std::vector<Array> in = p.arrays(p.b);
-  Array x(DType::Float64, {kN, kC});
   SolveOptions few;
   few.maxiter = 2;
-  const SolveReport rep = kernel_solve(p.k, 2, views(in), x.view(), few);
+  const SolveReport rep = solve(Problem(), few).rep;
   EXPECT_FALSE(rep.converged);
   EXPECT_EQ(rep.iterations, 2);
   EXPECT_GT(rep.residual, 1e-6);

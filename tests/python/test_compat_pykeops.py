@@ -576,15 +576,16 @@ def _check_from_matrix(fm, r, keep):
     """The block-sparse schedule lists, for each cluster, its partners in order."""
     ranges_i, slices_i, red_j, ranges_j, slices_j, red_i = (np.asarray(a) for a in fm)
     np.testing.assert_array_equal(ranges_i, r)
+    np.testing.assert_array_equal(ranges_j, r)
+    _check_partners(red_j, slices_i, keep, r)
+    _check_partners(red_i, slices_j, np.asarray(keep).T, r)
+
+
+def _check_partners(red, slices, keep, r):
+    """Row k of `keep` lists the partner clusters of cluster k: red[slices[k-1]:slices[k]]."""
     start = 0
     for k in range(len(r)):
-        partners = [r[l] for l in range(len(r)) if keep[k, l]]
-        np.testing.assert_array_equal(red_j[start:slices_i[k]].reshape(-1, 2),
+        partners = [r[l_] for l_ in range(len(r)) if keep[k, l_]]
+        np.testing.assert_array_equal(red[start:slices[k]].reshape(-1, 2),
                                       np.array(partners).reshape(-1, 2))
-        start = slices_i[k]
-    start = 0
-    for l_ in range(len(r)):
-        partners = [r[k] for k in range(len(r)) if keep[k, l_]]
-        np.testing.assert_array_equal(red_i[start:slices_j[l_]].reshape(-1, 2),
-                                      np.array(partners).reshape(-1, 2))
-        start = slices_j[l_]
+        start = slices[k]

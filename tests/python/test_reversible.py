@@ -40,6 +40,14 @@ def make_stack(depth, half=3, mode="additive", scale="exp", **kw):
     return nn.Sequential(*blocks).to(DT)
 
 
+def deep_case(mode, scale, free, rows):
+    """A 20-block stack, an input x (rows, 6) that wants gradients, a cotangent c for the output
+    and the stack's parameters."""
+    net = make_stack(20, mode=mode, scale=scale, free_inputs=free)
+    x = torch.randn(rows, 6, dtype=DT, requires_grad=True)
+    return net, x, torch.randn(rows, 6, dtype=DT), list(net.parameters())
+
+
 def set_reversible(net, flag):
     for b in net:
         b.reversible = flag
@@ -64,10 +72,7 @@ def assert_all_close(got, ref, tol=TOL):
 @pytest.mark.parametrize("free", [True, False], ids=["free", "keep"])
 @pytest.mark.parametrize("mode,scale", MODES, ids=IDS)
 def test_autograd_grad_matches_plain_for_a_deep_stack(mode, scale, free):
-    net = make_stack(20, mode=mode, scale=scale, free_inputs=free)
-    x = torch.randn(8, 6, dtype=DT, requires_grad=True)
-    c = torch.randn(8, 6, dtype=DT)
-    params = list(net.parameters())
+    net, x, c, params = deep_case(mode, scale, free, rows=8)
 
     def run():
         out = net(x)
@@ -96,10 +101,7 @@ def test_backward_accumulates_like_plain(mode, scale):
 @pytest.mark.parametrize("free", [True, False], ids=["free", "keep"])
 @pytest.mark.parametrize("mode,scale", MODES, ids=IDS)
 def test_double_backward_matches_plain(mode, scale, free):
-    net = make_stack(20, mode=mode, scale=scale, free_inputs=free)
-    x = torch.randn(6, 6, dtype=DT, requires_grad=True)
-    c = torch.randn(6, 6, dtype=DT)
-    params = list(net.parameters())
+    net, x, c, params = deep_case(mode, scale, free, rows=6)
 
     def run():
         # The loss's gradient depends on the output, so the second pass crosses the blocks'

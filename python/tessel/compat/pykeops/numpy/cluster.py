@@ -1,6 +1,8 @@
 """pykeops.numpy.cluster on tessel: voxel clusters, cluster ranges and centroids, sparsity masks."""
 import numpy as np
 
+from .._cluster import sort_clusters, swap_axes  # noqa: F401
+
 __all__ = sorted(["grid_cluster", "from_matrix", "sort_clusters", "cluster_ranges",
                   "cluster_centroids", "cluster_ranges_centroids", "swap_axes"])
 
@@ -15,18 +17,6 @@ def grid_cluster(x, size):
     cells = np.floor(x / size).astype(np.int64)
     _, labels = np.unique(cells, axis=0, return_inverse=True)
     return labels.reshape(-1).astype(int)
-
-
-def sort_clusters(x, lab):
-    """Sorts points (an array, or a tuple / list of arrays) by label so that clusters are
-    contiguous; returns (sorted points, sorted labels)."""
-    perm = np.argsort(lab.ravel())
-    lab = lab.ravel()[perm]
-    if isinstance(x, tuple):
-        return tuple(a[perm] for a in x), lab
-    if isinstance(x, list):
-        return [a[perm] for a in x], lab
-    return x[perm], lab
 
 
 def cluster_ranges(lab, Nlab=None):
@@ -75,8 +65,3 @@ def from_matrix(ranges_i, ranges_j, keep):
     as64 = lambda a: np.asarray(a).astype(np.int64)  # noqa: E731
     return (as64(ranges_i), as64(np.cumsum(keep.sum(1))), as64(ranges_j[l]), as64(ranges_j),
             as64(np.cumsum(keep.sum(0))), as64(ranges_i[kt]))
-
-
-def swap_axes(ranges):
-    """The ranges of the transposed reduction (None stays None)."""
-    return None if ranges is None else (*ranges[3:6], *ranges[0:3])

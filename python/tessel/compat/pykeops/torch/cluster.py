@@ -1,6 +1,8 @@
 """pykeops.torch.cluster on tessel: voxel clusters, cluster ranges and centroids, sparsity masks."""
 import torch
 
+from .._cluster import sort_clusters, swap_axes  # noqa: F401
+
 __all__ = sorted(["grid_cluster", "from_matrix", "sort_clusters", "cluster_ranges",
                   "cluster_centroids", "cluster_ranges_centroids", "swap_axes"])
 
@@ -15,17 +17,6 @@ def grid_cluster(x, size):
         cells = torch.floor((x - x.min(dim=0, keepdim=True).values) / size).to(torch.int64)
         _, labels = torch.unique(cells, sorted=True, return_inverse=True, dim=0)
     return labels.reshape(-1).to(torch.int32)
-
-
-def sort_clusters(x, lab):
-    """Sorts points (a tensor, or a tuple / list of tensors) by label so that clusters are
-    contiguous; returns (sorted points, sorted labels)."""
-    lab, perm = torch.sort(lab.reshape(-1))
-    if isinstance(x, tuple):
-        return tuple(a[perm] for a in x), lab
-    if isinstance(x, list):
-        return [a[perm] for a in x], lab
-    return x[perm], lab
 
 
 def cluster_ranges(lab, Nlab=None):
@@ -85,8 +76,3 @@ def from_matrix(ranges_i, ranges_j, keep):
     slices_i = torch.cumsum(keep.sum(1), 0).to(torch.int64)
     slices_j = torch.cumsum(keep.sum(0), 0).to(torch.int64)
     return (ranges_i, slices_i, redranges_j, ranges_j, slices_j, redranges_i)
-
-
-def swap_axes(ranges):
-    """The ranges of the transposed reduction (None stays None)."""
-    return None if ranges is None else (*ranges[3:6], *ranges[0:3])
