@@ -377,6 +377,8 @@ struct CompareOp : Binary<CompareOp<K>> {
   static constexpr const char* name = std::array{"Less",      "LessEq", "Greater",
                                                  "GreaterEq", "Equal",  "NotEqual"}
       [static_cast<int>(K)];
+  static constexpr const char* also =
+      std::array{"LessThan", "LessOrEqual", "", "", "", ""}[static_cast<int>(K)];
   template <class S> static S f(const Node&, const S& a, const S& b) {
     const S one(1.0), zero(0.0);
     if constexpr (K == Cmp::Less) return t_lt(a, b, one, zero);

@@ -145,6 +145,9 @@ using VjpFn = Grads (*)(const Formula& self, const Formula& g);
 struct OpInfo {
   OpCode code = OpCode::Count_;
   const char* name = nullptr;  // KeOps text name
+  // Other spellings the parser accepts (KeOps's names where tessel's differ), space-separated;
+  // the printer writes `name`.
+  const char* also = nullptr;
   int arity = 0;               // number of formula arguments
   int n_ip = 0;                // number of integer parameters (TensorDot: variable)
   const char* infix = nullptr;  // "+", "-", "*", "/", "|" for operators printed infix
@@ -180,6 +183,7 @@ OpInfo describe() {
   o.apply_e = &Impl::template apply<Expr>;
   if constexpr (requires { Impl::n_ip; }) o.n_ip = Impl::n_ip;
   if constexpr (requires { Impl::infix; }) o.infix = Impl::infix;
+  if constexpr (requires { Impl::also; }) o.also = Impl::also;
   if constexpr (requires { Impl::method; }) o.method = Impl::method;
   if constexpr (requires { Impl::zero_preserving; }) o.zero_preserving = Impl::zero_preserving;
   if constexpr (requires { Impl::simplify; }) o.simplify = Impl::simplify;

@@ -44,8 +44,17 @@ const OpInfo& op_info(OpCode code) { return table()[static_cast<size_t>(code)]; 
 const OpInfo* op_by_name(const std::string& name) {
   static const auto by_name = [] {
     std::unordered_map<std::string, const OpInfo*> m;
-    for (const auto& o : table())
-      if (o.apply_d) m.emplace(o.name, &o);
+    for (const auto& o : table()) {
+      if (!o.apply_d) continue;
+      m.emplace(o.name, &o);
+      for (std::string_view rest = o.also ? o.also : ""; !rest.empty();) {
+        const size_t end = std::min(rest.find(' '), rest.size());
+        const std::string spelling(rest.substr(0, end));
+        const bool fresh = end == 0 || m.emplace(spelling, &o).second;
+        TESSEL_ASSERT(fresh, "the op spelling ", spelling, " is taken twice");
+        rest.remove_prefix(std::min(end + 1, rest.size()));
+      }
+    }
     return m;
   }();
   auto it = by_name.find(name);

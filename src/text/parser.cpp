@@ -15,139 +15,13 @@
 
 #include "ops/op.hpp"
 #include "ops/tensordot.hpp"
+#include "text/cursor.hpp"
 
 namespace tessel {
 
 namespace {
 
-// Thrown inside the parser; only parse() knows which text (formula or alias) the column is in.
-struct ParseError {
-  size_t pos;
-  std::string what;
-};
-
-[[noreturn]] void fail_at(size_t pos, std::string what) { throw ParseError{pos, std::move(what)}; }
-
-// Builder errors (dims, ranges) are re-thrown at the column of the call or operator that failed.
-template <class F>
-Formula build_at(size_t pos, F&& f) {
-  try {
-    return f();
-  } catch (const Error& e) {
-    std::string w = e.what();
-    if (w.rfind("tessel::", 0) == 0) w.erase(0, 8);  // parse()'s own prefix comes back on top
-    fail_at(pos, w);
-  }
-}
-
-[[noreturn]] void report(const std::string& context, const std::string& text, const ParseError& e) {
-  std::string shown = text;
-  for (char& c : shown)
-    if (std::isspace(static_cast<unsigned char>(c))) c = ' ';  // keeps the caret under its column
-  // Non-ASCII and control characters are shown escaped; the caret moves with them.
-  const size_t at = std::min(e.pos, shown.size());
-  const size_t caret = detail::escape_text(std::string_view(shown).substr(0, at), true).size();
-  detail::fail("parse", context, detail::escape_text(e.what, true), " at column ", e.pos, "\n  ",
-               detail::escape_text(shown, true), "\n  ", std::string(caret, ' '), "^");
-}
-
-bool ident_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
-bool ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
-bool digit(char c) { return std::isdigit(static_cast<unsigned char>(c)); }
-
-// Tokens are read on demand: which token comes next depends on the grammar position (an integer
-// parameter, a tuple and a formula all start with a digit or '(').
-class Cursor {
- public:
-  explicit Cursor(const std::string& s) : s_(s) {}
-
-  size_t pos() {
-    skip();
-    return pos_;
-  }
-  bool done() { return pos() >= s_.size(); }
-  char peek() { return done() ? '\0' : s_[pos_]; }
-  bool accept(char c) {
-    if (done() || s_[pos_] != c) return false;
-    ++pos_;
-    return true;
-  }
-  void expect(char c) {
-    if (accept(c)) return;
-    const std::string want = std::string("'") + c + "'";
-    fail_at(pos(), done() ? "missing " + want : "expected " + want + ", found " + next());
-  }
-  // The next token quoted for a message, or "the end".
-  std::string next() {
-    if (done()) return "the end";
-    size_t e = pos_;
-    while (e < s_.size() && (ident_char(s_[e]) || s_[e] == '.')) ++e;
-    if (e == pos_) {  // one character: a whole UTF-8 sequence when it starts one
-      e = pos_ + 1;
-      if (static_cast<unsigned char>(s_[pos_]) >= 0xc0)
-        while (e < s_.size() && e < pos_ + 4 && (static_cast<unsigned char>(s_[e]) & 0xc0) == 0x80)
-          ++e;
-    }
-    return "'" + s_.substr(pos_, e - pos_) + "'";  // report() escapes what is not printable ASCII
-  }
-  std::string ident() {
-    if (done() || !ident_start(s_[pos_])) return {};
-    const size_t b = pos_;
-    while (pos_ < s_.size() && ident_char(s_[pos_])) ++pos_;
-    return s_.substr(b, pos_ - b);
-  }
-  int64_t integer(const std::string& what) {
-    const size_t b = pos();
-    size_t p = b;
-    if (p < s_.size() && (s_[p] == '-' || s_[p] == '+')) ++p;
-    const size_t d = p;
-    while (p < s_.size() && digit(s_[p])) ++p;
-    if (p == d || (p < s_.size() && (ident_char(s_[p]) || s_[p] == '.')))
-      fail_at(b, "expected an integer " + what + ", found " + next());
-    int64_t v = 0;
-    if (std::from_chars(s_.data() + (s_[b] == '+' ? d : b), s_.data() + p, v).ec != std::errc())
-      fail_at(b, "integer " + s_.substr(b, p - b) + " is out of range");
-    pos_ = p;
-    return v;
-  }
-  // An integer literal is IntCst(n); '.', 'e' or 'E' make it a float constant, as in C++.
-  Formula number() {
-    const size_t b = pos();
-    size_t p = b, nd = 0;
-    auto digits = [&] {
-      for (; p < s_.size() && digit(s_[p]); ++p) ++nd;
-    };
-    bool is_float = false;
-    digits();
-    if (p < s_.size() && s_[p] == '.') ++p, is_float = true, digits();
-    if (nd > 0 && p < s_.size() && (s_[p] == 'e' || s_[p] == 'E')) {
-      is_float = true, nd = 0, ++p;
-      if (p < s_.size() && (s_[p] == '+' || s_[p] == '-')) ++p;
-      digits();
-    }
-    if (nd == 0 || (p < s_.size() && (ident_char(s_[p]) || s_[p] == '.')))
-      fail_at(b, "malformed number " + next());
-    pos_ = p;
-    const std::string tok = s_.substr(b, p - b);
-    if (!is_float) {
-      int64_t v = 0;
-      if (std::from_chars(tok.data(), tok.data() + tok.size(), v).ec != std::errc())
-        fail_at(b, "integer " + tok + " is out of range");
-      return int_cst(v);
-    }
-    double v = 0;  // from_chars, not strtod: the text must not depend on the C locale
-    if (std::from_chars(tok.data(), tok.data() + tok.size(), v).ec != std::errc())
-      fail_at(b, "number " + tok + " is out of range");
-    return constant(v);
-  }
-
- private:
-  void skip() {
-    while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
-  }
-  const std::string& s_;
-  size_t pos_ = 0;
-};
+using namespace parse_detail;
 
 // ---- what a function name means -----------------------------------------------------------------
 enum class Form { TableOp, Var, VarCat, IntCst, Rat, Zero, TensorDot, WSqNorm, WSqDist, Grad };
@@ -170,6 +44,7 @@ std::optional<Callee> callee(const std::string& name) {
       {"Vi", v(Category::I)}, {"Vx", v(Category::I)}, {"Vj", v(Category::J)},
       {"Vy", v(Category::J)}, {"Pm", v(Category::Param)}, {"Var", f(Form::VarCat, 0, 3, 3)},
       {"IntCst", f(Form::IntCst, 0, 1, 1)}, {"Rat", f(Form::Rat, 0, 2, 2)},
+      {"RatCst", f(Form::Rat, 0, 2, 2)},
       {"Zero", f(Form::Zero, 0, 1, 1)}, {"TensorDot", f(Form::TensorDot, 2, 4, 5)},
       {"WeightedSqNorm", f(Form::WSqNorm, 2, 0, 0)}, {"WeightedSqDist", f(Form::WSqDist, 3, 0, 0)},
       {"Grad", f(Form::Grad, 3, 0, 0)}};
@@ -190,6 +65,7 @@ std::string plural(size_t n, const char* what) {
 std::string range(size_t lo, size_t hi, const char* what) {
   return lo == hi ? plural(lo, what) : std::to_string(lo) + " or " + plural(hi, what);
 }
+std::string found(size_t n) { return ", found " + (n ? std::to_string(n) : std::string("none")); }
 std::string signature(const std::string& name, const Callee& c) {
   std::string s = "'" + name + "' takes " + range(c.n_f + c.n_p_min, c.n_f + c.n_p_max, "argument");
   if (c.n_f > 0 && c.n_p_max > 0)
@@ -239,6 +115,10 @@ class Parser {
       const size_t at = cur_.pos();
       const char c = cur_.peek();
       if (operand) {
+        if (!f.name.empty() && f.ops.empty() && (c == ',' || c == ')')) {
+          if (c == ',') fail_at(at, "empty argument in '" + f.name + "(...)'");
+          fail_at(f.at, signature(f.name, f.callee) + found(f.args.size()));
+        }
         if (cur_.accept('-')) {
           f.ops.push_back({'n', at});
         } else if (cur_.accept('(')) {
@@ -253,7 +133,7 @@ class Parser {
       }
       const bool in_call = !f.name.empty();
       if (cur_.done()) {
-        if (stack.size() > 1) fail_at(at, "missing ')'");
+        if (stack.size() > 1) fail_at(at, unclosed(f));
         return finish(f);
       }
       if (cur_.accept('[')) {  // x[m] is Elem(x, m)
@@ -271,7 +151,8 @@ class Parser {
           operand = true;
           continue;
         }
-        if (f.args.size() < f.callee.n_f) fail_at(f.at, signature(f.name, f.callee));
+        if (f.args.size() < f.callee.n_f)
+          fail_at(f.at, signature(f.name, f.callee) + found(f.args.size()));
         const auto params = close_call(f, true);
         Formula r = build_call(f, params);
         stack.pop_back();
@@ -321,6 +202,12 @@ class Parser {
     return true;
   }
 
+  static std::string unclosed(const Frame& f) {
+    return "missing ')' closing " +
+           (f.name.empty() ? std::string("the '('") : "'" + f.name + "('") + " at column " +
+           std::to_string(f.at);
+  }
+
   int64_t checked_int(int64_t v, size_t at) {
     if (v < INT_MIN || v > INT_MAX)
       fail_at(at, "integer " + std::to_string(v) + " is out of range");
@@ -346,12 +233,16 @@ class Parser {
     return t;
   }
 
-  // Reads a call's integer parameters (TensorDot: tuples) and its ')'. Each is one vector.
+  // Reads a call's integer parameters (TensorDot: tuples) and its ')'. Each is one vector. As in
+  // Python, the argument list may end with a comma: "Pow(x, 2,)".
   std::vector<std::vector<int64_t>> close_call(const Frame& f, bool after_formulas) {
     const Callee& c = f.callee;
     std::vector<std::vector<int64_t>> out;
-    auto param = [&] {
+    for (bool first = !after_formulas; first || cur_.accept(','); first = false) {
       const size_t p = cur_.pos();
+      if (cur_.done() || cur_.peek() == ')') break;  // no parameter, or a trailing comma
+      if (cur_.peek() == ',') fail_at(p, "empty argument in '" + f.name + "(...)'");
+      if (out.size() == c.n_p_max) fail_at(p, "too many arguments: " + signature(f.name, c));
       if (c.form == Form::TensorDot) {
         out.push_back(tuple());
       } else {
@@ -359,10 +250,10 @@ class Parser {
         const int64_t v = cur_.integer("parameter of '" + f.name + "'");
         out.push_back({c.form == Form::IntCst || c.form == Form::Rat ? v : checked_int(v, p)});
       }
-    };
-    if (!after_formulas && c.n_p_max > 0) param();
-    while (out.size() < c.n_p_max && cur_.accept(',')) param();
-    if (out.size() < c.n_p_min || cur_.peek() == ',') fail_at(f.at, signature(f.name, c));
+    }
+    if (out.size() < c.n_p_min)
+      fail_at(f.at, signature(f.name, c) + found(f.args.size() + out.size()));
+    if (cur_.done()) fail_at(cur_.pos(), unclosed(f));
     cur_.expect(')');
     return out;
   }
@@ -494,8 +385,10 @@ AliasDef parse_alias(const std::string& text, int position) {
   const int64_t first = c.integer(generic ? "(the index)" : "(the dim, or the index then the dim)");
   int64_t index = position, dim = first;
   size_t dim_pos = first_pos;
-  if (generic || c.accept(',')) {
-    if (generic) c.expect(',');
+  const bool comma = c.accept(',');  // a trailing comma is fine, as in Python: "Vi(3,)"
+  const bool more = generic || (comma && c.peek() != ')');
+  if (more) {
+    if (generic && !comma) c.expect(',');
     index = first;
     dim_pos = c.pos();
     dim = c.integer("(the dim)");
@@ -511,6 +404,7 @@ AliasDef parse_alias(const std::string& text, int position) {
       fail_at(cat_pos, "category must be 0 (i), 1 (j) or 2 (parameter), got " + std::to_string(k));
     cat = static_cast<Category>(k);
   }
+  if (more) c.accept(',');
   c.expect(')');
   if (!c.done()) fail_at(c.pos(), "unexpected " + c.next() + " after the alias");
   d.info.index = static_cast<int>(index);

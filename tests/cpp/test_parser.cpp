@@ -219,6 +219,62 @@ TEST(Parser, Whitespace) {
   EXPECT_TRUE(parse("Pow( X , -3 )", al).same(pow(vi(1, 3), -3)));
 }
 
+// KeOps formulas are Python expressions: trailing commas, spaces, signed integers, KeOps's names.
+TEST(Parser, PythonArgumentLists) {
+  const Formula x = vi(0, 3), y = vj(1, 3);
+  const std::vector<std::string> al = {"X = Vi(3,)", "Y = Vj(1, 3,)"};
+  EXPECT_TRUE(parse("Abs(X,)", al).same(abs(x)));
+  EXPECT_TRUE(parse("Pow(X,2,)", al).same(pow(x, 2)));
+  EXPECT_TRUE(parse("Pow( X , - 2 , )", al).same(pow(x, -2)));
+  EXPECT_TRUE(parse("Pow(X,+2)", al).same(pow(x, 2)));
+  EXPECT_TRUE(parse("Extract(X,0,1,)", al).same(extract(x, 0, 1)));
+  EXPECT_TRUE(parse("SqDist(X,Y,)", al).same(sqdist(x, y)));
+  EXPECT_TRUE(parse("Round(X,)", al).same(round(x)));
+  EXPECT_TRUE(parse("IntCst(3,) * X", al).same(int_cst(3) * x));
+  EXPECT_TRUE(parse("IntCst( -3 ) * X", al).same(int_cst(-3) * x));
+  EXPECT_TRUE(parse("RatCst(1, 3) * X", al).same(rational(1, 3) * x));
+  EXPECT_TRUE(parse("Var(0,3,0,) + Vj(1,3,)", al).same(x + y));
+  EXPECT_TRUE(parse("Zero(3,)", al).same(zero(3)));
+  EXPECT_TRUE(parse("Sum (\tX\n)", al).same(sum(x)));
+  EXPECT_TRUE(parse("TensorDot(X, Y, (3,), (3,), (0,), (0,),)", al)
+                  .same(tensordot(x, y, {3}, {3}, {0}, {0})));
+  EXPECT_TRUE(parse("LessThan(X, Y)", al).same(less(x, y)));
+  EXPECT_TRUE(parse("LessOrEqual(X, Y,)", al).same(less_eq(x, y)));
+  EXPECT_TRUE(parse("Equal(X, Y)", al).same(equal(x, y)));
+  EXPECT_TRUE(parse("NotEqual(X, Y)", al).same(not_equal(x, y)));
+  EXPECT_EQ(parse("LessThan(X, Y)", al).str(), less(x, y).str());  // printed canonically
+  EXPECT_EQ(parse_aliases({"X = Vi(3,)"})[0].dim, 3);
+}
+
+// Each malformed argument list is reported where the problem is: {text, message, column}.
+TEST(Parser, ArgumentListErrors) {
+  const std::vector<std::tuple<std::string, std::string, int>> cases = {
+      {"Abs(,X)", "empty argument in 'Abs(...)'", 4},
+      {"SqDist(X,,Y)", "empty argument in 'SqDist(...)'", 9},
+      {"Pow(X,,2)", "empty argument in 'Pow(...)'", 6},
+      {"Abs(X,,)", "empty argument in 'Abs(...)'", 6},
+      {"IntCst(,3)", "empty argument in 'IntCst(...)'", 7},
+      {"Abs()", "'Abs' takes 1 argument, found none", 0},
+      {"X + SqDist(X,)", "'SqDist' takes 2 arguments, found 1", 4},
+      {"Pow(X,)", "'Pow' takes 2 arguments: 1 formula, then 1 integer, found 1", 0},
+      {"Abs(X, Y)", "too many arguments: 'Abs' takes 1 argument", 7},
+      {"Abs(X,Y,)", "too many arguments", 6},
+      {"Pow(X,2,3)", "too many arguments", 8},
+      {"Abs(X", "missing ')' closing 'Abs(' at column 0", 5},
+      {"Exp(Abs(X,)", "missing ')' closing 'Exp(' at column 0", 11},
+      {"Pow(X, 2", "missing ')' closing 'Pow(' at column 0", 8},
+      {"Pow(X, 2,", "missing ')' closing 'Pow(' at column 0", 9},
+      {"X * (Y + X", "missing ')' closing the '(' at column 4", 10},
+      {"Pow(X, - )", "expected an integer", 7},
+      {"LessThan(X)", "'LessThan' takes 2 arguments, found 1", 0},
+      {"Pow(X, 2 3)", "expected ')', found '3'", 9},
+  };
+  for (const auto& [text, message, column] : cases)
+    expect_error(text, kXYZ, message, static_cast<size_t>(column));
+  EXPECT_THROW(parse_aliases({"X = Vi(3,,)"}), Error);
+  EXPECT_THROW(parse_aliases({"X = Vi(,3)"}), Error);
+}
+
 TEST(Parser, SpecialForms) {
   const Formula x = vi(0, 3), w = pm(1, 3), y = vj(2, 3);
   const std::vector<std::string> al = {"X = Vi(3)", "W = Pm(3)", "Y = Vj(3)"};
@@ -282,12 +338,12 @@ TEST(Parser, FormulaErrors) {
   expect_error("X + ", kXYZ, "unexpected end of the formula", 4);
   expect_error("", kXYZ, "empty formula", 0);
   expect_error("   ", kXYZ, "empty formula", 0);
-  expect_error("Exp(X, Y)", kXYZ, "'Exp' takes 1 argument", 0);
+  expect_error("Exp(X, Y)", kXYZ, "too many arguments: 'Exp' takes 1 argument", 7);
   expect_error("X + SqDist(X)", kXYZ, "'SqDist' takes 2 arguments", 4);
   expect_error("Pow(X)", kXYZ, "'Pow' takes 2 arguments: 1 formula, then 1 integer", 0);
-  expect_error("Elem(X, 1, 2)", kXYZ, "'Elem' takes 2 arguments", 0);
+  expect_error("Elem(X, 1, 2)", kXYZ, "too many arguments: 'Elem' takes 2 arguments", 11);
   expect_error("Vi(0)", kXYZ, "'Vi' takes 2 arguments", 0);
-  expect_error("Zero()", kXYZ, "expected an integer", 5);
+  expect_error("Zero()", kXYZ, "'Zero' takes 1 argument, all integers, found none", 0);
   expect_error("Pow(X, 2.5)", kXYZ, "expected an integer", 7);
   expect_error("Elem(X, Y)", kXYZ, "expected an integer", 8);
   expect_error("X[Y]", kXYZ, "expected an integer", 2);
