@@ -8,11 +8,12 @@ accuracy options), `.ranges` / `.backend` attributes, symbolic variables `Vi(0, 
 
 Symbolic variables are tessel placeholders (`tessel.lazytensor.Var`); when a reduction runs they
 keep their index and the arrays the LazyTensor holds become the arguments after them, as in
-pykeops. Only tessel's public LazyTensor API is used here.
+pykeops. Only tessel's public LazyTensor API is used here, and the core's option normaliser.
 """
 import atexit
 import numbers
 
+from ... import _core
 from ... import lazytensor as _tl
 from ..._lru import LruCache
 
@@ -43,6 +44,9 @@ def clear_caches():
 
 
 def _split_options(who, kwargs):
+    """pykeops's split of a reduction's keywords into Genred's build and call options. The core's
+    normaliser checks their types and values here, so that an error names the method called
+    (`K.__matmul__(v, sum_scheme=...)`) rather than the Genred built behind it."""
     init, call = {}, {}
     for key, value in kwargs.items():
         if key in _INIT_OPTIONS:
@@ -52,6 +56,10 @@ def _split_options(who, kwargs):
         else:
             raise TypeError(f"LazyTensor.{who}: unexpected keyword argument {key!r}; accepted: "
                             + ", ".join(_INIT_OPTIONS + _CALL_OPTIONS + ("call",)))
+    if init:
+        _core.normalize_options(f"LazyTensor.{who}", init, _core.BUILD_OPTIONS)
+    if call:
+        _core.normalize_options(f"LazyTensor.{who}", call, _core.CALL_OPTIONS)
     return init, call
 
 
@@ -379,6 +387,10 @@ class GenericLazyTensor:
             raise ValueError("Reductions must be called with 'axis' (or 'dim') equal to the number "
                              f"of batch dimensions + 0 or 1: here {nb} or {nb + 1}, got {axis}")
         init, call_kw = _split_options(who, kwargs)
+        out = call_kw.get("out")
+        if out is not None and not isinstance(out, self._array_type):
+            raise TypeError(f"LazyTensor.{who}: out must be a {self._array_type.__name__} (the "
+                            f"result is written into it), got {type(out).__name__}")
         if self.ranges is not None and "ranges" not in call_kw:
             call_kw["ranges"] = self.ranges
         if self.backend is not None and "backend" not in call_kw:
