@@ -140,6 +140,17 @@ Formula tensordot(const Formula& a, const Formula& b, const std::vector<int>& di
 Formula grad(const Formula& f, const Formula& v, const Formula& cot);
 // Forward mode: the directional derivative of f along `tangent` for variable `v`.
 Formula jvp(const Formula& f, const Formula& v, const Formula& tangent);
+// KeOps's derivative operators, expanded into plain formulas (v: a variable leaf).
+// grad_matrix: the Jacobian of f in v, row-major (entry k * dim(v) + l is d f_k / d v_l);
+// diff: the directional derivative along u (dim u = dim v, forward mode, as jvp);
+// divergence: the trace of the Jacobian (dim f = dim v); laplacian: the divergence of the
+// gradient of a scalar f; trace_operator: the trace of f, a linear function of v (dim f = dim v,
+// or dim f = 1: the sum of its gradient's entries), refused when f is not linear in v.
+Formula grad_matrix(const Formula& f, const Formula& v);
+Formula diff(const Formula& f, const Formula& v, const Formula& u);
+Formula divergence(const Formula& f, const Formula& v);
+Formula laplacian(const Formula& f, const Formula& v);
+Formula trace_operator(const Formula& f, const Formula& v);
 
 // Variables that occur in f, sorted by (index), each once.
 std::vector<Formula> variables(const Formula& f);

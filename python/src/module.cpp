@@ -287,6 +287,11 @@ NB_MODULE(_core, m) {
       "(index, dim, category) of each variable the formula text names, simplified away or not.");
   m.def("grad_formula",
         [](const Formula& f, const Formula& v, const Formula& e) { return grad(f, v, e); });
+  m.def("grad_matrix", &grad_matrix, nb::arg("f"), nb::arg("v"));
+  m.def("diff", &diff, nb::arg("f"), nb::arg("v"), nb::arg("u"));
+  m.def("divergence", &divergence, nb::arg("f"), nb::arg("v"));
+  m.def("laplacian", &laplacian, nb::arg("f"), nb::arg("v"));
+  m.def("trace_operator", &trace_operator, nb::arg("f"), nb::arg("v"));
 
   m.def(
       "reduction_name",

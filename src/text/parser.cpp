@@ -47,7 +47,14 @@ std::optional<Callee> callee(const std::string& name) {
       {"RatCst", f(Form::Rat, 0, 2, 2)},
       {"Zero", f(Form::Zero, 0, 1, 1)}, {"TensorDot", f(Form::TensorDot, 2, 4, 5)},
       {"WeightedSqNorm", f(Form::WSqNorm, 2, 0, 0)}, {"WeightedSqDist", f(Form::WSqDist, 3, 0, 0)},
-      {"Grad", f(Form::Grad, 3, 0, 0)}};
+      {"Grad", f(Form::Grad, 3, 0, 0)},
+      // KeOps's derivative operators (expanded by the autodiff layer) and its factorisation
+      // hints: the IR is hash-consed and each distinct node is evaluated once, so a repeated
+      // sub-formula is already shared and Factorize(f, g) / AutoFactorize(f) are f.
+      {"GradMatrix", f(Form::Grad, 2, 0, 0)}, {"Diff", f(Form::Grad, 3, 0, 0)},
+      {"Divergence", f(Form::Grad, 2, 0, 0)}, {"Laplacian", f(Form::Grad, 2, 0, 0)},
+      {"TraceOperator", f(Form::Grad, 2, 0, 0)}, {"Factorize", f(Form::Grad, 2, 0, 0)},
+      {"AutoFactorize", f(Form::Grad, 1, 0, 0)}};
   if (auto it = special.find(name); it != special.end()) return it->second;
   const OpInfo* o = op_by_name(name);
   if (!o) return std::nullopt;
@@ -284,7 +291,7 @@ class Parser {
         case Form::WSqDist:
           return weighted_sqdist(a[0], a[1], a[2]);
         case Form::Grad:
-          return grad(a[0], a[1], a[2]);
+          return calculus(f.name, a);
         case Form::TensorDot:
           return tensor_dot(a, ps);
         case Form::TableOp:
@@ -293,6 +300,16 @@ class Parser {
       }
       return {};
     });
+  }
+
+  static Formula calculus(const std::string& name, const std::vector<Formula>& a) {
+    if (name == "Grad") return grad(a[0], a[1], a[2]);
+    if (name == "Factorize" || name == "AutoFactorize") return a[0];
+    if (name == "GradMatrix") return grad_matrix(a[0], a[1]);
+    if (name == "Diff") return diff(a[0], a[1], a[2]);
+    if (name == "Divergence") return divergence(a[0], a[1]);
+    if (name == "Laplacian") return laplacian(a[0], a[1]);
+    return trace_operator(a[0], a[1]);
   }
 
   // TensorDot(a, b, dims_a, dims_b, contr_a, contr_b[, perm]); the permutation defaults to the
