@@ -196,20 +196,36 @@ def test_bad_arguments_name_the_method(front, call, message):
 
 
 @pytest.mark.skipif(rk is None, reason="pykeops is not installed")
-def test_against_pykeops():
-    # One formula holding every operator, so that pykeops compiles a single kernel.
+def test_lazytensor_methods_against_pykeops():
+    # One formula holding the methods, so that pykeops compiles a single kernel. pykeops 2.3's own
+    # LazyTensor.grad_matrix (it prints the LazyTensor into the formula) and trace_operator (on
+    # an array variable, and in joins) fail: their text forms are compared below.
     d = _data()
-    d["u"] = d["u"][:, :D]
 
     def build(mod):
         x, y, b, u = mod.Vi(d["x"]), mod.Vj(d["y"]), mod.Vj(d["b"]), mod.Vj(d["u"])
         g = (-x.sqdist(y)).exp() * b
         v = (x * y).sin() + x * (x * x).sum()
         s = (x - y).norm2() * (x * x).sum()
-        parts = (g.grad_matrix(x), v.divergence(x), s.laplacian(x), g.diff(x, u),
-                 (x * y).trace_operator(x), v.factorize(x * y).auto_factorize())
+        parts = (v.divergence(x), s.laplacian(x), g.diff(x, u),
+                 v.factorize(x * y).auto_factorize())
         return mod.LazyTensor.concatenate(parts)
 
     ours = build(tk).sum(1)
     ref = build(rk).sum(1, backend="CPU")
+    torch.testing.assert_close(ours, ref, **TOL)
+
+
+@pytest.mark.skipif(rk is None, reason="pykeops is not installed")
+def test_text_forms_against_pykeops():
+    d = _data()
+    aliases = ["x = Vi(3)", "y = Vj(3)", "b = Vj(2)", "u = Vj(3)"]
+    g = "Exp(-SqDist(x, y)) * b"
+    formula = (f"Concat(Concat(Concat(GradMatrix({g}, x), Divergence(Sin(x * y), x)), "
+               f"Concat(Laplacian(Norm2(x - y) * SqNorm2(x), x), Diff({g}, x, u))), "
+               f"Concat(TraceOperator(x * y - 2 * x, x), "
+               f"Factorize(AutoFactorize({g}), SqDist(x, y))))")
+    args = [d[k] for k in "xybu"]
+    ours = tk.Genred(formula, aliases, reduction_op="Sum", axis=1)(*args)
+    ref = rk.Genred(formula, aliases, reduction_op="Sum", axis=1)(*args, backend="CPU")
     torch.testing.assert_close(ours, ref, **TOL)
