@@ -4,7 +4,9 @@ grad_matrix, diff, divergence, laplacian and trace_operator call the core's oper
 same KeOps names (GradMatrix, Diff, ...), which expand them into plain formulas through the
 formula VJPs: any backend evaluates them and reductions of them differentiate to any order.
 The arguments are checked here first so that an error names the method and the argument the
-user passed (pykeops's spelling: `other`, `diffin`, `var`).
+user passed (pykeops's spelling: `other`, `diffin`, `var`). The variable must be one variable
+(Vi, Vj, Pm or a symbolic Var); one that the formula does not read gives derivatives 0, as in
+KeOps.
 
 factorize / auto_factorize are KeOps's hints to compute a repeated sub-formula once. tessel's
 formulas are hash-consed (equal sub-formulas are one node) and every code generator emits each
