@@ -20,7 +20,6 @@ import numbers
 from . import _core
 from . import _lazy_vars as lv
 from ._lazy_build import FormulaOps, add_table_methods, joint
-from ._lazy_calculus import Calculus
 from ._lazy_reduce import Reductions, _genred_cache  # noqa: F401  (tests watch the cache)
 from ._lazy_vars import ArrayAdapter, Variable, register_adapter
 
@@ -30,7 +29,7 @@ __all__ = ["LazyTensor", "Vi", "Vj", "Pm", "Var", "joint", "ArrayAdapter", "Vari
 _CAT_TEXT = ("Vi", "Vj", "Pm")
 
 
-class LazyTensor(Reductions, Calculus, FormulaOps):
+class LazyTensor(Reductions, FormulaOps):
     """A symbolic (B..., N, M, D) array: a formula of i-, j-variables, parameters and constants.
 
     LazyTensor(x) for x of shape (B..., N, 1, D) is an i-variable, (B..., 1, M, D) a j-variable,
