@@ -317,7 +317,7 @@ CASES = {
         ("ComplexReal", lambda x: _c(x).real),
         ("ComplexSquareAbs", lambda x: _c(x).abs() ** 2),
         ("ComplexSum", lambda x: _r(_c(x).sum(-1, keepdim=True))),
-        ("Conj", lambda x: _r(_c(x).conj())))},
+        ("Conj", lambda x: _r(torch.conj_physical(_c(x)))))},
     **{n: Case(2, dims=_even(2), ref=f) for n, f in (
         ("ComplexAdd", lambda x, y: _r(_c(x) + _c(y))),
         ("ComplexSubtract", lambda x, y: _r(_c(x) - _c(y))),
@@ -327,6 +327,8 @@ CASES = {
         ("ComplexExp1j", lambda x: _r(torch.exp(1j * x))),
         ("Real2Complex", lambda x: _r(torch.complex(x, torch.zeros_like(x)))),
         ("Imag2Complex", lambda x: _r(torch.complex(torch.zeros_like(x), x))))},
+    # pykeops 2.3 computes its value but cannot build its gradient ("dimensions are not
+    # compatible for VectorizedComplexScalarOp"); the gradient checked here is torch's.
     "ComplexRealScal": Case(2, dims=lambda rng: [1] + _even(1)(rng),
                             ref=lambda f, g: _r(f * _c(g))),
     "ComplexSumT": Case(1, dims=_fixed(2), params=lambda rng, d: (2 * int(rng.integers(1, 4)),),
