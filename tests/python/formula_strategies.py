@@ -99,8 +99,34 @@ NOT_DRAWN = {
     "ElemMax": "pykeops 2.3 has no ElemMax",
 }
 
-# Where pykeops spells an op differently (same semantics).
-KEOPS_SPELLING = {"Less": "LessThan", "LessEq": "LessOrEqual"}
+
+
+def _keops_spellings():
+    """{op name: pykeops's name for it} where the two differ, read from the core's parser: a
+    keopscore op name that the core's table does not list but parses as the table's op of a name
+    keopscore lacks ({} without keopscore, which only the comparison with pykeops needs)."""
+    try:
+        from keopscore.formulas import maths
+    except ImportError:
+        return {}
+    ours = {o[0]: o[1:3] for o in _core.op_table()}
+    spellings = {}
+    for theirs in set(maths.__all__) - set(ours):
+        for name, (arity, n_ip) in ours.items():
+            if name in maths.__all__ or n_ip:
+                continue
+            args = ",".join(f"Vi({k},2)" for k in range(arity))
+            try:
+                same = _core.parse(f"{theirs}({args})") == _core.parse(f"{name}({args})")
+            except ValueError:
+                continue
+            if same:
+                spellings[name] = theirs
+    return spellings
+
+
+# Where pykeops spells an op differently (same semantics): Less is LessThan, LessEq LessOrEqual.
+KEOPS_SPELLING = _keops_spellings()
 
 DIMS = (1, 2, 3, 4, 6, 9)  # 4, 6, 9: matrices for MatVecMult, SymSqNorm, TensorProd results
 MAX_VARS = 5

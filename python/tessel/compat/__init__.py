@@ -26,6 +26,7 @@ def _modules():
                     "lazytensor", "lazytensor.LazyTensor"):
             mods[f"{base}.{sub}"] = m
         mods[f"{base}.cluster"] = m.cluster
+        mods[f"{base}.utils"] = importlib.import_module(f"{__name__}.pykeops.{name}.utils")
         for sub in ("grid_cluster", "matrix", "utils"):
             mods[f"{base}.cluster.{sub}"] = m.cluster
     return mods

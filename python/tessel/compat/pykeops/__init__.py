@@ -2,7 +2,8 @@
 
 It can also be imported directly: `import tessel.compat.pykeops as pykeops`. Submodules: torch
 and numpy (Genred, generic_sum / generic_logsumexp / generic_argmin / generic_argkmin,
-KernelSolve, LazyTensor, Vi, Vj, Pm, and their cluster helpers), config.
+KernelSolve, LazyTensor, Vi, Vj, Pm, their cluster helpers and utils: numpytools / torchtools and
+dense reference kernels), config.
 Reductions run on tessel's CPU backend, or on its CUDA backend for CUDA tensors and the "GPU*"
 backends (block-sparse `ranges` included, without batch dims).
 Options are read by tessel's core with pykeops's spellings; the few pykeops options tessel
