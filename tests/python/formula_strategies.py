@@ -24,6 +24,7 @@ INT_PARAMS = {
     "Extract": lambda d: st.integers(0, d[0] - 1).flatmap(
         lambda s: st.tuples(st.just(s), st.integers(1, d[0] - s))),
     "OneHot": lambda d: st.tuples(st.integers(1, 4)),
+    "ComplexSumT": lambda d: st.tuples(st.sampled_from([2, 4, 6])),
 }
 
 
