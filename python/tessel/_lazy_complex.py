@@ -14,7 +14,6 @@ complex meaning (comparisons, min, logsumexp, sqrt, ...) raise an error that nam
 import math
 
 from . import _core
-from . import _lazy_vars as lv
 
 __all__ = ["ComplexOps", "ToComplex", "as_class", "block_real_methods"]
 
@@ -156,29 +155,17 @@ class ComplexOps:
     def sum(self, axis=-1, dim=None, **options):
         """Over the D components (axis=-1: a complex LazyTensor of dim 1) or the complex sum over
         i (0) or j (1): an array of the inputs' complex dtype."""
-        a = self._axis(axis, dim, "sum", True)
-        if a == "c":
+        if self._axis(axis, dim, "sum", True) == "c":
             return self._apply("sum", "ComplexSum", [self])
-        return self._complex_sum(a, "sum", options)
+        return super().sum(axis, dim, **options)
 
-    def sum_reduction(self, axis=None, dim=None, **options):
-        return self._complex_sum(self._axis(axis, dim, "sum_reduction", False), "sum_reduction",
-                                 options)
-
-    def _complex_sum(self, axis, who, options):
-        out = self._reduce("Sum", axis, who=who, **options)
+    def _reduce(self, op, axis, k=None, weight=None, who=None, **options):
+        """Every reduction (sum, sum_reduction, K @ v with a complex K or v) comes here."""
+        if op != "Sum":
+            raise TypeError(f"LazyTensor.{who or op}: the {op} reduction is not defined for "
+                            "complex LazyTensors, only Sum is; reduce .real, .imag or abs()")
+        out = super()._reduce(op, axis, k, weight, who, **options)
         return self._adapter.as_complex(out)
-
-    def __matmul__(self, v):
-        """K @ v = sum_j K_ij v_j for K of (complex) dim 1 and v real or complex of shape (M,),
-        (M, E) or (B..., M, E)."""
-        if isinstance(v, ComplexOps) or lv.adapter_of(v) is None:
-            return NotImplemented
-        if self.ndim != 1:
-            raise ValueError(f"LazyTensor @: the LazyTensor must have dim 1 (a kernel matrix), "
-                             f"got dim {self.ndim}")
-        out = (self * self._real_class(v[..., None] if v.ndim == 1 else v, axis=1)).sum(1)
-        return out[..., 0] if v.ndim == 1 else out
 
 
 def block_real_methods(cls, names):

@@ -160,6 +160,10 @@ def test_complex_parameters_and_matmul():
     k = (LazyTensor(X[..., :1]) * LazyTensor(Y[..., :1])).exp()  # a complex kernel of dim 1
     v = crand(M, 2)
     np.testing.assert_allclose(k @ v, np.exp(X[..., 0] * Y[..., 0]) @ v, rtol=1e-12)
+    real_k = LazyTensor(S) * LazyTensor(R[..., :1])  # a real kernel times a complex vector
+    out = real_k @ v[:, 0]
+    assert out.dtype == np.complex128 and out.shape == (N,)
+    np.testing.assert_allclose(out, (S[..., 0] * R[..., 0]) @ v[:, 0], rtol=1e-12)
 
 
 def test_errors_name_the_function_and_argument():
