@@ -146,7 +146,7 @@ def signatures(name, arity, n_ip):
 # Ops whose derivative at a point is a documented convention of tessel's where pykeops's is NaN
 # (docs/differences_from_keops.md): the drawn formula remembers their arguments' texts, so the
 # test can find the pairs (x_i, y_j) that reach the point.
-CONVENTION_POINTS = {"Atan2", "Powf", "SinXDivX"}
+CONVENTION_POINTS = {"Atan2", "Powf", "SinXDivX", "ComplexAngle"}
 
 
 class Node:

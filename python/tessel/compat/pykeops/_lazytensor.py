@@ -587,4 +587,3 @@ def variable_constructors(lazy_tensor_class, what):
     Vj.__doc__ = f"j-variable: Vj(y) for an (M, D) {what}, or the symbolic Vj(index, dim)."
     Pm.__doc__ = f"Parameter: Pm(p) for a number or a (D,) {what}, or the symbolic Pm(index, dim)."
     return Var, Vi, Vj, Pm
-
