@@ -220,3 +220,19 @@ def test_pykeops_complex_api_values_and_gradients():
         (PLT(x.detach().to(torch.complex64)) * PLT(f)).sum(axis=0)
     assert isinstance(PLT(f).real2complex(), CLT)
     assert isinstance(CLT([1.0, 2.0]) * PLT(f), CLT)  # real numbers, seen as complex
+
+
+def test_second_order_gradients_match_torch():
+    """The backward of a complex reduction is a reduction too: gradients of gradients."""
+    xs = torch.tensor(X, requires_grad=True)
+    ys = torch.tensor(Y, requires_grad=True)
+
+    def f(a, b):
+        return ((a * b.conj()).exp() / (b + 3)).angle()
+
+    results = []
+    for lazy in (True, False):
+        out = f(LazyTensor(xs), LazyTensor(ys)).sum(axis=1) if lazy else f(xs, ys).sum(dim=1)
+        (g,) = torch.autograd.grad(out.sum(), [xs], create_graph=True)
+        results.append(torch.autograd.grad((g.abs() ** 2).sum(), [ys])[0])
+    torch.testing.assert_close(results[0], results[1], rtol=1e-10, atol=1e-10)
