@@ -12,8 +12,10 @@ namespace {
 
 int even_dim(const char* op, const Formula& a, const char* what) {
   if (a.dim() % 2 != 0)
-    dim_error(op, std::string(what) + " must have an even dim (complex numbers as (re, im) "
-                                      "pairs), got " + std::to_string(a.dim()));
+    dim_error(op, std::string(what) +
+                      " must have an even dim (complex numbers as (re, im) "
+                      "pairs), got " +
+                      std::to_string(a.dim()));
   return a.dim();
 }
 
@@ -94,7 +96,8 @@ struct RealToComplex {
 
 struct ComplexAddOp : ComplexBinary<ComplexAddOp> {
   TESSEL_OP(ComplexAdd);
-  template <class S> static void f(const S& xr, const S& xi, const S& yr, const S& yi, S& r, S& i) {
+  template <class S>
+  static void f(const S& xr, const S& xi, const S& yr, const S& yi, S& r, S& i) {
     r = xr + yr;
     i = xi + yi;
   }
@@ -107,13 +110,12 @@ struct ComplexAddOp : ComplexBinary<ComplexAddOp> {
     return {complex_unbroadcast(g, arg(s, 0).dim()), complex_unbroadcast(g, arg(s, 1).dim())};
   }
 };
-Formula complex_add(const Formula& a, const Formula& b) {
-  return make(OpCode::ComplexAdd, {a, b});
-}
+Formula complex_add(const Formula& a, const Formula& b) { return make(OpCode::ComplexAdd, {a, b}); }
 
 struct ComplexSubtractOp : ComplexBinary<ComplexSubtractOp> {
   TESSEL_OP(ComplexSubtract);
-  template <class S> static void f(const S& xr, const S& xi, const S& yr, const S& yi, S& r, S& i) {
+  template <class S>
+  static void f(const S& xr, const S& xi, const S& yr, const S& yi, S& r, S& i) {
     r = xr - yr;
     i = xi - yi;
   }
@@ -131,7 +133,8 @@ Formula complex_sub(const Formula& a, const Formula& b) {
 
 struct ComplexMultOp : ComplexBinary<ComplexMultOp> {
   TESSEL_OP(ComplexMult);
-  template <class S> static void f(const S& xr, const S& xi, const S& yr, const S& yi, S& r, S& i) {
+  template <class S>
+  static void f(const S& xr, const S& xi, const S& yr, const S& yi, S& r, S& i) {
     r = xr * yr - xi * yi;
     i = xr * yi + xi * yr;
   }
@@ -153,7 +156,8 @@ Formula complex_mult(const Formula& a, const Formula& b) {
 // does); y = 0 gives inf or NaN components, as numpy's division does.
 struct ComplexDivideOp : ComplexBinary<ComplexDivideOp> {
   TESSEL_OP(ComplexDivide);
-  template <class S> static void f(const S& xr, const S& xi, const S& yr, const S& yi, S& r, S& i) {
+  template <class S>
+  static void f(const S& xr, const S& xi, const S& yr, const S& yi, S& r, S& i) {
     const S inv_den = S(1.0) / (yr * yr + yi * yi);
     r = (xr * yr + xi * yi) * inv_den;
     i = (xi * yr - xr * yi) * inv_den;
@@ -166,7 +170,8 @@ struct ComplexDivideOp : ComplexBinary<ComplexDivideOp> {
   // -(G / conj(y)) conj(q).
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
     const Formula x = arg(s, 0), y = arg(s, 1), gx = complex_divide(g, conj(y));
-    return {complex_unbroadcast(gx, x.dim()), complex_unbroadcast(-complex_mult(gx, conj(s)), y.dim())};
+    return {complex_unbroadcast(gx, x.dim()),
+            complex_unbroadcast(-complex_mult(gx, conj(s)), y.dim())};
   }
 };
 Formula complex_divide(const Formula& a, const Formula& b) {
@@ -176,7 +181,8 @@ Formula complex_divide(const Formula& a, const Formula& b) {
 struct ConjOp : ComplexUnary<ConjOp> {
   TESSEL_OP(Conj);
   static constexpr bool zero_preserving = true;
-  template <class S> static void f(const S& xr, const S& xi, S& r, S& i) {
+  template <class S>
+  static void f(const S& xr, const S& xi, S& r, S& i) {
     r = xr;
     i = -xi;
   }
@@ -189,7 +195,8 @@ Formula conj(const Formula& a) { return make(OpCode::Conj, {a}); }
 
 struct ComplexExpOp : ComplexUnary<ComplexExpOp> {
   TESSEL_OP(ComplexExp);
-  template <class S> static void f(const S& xr, const S& xi, S& r, S& i) {
+  template <class S>
+  static void f(const S& xr, const S& xi, S& r, S& i) {
     const S m = t_exp(xr);
     r = m * t_cos(xi);
     i = m * t_sin(xi);
@@ -202,7 +209,10 @@ Formula complex_exp(const Formula& a) { return make(OpCode::ComplexExp, {a}); }
 
 struct ComplexRealOp : ComplexToReal<ComplexRealOp> {
   TESSEL_OP(ComplexReal);
-  template <class S> static S f(const S& xr, const S&) { return xr; }
+  template <class S>
+  static S f(const S& xr, const S&) {
+    return xr;
+  }
   static Formula simplify(std::span<const Formula> a, std::span<const int64_t>) {
     const OpCode op = a[0].node().op;
     if (op == OpCode::Real2Complex) return arg(a[0], 0);
@@ -215,7 +225,10 @@ Formula complex_real(const Formula& a) { return make(OpCode::ComplexReal, {a}); 
 
 struct ComplexImagOp : ComplexToReal<ComplexImagOp> {
   TESSEL_OP(ComplexImag);
-  template <class S> static S f(const S&, const S& xi) { return xi; }
+  template <class S>
+  static S f(const S&, const S& xi) {
+    return xi;
+  }
   static Formula simplify(std::span<const Formula> a, std::span<const int64_t>) {
     const OpCode op = a[0].node().op;
     if (op == OpCode::Imag2Complex) return arg(a[0], 0);
@@ -228,7 +241,10 @@ Formula complex_imag(const Formula& a) { return make(OpCode::ComplexImag, {a}); 
 
 struct ComplexSquareAbsOp : ComplexToReal<ComplexSquareAbsOp> {
   TESSEL_OP(ComplexSquareAbs);
-  template <class S> static S f(const S& xr, const S& xi) { return xr * xr + xi * xi; }
+  template <class S>
+  static S f(const S& xr, const S& xi) {
+    return xr * xr + xi * xi;
+  }
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
     return {complex_mult(real2complex(2.0 * g), arg(s, 0))};
   }
@@ -238,7 +254,10 @@ Formula complex_square_abs(const Formula& a) { return make(OpCode::ComplexSquare
 // |z|; its cotangent G z / |z| goes through Rsqrt, so it is 0 at z = 0 (PyTorch's sgn(0) = 0).
 struct ComplexAbsOp : ComplexToReal<ComplexAbsOp> {
   TESSEL_OP(ComplexAbs);
-  template <class S> static S f(const S& xr, const S& xi) { return t_sqrt(xr * xr + xi * xi); }
+  template <class S>
+  static S f(const S& xr, const S& xi) {
+    return t_sqrt(xr * xr + xi * xi);
+  }
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
     const Formula z = arg(s, 0);
     return {complex_mult(real2complex(g * rsqrt(complex_square_abs(z))), z)};
@@ -250,7 +269,10 @@ Formula complex_abs(const Formula& a) { return make(OpCode::ComplexAbs, {a}); }
 // z = 0: PyTorch's angle backward gives 0 there too.
 struct ComplexAngleOp : ComplexToReal<ComplexAngleOp> {
   TESSEL_OP(ComplexAngle);
-  template <class S> static S f(const S& xr, const S& xi) { return t_atan2(xi, xr); }
+  template <class S>
+  static S f(const S& xr, const S& xi) {
+    return t_atan2(xi, xr);
+  }
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
     const Formula z = arg(s, 0);
     return {complex_mult(imag2complex(g * square(rsqrt(complex_square_abs(z)))), z)};
@@ -261,7 +283,8 @@ Formula complex_angle(const Formula& a) { return make(OpCode::ComplexAngle, {a})
 struct Real2ComplexOp : RealToComplex<Real2ComplexOp> {
   TESSEL_OP(Real2Complex);
   static constexpr bool zero_preserving = true;
-  template <class S> static void f(const S& x, S& r, S& i) {
+  template <class S>
+  static void f(const S& x, S& r, S& i) {
     r = x;
     i = S(0.0);
   }
@@ -272,7 +295,8 @@ Formula real2complex(const Formula& a) { return make(OpCode::Real2Complex, {a});
 struct Imag2ComplexOp : RealToComplex<Imag2ComplexOp> {
   TESSEL_OP(Imag2Complex);
   static constexpr bool zero_preserving = true;
-  template <class S> static void f(const S& x, S& r, S& i) {
+  template <class S>
+  static void f(const S& x, S& r, S& i) {
     r = S(0.0);
     i = x;
   }
@@ -283,7 +307,8 @@ Formula imag2complex(const Formula& a) { return make(OpCode::Imag2Complex, {a});
 // exp(i x) for a real x: (cos x, sin x). d/dx = (-sin x, cos x), i.e. Imag(G conj(self)).
 struct ComplexExp1jOp : RealToComplex<ComplexExp1jOp> {
   TESSEL_OP(ComplexExp1j);
-  template <class S> static void f(const S& x, S& r, S& i) {
+  template <class S>
+  static void f(const S& x, S& r, S& i) {
     r = t_cos(x);
     i = t_sin(x);
   }
@@ -308,7 +333,8 @@ struct ComplexRealScalOp {
     if (is_zero(a[0]) || is_zero(a[1])) return zero(std::max(a[0].dim(), a[1].dim()));
     return {};
   }
-  template <class S> static void apply(const Node& n, const S* const* a, S* out) {
+  template <class S>
+  static void apply(const Node& n, const S* const* a, S* out) {
     const int k = n.args[0]->dim == 1 ? 1 : 0;
     for (int c = 0; c < n.dim; ++c) out[c] = a[1 - k][0] * a[k][c];
   }
@@ -336,7 +362,8 @@ struct ComplexSumOp {
   static Formula simplify(std::span<const Formula> a, std::span<const int64_t>) {
     return a[0].dim() == 2 ? a[0] : Formula{};
   }
-  template <class S> static void apply(const Node& n, const S* const* a, S* out) {
+  template <class S>
+  static void apply(const Node& n, const S* const* a, S* out) {
     S r = a[0][0], i = a[0][1];
     for (int k = 2; k < n.args[0]->dim; k += 2) {
       r = r + a[0][k];
@@ -357,8 +384,9 @@ struct ComplexSumTOp {
   static constexpr int arity = 1, n_ip = 1;
   static constexpr bool zero_preserving = true;
   static int dim(std::span<const Formula> a, std::span<const int64_t> ip) {
-    if (a[0].dim() != 2) dim_error(name, "the argument must have dim 2 (one complex number), got " +
-                                             std::to_string(a[0].dim()));
+    if (a[0].dim() != 2)
+      dim_error(name, "the argument must have dim 2 (one complex number), got " +
+                          std::to_string(a[0].dim()));
     const int d = checked_dim(name, ip[0]);
     if (d % 2 != 0) dim_error(name, "the output dim must be even, got " + std::to_string(d));
     return d;
@@ -366,7 +394,8 @@ struct ComplexSumTOp {
   static Formula simplify(std::span<const Formula> a, std::span<const int64_t> ip) {
     return ip[0] == 2 ? a[0] : Formula{};
   }
-  template <class S> static void apply(const Node& n, const S* const* a, S* out) {
+  template <class S>
+  static void apply(const Node& n, const S* const* a, S* out) {
     for (int k = 0; k < n.dim; k += 2) {
       out[k] = a[0][0];
       out[k + 1] = a[0][1];
@@ -374,9 +403,7 @@ struct ComplexSumTOp {
   }
   static std::vector<Formula> vjp(const Formula&, const Formula& g) { return {complex_sum(g)}; }
 };
-Formula complex_sum_t(const Formula& a, int dim) {
-  return make(OpCode::ComplexSumT, {a}, {dim});
-}
+Formula complex_sum_t(const Formula& a, int dim) { return make(OpCode::ComplexSumT, {a}, {dim}); }
 
 void register_complex(std::vector<OpInfo>& t) {
   register_ops<ComplexAddOp, ComplexSubtractOp, ComplexMultOp, ComplexDivideOp, ConjOp,

@@ -14,8 +14,7 @@ inline Formula complex_ops_sample(const Formula& x, const Formula& y) {
          complex_real(complex_mult(zx, zy)) + complex_imag(complex_divide(zx, den)) +
          complex_imag(conj(zx)) + complex_imag(complex_exp(zx)) + complex_square_abs(zx) +
          complex_abs(zy) + complex_angle(zx) + complex_imag(complex_exp1j(a)) +
-         complex_real(complex_mult(imag2complex(x), zy)) +
-         complex_real(complex_real_scal(s, zx)) +
+         complex_real(complex_mult(imag2complex(x), zy)) + complex_real(complex_real_scal(s, zx)) +
          complex_imag(complex_sum_t(complex_sum(zx), 6));
 }
 
