@@ -135,6 +135,26 @@ Formula tensordot(const Formula& a, const Formula& b, const std::vector<int>& di
                   const std::vector<int>& dims_b, const std::vector<int>& contr_a,
                   const std::vector<int>& contr_b, const std::vector<int>& perm = {});
 
+// ---- complex ops: a complex vector of dim D is 2D reals (re0, im0, re1, im1, ...), as in KeOps ---
+// Binary complex ops take equal even dims, or one operand of dim 2 (one complex number).
+Formula complex_add(const Formula& a, const Formula& b);
+Formula complex_sub(const Formula& a, const Formula& b);
+Formula complex_mult(const Formula& a, const Formula& b);
+Formula complex_divide(const Formula& a, const Formula& b);
+Formula conj(const Formula& a);
+Formula complex_exp(const Formula& a);
+Formula complex_real(const Formula& a);        // dim 2D -> D
+Formula complex_imag(const Formula& a);        // dim 2D -> D
+Formula complex_square_abs(const Formula& a);  // |z|^2, dim 2D -> D
+Formula complex_abs(const Formula& a);         // |z|, dim 2D -> D
+Formula complex_angle(const Formula& a);       // atan2(im, re), 0 at 0, dim 2D -> D
+Formula real2complex(const Formula& a);        // x + 0i, dim D -> 2D
+Formula imag2complex(const Formula& a);        // 0 + xi, dim D -> 2D
+Formula complex_exp1j(const Formula& a);       // exp(i x) of a real x, dim D -> 2D
+Formula complex_real_scal(const Formula& a, const Formula& b);  // real scalar times complex
+Formula complex_sum(const Formula& a);              // sum of the complex components -> dim 2
+Formula complex_sum_t(const Formula& a, int dim);  // ComplexSum's adjoint: dim 2 -> dim
+
 // ---- calculus on formulas ------------------------------------------------------------------------
 // Reverse mode: the gradient of <f, cot> with respect to variable `v` (a leaf made by var()).
 Formula grad(const Formula& f, const Formula& v, const Formula& cot);

@@ -63,9 +63,15 @@ class FormulaOps:
     __array_priority__ = 1000
     __iter__ = None
     __hash__ = object.__hash__
+    # Complex LazyTensors (a formula on (re, im) pairs) are their own class; lazytensor.py names
+    # the two classes here so that a leaf or a constant gets the class of its values.
+    _is_complex = False
+    _real_class = _complex_class = None
 
     @classmethod
     def _leaf(cls, v):
+        if v.is_complex != cls._is_complex:
+            cls = cls._complex_class if v.is_complex else cls._real_class
         lt = object.__new__(cls)
         try:
             lt._f = _var(0, v.dim, v.cat)
@@ -79,6 +85,9 @@ class FormulaOps:
 
     @classmethod
     def _constant(cls, x):
+        if lv.is_complex_number(x):
+            return cls._complex_class._complex_constant(x)
+        cls = cls._real_class if cls._is_complex else cls
         if isinstance(x, numbers.Integral):
             f = _core.int_cst(int(x))
         else:
@@ -125,7 +134,9 @@ class FormulaOps:
         """A LazyTensor for an operand (LazyTensor, array or number), or None for anything else."""
         if isinstance(other, FormulaOps):
             return other
-        if lv.is_number(other) or lv.adapter_of(other) is not None:
+        if lv.is_number(other) or lv.is_complex_number(other):
+            return self._constant(other)
+        if lv.adapter_of(other) is not None:
             return type(self)(other)
         return None
 
@@ -140,6 +151,8 @@ class FormulaOps:
         o = self._wrap(other)
         if o is None:
             return NotImplemented
+        if o._is_complex and not self._is_complex:  # complex arithmetic, on the complex side
+            return o._binary(self, who, op, not reverse)
         return self._apply(who, op, [o, self] if reverse else [self, o])
 
     # ---- arithmetic; comparisons give 1 where true, 0 elsewhere; | is the scalar product -------

@@ -31,9 +31,12 @@ def cached(key, make):
 def _common_dtype(variables, who):
     dtypes = {v.array.dtype for v in variables if v.source is not None}
     if len(dtypes) > 1:
-        shown = " and ".join(sorted(str(d) for d in dtypes))
+        given = {v.source.dtype for v in variables if v.source is not None}
+        shown = " and ".join(sorted(str(d) for d in given))
+        pairs = (" (complex64 goes with float32, complex128 with float64)"
+                 if any(v.is_complex for v in variables) else "")
         raise TypeError(f"LazyTensor.{who}: the arrays have dtypes {shown}; all must share one "
-                        "dtype")
+                        "precision" + pairs)
     return dtypes.pop()
 
 

@@ -27,14 +27,22 @@ class ArrayAdapter:
 
     array_type: the array class; name: the arrays' plural name in messages ("NumPy arrays");
     dtypes: the float dtypes accepted; scalar(values, dtype): a 1-D array of those numbers;
-    genred, kernel_solve: the library's Genred and KernelSolve classes.
+    genred, kernel_solve: the library's Genred and KernelSolve classes. Complex arrays, as KeOps
+    stores them: complex_dtypes (complex64, complex128: one per float dtype, in order),
+    as_real(x): the (..., 2D) float view (re0, im0, re1, ...) of a (..., D) complex array,
+    without a copy where its last axis is contiguous; as_complex(a): the (..., D) complex view of
+    a (..., 2D) float result. Gradients flow through both views on tensors.
     """
 
-    __slots__ = ("array_type", "name", "dtypes", "scalar", "genred", "kernel_solve")
+    __slots__ = ("array_type", "name", "dtypes", "scalar", "genred", "kernel_solve",
+                 "complex_dtypes", "as_real", "as_complex")
 
-    def __init__(self, array_type, name, dtypes, scalar, genred, kernel_solve):
+    def __init__(self, array_type, name, dtypes, scalar, genred, kernel_solve, complex_dtypes=(),
+                 as_real=None, as_complex=None):
         self.array_type, self.name, self.dtypes = array_type, name, tuple(dtypes)
         self.scalar, self.genred, self.kernel_solve = scalar, genred, kernel_solve
+        self.complex_dtypes, self.as_real = tuple(complex_dtypes), as_real
+        self.as_complex = as_complex
 
 
 _adapters = []
@@ -66,6 +74,11 @@ def is_number(x):
     return isinstance(x, numbers.Real)
 
 
+def is_complex_number(x):
+    """A complex number that is not a real one (1j, np.complex64(2))."""
+    return isinstance(x, numbers.Complex) and not isinstance(x, numbers.Real)
+
+
 # ---- variables -----------------------------------------------------------------------------------
 class Variable:
     """One input of a formula. Attributes: cat (0: i, 1: j, 2: parameter), dim; source (the
@@ -74,12 +87,15 @@ class Variable:
     parameter given as numbers); placeholder (the argument index of a placeholder, else None)."""
 
     __slots__ = ("source", "array", "cat", "dim", "n", "batch", "adapter", "value", "placeholder",
-                 "key")
+                 "key", "is_complex")
 
-    def __init__(self, source, array, cat, dim, n, batch, adapter, value=None, placeholder=None):
+    def __init__(self, source, array, cat, dim, n, batch, adapter, value=None, placeholder=None,
+                 is_complex=False):
         self.source, self.array, self.cat, self.dim, self.n = source, array, cat, dim, n
         self.batch, self.adapter, self.value = tuple(batch), adapter, value
         self.placeholder = placeholder
+        # A complex array is read through its float view: dim counts reals (2 per number).
+        self.is_complex = is_complex
         # The same tensor used twice in a formula (in one role and layout) is one variable, as is
         # a placeholder named twice; numbers given as a parameter are their own variable.
         if placeholder is not None:
@@ -93,7 +109,7 @@ class Variable:
         if self.cat == P:
             return self
         return Variable(self.source, self.array, J if self.cat == I else I, self.dim, self.n,
-                        self.batch, self.adapter, self.value, self.placeholder)
+                        self.batch, self.adapter, self.value, self.placeholder, self.is_complex)
 
     def materialize(self, adapter, dtype):
         """The array a reduction reads for this variable."""
@@ -112,22 +128,32 @@ def check_array(x, who):
     if a is None:
         raise TypeError(f"{who}: expected an array ({', '.join(d.name for d in _adapters)}), got "
                         f"{type(x).__name__}")
-    if x.dtype not in a.dtypes:
+    if x.dtype not in a.dtypes and x.dtype not in a.complex_dtypes:
         raise TypeError(f"{who}: arrays of dtype {x.dtype} are not supported; expected float32 "
-                        "or float64")
+                        "or float64 (or complex64 / complex128)")
     return a
+
+
+def _real_view(x, adapter):
+    """(the float view of x, True) for a complex array, (x, False) for a real one."""
+    if x.dtype not in adapter.complex_dtypes:
+        return x, False
+    return adapter.as_real(x.reshape(1) if x.ndim == 0 else x), True
 
 
 def from_rows(x, cat, who):
     """x: (B..., n, D) for i/j variables (or (n,) for dim 1); (B..., D), (D,) or 0-d for Pm."""
     adapter = check_array(x, who)
+    source = x
     if cat == P:
-        a = x.reshape(1) if x.ndim == 0 else x
-        return Variable(x, a, P, int(a.shape[-1]), None, a.shape[:-1], adapter)
-    a = x[..., None] if x.ndim == 1 else x
+        a, cplx = _real_view(x.reshape(1) if x.ndim == 0 else x, adapter)
+        return Variable(source, a, P, int(a.shape[-1]), None, a.shape[:-1], adapter,
+                        is_complex=cplx)
+    a, cplx = _real_view(x[..., None] if x.ndim == 1 else x, adapter)
     if a.ndim < 2:
         raise ValueError(f"{who}: expected an (N, D) array, got shape {tuple(x.shape)}")
-    return Variable(x, a, cat, int(a.shape[-1]), int(a.shape[-2]), a.shape[:-2], adapter)
+    return Variable(source, a, cat, int(a.shape[-1]), int(a.shape[-2]), a.shape[:-2], adapter,
+                    is_complex=cplx)
 
 
 def from_grid(x, who):
@@ -135,31 +161,38 @@ def from_grid(x, who):
     adapter = check_array(x, who)
     if x.ndim <= 1:
         return from_rows(x, P, who)
+    source = x
+    x, cplx = _real_view(x, adapter)
     if x.ndim == 2:
         raise ValueError(f"{who}: a 2-D array of shape {tuple(x.shape)} is ambiguous; "
                          + _SHAPES_HELP)
     n, m, d = (int(s) for s in x.shape[-3:])
     batch = x.shape[:-3]
     if m == 1 and n == 1:
-        return Variable(x, x.squeeze(-2).squeeze(-2), P, d, None, batch, adapter)
+        return Variable(source, x.squeeze(-2).squeeze(-2), P, d, None, batch, adapter,
+                        is_complex=cplx)
     if m == 1:
-        return Variable(x, x.squeeze(-2), I, d, n, batch, adapter)
+        return Variable(source, x.squeeze(-2), I, d, n, batch, adapter, is_complex=cplx)
     if n == 1:
-        return Variable(x, x.squeeze(-3), J, d, m, batch, adapter)
+        return Variable(source, x.squeeze(-3), J, d, m, batch, adapter, is_complex=cplx)
     raise ValueError(f"{who}: shape {tuple(x.shape)} is neither an i-, a j- nor a parameter "
                      f"shape (both axes -3 and -2 are > 1); " + _SHAPES_HELP)
 
 
 def from_numbers(values, who):
-    """A parameter given by numbers: one number or a non-empty sequence of numbers."""
-    seq = (values,) if is_number(values) else values
+    """A parameter given by numbers: one number or a non-empty sequence of numbers. Complex
+    numbers among them make a complex parameter (its values interleaved: re0, im0, ...)."""
+    seq = (values,) if isinstance(values, numbers.Complex) else values
     try:
         seq = tuple(seq)
     except TypeError:
         seq = None
-    if not seq or not all(is_number(v) for v in seq):
+    if not seq or not all(isinstance(v, numbers.Complex) for v in seq):
         raise TypeError(f"{who}: expected an array, a number or a sequence of numbers, got "
                         f"{values!r}")
+    if any(is_complex_number(v) for v in seq):
+        flat = tuple(float(p) for v in seq for p in (complex(v).real, complex(v).imag))
+        return Variable(None, None, P, len(flat), None, (), None, value=flat, is_complex=True)
     return Variable(None, None, P, len(seq), None, (), None, value=tuple(float(v) for v in seq))
 
 

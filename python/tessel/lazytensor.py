@@ -20,16 +20,17 @@ import numbers
 from . import _core
 from . import _lazy_vars as lv
 from ._lazy_build import FormulaOps, add_table_methods, joint
+from ._lazy_complex import ComplexOps, ToComplex, as_class, block_real_methods
 from ._lazy_reduce import Reductions, _genred_cache  # noqa: F401  (tests watch the cache)
 from ._lazy_vars import ArrayAdapter, Variable, register_adapter
 
-__all__ = ["LazyTensor", "Vi", "Vj", "Pm", "Var", "joint", "ArrayAdapter", "Variable",
-           "register_adapter", "TABLE_METHODS"]
+__all__ = ["LazyTensor", "ComplexLazyTensor", "Vi", "Vj", "Pm", "Var", "joint", "ArrayAdapter",
+           "Variable", "register_adapter", "TABLE_METHODS"]
 
 _CAT_TEXT = ("Vi", "Vj", "Pm")
 
 
-class LazyTensor(Reductions, FormulaOps):
+class LazyTensor(ToComplex, Reductions, FormulaOps):
     """A symbolic (B..., N, M, D) array: a formula of i-, j-variables, parameters and constants.
 
     LazyTensor(x) for x of shape (B..., N, 1, D) is an i-variable, (B..., 1, M, D) a j-variable,
@@ -44,13 +45,8 @@ class LazyTensor(Reductions, FormulaOps):
     def __new__(cls, x=None, axis=None):
         who = "LazyTensor"
         if isinstance(x, FormulaOps):  # immutable: the same one, or its fields in class cls
-            if type(x) is cls:
-                return x
-            lt = object.__new__(cls)
-            lt._f, lt._vars, lt._ni, lt._nj = x._f, x._vars, x._ni, x._nj
-            lt._batch, lt._adapter = x._batch, x._adapter
-            return lt
-        if lv.is_number(x):
+            return as_class(x, cls if cls._is_complex == x._is_complex else type(x))
+        if lv.is_number(x) or lv.is_complex_number(x):
             if axis is not None:
                 raise ValueError(f"{who}: axis is only used with arrays, not with the number {x!r}")
             return cls._constant(x)
@@ -188,6 +184,24 @@ class LazyTensor(Reductions, FormulaOps):
 
 TABLE_METHODS = add_table_methods(LazyTensor)
 """The LazyTensor methods made from the core's op table (front ends forward them)."""
+
+
+class ComplexLazyTensor(ComplexOps, LazyTensor):
+    """A LazyTensor of complex values (see tessel._lazy_complex): made by LazyTensor, Vi, Vj and
+    Pm from complex64 / complex128 arrays or complex numbers, and by real2complex, imag2complex
+    and exp1j. `shape` and `ndim` count complex numbers; sum over i or j gives a complex array."""
+
+    __slots__ = ()
+
+
+FormulaOps._real_class, FormulaOps._complex_class = LazyTensor, ComplexLazyTensor
+# Every real method without a complex meaning here raises on a complex LazyTensor.
+block_real_methods(ComplexLazyTensor, TABLE_METHODS + (
+    "__pow__", "__rpow__", "power", "round", "mod", "clamp", "one_hot", "norm", "weightedsqnorm",
+    "weightedsqdist", "elem", "extract", "__getitem__", "keops_tensordot", "grad", "sinc",
+    "__lt__", "__le__", "__gt__", "__ge__", "__or__", "__ror__", "logsumexp",
+    "sumsoftmaxweight", "min", "max", "argmin", "argmax", "min_argmin", "max_argmax", "Kmin",
+    "argKmin", "Kmin_argKmin", "solve"))
 
 
 # ---- constructors --------------------------------------------------------------------------------

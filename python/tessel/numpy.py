@@ -86,6 +86,20 @@ class KernelSolve(KernelSolveBase):
         return {**dict(zip(wrt, outs)), "alpha": rep[3]}
 
 
+def _as_real(x):
+    """The float view (..., 2D) of a complex (..., D) array: a copy only when its last axis is
+    strided."""
+    if x.strides[-1] != x.itemsize:
+        x = np.ascontiguousarray(x)
+    return x.view(np.float32 if x.dtype == np.complex64 else np.float64)
+
+
+def _as_complex(a):
+    a = a if a.strides[-1] == a.itemsize else np.ascontiguousarray(a)
+    return a.view(np.complex64 if a.dtype == np.float32 else np.complex128)
+
+
 register_adapter(ArrayAdapter(np.ndarray, "NumPy arrays", _DTYPES,
                               lambda values, dtype: np.array(values, dtype=dtype), Genred,
-                              KernelSolve))
+                              KernelSolve, (np.dtype(np.complex64), np.dtype(np.complex128)),
+                              _as_real, _as_complex))

@@ -253,6 +253,17 @@ class KernelSolve(KernelSolveBase):
                                           *args[: self._spec.n_core])
 
 
+def _as_real(x):
+    """The float view (..., 2D) of a complex (..., D) tensor (a copy only when its last axis is
+    strided); autograd maps the view's gradient back with PyTorch's complex convention."""
+    return torch.view_as_real(x.resolve_conj()).flatten(-2)
+
+
+def _as_complex(a):
+    return torch.view_as_complex(a.contiguous().unflatten(-1, (-1, 2)))
+
+
 register_adapter(ArrayAdapter(torch.Tensor, "PyTorch tensors", _DTYPES,
                               lambda values, dtype: torch.tensor(values, dtype=dtype), Genred,
-                              KernelSolve))
+                              KernelSolve, (torch.complex64, torch.complex128), _as_real,
+                              _as_complex))

@@ -79,6 +79,24 @@ enum class OpCode : uint16_t {
   VecMatMult,
   TensorProd,
   TensorDot,
+  // complex, on (re, im) pairs
+  ComplexAdd,
+  ComplexSubtract,
+  ComplexMult,
+  ComplexDivide,
+  Conj,
+  ComplexExp,
+  ComplexReal,
+  ComplexImag,
+  ComplexSquareAbs,
+  ComplexAbs,
+  ComplexAngle,
+  Real2Complex,
+  Imag2Complex,
+  ComplexExp1j,
+  ComplexRealScal,
+  ComplexSum,
+  ComplexSumT,
   Count_
 };
 

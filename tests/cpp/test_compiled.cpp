@@ -76,6 +76,24 @@ Formula sample(OpCode code) {
     case OpCode::TensorProd: return tensorprod(x, y);
     case OpCode::TensorDot:
       return tensordot(tensorprod(x, y), concat(y, x), {3, 3}, {2, 3}, {1}, {1});
+    // complex ops: x and y read as (re, im) pairs after padding to dim 4
+    case OpCode::ComplexAdd: return complex_add(concat(x, y[0]), concat(y, x[1]));
+    case OpCode::ComplexSubtract: return complex_sub(concat(x, y[0]), extract(a, 0, 2));
+    case OpCode::ComplexMult: return complex_mult(concat(x, y[0]), concat(y, x[1]));
+    case OpCode::ComplexDivide: return complex_divide(concat(x, y[0]), concat(pos, x[1] + 2.0));
+    case OpCode::Conj: return conj(concat(a, x[0]));
+    case OpCode::ComplexExp: return complex_exp(concat(a, y[2]));
+    case OpCode::ComplexReal: return complex_real(concat(a, y[2]));
+    case OpCode::ComplexImag: return complex_imag(concat(a, y[2]));
+    case OpCode::ComplexSquareAbs: return complex_square_abs(concat(a, y[2]));
+    case OpCode::ComplexAbs: return complex_abs(concat(a, y[2]));
+    case OpCode::ComplexAngle: return complex_angle(concat(a, y[2]));
+    case OpCode::Real2Complex: return real2complex(a);
+    case OpCode::Imag2Complex: return imag2complex(a);
+    case OpCode::ComplexExp1j: return complex_exp1j(3.0 * a);
+    case OpCode::ComplexRealScal: return complex_real_scal(concat(a, y[2]), s);
+    case OpCode::ComplexSum: return complex_sum(concat(a, x[1]));
+    case OpCode::ComplexSumT: return complex_sum_t(extract(a, 1, 2), 6);
     default: return {};
   }
 }

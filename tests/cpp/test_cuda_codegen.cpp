@@ -7,8 +7,10 @@
 #include "reduction/reduction_impl.hpp"
 #include "ops/op.hpp"
 #include "tessel/tessel.hpp"
+#include "complex_sample.hpp"
 
 using namespace tessel;
+using tessel::testing::complex_ops_sample;
 
 namespace {
 
@@ -140,7 +142,8 @@ TEST(CudaCodegen, EveryOpCompiles) {
       matvecmult(tensorprod(x, y), a),
       vecmatmult(a, tensorprod(x, y)),
       extract(tensorprod(x, y), 0, 3),
-      extract(tensordot(tensorprod(x, y), concat(y, x), {3, 3}, {2, 3}, {1}, {1}), 0, 3)};
+      extract(tensordot(tensorprod(x, y), concat(y, x), {3, 3}, {2, 3}, {1}, {1}), 0, 3),
+      complex_ops_sample(x, y)};
   Formula total = parts[0];
   for (size_t k = 1; k < parts.size(); ++k) total = total + parts[k];
   // Every op of the table must be in there: a new op without a CUDA check fails here.

@@ -2,6 +2,7 @@
 // value, the gradient kernels (computed variables, parameter sums) and the singular points.
 #include "cuda_emulated_harness.hpp"
 #include "ops/op.hpp"
+#include "complex_sample.hpp"
 #include "singular_cases.hpp"
 
 using namespace tessel;
@@ -79,7 +80,8 @@ TEST_P(CudaEmulatedOps, EveryOpValues) {
       {"matvecmult", matvecmult(m, a)},
       {"vecmatmult", vecmatmult(a, m)},
       {"tensorprod", m},
-      {"tensordot", tensordot(m, concat(y, x), {3, 3}, {2, 3}, {1}, {1})}};
+      {"tensordot", tensordot(m, concat(y, x), {3, 3}, {2, 3}, {1}, {1})},
+      {"complex", complex_ops_sample(x, y)}};
   Formula all = parts[0].second;
   for (size_t k = 1; k < parts.size(); ++k) all = concat(all, parts[k].second);
   // A new op without a sample here fails, as in test_cuda_codegen.cpp.

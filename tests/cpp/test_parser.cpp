@@ -45,6 +45,26 @@ Formula sample(OpCode code) {
       TensorDotSpec t{{2, 3}, {3, 4}, {1}, {0}, {1, 0}};
       return make(code, {pm(4, 6), vj(5, 12)}, t.encode());
     }
+    case OpCode::ComplexAdd:
+    case OpCode::ComplexSubtract:
+    case OpCode::ComplexMult:
+    case OpCode::ComplexDivide:
+    case OpCode::Conj:
+    case OpCode::ComplexExp:
+    case OpCode::ComplexReal:
+    case OpCode::ComplexImag:
+    case OpCode::ComplexSquareAbs:
+    case OpCode::ComplexAbs:
+    case OpCode::ComplexAngle:
+    case OpCode::ComplexSum: {  // complex operands: even dims
+      std::vector<Formula> args = {vi(0, 4), vj(1, 4)};
+      args.resize(op_info(code).arity);
+      return make(code, args);
+    }
+    case OpCode::ComplexRealScal:
+      return make(code, {s, vi(0, 4)});
+    case OpCode::ComplexSumT:
+      return make(code, {vj(1, 2)}, {4});
     default:
       break;
   }

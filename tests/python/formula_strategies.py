@@ -24,6 +24,7 @@ INT_PARAMS = {
     "Extract": lambda d: st.integers(0, d[0] - 1).flatmap(
         lambda s: st.tuples(st.just(s), st.integers(1, d[0] - s))),
     "OneHot": lambda d: st.tuples(st.integers(1, 4)),
+    "ComplexSumT": lambda d: st.tuples(st.sampled_from([2, 4, 6])),
 }
 
 
@@ -171,7 +172,7 @@ def signatures(name, arity, n_ip):
 # Ops whose derivative at a point is a documented convention of tessel's where pykeops's is NaN
 # (docs/differences_from_keops.md): the drawn formula remembers their arguments' texts, so the
 # test can find the pairs (x_i, y_j) that reach the point.
-CONVENTION_POINTS = {"Atan2", "Powf", "SinXDivX"}
+CONVENTION_POINTS = {"Atan2", "Powf", "SinXDivX", "ComplexAngle"}
 
 
 class Node:

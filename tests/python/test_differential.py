@@ -307,11 +307,14 @@ def allowed_difference(c, arrays, q, p, t):
 
 def _at_point(op, values):
     """Per pair, whether an op's arguments (their values side by side) sit at its point:
-    Atan2 at (0, 0), Powf at base 0 (docs/differences_from_keops.md, row 4), SinXDivX at 0
-    (docs/conventions.md)."""
+    Atan2 at (0, 0), Powf at base 0 (docs/differences_from_keops.md, row 4), SinXDivX at 0,
+    ComplexAngle at 0 (docs/conventions.md)."""
     if op == "Atan2":
         a, b = np.broadcast_arrays(*values)
         return ((a == 0) & (b == 0)).any(axis=-1)
+    if op == "ComplexAngle":  # KeOps's Atan2(Imag, Real): a (re, im) pair at (0, 0)
+        z = values[0]
+        return ((z[..., 0::2] == 0) & (z[..., 1::2] == 0)).any(axis=-1)
     return (values[0] == 0).any(axis=-1)
 
 

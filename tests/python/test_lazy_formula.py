@@ -48,16 +48,21 @@ def test_every_table_op_is_a_method():
     spelled = {"Add", "Subtract", "Mult", "Divide", "Minus", "Scalprod", "TensorDot", "Round",
                "Mod", "ClampInt", "Clamp", "Pow", "Powf", "Less", "LessEq", "Greater",
                "GreaterEq", "Equal", "NotEqual", "Sum", "Max", "Min", "ArgMax", "ArgMin", "Elem",
-               "Extract", "OneHot"}
+               "Extract", "OneHot", "Real2Complex", "Imag2Complex"}
     for op, arity, n_params, infix, _ in _core.op_table():
         if op in spelled:
             continue
         name = op.lower()
         assert name in lazytensor.TABLE_METHODS, op
         special = {"SymSqNorm": [Pm(np.ones(9)), Vi(X)], "SqNormIso": [Pm(np.ones(1)), Vi(X)],
-                   "MatVecMult": [Pm(np.ones(9)), Vi(X)], "VecMatMult": [Vi(X), Pm(np.ones(9))]}
+                   "MatVecMult": [Pm(np.ones(9)), Vi(X)], "VecMatMult": [Vi(X), Pm(np.ones(9))],
+                   "ComplexRealScal": [Pm(np.ones(1)), Vi(X[:, :2])],
+                   "ComplexSumT": [Vi(X[:, :2])]}
+        if (op.startswith("Complex") or op == "Conj") and op not in special and op != "ComplexExp1j":
+            special[op] = [Vi(X[:, :2])] + [Vj(Y[:, :2])] * (arity - 1)  # (re, im) pairs
+        params = [4] if op == "ComplexSumT" else [1] * n_params
         operands = special.get(op, [Vi(X)] + [Vj(Y)] * (arity - 1))
-        out = getattr(operands[0], name)(*operands[1:], *([1] * n_params))
+        out = getattr(operands[0], name)(*operands[1:], *params)
         assert isinstance(out, LazyTensor) and out.formula.dim == out.ndim
 
 

@@ -23,8 +23,7 @@ _TLT = _tl.LazyTensor
 _CAT_TEXT = ("Vi", "Vj", "Pm")
 _INIT_OPTIONS = ("dtype_acc", "use_double_acc", "sum_scheme", "enable_chunks", "use_fast_math")
 _CALL_OPTIONS = ("backend", "device_id", "ranges", "out")
-_UNSUPPORTED = ("bspline", "difference_matrix", "softdtw_sqdist", "keops_kron", "real2complex",
-                "imag2complex", "exp1j")
+_UNSUPPORTED = ("bspline", "difference_matrix", "softdtw_sqdist", "keops_kron")
 
 # The Genred objects of the reductions asked for, least recently used dropped first.
 _genred_cache = LruCache(1024)
@@ -62,12 +61,9 @@ def _split_options(who, kwargs):
     return init, call
 
 
-def _is_number(x):
-    return isinstance(x, numbers.Real)
-
-
 def _is_float(x):
-    return _is_number(x) and not isinstance(x, numbers.Integral)
+    """A float or complex number: pykeops makes it a parameter."""
+    return isinstance(x, numbers.Complex) and not isinstance(x, numbers.Integral)
 
 
 def _symbolic_of(lt):
@@ -147,12 +143,12 @@ class GenericLazyTensor:
 
     ranges = None   # block-sparsity pattern (pykeops's 6 arrays) of the reductions
     backend = None  # default backend of the reductions
+    # The library's real and complex classes (see _complex.py): results take their values' class.
+    _real_class = _complex_class = None
 
     # ---- construction ------------------------------------------------------------------------
-    def __init__(self, x=None, axis=None, is_complex=False):
+    def __init__(self, x=None, axis=None):
         self._batchdims = None
-        if is_complex:
-            raise NotImplementedError("LazyTensor: complex LazyTensors are not supported by tessel")
         if x is None:
             raise TypeError("LazyTensor: expected an array, a number, a list of numbers or an "
                             "(ind, dim, cat) tuple, got None")
@@ -170,11 +166,11 @@ class GenericLazyTensor:
             if axis not in (None, 2):
                 raise ValueError("LazyTensor: a list of numbers is a parameter; axis must be None "
                                  "or 2")
-            if not x or not all(_is_number(v) for v in x):
+            if not x or not all(isinstance(v, numbers.Complex) for v in x):
                 raise TypeError("LazyTensor: a list must hold numbers (a parameter vector)")
             self._t = _tl.Pm(x)
             return
-        if _is_number(x):
+        if isinstance(x, numbers.Complex):
             if axis == 2 or (axis is None and _is_float(x)):
                 self._t = _tl.Pm(x)  # a float is a parameter, as in pykeops
             elif axis is None:
@@ -203,7 +199,8 @@ class GenericLazyTensor:
     def _new(self, t, operands=()):
         """A LazyTensor of this class around the tessel LazyTensor `t`, inheriting symbolic
         variables, ranges, backend and batchdims from self and the LazyTensor operands."""
-        res = type(self).__new__(type(self))
+        res = object.__new__((self._complex_class if t._is_complex else self._real_class)
+                             or type(self))
         res._t = t
         sources = [self] + [o for o in operands if isinstance(o, GenericLazyTensor)]
         res._batchdims = next((s._batchdims for s in sources if s._batchdims is not None), None)
@@ -549,8 +546,8 @@ for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__
               "__gt__", "__ge__", "__eq__", "__ne__", "__neg__", "__abs__", "round", "mod",
               "clamp", "power", "norm", "weightedsqnorm", "weightedsqdist", "elem", "extract",
               "__getitem__", "one_hot", "keops_tensordot", "sinc", "grad_matrix", "diff",
-              "divergence", "laplacian", "trace_operator", "factorize",
-              "auto_factorize") + _tl.TABLE_METHODS:
+              "divergence", "laplacian", "trace_operator", "factorize", "auto_factorize",
+              "real2complex", "imag2complex", "exp1j") + _tl.TABLE_METHODS:
     if _name not in GenericLazyTensor.__dict__:
         setattr(GenericLazyTensor, _name, _make_forwarder(_name))
 
@@ -589,7 +586,3 @@ def variable_constructors(lazy_tensor_class, what):
     Vj.__doc__ = f"j-variable: Vj(y) for an (M, D) {what}, or the symbolic Vj(index, dim)."
     Pm.__doc__ = f"Parameter: Pm(p) for a number or a (D,) {what}, or the symbolic Pm(index, dim)."
     return Var, Vi, Vj, Pm
-
-
-def ComplexLazyTensor(x=None, axis=None):
-    raise NotImplementedError("ComplexLazyTensor: complex LazyTensors are not supported by tessel")

@@ -3,11 +3,13 @@ import numpy as np
 
 from .... import numpy as _tnumpy
 from .._genred import GenredBase, KernelSolveBase, make_generic_ops
-from .._lazytensor import ComplexLazyTensor, GenericLazyTensor, variable_constructors  # noqa: F401
+from .._complex import ComplexDispatch, complex_class
+from .._lazytensor import GenericLazyTensor, variable_constructors  # noqa: F401
 from . import cluster  # noqa: F401
 
 __all__ = sorted(["Genred", "generic_sum", "generic_logsumexp", "generic_argmin",
-                  "generic_argkmin", "KernelSolve", "LazyTensor", "Vi", "Vj", "Pm"])
+                  "generic_argkmin", "KernelSolve", "LazyTensor", "ComplexLazyTensor", "Vi", "Vj",
+                  "Pm"])
 
 
 class Genred(GenredBase):
@@ -30,7 +32,7 @@ class KernelSolve(KernelSolveBase):
     _genred_class = Genred
 
 
-class LazyTensor(GenericLazyTensor):
+class LazyTensor(ComplexDispatch, GenericLazyTensor):
     """pykeops.numpy.LazyTensor: a symbolic (B..., N, M, D) array reduced by tessel."""
 
     _array_type = np.ndarray
@@ -42,4 +44,5 @@ class LazyTensor(GenericLazyTensor):
         return np.array(values, dtype=dtype)
 
 
+ComplexLazyTensor = complex_class(LazyTensor, _tnumpy._as_complex, "array")
 Var, Vi, Vj, Pm = variable_constructors(LazyTensor, "array")

@@ -3,11 +3,13 @@ import torch
 
 from .... import torch as _ttorch
 from .._genred import GenredBase, KernelSolveBase, make_generic_ops
-from .._lazytensor import ComplexLazyTensor, GenericLazyTensor, variable_constructors  # noqa: F401
+from .._complex import ComplexDispatch, complex_class
+from .._lazytensor import GenericLazyTensor, variable_constructors  # noqa: F401
 from . import cluster  # noqa: F401
 
 __all__ = sorted(["Genred", "generic_sum", "generic_logsumexp", "generic_argmin",
-                  "generic_argkmin", "KernelSolve", "LazyTensor", "Vi", "Vj", "Pm"])
+                  "generic_argkmin", "KernelSolve", "LazyTensor", "ComplexLazyTensor", "Vi", "Vj",
+                  "Pm"])
 
 
 class Genred(GenredBase):
@@ -33,7 +35,7 @@ class KernelSolve(KernelSolveBase):
     _genred_class = Genred
 
 
-class LazyTensor(GenericLazyTensor):
+class LazyTensor(ComplexDispatch, GenericLazyTensor):
     """pykeops.torch.LazyTensor: a symbolic (B..., N, M, D) tensor reduced by tessel."""
 
     _array_type = torch.Tensor
@@ -45,4 +47,5 @@ class LazyTensor(GenericLazyTensor):
         return torch.tensor(values, dtype=dtype)
 
 
+ComplexLazyTensor = complex_class(LazyTensor, _ttorch._as_complex, "tensor")
 Var, Vi, Vj, Pm = variable_constructors(LazyTensor, "tensor")
