@@ -79,6 +79,11 @@ enum class OpCode : uint16_t {
   VecMatMult,
   TensorProd,
   TensorDot,
+  // KeOps's linear injections and ClampInt's derivative
+  ElemT,
+  ExtractT,
+  SumT,
+  DiffClampInt,
   Count_
 };
 

@@ -216,6 +216,12 @@ inline std::vector<TdConfig> tensordot_configs() {
   };
 }
 
+}  // namespace op_cases
+
+#include "op_cases_linear.hpp"  // uses the helpers above; all_cases() below adds its cases
+
+namespace op_cases {
+
 // ---- the case table -----------------------------------------------------------------------------
 using F2 = std::function<Formula(const Formula&, const Formula&)>;
 
@@ -545,6 +551,7 @@ inline std::vector<OpCase> all_cases() {
         "TensorDot_" + t.name, OpCode::TensorDot, {prod(t.dims_a), prod(t.dims_b)},
         [t](auto& v) { return build_tensordot(t, v[0], v[1]); },
         [t](const Point& p) { return tensordot_ref(t, p[0], p[1]); }, {u2});
+  add_linear_cases(cs);
   return cs;
 }
 

@@ -76,6 +76,10 @@ Formula sample(OpCode code) {
     case OpCode::TensorProd: return tensorprod(x, y);
     case OpCode::TensorDot:
       return tensordot(tensorprod(x, y), concat(y, x), {3, 3}, {2, 3}, {1}, {1});
+    case OpCode::ElemT: return elem_t(sum(a), 4, 1) + 0.5;
+    case OpCode::ExtractT: return extract_t(a, 1, 5);
+    case OpCode::SumT: return sum_t(s, 3) * x;
+    case OpCode::DiffClampInt: return diff_clampint(4.0 * a, -1, 2);
     default: return {};
   }
 }

@@ -45,6 +45,14 @@ Formula sample(OpCode code) {
       TensorDotSpec t{{2, 3}, {3, 4}, {1}, {0}, {1, 0}};
       return make(code, {pm(4, 6), vj(5, 12)}, t.encode());
     }
+    case OpCode::ElemT:
+      return make(code, {s}, {4, 1});
+    case OpCode::ExtractT:
+      return make(code, {x}, {1, 5});
+    case OpCode::SumT:
+      return make(code, {s}, {4});
+    case OpCode::DiffClampInt:
+      return make(code, {x}, {0, 1});
     default:
       break;
   }

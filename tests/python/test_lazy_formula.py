@@ -55,9 +55,11 @@ def test_every_table_op_is_a_method():
         name = op.lower()
         assert name in lazytensor.TABLE_METHODS, op
         special = {"SymSqNorm": [Pm(np.ones(9)), Vi(X)], "SqNormIso": [Pm(np.ones(1)), Vi(X)],
-                   "MatVecMult": [Pm(np.ones(9)), Vi(X)], "VecMatMult": [Vi(X), Pm(np.ones(9))]}
+                   "MatVecMult": [Pm(np.ones(9)), Vi(X)], "VecMatMult": [Vi(X), Pm(np.ones(9))],
+                   "ElemT": [Vi(X[:, :1])], "SumT": [Vi(X[:, :1])]}
+        params = {"ElemT": [3, 1], "ExtractT": [1, 4], "SumT": [2]}.get(op, [1] * n_params)
         operands = special.get(op, [Vi(X)] + [Vj(Y)] * (arity - 1))
-        out = getattr(operands[0], name)(*operands[1:], *([1] * n_params))
+        out = getattr(operands[0], name)(*operands[1:], *params)
         assert isinstance(out, LazyTensor) and out.formula.dim == out.ndim
 
 
