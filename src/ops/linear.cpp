@@ -1,4 +1,4 @@
-// KeOps's linear injections ElemT, ExtractT, SumT (the adjoints of Elem, Extract, Sum), ClampInt's derivative DiffClampInt, and the Kron and IntInv builders.
+// KeOps's ElemT, ExtractT, SumT (adjoints of Elem, Extract, Sum), DiffClampInt, Kron and IntInv.
 #include <cstdint>
 #include <string>
 
