@@ -50,6 +50,7 @@ Formula constant(double value);            // a floating constant
 Formula int_cst(int64_t value);            // IntCst(n)
 Formula rational(int64_t num, int64_t den);  // Rat(p, q), reduced
 Formula zero(int dim);                     // Zero(d)
+Formula int_inv(int64_t n);               // IntInv(n) = Rat(1, n), n != 0
 
 // ---- arithmetic (dim-1 operands broadcast) -------------------------------------------------------
 Formula operator+(const Formula& a, const Formula& b);
@@ -103,6 +104,7 @@ Formula mod(const Formula& a, const Formula& n, const Formula& d);  // a - n*flo
 Formula clamp(const Formula& a, const Formula& lo, const Formula& hi);
 Formula clampint(const Formula& a, int lo, int hi);
 Formula ifelse(const Formula& c, const Formula& a, const Formula& b);  // c >= 0 ? a : b
+Formula diff_clampint(const Formula& a, int lo, int hi);  // 1 where lo <= a <= hi, else 0
 
 // ---- vector ops ----------------------------------------------------------------------------------
 Formula sum(const Formula& a);
@@ -134,6 +136,16 @@ Formula tensorprod(const Formula& a, const Formula& b);  // outer product, dim(a
 Formula tensordot(const Formula& a, const Formula& b, const std::vector<int>& dims_a,
                   const std::vector<int>& dims_b, const std::vector<int>& contr_a,
                   const std::vector<int>& contr_b, const std::vector<int>& perm = {});
+// KeOps's Kronecker product of row-major tensors of shapes dims_a and dims_b (equal ranks), as
+// numpy.kron: a TensorDot that interleaves the axes; dim = dim(a) * dim(b).
+Formula kron(const Formula& a, const Formula& b, const std::vector<int>& dims_a,
+             const std::vector<int>& dims_b);
+// The adjoints of elem, extract and sum (KeOps's ElemT, ExtractT, SumT): the scalar a at
+// position m of a dim-n vector; a at [start, start + dim(a)) of a dim-`dim` vector; the scalar a
+// in every component of a dim-`dim` vector. Zeros elsewhere.
+Formula elem_t(const Formula& a, int n, int m);
+Formula extract_t(const Formula& a, int start, int dim);
+Formula sum_t(const Formula& a, int dim);
 
 // ---- complex ops: a complex vector of dim D is 2D reals (re0, im0, re1, im1, ...), as in KeOps ---
 // Binary complex ops take equal even dims, or one operand of dim 2 (one complex number).

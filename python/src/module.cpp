@@ -252,6 +252,8 @@ NB_MODULE(_core, m) {
   m.def("tensordot", &tensordot, nb::arg("a"), nb::arg("b"), nb::arg("dims_a"), nb::arg("dims_b"),
         nb::arg("contr_a"), nb::arg("contr_b"), nb::arg("perm") = std::vector<int>{},
         "KeOps TensorDot of row-major tensors.");
+  m.def("kron", &kron, nb::arg("a"), nb::arg("b"), nb::arg("dims_a"), nb::arg("dims_b"),
+        "KeOps Kron: numpy.kron of row-major tensors of equal ranks, flattened.");
   m.def("parse", &parse, nb::arg("text"), nb::arg("aliases") = std::vector<std::string>{},
         "Parse KeOps formula syntax with aliases such as 'X = Vi(3)'.");
   m.def(

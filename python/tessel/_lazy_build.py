@@ -245,6 +245,14 @@ class FormulaOps:
         tuples += [lv.int_tuple("keops_tensordot", "permute", a) for a in args]
         return self._build("keops_tensordot", _core.tensordot, [self, o], *map(list, tuples))
 
+    def keops_kron(self, other, dimfself, dimfother):
+        """KeOps Kron: numpy.kron of self and other seen as row-major tensors of shapes dimfself
+        and dimfother (equal lengths), flattened: dim = self's dim times other's."""
+        o = self._operand(other, "keops_kron")
+        dims = [list(lv.int_tuple("keops_kron", name, v))
+                for name, v in (("dimfself", dimfself), ("dimfother", dimfother))]
+        return self._build("keops_kron", _core.kron, [self, o], *dims)
+
     def grad(self, other, gradin):
         """The symbolic gradient of <self, gradin> with respect to `other`, a LazyTensor that is
         one variable (of self or not: the gradient is then 0)."""

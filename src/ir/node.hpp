@@ -97,6 +97,11 @@ enum class OpCode : uint16_t {
   ComplexRealScal,
   ComplexSum,
   ComplexSumT,
+  // KeOps's linear injections and ClampInt's derivative
+  ElemT,
+  ExtractT,
+  SumT,
+  DiffClampInt,
   Count_
 };
 

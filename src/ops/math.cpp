@@ -319,9 +319,8 @@ struct ClampIntOp : Unary<ClampIntOp> {
     return t_lt(x, lo, lo, t_lt(hi, x, hi, x));
   }
   static Grads vjp(const Formula& s, const Formula& g) {
-    const Formula x = x0(s);
-    const double lo = static_cast<double>(s.node().ip[0]), hi = static_cast<double>(s.node().ip[1]);
-    return {g * (1.0 - less(x, constant(lo)) - greater(x, constant(hi)))};
+    const int lo = static_cast<int>(s.node().ip[0]), hi = static_cast<int>(s.node().ip[1]);
+    return {g * diff_clampint(x0(s), lo, hi)};
   }
 };
 Formula clampint(const Formula& a, int lo, int hi) {

@@ -209,6 +209,7 @@ void register_math(std::vector<OpInfo>& t);
 void register_vector(std::vector<OpInfo>& t);
 void register_tensor(std::vector<OpInfo>& t);
 void register_complex(std::vector<OpInfo>& t);
+void register_linear(std::vector<OpInfo>& t);
 
 // ---- helpers shared by op definitions ------------------------------------------------------------
 [[noreturn]] void dim_error(const char* op, const std::string& what);

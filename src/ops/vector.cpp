@@ -6,7 +6,7 @@ namespace tessel {
 namespace {
 
 // g (dim 1) repeated to dim d: the VJP of every "sum over components".
-Formula spread(const Formula& g, int d) { return g.dim() == d ? g : zero(d) + g; }
+Formula spread(const Formula& g, int d) { return g.dim() == d ? g : sum_t(g, d); }
 
 // g (dim 1) in component `which` (a float-encoded index) of a dim-d vector, 0 elsewhere. A select,
 // not g * OneHot: an infinite g must not turn the other components into inf * 0 = NaN.
@@ -111,18 +111,18 @@ struct ElemOp {
                           std::to_string(a[0].dim()));
     return 1;
   }
-  static Formula simplify(std::span<const Formula> a, std::span<const int64_t>) {
-    return a[0].dim() == 1 ? a[0] : Formula{};
+  static Formula simplify(std::span<const Formula> a, std::span<const int64_t> ip) {
+    if (a[0].dim() == 1) return a[0];
+    if (a[0].node().op == OpCode::ElemT)  // component m of ElemT(f, n, m) is f, the others 0
+      return a[0].node().ip[1] == ip[0] ? arg(a[0], 0) : zero(1);
+    return {};
   }
   template <class S> static void apply(const Node& n, const S* const* a, S* out) {
     out[0] = a[0][n.ip[0]];
   }
+  // zeros around g (ElemT), not g * OneHot: that would make inf * 0 = NaN
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
-    const int d = arg(s, 0).dim(), k = static_cast<int>(s.node().ip[0]);
-    Formula r = g;  // zeros around g, as Extract's: g * OneHot would make inf * 0 = NaN
-    if (k > 0) r = concat(zero(k), r);
-    if (k + 1 < d) r = concat(r, zero(d - k - 1));
-    return {r};
+    return {elem_t(g, arg(s, 0).dim(), static_cast<int>(s.node().ip[0]))};
   }
 };
 Formula elem(const Formula& a, int m) { return make(OpCode::Elem, {a}, {m}); }
@@ -138,17 +138,17 @@ struct ExtractOp {
     return static_cast<int>(ip[1]);
   }
   static Formula simplify(std::span<const Formula> a, std::span<const int64_t> ip) {
-    return ip[0] == 0 && ip[1] == a[0].dim() ? a[0] : Formula{};
+    if (ip[0] == 0 && ip[1] == a[0].dim()) return a[0];
+    const Node& n = a[0].node();  // Extract(ExtractT(f, s, d), s, dim f) is f
+    if (n.op == OpCode::ExtractT && n.ip[0] == ip[0] && n.args[0]->dim == ip[1])
+      return arg(a[0], 0);
+    return {};
   }
   template <class S> static void apply(const Node& n, const S* const* a, S* out) {
     for (int c = 0; c < n.dim; ++c) out[c] = a[0][n.ip[0] + c];
   }
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
-    const int d = arg(s, 0).dim(), start = static_cast<int>(s.node().ip[0]), len = s.dim();
-    Formula r = g;
-    if (start > 0) r = concat(zero(start), r);
-    if (start + len < d) r = concat(r, zero(d - start - len));
-    return {r};
+    return {extract_t(g, static_cast<int>(s.node().ip[0]), arg(s, 0).dim())};
   }
 };
 Formula extract(const Formula& a, int start, int len) {

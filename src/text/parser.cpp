@@ -24,7 +24,9 @@ namespace {
 using namespace parse_detail;
 
 // ---- what a function name means -----------------------------------------------------------------
-enum class Form { TableOp, Var, VarCat, IntCst, Rat, Zero, TensorDot, WSqNorm, WSqDist, Grad };
+enum class Form {
+  TableOp, Var, VarCat, IntCst, Rat, Zero, TensorDot, WSqNorm, WSqDist, Grad, Kron, IntInv
+};
 
 struct Callee {
   Form form = Form::TableOp;
@@ -47,7 +49,8 @@ std::optional<Callee> callee(const std::string& name) {
       {"RatCst", f(Form::Rat, 0, 2, 2)},
       {"Zero", f(Form::Zero, 0, 1, 1)}, {"TensorDot", f(Form::TensorDot, 2, 4, 5)},
       {"WeightedSqNorm", f(Form::WSqNorm, 2, 0, 0)}, {"WeightedSqDist", f(Form::WSqDist, 3, 0, 0)},
-      {"Grad", f(Form::Grad, 3, 0, 0)},
+      {"Grad", f(Form::Grad, 3, 0, 0)}, {"Kron", f(Form::Kron, 2, 2, 2)},
+      {"IntInv", f(Form::IntInv, 0, 1, 1)},
       // KeOps's derivative operators (expanded by the autodiff layer) and its factorisation
       // hints: the IR is hash-consed and each distinct node is evaluated once, so a repeated
       // sub-formula is already shared and Factorize(f, g) / AutoFactorize(f) are f.
@@ -73,11 +76,12 @@ std::string range(size_t lo, size_t hi, const char* what) {
   return lo == hi ? plural(lo, what) : std::to_string(lo) + " or " + plural(hi, what);
 }
 std::string found(size_t n) { return ", found " + (n ? std::to_string(n) : std::string("none")); }
+bool takes_tuples(const Callee& c) { return c.form == Form::TensorDot || c.form == Form::Kron; }
 std::string signature(const std::string& name, const Callee& c) {
   std::string s = "'" + name + "' takes " + range(c.n_f + c.n_p_min, c.n_f + c.n_p_max, "argument");
   if (c.n_f > 0 && c.n_p_max > 0)
     s += ": " + plural(c.n_f, "formula") + ", then " +
-         range(c.n_p_min, c.n_p_max, c.form == Form::TensorDot ? "tuple" : "integer");
+         range(c.n_p_min, c.n_p_max, takes_tuples(c) ? "tuple" : "integer");
   else if (c.n_f == 0)
     s += ", all integers";
   return s;
@@ -223,17 +227,20 @@ class Parser {
 
   std::vector<int64_t> tuple() {
     const size_t at = cur_.pos();
-    const std::string word = cur_.ident();  // "(2,3)", or KeOps's C++ spelling "Ind(2,3)"
-    if ((!word.empty() && word != "Ind") || cur_.peek() != '(')
-      fail_at(at, "expected a tuple like (2,3), found " +
+    // "(2,3)", KeOps's C++ spelling "Ind(2,3)" or its Python list "[2,3]"
+    const std::string word = cur_.ident();
+    const bool list = word.empty() && cur_.peek() == '[';
+    if (!list && ((!word.empty() && word != "Ind") || cur_.peek() != '('))
+      fail_at(at, "expected a tuple like (2,3) or a list like [2,3], found " +
                       (word.empty() ? cur_.next() : "'" + word + "'"));
-    cur_.accept('(');
+    const char close = list ? ']' : ')';
+    cur_.accept(list ? '[' : '(');
     std::vector<int64_t> t;
-    while (!cur_.accept(')')) {  // a trailing comma is fine: Python writes (2,)
+    while (!cur_.accept(close)) {  // a trailing comma is fine: Python writes (2,)
       const size_t p = cur_.pos();
       t.push_back(checked_int(cur_.integer("in a tuple"), p));
       if (!cur_.accept(',')) {
-        cur_.expect(')');
+        cur_.expect(close);
         break;
       }
     }
@@ -250,12 +257,14 @@ class Parser {
       if (cur_.done() || cur_.peek() == ')') break;  // no parameter, or a trailing comma
       if (cur_.peek() == ',') fail_at(p, "empty argument in '" + f.name + "(...)'");
       if (out.size() == c.n_p_max) fail_at(p, "too many arguments: " + signature(f.name, c));
-      if (c.form == Form::TensorDot) {
+      if (takes_tuples(c)) {
         out.push_back(tuple());
       } else {
-        // Only IntCst and Rat hold 64-bit values; every other parameter is an int in the builder.
+        // Only IntCst, Rat and IntInv hold 64-bit values; every other parameter is an int in the
+        // builder.
         const int64_t v = cur_.integer("parameter of '" + f.name + "'");
-        out.push_back({c.form == Form::IntCst || c.form == Form::Rat ? v : checked_int(v, p)});
+        const bool wide = c.form == Form::IntCst || c.form == Form::Rat || c.form == Form::IntInv;
+        out.push_back({wide ? v : checked_int(v, p)});
       }
     }
     if (out.size() < c.n_p_min)
@@ -267,7 +276,7 @@ class Parser {
 
   Formula build_call(const Frame& f, const std::vector<std::vector<int64_t>>& ps) {
     std::vector<int64_t> ip;
-    if (f.callee.form != Form::TensorDot)
+    if (!takes_tuples(f.callee))
       for (const auto& p : ps) ip.push_back(p[0]);
     const std::vector<Formula>& a = f.args;
     return build_at(f.at, [&]() -> Formula {
@@ -294,6 +303,10 @@ class Parser {
           return calculus(f.name, a);
         case Form::TensorDot:
           return tensor_dot(a, ps);
+        case Form::Kron:
+          return kron(a[0], a[1], ints(ps[0]), ints(ps[1]));
+        case Form::IntInv:
+          return int_inv(ip[0]);
         case Form::TableOp:
           if (f.callee.op->code == OpCode::Round && ip.empty()) ip.push_back(0);
           return make(f.callee.op->code, a, ip);
@@ -311,6 +324,7 @@ class Parser {
     if (name == "Laplacian") return laplacian(a[0], a[1]);
     return trace_operator(a[0], a[1]);
   }
+  static std::vector<int> ints(const std::vector<int64_t>& v) { return {v.begin(), v.end()}; }
 
   // TensorDot(a, b, dims_a, dims_b, contr_a, contr_b[, perm]); the permutation defaults to the
   // identity, as in the builder, so both spellings give one node.

@@ -219,6 +219,7 @@ inline std::vector<TdConfig> tensordot_configs() {
 }  // namespace op_cases
 
 #include "complex_cases.hpp"
+#include "op_cases_linear.hpp"  // uses the helpers above; all_cases() below adds its cases
 
 namespace op_cases {
 
@@ -552,6 +553,7 @@ inline std::vector<OpCase> all_cases() {
         [t](auto& v) { return build_tensordot(t, v[0], v[1]); },
         [t](const Point& p) { return tensordot_ref(t, p[0], p[1]); }, {u2});
   add_complex_cases(cs);
+  add_linear_cases(cs);
   return cs;
 }
 

@@ -94,6 +94,10 @@ Formula sample(OpCode code) {
     case OpCode::ComplexRealScal: return complex_real_scal(concat(a, y[2]), s);
     case OpCode::ComplexSum: return complex_sum(concat(a, x[1]));
     case OpCode::ComplexSumT: return complex_sum_t(extract(a, 1, 2), 6);
+    case OpCode::ElemT: return elem_t(sum(a), 4, 1) + 0.5;
+    case OpCode::ExtractT: return extract_t(a, 1, 5);
+    case OpCode::SumT: return sum_t(s, 3) * x;
+    case OpCode::DiffClampInt: return diff_clampint(4.0 * a, -1, 2);
     default: return {};
   }
 }

@@ -143,7 +143,11 @@ TEST(CudaCodegen, EveryOpCompiles) {
       vecmatmult(a, tensorprod(x, y)),
       extract(tensorprod(x, y), 0, 3),
       extract(tensordot(tensorprod(x, y), concat(y, x), {3, 3}, {2, 3}, {1}, {1}), 0, 3),
-      complex_ops_sample(x, y)};
+      complex_ops_sample(x, y),
+      elem_t(sum(a), 3, 1),
+      extract_t(extract(a, 0, 2), 1, 3),
+      sum_t(s, 3),
+      diff_clampint(a, -1, 2)};
   Formula total = parts[0];
   for (size_t k = 1; k < parts.size(); ++k) total = total + parts[k];
   // Every op of the table must be in there: a new op without a CUDA check fails here.

@@ -81,7 +81,11 @@ TEST_P(CudaEmulatedOps, EveryOpValues) {
       {"vecmatmult", vecmatmult(a, m)},
       {"tensorprod", m},
       {"tensordot", tensordot(m, concat(y, x), {3, 3}, {2, 3}, {1}, {1})},
-      {"complex", complex_ops_sample(x, y)}};
+      {"complex", complex_ops_sample(x, y)},
+      {"elem_t", elem_t(sum(a), 4, 1)},
+      {"extract_t", extract_t(a, 1, 5)},
+      {"sum_t", sum_t(e, 3)},
+      {"diff_clampint", diff_clampint(4.0 * a, -1, 2)}};
   Formula all = parts[0].second;
   for (size_t k = 1; k < parts.size(); ++k) all = concat(all, parts[k].second);
   // A new op without a sample here fails, as in test_cuda_codegen.cpp.

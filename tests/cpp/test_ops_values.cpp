@@ -88,6 +88,7 @@ TEST(OpValues, PublicBuildersMatchTheTable) {
       {mod(a, b, c), m(OpCode::Mod, {a, b, c})},
       {clamp(a, b, c), m(OpCode::Clamp, {a, b, c})},
       {clampint(a, -1, 2), m(OpCode::ClampInt, {a}, {-1, 2})},
+      {diff_clampint(a, -1, 2), m(OpCode::DiffClampInt, {a}, {-1, 2})},
       {ifelse(a, b, c), m(OpCode::IfElse, {a, b, c})},
   };
   for (const auto& [pub, tab] : pairs)

@@ -65,6 +65,14 @@ Formula sample(OpCode code) {
       return make(code, {s, vi(0, 4)});
     case OpCode::ComplexSumT:
       return make(code, {vj(1, 2)}, {4});
+    case OpCode::ElemT:
+      return make(code, {s}, {4, 1});
+    case OpCode::ExtractT:
+      return make(code, {x}, {1, 5});
+    case OpCode::SumT:
+      return make(code, {s}, {4});
+    case OpCode::DiffClampInt:
+      return make(code, {x}, {0, 1});
     default:
       break;
   }

@@ -25,6 +25,13 @@ INT_PARAMS = {
         lambda s: st.tuples(st.just(s), st.integers(1, d[0] - s))),
     "OneHot": lambda d: st.tuples(st.integers(1, 4)),
     "ComplexSumT": lambda d: st.tuples(st.sampled_from([2, 4, 6])),
+    "ElemT": lambda d: st.integers(1, 4).flatmap(
+        lambda n: st.tuples(st.just(n), st.integers(0, n - 1))),
+    "ExtractT": lambda d: st.integers(0, 2).flatmap(
+        lambda s: st.tuples(st.just(s), st.integers(s + d[0], s + d[0] + 2))),
+    "SumT": lambda d: st.tuples(st.integers(1, 4)),
+    "DiffClampInt": lambda d: st.integers(-2, 1).flatmap(
+        lambda lo: st.tuples(st.just(lo), st.integers(lo, 2))),
 }
 
 

@@ -57,10 +57,12 @@ def test_every_table_op_is_a_method():
         special = {"SymSqNorm": [Pm(np.ones(9)), Vi(X)], "SqNormIso": [Pm(np.ones(1)), Vi(X)],
                    "MatVecMult": [Pm(np.ones(9)), Vi(X)], "VecMatMult": [Vi(X), Pm(np.ones(9))],
                    "ComplexRealScal": [Pm(np.ones(1)), Vi(X[:, :2])],
-                   "ComplexSumT": [Vi(X[:, :2])]}
+                   "ComplexSumT": [Vi(X[:, :2])],
+                   "ElemT": [Vi(X[:, :1])], "SumT": [Vi(X[:, :1])]}
         if (op.startswith("Complex") or op == "Conj") and op not in special and op != "ComplexExp1j":
             special[op] = [Vi(X[:, :2])] + [Vj(Y[:, :2])] * (arity - 1)  # (re, im) pairs
-        params = [4] if op == "ComplexSumT" else [1] * n_params
+        params = {"ElemT": [3, 1], "ExtractT": [1, 4], "SumT": [2],
+                  "ComplexSumT": [4]}.get(op, [1] * n_params)
         operands = special.get(op, [Vi(X)] + [Vj(Y)] * (arity - 1))
         out = getattr(operands[0], name)(*operands[1:], *params)
         assert isinstance(out, LazyTensor) and out.formula.dim == out.ndim

@@ -23,7 +23,7 @@ _TLT = _tl.LazyTensor
 _CAT_TEXT = ("Vi", "Vj", "Pm")
 _INIT_OPTIONS = ("dtype_acc", "use_double_acc", "sum_scheme", "enable_chunks", "use_fast_math")
 _CALL_OPTIONS = ("backend", "device_id", "ranges", "out")
-_UNSUPPORTED = ("bspline", "difference_matrix", "softdtw_sqdist", "keops_kron")
+_UNSUPPORTED = ("bspline", "difference_matrix", "softdtw_sqdist")
 
 # The Genred objects of the reductions asked for, least recently used dropped first.
 _genred_cache = LruCache(1024)
@@ -547,7 +547,7 @@ for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__
               "clamp", "power", "norm", "weightedsqnorm", "weightedsqdist", "elem", "extract",
               "__getitem__", "one_hot", "keops_tensordot", "sinc", "grad_matrix", "diff",
               "divergence", "laplacian", "trace_operator", "factorize", "auto_factorize",
-              "real2complex", "imag2complex", "exp1j") + _tl.TABLE_METHODS:
+              "real2complex", "imag2complex", "exp1j", "keops_kron") + _tl.TABLE_METHODS:
     if _name not in GenericLazyTensor.__dict__:
         setattr(GenericLazyTensor, _name, _make_forwarder(_name))
 
