@@ -135,6 +135,17 @@ Formula tensordot(const Formula& a, const Formula& b, const std::vector<int>& di
                   const std::vector<int>& dims_b, const std::vector<int>& contr_a,
                   const std::vector<int>& contr_b, const std::vector<int>& perm = {});
 
+// ---- recursions over components ------------------------------------------------------------------
+// KeOps's BSpline: the dim(knots) - order - 1 B-spline basis functions of the given order (0:
+// indicators of [t_j, t_j+1)) at the scalar x, by De Boor's recursion; a ratio over coincident
+// knots is 0.
+Formula bspline(const Formula& knots, const Formula& x, int order);
+// KeOps's SoftDTW_SqDist: soft-DTW between the series x and y (their components) with the cost
+// (x_i - y_j)^2 and smoothing gamma (dim 1); dim 1.
+Formula softdtw_sqdist(const Formula& x, const Formula& y, const Formula& gamma);
+// x[a] - y[b] at a * dim(y) + b: pykeops's difference_matrix.
+Formula difference_matrix(const Formula& x, const Formula& y);
+
 // ---- calculus on formulas ------------------------------------------------------------------------
 // Reverse mode: the gradient of <f, cot> with respect to variable `v` (a leaf made by var()).
 Formula grad(const Formula& f, const Formula& v, const Formula& cot);

@@ -79,6 +79,12 @@ enum class OpCode : uint16_t {
   VecMatMult,
   TensorProd,
   TensorDot,
+  // recursions over components (ops/sequence.cpp)
+  BSpline,
+  SoftDTW,
+  SoftDTWGrad,
+  SoftDTWGradDir,
+  DifferenceMatrix,
   Count_
 };
 

@@ -208,6 +208,8 @@ void register_arith(std::vector<OpInfo>& t);
 void register_math(std::vector<OpInfo>& t);
 void register_vector(std::vector<OpInfo>& t);
 void register_tensor(std::vector<OpInfo>& t);
+void register_sequence(std::vector<OpInfo>& t);
+void register_soft_dtw(std::vector<OpInfo>& t);
 
 // ---- helpers shared by op definitions ------------------------------------------------------------
 [[noreturn]] void dim_error(const char* op, const std::string& what);

@@ -27,6 +27,8 @@ std::vector<OpInfo> build_table() {
   register_math(reg);
   register_vector(reg);
   register_tensor(reg);
+  register_sequence(reg);
+  register_soft_dtw(reg);
   for (auto& o : reg) t[static_cast<size_t>(o.code)] = o;
   for (size_t k = 0; k < t.size(); ++k) TESSEL_ASSERT(t[k].name, "op ", k, " is not registered");
   return t;

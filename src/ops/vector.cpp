@@ -138,7 +138,14 @@ struct ExtractOp {
     return static_cast<int>(ip[1]);
   }
   static Formula simplify(std::span<const Formula> a, std::span<const int64_t> ip) {
-    return ip[0] == 0 && ip[1] == a[0].dim() ? a[0] : Formula{};
+    if (ip[0] == 0 && ip[1] == a[0].dim()) return a[0];
+    // A range inside one part of a Concat (as the VJP of a Concat of VJPs takes): that part.
+    if (a[0].node().op != OpCode::Concat) return {};
+    const Formula p = arg(a[0], 0), q = arg(a[0], 1);
+    const int start = static_cast<int>(ip[0]), len = static_cast<int>(ip[1]);
+    if (start + len <= p.dim()) return extract(p, start, len);
+    if (start >= p.dim()) return extract(q, start - p.dim(), len);
+    return {};
   }
   template <class S> static void apply(const Node& n, const S* const* a, S* out) {
     for (int c = 0; c < n.dim; ++c) out[c] = a[0][n.ip[0] + c];

@@ -216,6 +216,9 @@ inline std::vector<TdConfig> tensordot_configs() {
   };
 }
 
+// The recursions' cases (op_cases_sequence.hpp, included at the end).
+inline void add_sequence_cases(std::vector<OpCase>& cs);
+
 // ---- the case table -----------------------------------------------------------------------------
 using F2 = std::function<Formula(const Formula&, const Formula&)>;
 
@@ -545,7 +548,10 @@ inline std::vector<OpCase> all_cases() {
         "TensorDot_" + t.name, OpCode::TensorDot, {prod(t.dims_a), prod(t.dims_b)},
         [t](auto& v) { return build_tensordot(t, v[0], v[1]); },
         [t](const Point& p) { return tensordot_ref(t, p[0], p[1]); }, {u2});
+  add_sequence_cases(cs);
   return cs;
 }
 
 }  // namespace op_cases
+
+#include "op_cases_sequence.hpp"

@@ -140,7 +140,11 @@ TEST(CudaCodegen, EveryOpCompiles) {
       matvecmult(tensorprod(x, y), a),
       vecmatmult(a, tensorprod(x, y)),
       extract(tensorprod(x, y), 0, 3),
-      extract(tensordot(tensorprod(x, y), concat(y, x), {3, 3}, {2, 3}, {1}, {1}), 0, 3)};
+      extract(tensordot(tensorprod(x, y), concat(y, x), {3, 3}, {2, 3}, {1}, {1}), 0, 3),
+      bspline(concat(concat(s, s + 0.5), concat(concat(s + 0.5, s + 2.0), s + 3.0)), y[1], 1),
+      softdtw_sqdist(x, y, pos[0]) + make(OpCode::SoftDTWGrad, {x, y[0], pos[0]})[0] +
+          make(OpCode::SoftDTWGradDir, {x, y[0], pos[0], concat(concat(x, y[0]), s)})[1] + 0.0 * x,
+      extract(difference_matrix(x, y), 2, 3)};
   Formula total = parts[0];
   for (size_t k = 1; k < parts.size(); ++k) total = total + parts[k];
   // Every op of the table must be in there: a new op without a CUDA check fails here.

@@ -79,7 +79,12 @@ TEST_P(CudaEmulatedOps, EveryOpValues) {
       {"matvecmult", matvecmult(m, a)},
       {"vecmatmult", vecmatmult(a, m)},
       {"tensorprod", m},
-      {"tensordot", tensordot(m, concat(y, x), {3, 3}, {2, 3}, {1}, {1})}};
+      {"tensordot", tensordot(m, concat(y, x), {3, 3}, {2, 3}, {1}, {1})},
+      {"bspline", bspline(concat(concat(e, e + 0.5), concat(e + 0.5, e + 2.0)), 2.0 * x[1], 1)},
+      {"softdtw", softdtw_sqdist(x, concat(y, e), ep)},
+      {"softdtw_grad", make(OpCode::SoftDTWGrad, {x, extract(y, 0, 2), ep})},
+      {"softdtw_grad_dir", make(OpCode::SoftDTWGradDir, {x, extract(y, 0, 2), ep, concat(x, y)})},
+      {"difference_matrix", difference_matrix(x, extract(y, 0, 2))}};
   Formula all = parts[0].second;
   for (size_t k = 1; k < parts.size(); ++k) all = concat(all, parts[k].second);
   // A new op without a sample here fails, as in test_cuda_codegen.cpp.

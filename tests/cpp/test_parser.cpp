@@ -45,6 +45,13 @@ Formula sample(OpCode code) {
       TensorDotSpec t{{2, 3}, {3, 4}, {1}, {0}, {1, 0}};
       return make(code, {pm(4, 6), vj(5, 12)}, t.encode());
     }
+    case OpCode::BSpline:
+      return make(code, {x, s}, {1});
+    case OpCode::SoftDTW:
+    case OpCode::SoftDTWGrad:
+      return make(code, {x, vj(5, 2), s});
+    case OpCode::SoftDTWGradDir:
+      return make(code, {x, vj(5, 2), s, pm(4, 12)});
     default:
       break;
   }
