@@ -23,7 +23,7 @@ _TLT = _tl.LazyTensor
 _CAT_TEXT = ("Vi", "Vj", "Pm")
 _INIT_OPTIONS = ("dtype_acc", "use_double_acc", "sum_scheme", "enable_chunks", "use_fast_math")
 _CALL_OPTIONS = ("backend", "device_id", "ranges", "out")
-_UNSUPPORTED = ("bspline", "difference_matrix", "softdtw_sqdist", "keops_kron", "diff",
+_UNSUPPORTED = ("keops_kron", "diff",
                 "factorize", "auto_factorize", "grad_matrix", "trace_operator", "divergence",
                 "laplacian", "real2complex", "imag2complex", "exp1j")
 
@@ -549,7 +549,8 @@ for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__
               "__rtruediv__", "__or__", "__ror__", "__pow__", "__rpow__", "__lt__", "__le__",
               "__gt__", "__ge__", "__eq__", "__ne__", "__neg__", "__abs__", "round", "mod",
               "clamp", "power", "norm", "weightedsqnorm", "weightedsqdist", "elem", "extract",
-              "__getitem__", "one_hot", "keops_tensordot", "sinc") + _tl.TABLE_METHODS:
+              "__getitem__", "one_hot", "keops_tensordot", "sinc", "bspline",
+              "difference_matrix") + _tl.TABLE_METHODS:
     if _name not in GenericLazyTensor.__dict__:
         setattr(GenericLazyTensor, _name, _make_forwarder(_name))
 
