@@ -48,7 +48,7 @@ def test_every_table_op_is_a_method():
     spelled = {"Add", "Subtract", "Mult", "Divide", "Minus", "Scalprod", "TensorDot", "Round",
                "Mod", "ClampInt", "Clamp", "Pow", "Powf", "Less", "LessEq", "Greater",
                "GreaterEq", "Equal", "NotEqual", "Sum", "Max", "Min", "ArgMax", "ArgMin", "Elem",
-               "Extract", "OneHot"}
+               "Extract", "OneHot", "BSpline"}
     for op, arity, n_params, infix, _ in _core.op_table():
         if op in spelled:
             continue
@@ -56,6 +56,9 @@ def test_every_table_op_is_a_method():
         assert name in lazytensor.TABLE_METHODS, op
         special = {"SymSqNorm": [Pm(np.ones(9)), Vi(X)], "SqNormIso": [Pm(np.ones(1)), Vi(X)],
                    "MatVecMult": [Pm(np.ones(9)), Vi(X)], "VecMatMult": [Vi(X), Pm(np.ones(9))]}
+        series = [Vi(X), Vj(Y), Pm(np.ones(1))]  # SoftDTW_SqDist and its derivative ops
+        special.update({"SoftDTW_SqDist": series, "SoftDTW_SqDist_Grad": series,
+                        "SoftDTW_SqDist_GradDir": series + [Pm(np.ones(2 * X.shape[1] + 1))]})
         operands = special.get(op, [Vi(X)] + [Vj(Y)] * (arity - 1))
         out = getattr(operands[0], name)(*operands[1:], *([1] * n_params))
         assert isinstance(out, LazyTensor) and out.formula.dim == out.ndim
