@@ -167,6 +167,17 @@ Formula complex_real_scal(const Formula& a, const Formula& b);  // real scalar t
 Formula complex_sum(const Formula& a);              // sum of the complex components -> dim 2
 Formula complex_sum_t(const Formula& a, int dim);  // ComplexSum's adjoint: dim 2 -> dim
 
+// ---- recursions over components ------------------------------------------------------------------
+// KeOps's BSpline: the dim(knots) - order - 1 B-spline basis functions of the given order (0:
+// indicators of [t_j, t_j+1)) at the scalar x, by De Boor's recursion; a ratio over coincident
+// knots is 0.
+Formula bspline(const Formula& knots, const Formula& x, int order);
+// KeOps's SoftDTW_SqDist: soft-DTW between the series x and y (their components) with the cost
+// (x_i - y_j)^2 and smoothing gamma (dim 1); dim 1.
+Formula softdtw_sqdist(const Formula& x, const Formula& y, const Formula& gamma);
+// x[a] - y[b] at a * dim(y) + b: pykeops's difference_matrix.
+Formula difference_matrix(const Formula& x, const Formula& y);
+
 // ---- calculus on formulas ------------------------------------------------------------------------
 // Reverse mode: the gradient of <f, cot> with respect to variable `v` (a leaf made by var()).
 Formula grad(const Formula& f, const Formula& v, const Formula& cot);

@@ -203,6 +203,18 @@ class FormulaOps:
     def one_hot(self, D):
         return self._apply("one_hot", "OneHot", [self], (lv.positive_int("one_hot", "D", D),))
 
+    def bspline(self, x, k=0):
+        """The dim - k - 1 B-spline basis functions of order k for the knots `self`, at the
+        scalar `x` (KeOps's BSpline)."""
+        if not isinstance(k, numbers.Integral) or isinstance(k, bool):
+            raise TypeError(f"LazyTensor.bspline: the order k must be an int, got {k!r}")
+        return self._apply("bspline", "BSpline", [self, self._operand(x, "bspline")], (k,))
+
+    def difference_matrix(self, other):
+        """self[a] - other[b] at a * other.dim + b (dim self.dim * other.dim)."""
+        return self._apply("difference_matrix", "DifferenceMatrix",
+                           [self, self._operand(other, "difference_matrix")])
+
     def norm(self, dim=-1):
         if dim not in (-1, self.dim() - 1):
             raise ValueError("LazyTensor.norm: only the norm over the D components (dim=-1) is "

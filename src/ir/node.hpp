@@ -102,6 +102,12 @@ enum class OpCode : uint16_t {
   ExtractT,
   SumT,
   DiffClampInt,
+  // recursions over components (ops/sequence.cpp)
+  BSpline,
+  SoftDTW,
+  SoftDTWGrad,
+  SoftDTWGradDir,
+  DifferenceMatrix,
   Count_
 };
 

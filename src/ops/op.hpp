@@ -210,6 +210,8 @@ void register_vector(std::vector<OpInfo>& t);
 void register_tensor(std::vector<OpInfo>& t);
 void register_complex(std::vector<OpInfo>& t);
 void register_linear(std::vector<OpInfo>& t);
+void register_sequence(std::vector<OpInfo>& t);
+void register_soft_dtw(std::vector<OpInfo>& t);
 
 // ---- helpers shared by op definitions ------------------------------------------------------------
 [[noreturn]] void dim_error(const char* op, const std::string& what);

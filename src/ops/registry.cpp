@@ -29,6 +29,8 @@ std::vector<OpInfo> build_table() {
   register_tensor(reg);
   register_complex(reg);
   register_linear(reg);
+  register_sequence(reg);
+  register_soft_dtw(reg);
   for (auto& o : reg) t[static_cast<size_t>(o.code)] = o;
   for (size_t k = 0; k < t.size(); ++k) TESSEL_ASSERT(t[k].name, "op ", k, " is not registered");
   return t;

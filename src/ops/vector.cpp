@@ -142,6 +142,12 @@ struct ExtractOp {
     const Node& n = a[0].node();  // Extract(ExtractT(f, s, d), s, dim f) is f
     if (n.op == OpCode::ExtractT && n.ip[0] == ip[0] && n.args[0]->dim == ip[1])
       return arg(a[0], 0);
+    // A range inside one part of a Concat (as the VJP of a Concat of VJPs takes): that part.
+    if (a[0].node().op != OpCode::Concat) return {};
+    const Formula p = arg(a[0], 0), q = arg(a[0], 1);
+    const int start = static_cast<int>(ip[0]), len = static_cast<int>(ip[1]);
+    if (start + len <= p.dim()) return extract(p, start, len);
+    if (start >= p.dim()) return extract(q, start - p.dim(), len);
     return {};
   }
   template <class S> static void apply(const Node& n, const S* const* a, S* out) {

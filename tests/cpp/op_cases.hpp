@@ -222,6 +222,8 @@ inline std::vector<TdConfig> tensordot_configs() {
 #include "op_cases_linear.hpp"  // uses the helpers above; all_cases() below adds its cases
 
 namespace op_cases {
+// The recursions' cases (op_cases_sequence.hpp, included at the end).
+inline void add_sequence_cases(std::vector<OpCase>& cs);
 
 // ---- the case table -----------------------------------------------------------------------------
 using F2 = std::function<Formula(const Formula&, const Formula&)>;
@@ -554,7 +556,10 @@ inline std::vector<OpCase> all_cases() {
         [t](const Point& p) { return tensordot_ref(t, p[0], p[1]); }, {u2});
   add_complex_cases(cs);
   add_linear_cases(cs);
+  add_sequence_cases(cs);
   return cs;
 }
 
 }  // namespace op_cases
+
+#include "op_cases_sequence.hpp"

@@ -98,6 +98,15 @@ Formula sample(OpCode code) {
     case OpCode::ExtractT: return extract_t(a, 1, 5);
     case OpCode::SumT: return sum_t(s, 3) * x;
     case OpCode::DiffClampInt: return diff_clampint(4.0 * a, -1, 2);
+    case OpCode::BSpline: {  // sorted knots, two equal (a zero ratio); raw inputs for the jumps
+      const Formula k = concat(concat(concat(s, s + 0.5), concat(s + 0.5, s + 1.25)),
+                               concat(s + 2.0, s + 3.0));
+      return concat(bspline(k, 2.0 * x[1], 3), bspline(concat(x, y), y[2], 0));
+    }
+    case OpCode::SoftDTW: return softdtw_sqdist(x, concat(y, s), sp);
+    case OpCode::SoftDTWGrad: return make(code, {x, extract(y, 0, 2), sp});
+    case OpCode::SoftDTWGradDir: return make(code, {x, extract(y, 0, 2), sp, concat(x, y)});
+    case OpCode::DifferenceMatrix: return difference_matrix(x, extract(y, 0, 2));
     default: return {};
   }
 }

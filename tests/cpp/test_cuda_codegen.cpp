@@ -147,7 +147,11 @@ TEST(CudaCodegen, EveryOpCompiles) {
       elem_t(sum(a), 3, 1),
       extract_t(extract(a, 0, 2), 1, 3),
       sum_t(s, 3),
-      diff_clampint(a, -1, 2)};
+      diff_clampint(a, -1, 2),
+      bspline(concat(concat(s, s + 0.5), concat(concat(s + 0.5, s + 2.0), s + 3.0)), y[1], 1),
+      softdtw_sqdist(x, y, pos[0]) + make(OpCode::SoftDTWGrad, {x, y[0], pos[0]})[0] +
+          make(OpCode::SoftDTWGradDir, {x, y[0], pos[0], concat(concat(x, y[0]), s)})[1] + 0.0 * x,
+      extract(difference_matrix(x, y), 2, 3)};
   Formula total = parts[0];
   for (size_t k = 1; k < parts.size(); ++k) total = total + parts[k];
   // Every op of the table must be in there: a new op without a CUDA check fails here.

@@ -85,7 +85,12 @@ TEST_P(CudaEmulatedOps, EveryOpValues) {
       {"elem_t", elem_t(sum(a), 4, 1)},
       {"extract_t", extract_t(a, 1, 5)},
       {"sum_t", sum_t(e, 3)},
-      {"diff_clampint", diff_clampint(4.0 * a, -1, 2)}};
+      {"diff_clampint", diff_clampint(4.0 * a, -1, 2)},
+      {"bspline", bspline(concat(concat(e, e + 0.5), concat(e + 0.5, e + 2.0)), 2.0 * x[1], 1)},
+      {"softdtw", softdtw_sqdist(x, concat(y, e), ep)},
+      {"softdtw_grad", make(OpCode::SoftDTWGrad, {x, extract(y, 0, 2), ep})},
+      {"softdtw_grad_dir", make(OpCode::SoftDTWGradDir, {x, extract(y, 0, 2), ep, concat(x, y)})},
+      {"difference_matrix", difference_matrix(x, extract(y, 0, 2))}};
   Formula all = parts[0].second;
   for (size_t k = 1; k < parts.size(); ++k) all = concat(all, parts[k].second);
   // A new op without a sample here fails, as in test_cuda_codegen.cpp.

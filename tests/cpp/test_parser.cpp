@@ -73,6 +73,13 @@ Formula sample(OpCode code) {
       return make(code, {s}, {4});
     case OpCode::DiffClampInt:
       return make(code, {x}, {0, 1});
+    case OpCode::BSpline:
+      return make(code, {x, s}, {1});
+    case OpCode::SoftDTW:
+    case OpCode::SoftDTWGrad:
+      return make(code, {x, vj(5, 2), s});
+    case OpCode::SoftDTWGradDir:
+      return make(code, {x, vj(5, 2), s, pm(4, 12)});
     default:
       break;
   }

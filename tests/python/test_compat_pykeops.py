@@ -287,8 +287,6 @@ def test_lazytensor_conventions_and_options():
         S.sum(1, bogus=1)
     with pytest.raises(TypeError, match="torch"):
         tk.LazyTensor(np.zeros((3, 1, 2)))
-    with pytest.raises(NotImplementedError):
-        S.bspline()
 
 
 def test_lazytensor_autograd_through_geomloss_style_kernel():

@@ -48,7 +48,7 @@ def test_every_table_op_is_a_method():
     spelled = {"Add", "Subtract", "Mult", "Divide", "Minus", "Scalprod", "TensorDot", "Round",
                "Mod", "ClampInt", "Clamp", "Pow", "Powf", "Less", "LessEq", "Greater",
                "GreaterEq", "Equal", "NotEqual", "Sum", "Max", "Min", "ArgMax", "ArgMin", "Elem",
-               "Extract", "OneHot", "Real2Complex", "Imag2Complex"}
+               "Extract", "OneHot", "Real2Complex", "Imag2Complex", "BSpline"}
     for op, arity, n_params, infix, _ in _core.op_table():
         if op in spelled:
             continue
@@ -61,6 +61,9 @@ def test_every_table_op_is_a_method():
                    "ElemT": [Vi(X[:, :1])], "SumT": [Vi(X[:, :1])]}
         if (op.startswith("Complex") or op == "Conj") and op not in special and op != "ComplexExp1j":
             special[op] = [Vi(X[:, :2])] + [Vj(Y[:, :2])] * (arity - 1)  # (re, im) pairs
+        series = [Vi(X), Vj(Y), Pm(np.ones(1))]  # SoftDTW_SqDist and its derivative ops
+        special.update({"SoftDTW_SqDist": series, "SoftDTW_SqDist_Grad": series,
+                        "SoftDTW_SqDist_GradDir": series + [Pm(np.ones(2 * X.shape[1] + 1))]})
         params = {"ElemT": [3, 1], "ExtractT": [1, 4], "SumT": [2],
                   "ComplexSumT": [4]}.get(op, [1] * n_params)
         operands = special.get(op, [Vi(X)] + [Vj(Y)] * (arity - 1))

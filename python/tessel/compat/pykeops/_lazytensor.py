@@ -23,7 +23,6 @@ _TLT = _tl.LazyTensor
 _CAT_TEXT = ("Vi", "Vj", "Pm")
 _INIT_OPTIONS = ("dtype_acc", "use_double_acc", "sum_scheme", "enable_chunks", "use_fast_math")
 _CALL_OPTIONS = ("backend", "device_id", "ranges", "out")
-_UNSUPPORTED = ("bspline", "difference_matrix", "softdtw_sqdist")
 
 # The Genred objects of the reductions asked for, least recently used dropped first.
 _genred_cache = LruCache(1024)
@@ -547,21 +546,10 @@ for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__
               "clamp", "power", "norm", "weightedsqnorm", "weightedsqdist", "elem", "extract",
               "__getitem__", "one_hot", "keops_tensordot", "sinc", "grad_matrix", "diff",
               "divergence", "laplacian", "trace_operator", "factorize", "auto_factorize",
-              "real2complex", "imag2complex", "exp1j", "keops_kron") + _tl.TABLE_METHODS:
+              "real2complex", "imag2complex", "exp1j", "keops_kron", "bspline",
+              "difference_matrix") + _tl.TABLE_METHODS:
     if _name not in GenericLazyTensor.__dict__:
         setattr(GenericLazyTensor, _name, _make_forwarder(_name))
-
-
-def _make_unsupported(name):
-    def method(self, *args, **kwargs):
-        raise NotImplementedError(f"LazyTensor.{name} is not supported by tessel yet")
-    method.__name__ = name
-    return method
-
-
-for _name in _UNSUPPORTED:
-    if not hasattr(GenericLazyTensor, _name):
-        setattr(GenericLazyTensor, _name, _make_unsupported(_name))
 
 
 def variable_constructors(lazy_tensor_class, what):
