@@ -10,6 +10,7 @@ from . import _core
 from .lazytensor import ArrayAdapter, LazyTensor, Vi, Vj, Pm, register_adapter  # noqa: F401
 from ._genred import GenredBase
 from ._torch_autograd import GenredFunction, ZeroGrads, live_ctx, transforms_active
+from . import _torch_op
 from ._solve import KernelSolveBase
 from .checkpoint import checkpoint_loop  # noqa: F401
 from .implicit import ConvergenceError, cg_solve, fixed_point  # noqa: F401
@@ -21,6 +22,8 @@ __all__ = ["Genred", "KernelSolve", "LazyTensor", "Vi", "Vj", "Pm", "checkpoint_
            "ReversibleCoupling"]
 
 _DTYPES = (torch.float32, torch.float64)
+_OP = _torch_op.AVAILABLE  # torch >= 2.4
+_is_compiling = torch.compiler.is_compiling if _OP else None
 
 
 class Genred(GenredBase):
@@ -31,13 +34,30 @@ class Genred(GenredBase):
     """
 
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._register()
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self._register()
+
+    def _register(self):
+        # The key by which torch.compile's traced graphs name the reduction (see _torch_op).
+        self._op = _torch_op.register(self._spec) if _OP else None
+
     def __call__(self, *args, backend=None, ni=None, nj=None, ranges=None):
         """`ni` / `nj` give the number of i / j rows when no i- / j-variable tells them;
-        `ranges` makes the reduction block-sparse (KeOps's 6-array layout)."""
+        `ranges` makes the reduction block-sparse (KeOps's 6-array layout). Under torch.compile
+        the call is traced as the operator tessel::genred (a graph break with `ranges`)."""
         spec = self._spec
         tensors, opts = spec.prepare(args, "Genred", backend, ni, nj, ranges)
         _check_tensors(tensors, "Genred")
-        out = GenredFunction.apply(spec.reduction, opts, *tensors)
+        if _OP and _is_compiling() and self._op is not None and ranges is None and backend is None:
+            out = _torch_op.genred(self._op.key, list(tensors), opts["ni"], opts["nj"])
+            out = out[0] if len(out) == 1 else tuple(out)
+        else:
+            out = GenredFunction.apply(spec.reduction, opts, *tensors)
         unread = args[spec.n_core:]
         if unread and torch.is_grad_enabled() and any(getattr(a, "requires_grad", False) for a in unread):
             out = ZeroGrads.apply(out, *unread) if not isinstance(out, tuple) else (

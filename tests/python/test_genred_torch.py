@@ -478,8 +478,7 @@ def test_empty_inputs(axis):
 # ---- torch.compile (PyTorch 2.x; torch.func is in test_torch_func.py) ----------------------------
 @pytest.mark.skipif(not hasattr(torch, "compile"), reason="torch.compile is PyTorch 2.x")
 def test_compiled_function_calling_genred_matches_eager_with_gradients():
-    # Dynamo cannot trace into the compiled core: it breaks the graph around the call, which then
-    # runs eagerly with its autograd Function; fullgraph=True raises (PyTorch's Unsupported).
+    # Traced as the operator tessel::genred (test_torch_func.py checks the graph has no break).
     fn = make("Sum")
     args = to_torch(GAUSS.data(N, M), requires_grad=True)
 

@@ -187,19 +187,67 @@ def test_unread_argument_gets_zero_grad_under_func():
     close(gy, torch.full_like(y, float(N)))
 
 
-def test_torch_compile_graph_break():
-    """torch.compile (fullgraph=False) runs the reduction eagerly at a graph break: the value and
-    the gradient are those of the eager call."""
-    red, dense, e = CASES["Sum"]
-    x, y, b, g = inputs()
+def test_torch_compile_traces_the_operator():
+    """Under torch.compile the reduction is the operator tessel::genred (fake shapes, registered
+    backward): one graph, no break, even with fullgraph=True; values and gradients as eager."""
+    red, dense, e = CASES["LogSumExp"]
 
     def loss(x, y, b, g):
         return (red(x * 2, y, b, g).sin() ** 2).sum()
 
-    compiled = torch.compile(loss, fullgraph=False, backend="eager")
+    explained = torch._dynamo.explain(loss)(*inputs(e))
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")
+    for n in (N, N + 3):  # a second size: recompiled (or dynamic), never a stale shape
+        x, y, b, g = inputs(e)
+        x = torch.cat([x, x[: n - N] + 1]).requires_grad_()
+        out, ref = compiled(x, y, b, g), loss(x, y, b, g)
+        close(out, ref)
+        close(torch.autograd.grad(out, x)[0], torch.autograd.grad(ref, x)[0])
+
+
+def test_torch_compile_graph_break_with_ranges():
+    """Block-sparse ranges do not go through the operator: the graph breaks around the call,
+    which runs eagerly; the value and the gradient are those of the eager call."""
+    red, dense, e = CASES["Sum"]
+    x, y, b, g = inputs(e)
+    half = M // 2
+    ranges = (torch.tensor([[0, N]]), torch.tensor([1]), torch.tensor([[0, half]]),
+              torch.tensor([[0, M]]), torch.tensor([1]), torch.tensor([[0, N]]))
+
+    def loss(x):
+        return (red(x * 2, y, b, g, ranges=ranges).sin() ** 2).sum()
+
+    assert torch._dynamo.explain(loss)(x).graph_break_count >= 1
+    compiled = torch.compile(loss, fullgraph=False, backend="aot_eager")
     xr = x.clone().requires_grad_()
-    out = compiled(xr, y, b, g)
-    ref = (dense(2 * x, y, b, g).sin() ** 2).sum()
-    close(out, ref)
+    out = compiled(xr)
+    ref_fn = lambda x: (dense(x * 2, y[:half], b[:half], g).sin() ** 2).sum()  # noqa: E731
+    close(out, ref_fn(x))
+    close(torch.autograd.grad(out, xr)[0], func.grad(ref_fn)(x))
+
+
+def test_torch_compile_lazytensor():
+    """LazyTensor builds its formula in the core (graph breaks there); the reduction runs as the
+    operator in the graph after them."""
+    x, y, b, _ = inputs(batch=(2,))
+
+    def loss(x):
+        return (lazy_kernel(x, y, b) ** 2).sum()
+
+    compiled = torch.compile(loss, backend="aot_eager")
+    xr = x.clone().requires_grad_()
+    out = compiled(xr)
+    close(out, (dense_kernel(x, y, b) ** 2).sum())
     close(torch.autograd.grad(out, xr)[0],
-          func.grad(lambda x: (dense(x * 2, y, b, g).sin() ** 2).sum())(x))
+          func.grad(lambda x: (dense_kernel(x, y, b) ** 2).sum())(x))
+
+
+def test_kernel_solve_refuses_transforms_clearly():
+    from tessel.torch import KernelSolve
+    ks = KernelSolve("Exp(-SqDist(X, Y)) * B", ["X = Vi(3)", "Y = Vj(3)", "B = Vj(1)"], "B",
+                     axis=1)
+    x = torch.randn(N, 3, dtype=F64)
+    b = torch.randn(N, 1, dtype=F64)
+    with pytest.raises(NotImplementedError, match="KernelSolve: torch.func transforms"):
+        func.grad(lambda b: ks(x, x, b, alpha=1.0).sum())(b)
