@@ -107,7 +107,8 @@ def _vmap(info, in_dims, reduction, options, args):
     n_out = reduction.num_outputs
     if options.get("ranges") is not None:
         rows = [GenredFunction.apply(reduction, options,
-                                     *(a if d is None else a.select(d, v) for a, d in zip(args, dims)))
+                                     *(a if d is None else a.select(d, v)
+                                       for a, d in zip(args, dims)))
                 for v in range(info.batch_size)]
         if n_out == 1:
             return torch.stack(rows), 0

@@ -94,7 +94,8 @@ def _lookup(key):
         try:
             spec = GenredSpec(**json.loads(base))
         except (TypeError, ValueError) as err:
-            raise RuntimeError(f"tessel::genred: {base!r} does not name a reduction: {err}") from None
+            raise RuntimeError(f"tessel::genred: {base!r} does not name a reduction: "
+                               f"{err}") from None
         e = _entries[base] = OpEntry(base, spec.reduction, spec.options)
         _rebuilt.get_or_make(base, lambda: e)
     for step in derivation:

@@ -1,8 +1,10 @@
 """PyTorch front end: Genred on tensors, with autograd to any order.
 
-The backward of a reduction is another reduction (the core differentiates symbolically), run by
-the same autograd Function, so `torch.autograd.grad(..., create_graph=True)` nests as deep as
-asked without storing an N x M matrix.
+The derivatives of a reduction are reductions (the core differentiates symbolically), run by the
+same autograd Function (_torch_autograd), so `torch.autograd.grad(..., create_graph=True)` nests
+as deep as asked without storing an N x M matrix; on PyTorch 2.x so do the torch.func transforms
+(grad, vjp, jvp, jacrev, jacfwd, hessian, vmap), and torch.compile traces a call as the custom
+operator tessel::genred (_torch_op).
 """
 import torch
 
@@ -33,7 +35,6 @@ class Genred(GenredBase):
     Min/Max/KMin (via the selected indices) and LogSumExp/SumSoftMaxWeight, to any order.
     """
 
-
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._register()
@@ -53,7 +54,7 @@ class Genred(GenredBase):
         spec = self._spec
         tensors, opts = spec.prepare(args, "Genred", backend, ni, nj, ranges)
         _check_tensors(tensors, "Genred")
-        if _OP and _is_compiling() and self._op is not None and ranges is None and backend is None:
+        if _OP and self._op is not None and _is_compiling() and ranges is None and backend is None:
             out = _torch_op.genred(self._op.key, list(tensors), opts["ni"], opts["nj"])
             out = out[0] if len(out) == 1 else tuple(out)
         else:

@@ -26,7 +26,8 @@ def _suite_dir():
     return d if os.path.isdir(d) else None
 
 
-# A reason that starts with this marker lists a failure on PyTorch 1.x only: on 2.x the test must pass.
+# A reason that starts with this marker lists a failure on PyTorch 1.x only: on 2.x the test
+# must pass.
 TORCH1_ONLY = "[torch1]"
 
 
