@@ -195,7 +195,7 @@ class GenredSpec:
                 opts[key] = n
 
 
-# Gradient reductions, one per (reduction, variable) met: bounded, as a program that builds new
+# Gradient and forward-mode reductions, one per (reduction, variable) met: bounded, as a program that builds new
 # formulas in a loop must not grow without bound. 512 covers the gradients of any realistic
 # working set (a reduction has a few variables, each gradient of order k adds one entry).
 GRAD_CACHE_SIZE = 512
@@ -208,6 +208,12 @@ atexit.register(_grad_cache.clear)
 def grad_of(reduction, var):
     """The gradient reduction for `var`, built once per reduction and variable."""
     return _grad_cache.get_or_make((reduction.hash, var), lambda: reduction.grad(var))
+
+
+def jvp_of(reduction, var):
+    """The forward-mode derivative of output 0 along a tangent of `var` (read as the input after
+    the reduction's own), built once per reduction and variable."""
+    return _grad_cache.get_or_make((reduction.hash, "jvp", var), lambda: reduction.jvp(var))
 
 
 def ranges_arg(ranges):

@@ -1,17 +1,18 @@
 """PyTorch front end: Genred on tensors, with autograd to any order.
 
-The backward of a reduction is another reduction (the core differentiates symbolically), run by
-the same autograd Function, so `torch.autograd.grad(..., create_graph=True)` nests as deep as
-asked without storing an N x M matrix.
+The derivatives of a reduction are reductions (the core differentiates symbolically), run by the
+same autograd Function (_torch_autograd), so `torch.autograd.grad(..., create_graph=True)` nests
+as deep as asked without storing an N x M matrix; on PyTorch 2.x so do the torch.func transforms
+(grad, vjp, jvp, jacrev, jacfwd, hessian, vmap), and torch.compile traces a call as the custom
+operator tessel::genred (_torch_op).
 """
-import atexit
-import weakref
-
 import torch
 
 from . import _core
 from .lazytensor import ArrayAdapter, LazyTensor, Vi, Vj, Pm, register_adapter  # noqa: F401
-from ._genred import GenredBase, grad_of
+from ._genred import GenredBase
+from ._torch_autograd import GenredFunction, ZeroGrads, live_ctx, transforms_active
+from . import _torch_op
 from ._solve import KernelSolveBase
 from .checkpoint import checkpoint_loop  # noqa: F401
 from .implicit import ConvergenceError, cg_solve, fixed_point  # noqa: F401
@@ -23,66 +24,8 @@ __all__ = ["Genred", "KernelSolve", "LazyTensor", "Vi", "Vj", "Pm", "checkpoint_
            "ReversibleCoupling"]
 
 _DTYPES = (torch.float32, torch.float64)
-
-
-def _run(reduction, options, args):
-    """Evaluates on the tensors' memory; the results are NumPy-allocated and shared, not copied.
-    CUDA tensors are reduced on their GPU, on PyTorch's current stream; the results come back
-    through host memory (the CUDA backend stages its outputs there) and are moved to the GPU."""
-    device = next((a.device for a in args if a.device.type == "cuda"), None)
-    if device is None:
-        outs = _core.evaluate(reduction, [a.detach() for a in args], **options)
-        return [torch.from_numpy(o) for o in outs]
-    stream = torch.cuda.current_stream(device).cuda_stream
-    outs = _core.evaluate(reduction, [a.detach() for a in args], stream=stream,
-                          device=device.index or 0, **options)
-    return [torch.from_numpy(o).to(device) for o in outs]
-
-
-# torch never frees the Python side of an autograd graph that is still alive when the interpreter
-# exits (a script's global `loss`, say): its nodes skip the decref once finalization has begun.
-# The core objects on such a graph's ctx would never be freed and nanobind would report them as
-# leaked, so each ctx that holds one is dropped at exit (the graph cannot be used after that).
-_live_ctx = weakref.WeakSet()
-
-
-@atexit.register
-def _drop_live_ctx():
-    for ctx in list(_live_ctx):
-        ctx.__dict__.clear()
-
-
-class _GenredFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, reduction, options, *args):
-        outs = _run(reduction, options, args)
-        ctx.reduction, ctx.options = reduction, options
-        if any(ctx.needs_input_grad):  # else the ctx dies with this call
-            _live_ctx.add(ctx)
-        ctx.save_for_backward(*args)
-        index_outs = [o for k, o in enumerate(outs) if reduction.output_is_index(k)]
-        if index_outs:
-            ctx.mark_non_differentiable(*index_outs)
-        return outs[0] if len(outs) == 1 else tuple(outs)
-
-    @staticmethod
-    def backward(ctx, *grad_outputs):
-        reduction, options = ctx.reduction, ctx.options
-        args = ctx.saved_tensors
-        g = grad_outputs[0]
-        used = {i for i, _, _ in reduction.inputs()}
-        grads = [None, None]
-        for k, a in enumerate(args):
-            if not ctx.needs_input_grad[2 + k]:
-                grads.append(None)
-            elif k not in used or g is None:
-                grads.append(torch.zeros_like(a))
-            else:
-                dk = _GenredFunction.apply(grad_of(reduction, k), options, *args, g)
-                # Batch dimensions the input was broadcast along are summed back.
-                grads.append(dk.reshape(a.shape) if dk.numel() == a.numel()
-                             else dk.sum_to_size(a.shape))
-        return tuple(grads)
+_OP = _torch_op.AVAILABLE  # torch >= 2.4
+_is_compiling = torch.compiler.is_compiling if _OP else None
 
 
 class Genred(GenredBase):
@@ -92,44 +35,40 @@ class Genred(GenredBase):
     Min/Max/KMin (via the selected indices) and LogSumExp/SumSoftMaxWeight, to any order.
     """
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._register()
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self._register()
+
+    def _register(self):
+        # The key by which torch.compile's traced graphs name the reduction (see _torch_op).
+        self._op = _torch_op.register(self._spec) if _OP else None
 
     def __call__(self, *args, backend=None, ni=None, nj=None, ranges=None):
         """`ni` / `nj` give the number of i / j rows when no i- / j-variable tells them;
-        `ranges` makes the reduction block-sparse (KeOps's 6-array layout)."""
+        `ranges` makes the reduction block-sparse (KeOps's 6-array layout). Under torch.compile
+        the call is traced as the operator tessel::genred (a graph break with `ranges`)."""
         spec = self._spec
         tensors, opts = spec.prepare(args, "Genred", backend, ni, nj, ranges)
         _check_tensors(tensors, "Genred")
-        out = _GenredFunction.apply(spec.reduction, opts, *tensors)
+        if _OP and self._op is not None and _is_compiling() and ranges is None and backend is None:
+            out = _torch_op.genred(self._op.key, list(tensors), opts["ni"], opts["nj"])
+            out = out[0] if len(out) == 1 else tuple(out)
+        else:
+            out = GenredFunction.apply(spec.reduction, opts, *tensors)
         unread = args[spec.n_core:]
         if unread and torch.is_grad_enabled() and any(getattr(a, "requires_grad", False) for a in unread):
-            out = _ZeroGrads.apply(out, *unread) if not isinstance(out, tuple) else (
-                _ZeroGrads.apply(out[0], *unread), *out[1:])
+            out = ZeroGrads.apply(out, *unread) if not isinstance(out, tuple) else (
+                ZeroGrads.apply(out[0], *unread), *out[1:])
         return out
 
-
-class _ZeroGrads(torch.autograd.Function):
-    """Ties the arguments a simplified formula does not read (0 * x) to the result: their
-    gradient is zeros of their shape, as in pykeops, not None."""
-
-    @staticmethod
-    def forward(ctx, out, *unread):
-        ctx.like = [(a.shape, a.dtype, a.device) for a in unread]
-        return out.view_as(out)
-
-    @staticmethod
-    def backward(ctx, g):
-        return (g, *(torch.zeros(s, dtype=t, device=d) for s, t, d in ctx.like))
 
 def _check_tensors(args, who):
     """The call's tensors: CPU or one CUDA device, float32 or float64, one dtype. Returns that
     dtype."""
-    transforms_active = getattr(torch._C, "_are_functorch_transforms_active", None)
-    if transforms_active is not None and transforms_active():
-        # PyTorch's own error asks to override setup_context, a method of a class not the user's.
-        raise NotImplementedError(
-            f"{who}: torch.func transforms (grad, vmap, jacrev, jvp, ...) are not supported yet; "
-            "use torch.autograd.grad or .backward() (any order, create_graph=True) and batch "
-            "dimensions instead of vmap")
     dtype = device = None
     for k, a in enumerate(args):
         if not isinstance(a, torch.Tensor):
@@ -169,7 +108,7 @@ class _KernelSolveFunction(torch.autograd.Function):
         solver._report(rep, mode, stats)
         ctx.solver, ctx.settings = solver, settings
         if any(ctx.needs_input_grad):
-            _live_ctx.add(ctx)
+            live_ctx.add(ctx)
         ctx.save_for_backward(alpha, x, *args)
         return x
 
@@ -211,7 +150,7 @@ class _KernelSolveFunction(torch.autograd.Function):
                 for k in others:
                     proxies[k] = args[k].view_as(args[k])
                 proxies[var] = x
-                kx = _GenredFunction.apply(solver.reduction, _eval_options(opts),
+                kx = GenredFunction.apply(solver.reduction, _eval_options(opts),
                                            *proxies[:solver._spec.n_core])
                 gs = torch.autograd.grad(kx, [proxies[k] for k in others], grad_outputs=-u,
                                          create_graph=True, allow_unused=True)
@@ -239,6 +178,12 @@ class KernelSolve(KernelSolveBase):
     def __call__(self, *args, alpha=0.0, tol=None, atol=0.0, maxiter=None,
                  on_nonconvergence="warn", backend=None, ranges=None, stats=None):
         who = self._who
+        if transforms_active():
+            # Its implicit backward runs the core's solver, which has no vmap or jvp rule.
+            raise NotImplementedError(
+                f"{who}: torch.func transforms (grad, vmap, jacrev, jvp, ...) are not supported "
+                "by KernelSolve; use torch.autograd.grad or .backward() (any order, "
+                "create_graph=True) and batch one solve per right-hand side")
         dtype = _check_tensors(args, who)
         alpha_t = alpha if isinstance(alpha, torch.Tensor) else torch.tensor(float(alpha),
                                                                               dtype=dtype)

@@ -191,6 +191,9 @@ def test_lazytensor_logsumexp_weight_numpy():  # pykeops formula 8
     C = -((x[:, None, :] - y[None, :, :]) ** 2).sum(-1)
     dense = np.log((np.exp(C)[:, :, None] * w[None]).sum(1))
     compare(run(tn.LazyTensor), dense, run(rn.LazyTensor) if HAVE_PYKEOPS else None)
+    # pykeops also takes the weight as `other` (its test_torch_func_logsumexp.py does).
+    x_i, y_j, w_j = (tn.LazyTensor(a) for a in (x[:, None, :], y[None, :, :], w[None, :, :]))
+    compare((-((x_i - y_j) ** 2).sum(-1)).logsumexp(dim=1, other=w_j), dense, None)
 
 
 # ---- behaviour checked against dense references only ---------------------------------------------

@@ -475,27 +475,10 @@ def test_empty_inputs(axis):
     assert v.shape == i.shape == (0, K)
 
 
-# ---- torch.func and torch.compile (PyTorch 2.x) ---------------------------------------------------
-@pytest.mark.skipif(not hasattr(torch, "func"), reason="torch.func is PyTorch 2.x")
-@pytest.mark.parametrize("transform", ["grad", "vmap", "jacrev"])
-def test_func_transforms_refused_with_a_clear_error(transform):
-    x, *rest = to_torch(GAUSS.data(N, M))
-    y = rest[0]  # the aliases are X, Y, B, G
-    fn = make("Sum")
-    call = {"grad": lambda: torch.func.grad(lambda x: fn(x, *rest).sum())(x),
-            "vmap": lambda: torch.func.vmap(lambda x: fn(x, *rest))(x[None]),
-            "jacrev": lambda: torch.func.jacrev(lambda x: fn(x, *rest))(x)}[transform]
-    with pytest.raises(NotImplementedError, match="Genred: torch.func transforms"):
-        call()
-    lazy = tessel.torch.LazyTensor
-    with pytest.raises(NotImplementedError, match="Genred: torch.func transforms"):
-        torch.func.grad(lambda x: (lazy(x[:, None, :]) - lazy(y[None])).sum(-1).sum(1).sum())(x)
-
-
+# ---- torch.compile (PyTorch 2.x; torch.func is in test_torch_func.py) ----------------------------
 @pytest.mark.skipif(not hasattr(torch, "compile"), reason="torch.compile is PyTorch 2.x")
 def test_compiled_function_calling_genred_matches_eager_with_gradients():
-    # Dynamo cannot trace into the compiled core: it breaks the graph around the call, which then
-    # runs eagerly with its autograd Function; fullgraph=True raises (PyTorch's Unsupported).
+    # Traced as the operator tessel::genred (test_torch_func.py checks the graph has no break).
     fn = make("Sum")
     args = to_torch(GAUSS.data(N, M), requires_grad=True)
 

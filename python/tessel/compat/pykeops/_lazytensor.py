@@ -409,7 +409,10 @@ class GenericLazyTensor:
         return self._reduction("Sum", axis, dim, who="sum_reduction", **kwargs)
 
     def logsumexp(self, axis=None, dim=None, weight=None, **kwargs):
-        """log sum_j exp(self) (or log sum_j exp(self) * weight) over i or j."""
+        """log sum_j exp(self) (or log sum_j exp(self) * weight) over i or j; pykeops also takes
+        the weight as `other`."""
+        if weight is None:
+            weight = kwargs.pop("other", None)
         w = None
         if weight is not None:
             w = weight if isinstance(weight, GenericLazyTensor) else type(self)(weight)

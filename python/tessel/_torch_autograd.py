@@ -1,0 +1,213 @@
+"""The autograd Function behind tessel.torch.Genred: reverse and forward mode, and vmap.
+
+The derivatives of a reduction are reductions (the core differentiates symbolically), run by this
+same Function, so `torch.autograd.grad(..., create_graph=True)`, `torch.func.grad`, `jvp`,
+`jacrev`, `jacfwd` and `hessian` nest as deep as asked without storing an N x M matrix. On
+PyTorch >= 2 the Function has the `setup_context` form that torch.func requires, a forward-mode
+rule (`jvp`) and a `vmap` rule: the vmapped dimension becomes one more batch dimension of the
+core's batched reductions, so a vmap is one core call, not a loop.
+"""
+import atexit
+import weakref
+
+import torch
+
+from . import _core
+from ._genred import grad_of, jvp_of
+
+TORCH2 = int(torch.__version__.split(".")[0]) >= 2
+
+
+def run(reduction, options, args):
+    """Evaluates on the tensors' memory; the results are NumPy-allocated and shared, not copied.
+    CUDA tensors are reduced on their GPU, on PyTorch's current stream; the results come back
+    through host memory (the CUDA backend stages its outputs there) and are moved to the GPU."""
+    device = next((a.device for a in args if a.device.type == "cuda"), None)
+    if device is None:
+        outs = _core.evaluate(reduction, [a.detach() for a in args], **options)
+        return [torch.from_numpy(o) for o in outs]
+    stream = torch.cuda.current_stream(device).cuda_stream
+    outs = _core.evaluate(reduction, [a.detach() for a in args], stream=stream,
+                          device=device.index or 0, **options)
+    return [torch.from_numpy(o).to(device) for o in outs]
+
+
+# torch never frees the Python side of an autograd graph that is still alive when the interpreter
+# exits (a script's global `loss`, say): its nodes skip the decref once finalization has begun.
+# The core objects on such a graph's ctx would never be freed and nanobind would report them as
+# leaked, so each ctx that holds one is dropped at exit (the graph cannot be used after that).
+live_ctx = weakref.WeakSet()
+
+
+@atexit.register
+def _drop_live_ctx():
+    for ctx in list(live_ctx):
+        ctx.__dict__.clear()
+
+
+def _setup(ctx, reduction, options, args, outs):
+    ctx.reduction, ctx.options = reduction, options
+    if any(ctx.needs_input_grad):  # else the ctx dies with this call
+        live_ctx.add(ctx)
+    ctx.save_for_backward(*args)
+    index_outs = [o for k, o in enumerate(outs) if reduction.output_is_index(k)]
+    if index_outs:
+        ctx.mark_non_differentiable(*index_outs)
+
+
+def _result(outs):
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _backward(ctx, grad_outputs):
+    reduction, options = ctx.reduction, ctx.options
+    args = ctx.saved_tensors
+    g = grad_outputs[0]
+    used = {i for i, _, _ in reduction.inputs()}
+    grads = [None, None]
+    for k, a in enumerate(args):
+        if not ctx.needs_input_grad[2 + k]:
+            grads.append(None)
+        elif k not in used or g is None:
+            grads.append(torch.zeros_like(a))
+        else:
+            dk = GenredFunction.apply(grad_of(reduction, k), options, *args, g)
+            # Batch dimensions the input was broadcast along are summed back.
+            grads.append(dk.reshape(a.shape) if dk.numel() == a.numel()
+                         else dk.sum_to_size(a.shape))
+    return tuple(grads)
+
+
+def _jvp(ctx, tangents):
+    """The tangent of output 0: a sum over the inputs that carry a tangent of one reduction each
+    (the input's tangent read as one more variable). Index outputs have none."""
+    reduction, options = ctx.reduction, ctx.options
+    args = ctx.saved_tensors
+    used = {i for i, _, _ in reduction.inputs()}
+    out = None
+    for k, t in enumerate(tangents[2:]):
+        if t is None or k not in used:
+            continue
+        d = GenredFunction.apply(jvp_of(reduction, k), options, *args, t)
+        out = d if out is None else out + d
+    if out is None:
+        out = torch.zeros(ctx.out_shape, dtype=args[0].dtype, device=args[0].device)
+    if reduction.num_outputs == 1:
+        return out
+    return (out, *(None for _ in range(reduction.num_outputs - 1)))
+
+
+def _vmap(info, in_dims, reduction, options, args):
+    """The vmapped dimension becomes a leading batch dimension of every input (size 1, i.e.
+    broadcast, for an input that is not vmapped), after which each input gets singleton batch
+    dimensions so that all have as many as the one with most: the core broadcasts batch
+    dimensions as NumPy does, aligned on the right. Block-sparse ranges index one batch entry, so
+    a vmap with ranges loops over the vmapped entries instead."""
+    dims = in_dims[2:]
+    n_out = reduction.num_outputs
+    if options.get("ranges") is not None:
+        rows = [GenredFunction.apply(reduction, options,
+                                     *(a if d is None else a.select(d, v)
+                                       for a, d in zip(args, dims)))
+                for v in range(info.batch_size)]
+        if n_out == 1:
+            return torch.stack(rows), 0
+        return tuple(torch.stack(r) for r in zip(*rows)), (0,) * n_out
+    cats = {i: c for i, c, _ in reduction.inputs()}
+    trailing = [(1 if cats.get(k, 0) == 2 else 2) for k in range(len(args))]
+    logical = [a.dim() - (d is not None) for a, d in zip(args, dims)]
+    nb = max((n - t for n, t, k in zip(logical, trailing, range(len(args))) if k in cats),
+             default=0)
+    moved = []
+    for k, (a, d) in enumerate(zip(args, dims)):
+        a = a.unsqueeze(0) if d is None else a.movedim(d, 0)
+        pad = nb - (logical[k] - trailing[k]) if k in cats else 0  # unread: passed along
+        if pad > 0:
+            a = a.reshape(a.shape[:1] + (1,) * pad + a.shape[1:])
+        moved.append(a)
+    out = GenredFunction.apply(reduction, options, *moved)
+    return out, (0 if n_out == 1 else (0,) * n_out)
+
+
+if TORCH2:
+
+    class GenredFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(reduction, options, *args):
+            return _result(run(reduction, options, args))
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            reduction, options, *args = inputs
+            outs = output if isinstance(output, tuple) else (output,)
+            _setup(ctx, reduction, options, args, outs)
+            ctx.out_shape = outs[0].shape
+            ctx.save_for_forward(*args)
+
+        @staticmethod
+        def backward(ctx, *grad_outputs):
+            return _backward(ctx, grad_outputs)
+
+        @staticmethod
+        def jvp(ctx, *tangents):
+            return _jvp(ctx, tangents)
+
+        @staticmethod
+        def vmap(info, in_dims, reduction, options, *args):
+            return _vmap(info, in_dims, reduction, options, args)
+
+else:
+
+    class GenredFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, reduction, options, *args):
+            outs = run(reduction, options, args)
+            _setup(ctx, reduction, options, args, outs)
+            return _result(outs)
+
+        @staticmethod
+        def backward(ctx, *grad_outputs):
+            return _backward(ctx, grad_outputs)
+
+
+class _ZeroGradsBase(torch.autograd.Function):
+    """Ties the arguments a simplified formula does not read (0 * x) to the result: their
+    gradient is zeros of their shape, as in pykeops, not None."""
+
+    @staticmethod
+    def backward(ctx, g):
+        return (g, *(torch.zeros(s, dtype=t, device=d) for s, t, d in ctx.like))
+
+
+if TORCH2:
+
+    class ZeroGrads(_ZeroGradsBase):
+        generate_vmap_rule = True
+
+        @staticmethod
+        def forward(out, *unread):
+            return out.view_as(out)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.like = [(a.shape, a.dtype, a.device) for a in inputs[1:]]
+
+        @staticmethod
+        def jvp(ctx, t_out, *t_unread):
+            return t_out
+
+else:
+
+    class ZeroGrads(_ZeroGradsBase):
+        @staticmethod
+        def forward(ctx, out, *unread):
+            ctx.like = [(a.shape, a.dtype, a.device) for a in unread]
+            return out.view_as(out)
+
+
+def transforms_active():
+    """Whether a torch.func transform (grad, vmap, jvp, ...) is running."""
+    return _transforms_active is not None and _transforms_active()
+
+
+_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", None)
