@@ -308,6 +308,13 @@ CASES = {
     "Factorize": Case(2, dims=lambda rng: _d()(rng) * 2,
                       ref=lambda x, y: torch.exp(x) * y + torch.exp(x),
                       text=lambda vs, p, d, c: "Factorize(Add(Mult(Exp(v0),v1),Exp(v0)),Exp(v0))"),
+    "AutoFactorize": Case(2, dims=lambda rng: _d()(rng) * 2,
+                          ref=lambda x, y: torch.exp(x) * y + torch.exp(x),
+                          text=lambda vs, p, d, c: "AutoFactorize(Add(Mult(Exp(v0),v1),Exp(v0)))"),
+    # the Jacobian of v0 -> v1 * v0 is diag(v1)
+    "TraceOperator": Case(2, dims=lambda rng: _d()(rng) * 2,
+                          ref=lambda x, y: y.sum(-1, keepdim=True),
+                          text=lambda vs, p, d, c: "TraceOperator(Mult(v1,v0),v0)"),
     # ---- complex numbers, stored as (re, im) pairs ----
     **{n: Case(1, dims=_even(1), ref=f) for n, f in (
         ("ComplexAbs", lambda x: _c(x).abs()),

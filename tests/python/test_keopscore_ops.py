@@ -33,13 +33,7 @@ NOT_OPS = {"reductions": "reductions and their code-generation helpers, not form
 
 # Ops being added to tessel in parallel work: strict xfail, so the test fails as soon as one works
 # and the list must shrink.
-NOT_IN_TESSEL_YET = {
-    "BSpline", "SoftDTW_SqDist", "ElemT", "ExtractT", "SumT", "Kron", "IntInv", "DiffClampInt",
-    "GradMatrix", "Diff", "Divergence", "Laplacian", "Factorize",
-    "ComplexAbs", "ComplexAdd", "ComplexAngle", "ComplexDivide", "ComplexExp", "ComplexExp1j",
-    "ComplexImag", "ComplexMult", "ComplexReal", "ComplexRealScal", "ComplexSquareAbs",
-    "ComplexSubtract", "ComplexSum", "ComplexSumT", "Conj", "Imag2Complex", "Real2Complex",
-}
+NOT_IN_TESSEL_YET = set()
 
 # keopscore names tessel does not provide, each with its reason; the parser must reject them with
 # a message naming the function (test_unprovided_ops_are_rejected_clearly).
@@ -48,9 +42,6 @@ NOT_PROVIDED = {
                              "computed; tessel's Grad shares that value through its hash-consed IR",
     "Diff_WithSavedForward": "keopscore's internal form of Diff (same reason as "
                              "Grad_WithSavedForward)",
-    "AutoFactorize": "keopscore's internal pass that factors repeated subformulas; tessel's IR "
-                     "shares them by construction",
-    "TraceOperator": "keopscore's internal linear-operator form behind Divergence",
     "AdjointOperator": "keopscore's internal linear-operator form behind Diff",
     "SumLinOperator": "keopscore's internal linear-operator form behind Diff over tuples",
 }
