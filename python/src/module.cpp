@@ -259,13 +259,14 @@ NB_MODULE(_core, m) {
   m.def(
       "op_table",
       [] {
-        std::vector<std::tuple<std::string, int, int, std::string, std::string>> v;
+        std::vector<std::tuple<std::string, int, int, std::string, std::string, std::string>> v;
         for (const OpSummary& o : op_table())
-          v.emplace_back(o.name, o.arity, o.n_int_params, o.infix, o.dim_rule);
+          v.emplace_back(o.name, o.arity, o.n_int_params, o.infix, o.dim_rule, o.method);
         return v;
       },
       "Every op of the core: (name, arity, integer parameters, infix symbol or '', dim rule: "
-      "'elementwise', 'to_scalar', 'same_to_scalar' or 'custom').");
+      "'elementwise', 'to_scalar', 'same_to_scalar' or 'custom', LazyTensor method name or '' for "
+      "none).");
   m.def(
       "parse_aliases",
       [](const std::vector<std::string>& aliases) {

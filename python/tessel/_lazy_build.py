@@ -392,12 +392,12 @@ def _table_method(op, arity, n_params, name):
 
 def add_table_methods(cls):
     """A method per op of the core's table that cls does not spell itself (exp, sinc, atan2,
-    sqdist, matvecmult, ...): lower-case name, operands then integer parameters. Returns the
-    names added."""
+    sqdist, matvecmult, ...): the table's method name (the lower-case op name unless the op says
+    otherwise; none for internal ops), operands then integer parameters. Returns the names
+    added."""
     added = []
-    for op, arity, n_params, infix, _ in _core.op_table():
-        name = op.lower()
-        if infix or op == "TensorDot" or hasattr(cls, name):
+    for op, arity, n_params, infix, _, name in _core.op_table():
+        if not name or infix or op == "TensorDot" or hasattr(cls, name):
             continue
         setattr(cls, name, _table_method(op, arity, n_params, name))
         added.append(name)

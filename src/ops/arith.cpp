@@ -86,7 +86,7 @@ Formula operator/(const Formula& a, const Formula& b) { return make(OpCode::Div,
 
 struct NegOp : Unary<NegOp> {
   TESSEL_OP_NAMED(Neg, "Minus");
-  static constexpr const char* method = "";  // -x
+  static constexpr const char* method = "minus";  // also -x
   static constexpr bool zero_preserving = true;
   template <class S> static S f(const Node&, const S& x) { return -x; }
   static Formula simplify(std::span<const Formula> a, std::span<const int64_t>) {

@@ -76,7 +76,7 @@ Formula inv(const Formula& a) { return make(OpCode::Inv, {a}); }
 
 struct PowOp : Unary<PowOp> {
   TESSEL_OP(Pow);
-  static constexpr const char* method = "";  // x ** n
+  static constexpr const char* method = "pow";  // also x ** n
   static constexpr int n_ip = 1;
   static Formula simplify(std::span<const Formula> a, std::span<const int64_t> ip) {
     if (ip[0] == 0) return a[0].dim() == 1 ? int_cst(1) : zero(a[0].dim()) + 1.0;

@@ -151,7 +151,8 @@ struct OpInfo {
   int arity = 0;               // number of formula arguments
   int n_ip = 0;                // number of integer parameters (TensorDot: variable)
   const char* infix = nullptr;  // "+", "-", "*", "/", "|" for operators printed infix
-  // The Python method name when it is not the lower-case name ("" when no method: infix ops).
+  // The Python method name when it is not the lower-case name ("" when none: infix ops and
+  // internal derivative ops).
   const char* method = nullptr;
   bool zero_preserving = false;  // f(0) = 0 (unary ops): Zero in gives Zero out
   DimFn dim = nullptr;

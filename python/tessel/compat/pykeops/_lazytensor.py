@@ -131,6 +131,7 @@ class GenericLazyTensor:
     """Symbolic (B..., N, M, D) array with pykeops's API; see pykeops.torch / pykeops.numpy."""
 
     __GenericLazyTensor__ = True
+    is_complex = False  # ComplexGenericLazyTensor says True
     __array_ufunc__ = None
     __array_priority__ = 1000
     __iter__ = None
