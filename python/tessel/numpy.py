@@ -33,6 +33,13 @@ class Genred(GenredBase):
                 raise TypeError(f"Genred: argument {k} has dtype {a.dtype}; expected float32 or "
                                 "float64")
         out = _core.evaluate(spec.reduction, arrays, **opts)
+        if not arrays and args:  # a formula that reads no array: the call's dtype
+            dtypes = {np.asarray(a).dtype for a in args}
+            if len(dtypes) != 1 or not dtypes <= set(_DTYPES):
+                raise TypeError(f"Genred: the arrays have dtypes {sorted(map(str, dtypes))}; "
+                                "expected one of float32 or float64")
+            dtype = dtypes.pop()
+            out = [o if o.dtype == np.int64 else o.astype(dtype) for o in out]
         return out[0] if len(out) == 1 else tuple(out)
 
 

@@ -60,10 +60,19 @@ class Genred(GenredBase):
         else:
             out = GenredFunction.apply(spec.reduction, opts, *tensors)
         unread = args[spec.n_core:]
+        if not tensors and unread:  # a formula that reads no array: the call's dtype and device
+            _check_tensors(unread, "Genred")
+            like = unread[0]
+            out = tuple(_like(o, like) for o in out) if isinstance(out, tuple) else _like(out, like)
         if unread and torch.is_grad_enabled() and any(getattr(a, "requires_grad", False) for a in unread):
             out = ZeroGrads.apply(out, *unread) if not isinstance(out, tuple) else (
                 ZeroGrads.apply(out[0], *unread), *out[1:])
         return out
+
+
+def _like(out, like):
+    """`out` on `like`'s device, in its dtype unless `out` holds indices."""
+    return out.to(device=like.device, dtype=out.dtype if out.dtype == torch.int64 else like.dtype)
 
 
 def _check_tensors(args, who):

@@ -527,3 +527,14 @@ def test_empty_output_axis(op, axis):
     dims = {"Sum": (1,), "Min_ArgMin": (1, 1), "KMin_ArgKMin": (K, K), "SumSoftMaxWeight": (3,)}[op]
     assert [o.shape for o in outs] == [(0, d) for d in dims]
     assert [o.dtype for o in outs][1:] == [np.int64] * (len(outs) - 1)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_formula_reading_no_array_keeps_the_arrays_dtype(dtype):
+    x, y = np.ones((5, 3), dtype), np.ones((4, 3), dtype)
+    g = Genred("Zero(3)", ["x=Vi(3)", "y=Vj(3)"], reduction_op="Sum", axis=1)
+    out = g(x, y)
+    assert out.dtype == dtype and out.shape == (5, 3) and not out.any()
+    other = np.float32 if dtype == np.float64 else np.float64
+    with pytest.raises(TypeError, match="Genred: the arrays have dtypes"):
+        g(x, y.astype(other))

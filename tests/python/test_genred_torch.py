@@ -491,3 +491,15 @@ def test_compiled_function_calling_genred_matches_eager_with_gradients():
     assert_close(got, ref, 1e-12)
     for g, r in zip(torch.autograd.grad(got, args), torch.autograd.grad(ref, args)):
         assert_close(g, r, 1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_formula_reading_no_array_keeps_the_arrays_dtype(dtype):
+    """Zero(3) (what a derivative in an unread variable simplifies to) reads no array: the result
+    still takes the call's dtype, with zero gradients for the arguments."""
+    x = torch.rand(5, 3, dtype=dtype, requires_grad=True)
+    y = torch.rand(4, 3, dtype=dtype)
+    out = Genred("Zero(3)", ["x=Vi(3)", "y=Vj(3)"], reduction_op="Sum", axis=1)(x, y)
+    assert out.dtype == dtype and out.shape == (5, 3) and not out.any()
+    (g,) = torch.autograd.grad(out.sum(), [x])
+    assert g.dtype == dtype and not g.any()

@@ -139,14 +139,12 @@ def test_grad_matrix_layout_is_the_row_major_jacobian():
     want[:, 4], want[:, 5] = M, 2 * M
     torch.testing.assert_close(gm, want, **TOL)
     # A variable the formula does not read: zeros, as in KeOps (the derivative is 0). The formula
-    # is then Zero(.): check_dtype=False because Genred returns float32 for a formula that reads
-    # no array (a known Genred defect, not of these methods).
+    # is then Zero(.), which reads no array: the result still has the arrays' dtype.
     z = Vj(d["b"])
     assert str(f.grad_matrix(z).formula) == "Zero(4)"
-    torch.testing.assert_close(f.grad_matrix(z).sum(1), torch.zeros(N, 4, dtype=torch.float64),
-                               check_dtype=False)
+    torch.testing.assert_close(f.grad_matrix(z).sum(1), torch.zeros(N, 4, dtype=torch.float64))
     torch.testing.assert_close(f.diff(z, Vj(d["u"][:, :2])).sum(1),
-                               torch.zeros(N, 2, dtype=torch.float64), check_dtype=False)
+                               torch.zeros(N, 2, dtype=torch.float64))
 
 
 def test_trace_operator_of_linear_formulas_drops_the_variable():
