@@ -31,8 +31,8 @@ from tessel.compat.pykeops.torch import Genred  # noqa: E402  (pykeops.torch.Gen
 NOT_OPS = {"reductions": "reductions and their code-generation helpers, not formula ops: "
                          "test_reduction_table.py compares each reduction"}
 
-# Ops being added to tessel in parallel work: strict xfail, so the test fails as soon as one works
-# and the list must shrink.
+# keopscore ops tessel does not have yet (none today): strict xfail, so the test fails as soon as
+# one works and the list must shrink.
 NOT_IN_TESSEL_YET = set()
 
 # keopscore names tessel does not provide, each with its reason; the parser must reject them with
