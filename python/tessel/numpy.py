@@ -34,13 +34,18 @@ class Genred(GenredBase):
                                 "float64")
         out = _core.evaluate(spec.reduction, arrays, **opts)
         if not arrays and args:  # a formula that reads no array: the call's dtype
-            dtypes = {np.asarray(a).dtype for a in args}
-            if len(dtypes) != 1 or not dtypes <= set(_DTYPES):
-                raise TypeError(f"Genred: the arrays have dtypes {sorted(map(str, dtypes))}; "
-                                "expected one of float32 or float64")
-            dtype = dtypes.pop()
+            dtype = _one_dtype({np.asarray(a).dtype for a in args}, "Genred")
             out = [o if o.dtype == np.int64 else o.astype(dtype) for o in out]
         return out[0] if len(out) == 1 else tuple(out)
+
+
+def _one_dtype(dtypes, who):
+    """The one dtype of a call's arrays (float32 or float64), or a TypeError naming them."""
+    if len(dtypes) > 1 or not dtypes <= set(_DTYPES):
+        raise TypeError(f"{who}: the arrays have dtypes "
+                        f"{', '.join(sorted(str(d) for d in dtypes))}; expected one of "
+                        "float32 or float64")
+    return next(iter(dtypes), None)
 
 
 class KernelSolve(KernelSolveBase):
@@ -58,11 +63,7 @@ class KernelSolve(KernelSolveBase):
                 raise TypeError(f"{self._who}: argument {k} is a {type(a).__name__}; expected a "
                                 "numpy.ndarray")
             dtypes.add(a.dtype)
-        if len(dtypes) > 1 or not dtypes <= set(_DTYPES):
-            raise TypeError(f"{self._who}: the arrays have dtypes "
-                            f"{', '.join(sorted(str(d) for d in dtypes))}; expected one of "
-                            "float32 or float64")
-        return arrays, str(dtypes.pop())
+        return arrays, str(_one_dtype(dtypes, self._who))
 
     def __call__(self, *args, alpha=0.0, tol=None, atol=0.0, maxiter=None,
                  on_nonconvergence="warn", backend=None, ranges=None, stats=None):
