@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "codegen/emitter.hpp"
+#include "codegen/hoist.hpp"
 #include "ops/op.hpp"
 #include "reduction/fold_rules.hpp"
 #include "reduction/reduction_info.hpp"
@@ -47,6 +48,7 @@ struct Gen {
   KernelLayout& lay;
   int W, D, WD, R;
   std::unordered_map<int, const KernelLayout::Entry*> by_index;
+  Formula f, w;  // the formula and weight as emitted (products regrouped: codegen/hoist.hpp)
 
   string name(const KernelLayout::Entry& e, int row, int c) const {
     if (e.cat == Category::I)
@@ -59,8 +61,8 @@ struct Gen {
   void emit_formulas(int row, std::vector<Expr>& fv, std::vector<Expr>& wv) const {
     ExprMemo memo;
     auto var_name = [&](const Node& n, int c) { return name(*by_index.at(n.var_index()), row, c); };
-    fv = emit_formula(r.f, var_name, memo);
-    if (r.weight.valid()) wv = emit_formula(r.weight, var_name, memo);
+    fv = emit_formula(f, var_name, memo);
+    if (w.valid()) wv = emit_formula(w, var_name, memo);
   }
 
   // Block summation: float runs of kSumBlockLaneTerms terms per lane, each folded into a double
@@ -200,10 +202,19 @@ struct Gen {
     for (int row = 0; row < R; ++row) {
       const string R_ = to_string(row);
       s += rescale(row);
+      // Under a finite maximum, exp(f - m) is already 0 for f = -inf and 1 for f = m: the
+      // selections of shifted_exp are only needed when some lane's maximum is infinite or NaN.
+      const string mv = acc("mv", row, 0);
+      auto weight = [&](int c) { return "wb_" + R_ + "_" + to_string(c) + "[q]"; };
+      s += "      if (!v_any((" + mv + " - " + mv + ") != (" + mv + " - " + mv + "))) {\n";
       s += "      for (i64 q = 0; q < te - tb; ++q) { const V f_ = fb_" + R_ + "[q];\n";
-      s += "      const V e_ = " + shifted_exp("f_", acc("mv", row, 0)) + ";\n";
-      s += add_terms(row, "e_", [&](int c) { return "wb_" + R_ + "_" + to_string(c) + "[q]"; });
-      s += "      }\n";
+      s += "      const V e_ = v_exp(f_ - " + mv + ");\n";
+      s += add_terms(row, "e_", weight);
+      s += "      }\n      } else {\n";
+      s += "      for (i64 q = 0; q < te - tb; ++q) { const V f_ = fb_" + R_ + "[q];\n";
+      s += "      const V e_ = " + shifted_exp("f_", mv) + ";\n";
+      s += add_terms(row, "e_", weight);
+      s += "      }\n      }\n";
       // As block sums: a block's float partials go into float64 (README "Accuracy of sums").
       for (const string& n : softmax_sums(row))
         s += "      " + n + "d += __builtin_convertvector(" + n + ", VD); " + n + " = (V){};\n";
@@ -326,6 +337,40 @@ bool kernel_layout(const ReductionImpl& r, KernelLayout& lay) {
   return true;
 }
 
+namespace {
+
+// Vector registers the target has: 32 with AVX-512 and on aarch64 (NEON), else 16. The kernel is
+// compiled for the machine that runs it, so the host's architecture decides.
+int vector_registers(const CpuKernelSpec& spec) {
+#if defined(__aarch64__)
+  (void)spec;
+  return 32;
+#else
+  return spec.vbytes == 64 ? 32 : 16;
+#endif
+}
+
+// Rows per block, from the register file. A block keeps per row its outer coordinates and its
+// accumulators in registers, and per tile the inner coordinates; the formula's own temporaries
+// take about kTemps more. More rows give more independent work per tile load, but past the
+// register file the compiler spills accumulators and reloads coordinates inside the hot loop
+// (measured with `tessel bench --asm`), so take the most rows that still fit: 4, 2 or 1.
+int rows_per_block(const CpuKernelSpec& spec, const Gen& g, ReductionFamily fam) {
+  if (fam == ReductionFamily::KSelect) return 1;
+  constexpr int kTemps = 4;
+  const int acc_regs = fam == ReductionFamily::Sum
+                           ? g.D * (spec.scheme == SumScheme::Kahan ? 2 : 1) *
+                                 (spec.acc_f64 ? 2 : 1)
+                       : fam == ReductionFamily::Select ? 2 * g.D
+                                                        : 2 + std::max(g.WD, 1);
+  const int per_row = g.lay.outer_dim + acc_regs;
+  for (int rows : {4, 2})
+    if (rows * per_row + g.lay.inner_dim + kTemps <= vector_registers(spec)) return rows;
+  return 1;
+}
+
+}  // namespace
+
 std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
   const ReductionImpl& r = *spec.r;
   if (!kernel_layout(r, lay)) return {};
@@ -334,13 +379,9 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
   Gen g{spec, r, info, fam, lay, lanes(spec), r.f.dim(), r.weight.valid() ? r.weight.dim() : 0,
         1,    {}};
   for (const auto& e : lay.vars) g.by_index[e.index] = &e;
-  // Rows per block: enough independent work to hide latency, few enough to stay in registers.
-  const int state = fam == ReductionFamily::Sum ? g.D * (spec.scheme == SumScheme::Direct ? 1 : 2)
-                    : fam == ReductionFamily::Select  ? 2 * g.D
-                    : fam == ReductionFamily::SoftMax ? 2 + std::max(g.WD, 1)
-                                                      : 100;
-  g.R = fam == ReductionFamily::KSelect ? 1 : state <= 4 ? 4 : state <= 8 ? 2 : 1;
-
+  g.f = hoist_invariant_factors(r.f, r.inner());
+  g.w = hoist_invariant_factors(r.weight, r.inner());
+  g.R = rows_per_block(spec, g, fam);
   string s =
       "// generated by tessel: " +
       Reduction(std::shared_ptr<const ReductionImpl>(spec.r, [](const ReductionImpl*) {})).str() +
@@ -393,6 +434,9 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
   if (fam == ReductionFamily::SoftMax)
     for (int row = 0; row < g.R; ++row)
       s += "      bm_" + to_string(row) + " = " + g.acc("mv", row, 0) + ";\n";
+  // One row's tile is a long dependent chain (the exp alone is ~10 deep): with a single row, two
+  // tiles per iteration give the core two independent chains, as two rows would (measured equal).
+  if (g.R == 1) s += "#pragma GCC unroll 2\n";
   s += "      for (i64 t = tb; t < te; ++t) {\n" + tile_setup;
   s += g.tile_body(false);
   s += "      }\n";
