@@ -48,8 +48,9 @@ options:
                      which TESSEL_SIMD may lower). Every line carries "simd".
   --asm              measure nothing: for each case and level, compile each kernel the case
                      runs as the compiled backend does (same source, compiler and flags, plus
-                     -S) and print its hot loop (the full-tile loop): instructions per
-                     iteration and per pair, FP instructions per pair, stack spills
+                     -S -g: -g leaves the code unchanged, its line table names the loops) and
+                     print its hot loop (the full-tile loop): instructions per iteration and
+                     per pair, FP instructions per pair, stack spills
   --no-bound         skip the bound (the peak FMA probe and the hot-loop analysis)
 
 The bound. Once per level a micro-kernel of independent FMA chains, compiled at run time like a
@@ -59,8 +60,9 @@ kernels are compiled to assembly and "fp_ops_per_pair" counts the lane operation
 arithmetic (add, sub, mul, div, FMA, min, max, sqrt, round, scale...) per (i, j) pair in their hot
 loops. bound_pairs_per_s = peak_fp_slots_per_s / fp_ops_per_pair is the FMA-slot bound: every FP
 instruction takes one FMA-capable slot; fraction_of_bound = pairs_per_s / bound_pairs_per_s. Loads,
-integer work and the pairs outside the hot loop are not in it, so 1 is out of reach. "spills"
-counts the hot loops' loads and stores of stack slots.
+integer work and the pairs outside the hot loop are not in it; a core with separate add or
+min/max pipes can pass 1. "spills" counts the hot loops' loads and stores of stack slots;
+"compiled_lanes" is the width of the kernels the timed calls compiled (read from the fresh cache).
 
 Each measurement prints one JSON line on stdout; notes go to stderr. The pykeops side runs
 bench/pykeops_case.py with `python3` (or $TESSEL_BENCH_PYTHON); set TESSEL_BENCH_DIR to the
@@ -478,6 +480,9 @@ int bench_main(const Args& args) {
         }
         emit(line.str());
       }
+      if (o.pykeops && !bench::has_pykeops_case(name))
+        std::fprintf(stderr, "note: no pykeops run of %s here (bench/python_bench.py has one)\n",
+                     name.c_str());
       if (!o.pykeops || !bench::has_pykeops_case(name)) continue;
       if (n > o.pykeops_max_n) {
         std::fprintf(
