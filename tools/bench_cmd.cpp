@@ -330,6 +330,7 @@ std::string asm_line(const std::string& name, const std::string& simd, size_t in
       .add("nested_loops", k.loop.nested)
       .add("calls", k.loop.calls)
       .add("loop_located", k.located ? "by its source line" : "largest innermost loop")
+      .add("pass_instructions_per_pair", k.pass_instructions_per_pair)
       .add("pass_fp_ops_per_pair", k.pass_fp_ops_per_pair)
       .add("pass_spills", k.pass_spills)
       .add("asm_lines", std::to_string(k.loop.first_line) + "-" + std::to_string(k.loop.last_line))

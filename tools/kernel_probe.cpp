@@ -8,7 +8,6 @@
 #include <fstream>
 #include <map>
 #include <regex>
-#include <set>
 #include <sstream>
 #include <thread>
 
@@ -28,9 +27,9 @@ struct Build {
   int lanes = 0;
 };
 
-// Sits in the compiled backend's slot while a case runs once: keeps each kernel source the
-// compiled backend would build, and declines, so that the interpreter computes the values (a
-// small problem; the analysis needs no speed and compiles nothing twice).
+// Sits in the compiled backend's slot while a case runs once: keeps the kernel source of every
+// launch the compiled backend would make (a kernel launched twice per call counts twice), and
+// declines, so that the interpreter computes the values (a small problem: no speed needed).
 class Recorder final : public KernelBackend {
  public:
   const char* name() const override { return "compiled (recording)"; }
@@ -39,7 +38,7 @@ class Recorder final : public KernelBackend {
     const CpuKernelSpec spec = cpu_kernel_spec(p, tgt.vbytes);
     KernelLayout layout;
     std::string source = generate_cpu_kernel(spec, layout);
-    if (source.empty() || !seen_.insert(source).second) return false;
+    if (source.empty()) return false;
     const Reduction view(std::shared_ptr<const ReductionImpl>(p.r, [](const ReductionImpl*) {}));
     builds_.push_back({std::move(source), view.str(), std::move(tgt.flags), lanes(spec)});
     return false;
@@ -47,7 +46,6 @@ class Recorder final : public KernelBackend {
   std::vector<Build>& builds() { return builds_; }
 
  private:
-  std::set<std::string> seen_;
   std::vector<Build> builds_;
 };
 
@@ -119,6 +117,7 @@ void read_loops(const std::string& source, const std::string& text, KernelLoop& 
     // One iteration: one row and one tile (`lanes` pairs); each row has its own pass loop, so a
     // pair meets one of the `rows` loops.
     k.pass_fp_ops_per_pair += (l->fp_vector + static_cast<double>(l->fp_scalar) / k.lanes) / k.rows;
+    k.pass_instructions_per_pair += static_cast<double>(l->instructions) / (k.lanes * k.rows);
     k.pass_spills += l->spills();
   }
   k.located = main != nullptr;
@@ -146,7 +145,13 @@ std::vector<KernelLoop> case_kernels(const bench::BenchProblem& p, const std::st
   static const std::regex kRows(R"(for \(i64 i0 = [^;]*;[^;]*; i0 \+= ([0-9]+)\))");
   static const std::regex kTiles(R"(for \(i64 t = tb; t < te; (?:\+\+t|t \+= ([0-9]+))\))");
   std::vector<KernelLoop> out;
+  std::map<std::string, size_t> done;  // source -> its first analysis in `out`
   for (Build& b : rec.builds()) {
+    if (auto it = done.find(b.source); it != done.end()) {
+      out.push_back(out[it->second]);
+      continue;
+    }
+    done[b.source] = out.size();
     KernelLoop k;
     k.reduction = b.reduction;
     k.lanes = b.lanes;

@@ -21,6 +21,7 @@ struct KernelLoop {
   // The second passes of LogSumExp-like kernels (one loop per row over the block's tiles, with
   // the exp): lane operations and spills they add per pair.
   double pass_fp_ops_per_pair = 0;
+  double pass_instructions_per_pair = 0;
   int pass_spills = 0;
   int pairs_per_iter() const { return rows * lanes * tiles; }
   // Lane operations of FP arithmetic per (i, j) pair: one vector instruction counts `lanes`.
