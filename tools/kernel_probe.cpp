@@ -195,7 +195,7 @@ std::string peak_source(bool f64, int vbytes) {
 
 }  // namespace
 
-PeakFma measure_peak_fma(int threads, bool f64, const std::string& work_dir) {
+PeakProbe::PeakProbe(bool f64, const std::string& work_dir) : f64_(f64) {
   const CompilerInfo cc = usable_compiler();
   const CpuKernelTarget tgt = cpu_kernel_target(f64);
   const std::string source = peak_source(f64, tgt.vbytes);
@@ -204,51 +204,54 @@ PeakFma measure_peak_fma(int threads, bool f64, const std::string& work_dir) {
   const std::string text = assembly(source, tgt.flags, stem);
   const HotLoop loop = find_hot_loop(text, guess_asm_arch(text));
   // FP instructions per FMA of the source: 1 with an FMA instruction, 2 (mul + add) without.
-  const int slots = loop.fp() % kChains == 0 && loop.fp() > 0 ? loop.fp() / kChains : 1;
+  slots_ = loop.fp() % kChains == 0 && loop.fp() > 0 ? loop.fp() / kChains : 1;
+  lanes_ = tgt.vbytes / (f64 ? 8 : 4);
   std::vector<std::string> args = tgt.flags;
   args.insert(args.end(), {"-o", stem + ".so", stem + ".cpp"});
   run_compiler(cc.path, args, stem + ".so.log");
-  void* handle = dlopen((stem + ".so").c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!handle) detail::fail("bench", "cannot load the peak probe: ", dlerror());
-  void* sym = dlsym(handle, "tessel_peak");
-  if (!sym) detail::fail("bench", "the peak probe has no tessel_peak symbol");
-  // m = 1 - 1e-6 and c = 1e-7 keep every chain finite and away from denormals for any length.
-  auto fn = [f64, sym](long iters) {
-    return f64 ? reinterpret_cast<double (*)(long, double, double)>(sym)(iters, 1 - 1e-6, 1e-7)
-               : reinterpret_cast<double (*)(long, float, float)>(sym)(iters, 1 - 1e-6f, 1e-7f);
-  };
-  PeakFma r;
-  r.lanes = tgt.vbytes / (f64 ? 8 : 4);
-  r.chains = kChains;
-  r.threads = threads;
-  // Calibrate to about 0.2 s per run, then take the best of three runs on every thread.
-  long iters = 1 << 16;
-  for (;;) {
+  handle_ = dlopen((stem + ".so").c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle_) detail::fail("bench", "cannot load the peak probe: ", dlerror());
+  sym_ = dlsym(handle_, "tessel_peak");
+  if (!sym_) detail::fail("bench", "the peak probe has no tessel_peak symbol");
+  // Iterations per second of one thread, from a run of at least 20 ms.
+  for (long iters = 1 << 16;; iters *= 4) {
     const double t0 = now_s();
-    volatile double sink = fn(iters);
+    volatile double sink = call(iters);
     (void)sink;
     const double dt = now_s() - t0;
     if (dt > 0.02 || iters > (1L << 40)) {
-      iters = static_cast<long>(static_cast<double>(iters) * 0.2 / dt) + 1;
+      iters_per_s_ = static_cast<double>(iters) / dt;
       break;
     }
-    iters *= 4;
   }
-  for (int run = 0; run < 3; ++run) {
+}
+
+PeakProbe::~PeakProbe() {
+  if (handle_) dlclose(handle_);
+}
+
+double PeakProbe::call(long iters) const {
+  // m = 1 - 1e-6 and c = 1e-7 keep every chain finite and away from denormals for any length.
+  return f64_ ? reinterpret_cast<double (*)(long, double, double)>(sym_)(iters, 1 - 1e-6, 1e-7)
+              : reinterpret_cast<double (*)(long, float, float)>(sym_)(iters, 1 - 1e-6f, 1e-7f);
+}
+
+int PeakProbe::chains() const { return kChains; }
+
+double PeakProbe::fma_per_s(int threads, int runs, double seconds) const {
+  const long iters = static_cast<long>(iters_per_s_ * seconds) + 1;
+  double best = 0;
+  for (int run = 0; run < runs; ++run) {
     std::vector<std::thread> pool;
     std::vector<double> sinks(static_cast<size_t>(threads));
     const double t0 = now_s();
-    for (int k = 0; k < threads; ++k)
-      pool.emplace_back([&, k] { sinks[k] = fn(iters); });
+    for (int k = 0; k < threads; ++k) pool.emplace_back([&, k] { sinks[k] = call(iters); });
     for (std::thread& t : pool) t.join();
     const double dt = now_s() - t0;
-    const double rate = static_cast<double>(threads) * static_cast<double>(iters) * kChains *
-                        r.lanes / dt;
-    r.fma_per_s = std::max(r.fma_per_s, rate);
+    best = std::max(best, static_cast<double>(threads) * static_cast<double>(iters) * kChains *
+                              lanes_ / dt);
   }
-  dlclose(handle);
-  r.fp_slots_per_s = r.fma_per_s * slots;
-  return r;
+  return best;
 }
 
 }  // namespace tessel::cli

@@ -37,13 +37,29 @@ struct KernelLoop {
 // loop is the source's full-tile loop). Throws tessel::Error when there is no compiler or a step fails.
 std::vector<KernelLoop> case_kernels(const bench::BenchProblem& p, const std::string& work_dir);
 
-struct PeakFma {
-  double fma_per_s = 0;       // lane-FMAs per second, all threads
-  double fp_slots_per_s = 0;  // lane FP instructions per second (2 per FMA where the ISA has none)
-  int lanes = 0, chains = 0, threads = 0;
+// A micro-kernel of independent FMA chains compiled at run time like a kernel (same compiler, same
+// flags, at the SIMD level current when it is built) that measures the peak FMA rate.
+class PeakProbe {
+ public:
+  PeakProbe(bool f64, const std::string& work_dir);
+  ~PeakProbe();
+  PeakProbe(const PeakProbe&) = delete;
+  PeakProbe& operator=(const PeakProbe&) = delete;
+  // Lane-FMAs per second on `threads` threads at once: the best of `runs` runs of about `seconds`.
+  double fma_per_s(int threads, int runs, double seconds) const;
+  int lanes() const { return lanes_; }
+  int chains() const;
+  // FP instructions per FMA of the chains: 1, or 2 (a multiply and an add) where the level has no
+  // FMA instruction; lane FP slots per second = fma_per_s() * slots_per_fma().
+  int slots_per_fma() const { return slots_; }
+
+ private:
+  double call(long iters) const;
+  bool f64_;
+  int lanes_ = 0, slots_ = 1;
+  void* handle_ = nullptr;
+  void* sym_ = nullptr;
+  double iters_per_s_ = 0;  // one thread
 };
-// Runs a micro-kernel of independent FMA chains on `threads` threads, compiled at run time like a
-// kernel (same compiler, same flags); the best of three runs of about 0.2 s each.
-PeakFma measure_peak_fma(int threads, bool f64, const std::string& work_dir);
 
 }  // namespace tessel::cli
