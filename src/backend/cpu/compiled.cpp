@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "backend/backend.hpp"
+#include "backend/cpu/compiled.hpp"
 #include "backend/cpu/thread_pool.hpp"
 #include "backend/lru_map.hpp"
 #include "codegen/cpu_codegen.hpp"
@@ -222,13 +223,8 @@ class CompiledBackend final : public KernelBackend {
 };
 
 bool CompiledBackend::run(const Problem& p, std::span<const ArrayView> outs) {
-  CpuKernelSpec spec;
-  spec.r = p.r;
-  spec.f64 = p.dtype == DType::Float64;
-  spec.scheme = p.opt.sum_scheme;
-  spec.acc_f64 = p.opt.accumulate_f64 && !spec.f64;
-  const Target tgt = target_for(spec.f64);
-  spec.vbytes = tgt.vbytes;
+  const Target tgt = target_for(p.dtype == DType::Float64);
+  const CpuKernelSpec spec = cpu_kernel_spec(p, tgt.vbytes);
   const auto k = load(p, spec, tgt);
   if (!k) return false;
   if (p.n_outer == 0) return true;
@@ -240,6 +236,21 @@ bool CompiledBackend::run(const Problem& p, std::span<const ArrayView> outs) {
 }
 
 }  // namespace
+
+CpuKernelTarget cpu_kernel_target(bool f64) {
+  Target t = target_for(f64);
+  return {t.vbytes, std::move(t.flags)};
+}
+
+CpuKernelSpec cpu_kernel_spec(const Problem& p, int vbytes) {
+  CpuKernelSpec spec;
+  spec.r = p.r;
+  spec.f64 = p.dtype == DType::Float64;
+  spec.scheme = p.opt.sum_scheme;
+  spec.acc_f64 = p.opt.accumulate_f64 && !spec.f64;
+  spec.vbytes = vbytes;
+  return spec;
+}
 
 KernelBackend& compiled_backend() {
   static CompiledBackend* b = new CompiledBackend();  // kernels stay loaded for the process

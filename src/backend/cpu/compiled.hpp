@@ -1,0 +1,23 @@
+// What the compiled CPU backend builds for a problem (spec, vector width, compiler flags), for
+// tools that read the generated code as it is compiled (`tessel bench --asm`).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "backend/problem.hpp"
+#include "codegen/cpu_codegen.hpp"
+
+namespace tessel {
+
+struct CpuKernelTarget {
+  int vbytes = 0;                  // vector width in bytes at the current simd_level()
+  std::vector<std::string> flags;  // compiler flags of the kernel library (-O2, -march=..., -shared)
+};
+
+// The target the compiled backend uses now (it reads simd_level(), so TESSEL_SIMD applies).
+CpuKernelTarget cpu_kernel_target(bool f64);
+// The kernel spec the compiled backend generates for p at vector width `vbytes`.
+CpuKernelSpec cpu_kernel_spec(const Problem& p, int vbytes);
+
+}  // namespace tessel

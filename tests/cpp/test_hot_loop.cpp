@@ -1,0 +1,159 @@
+// The hot-loop reader of `tessel bench --asm` on fixed assembly whose counts are known by hand.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+#include "hot_loop.hpp"
+
+using namespace tessel::cli;
+
+namespace {
+
+// g++ -S style, AT&T syntax. k1 sets up rbp as its frame pointer; its inner loop .L3 is the hot
+// loop. The range .L7 ... jne .L7 in k2 is larger but entered in its middle (jmp .L9), so it is
+// no natural loop; k2's loop .L12 uses rbp as an ordinary register.
+constexpr const char* kX86 = R"(	.file	"k.cpp"
+	.text
+	.globl	k1
+	.type	k1, @function
+k1:
+.LFB0:
+	.cfi_startproc
+	pushq	%rbp
+	movq	%rsp, %rbp
+	xorl	%eax, %eax
+.L2:
+	movl	$0, %ecx
+.L3:
+	.loc 1 316 26
+	vmovups	(%rdi,%rcx,4), %ymm1
+	vmovaps	-48(%rbp), %ymm2
+	vfmadd231ps	%ymm1, %ymm2, %ymm0
+	vmulps	32(%rsp), %ymm1, %ymm3	# a comment, $ and all
+	vaddss	%xmm4, %xmm5, %xmm5
+	vmovaps	%ymm3, 64(%rsp)
+	leaq	8(%rsp), %rdx
+	addq	$1, %rcx
+	cmpq	%rcx, %rsi
+	jne	.L3
+	addl	$1, %eax
+	cmpl	%eax, %edx
+	.loc 1 314 3
+	jne	.L2
+	popq	%rbp
+	ret
+	.cfi_endproc
+	.globl	k2
+	.type	k2, @function
+k2:
+.LFB1:
+	.cfi_startproc
+	jmp	.L9
+.L7:
+	vaddps	%ymm0, %ymm1, %ymm1
+	vaddps	%ymm0, %ymm1, %ymm1
+	vaddps	%ymm0, %ymm1, %ymm1
+	vaddps	%ymm0, %ymm1, %ymm1
+	vaddps	%ymm0, %ymm1, %ymm1
+	vaddps	%ymm0, %ymm1, %ymm1
+	vaddps	%ymm0, %ymm1, %ymm1
+	vaddps	%ymm0, %ymm1, %ymm1
+	vaddps	%ymm0, %ymm1, %ymm1
+	vaddps	%ymm0, %ymm1, %ymm1
+.L9:
+	vaddps	%ymm0, %ymm1, %ymm1
+	subl	$1, %esi
+	jne	.L7
+.L12:
+	vmovaps	(%rbp), %ymm0
+	vmovaps	%ymm0, 16(%rsp)
+	subq	$1, %rdx
+	jne	.L12
+	ret
+	.cfi_endproc
+)";
+
+// g++ -S style for aarch64: x29 is the frame pointer; bsl is a NEON select, not a branch.
+constexpr const char* kAArch64 = R"(	.arch armv8-a
+	.text
+	.global	k
+	.type	k, %function
+k:
+.LFB0:
+	.cfi_startproc
+	stp	x29, x30, [sp, -64]!
+	mov	x29, sp
+	mov	x2, 0
+.L3:
+	.loc 1 42 5
+	ldr	q1, [x0, x2]
+	ldr	q2, [sp, 32]
+	fmla	v0.4s, v1.4s, v2.4s
+	fmul	v3.4s, v1.4s, v1.4s
+	fadd	s4, s4, s5
+	bsl	v5.16b, v6.16b, v7.16b
+	str	q3, [x29, 48]
+	add	x2, x2, 16
+	cmp	x2, x1
+	.loc 1 40 20
+	bne	.L3
+	ldp	x29, x30, [sp], 64
+	ret
+	.cfi_endproc
+)";
+
+// The counts a loop must have, field by field.
+struct Counts {
+  int instructions, fp_vector, fp_scalar, fma, stack_loads, stack_stores, source_line;
+};
+void expect_counts(const HotLoop& h, const Counts& c) {
+  EXPECT_EQ(h.instructions, c.instructions);
+  EXPECT_EQ(h.fp_vector, c.fp_vector);
+  EXPECT_EQ(h.fp_scalar, c.fp_scalar);
+  EXPECT_EQ(h.fma, c.fma);
+  EXPECT_EQ(h.stack_loads, c.stack_loads);
+  EXPECT_EQ(h.stack_stores, c.stack_stores);
+  EXPECT_EQ(h.source_line, c.source_line);
+}
+
+TEST(HotLoop, X86InnerLoopCountsInstructionsFpAndSpills) {
+  ASSERT_EQ(guess_asm_arch(kX86), AsmArch::X86_64);
+  const HotLoop h = find_hot_loop(kX86, AsmArch::X86_64);
+  // Stack loads: -48(%rbp) and 32(%rsp) (leaq reads no memory); the store goes to 64(%rsp).
+  expect_counts(h, {10, 2, 1, 1, 2, 1, 316});
+  EXPECT_EQ(h.spills(), 3);
+  EXPECT_EQ(h.first_line, 15);
+  EXPECT_EQ(h.last_line, 24);
+}
+
+TEST(HotLoop, X86SkipsRangesEnteredInTheMiddleAndRbpWithoutFramePointer) {
+  const std::vector<HotLoop> loops = innermost_loops(kX86, AsmArch::X86_64);
+  ASSERT_EQ(loops.size(), 2u);  // .L3 (k1) and .L12 (k2); not .L7, not the outer .L2
+  const HotLoop& k2 = loops[1];
+  EXPECT_EQ(k2.instructions, 4);
+  EXPECT_EQ(k2.stack_loads, 0);  // (%rbp) is data here: k2 has no frame pointer
+  EXPECT_EQ(k2.stack_stores, 1);
+  EXPECT_EQ(k2.source_line, 0);  // k2 has no .loc: k1's last one does not carry over
+}
+
+TEST(HotLoop, AllLoopsCountNestingAndCalls) {
+  const std::vector<HotLoop> loops = all_loops(kX86, AsmArch::X86_64);
+  ASSERT_EQ(loops.size(), 3u);  // .L2 (holding .L3), .L3, .L12
+  EXPECT_EQ(loops[0].nested, 1);
+  EXPECT_EQ(loops[0].instructions, 14);  // movl, the 10 of .L3, addl, cmpl, jne
+  EXPECT_EQ(loops[0].source_line, 314);
+  EXPECT_EQ(loops[1].nested, 0);
+  EXPECT_EQ(loops[1].calls, 0);
+}
+
+TEST(HotLoop, AArch64LoopCountsNeonAndStackThroughSpAndX29) {
+  ASSERT_EQ(guess_asm_arch(kAArch64), AsmArch::AArch64);
+  // ldr from [sp, 32], str to [x29, 48]; the back edge's line is 40.
+  expect_counts(find_hot_loop(kAArch64, AsmArch::AArch64), {10, 2, 1, 1, 1, 1, 40});
+}
+
+TEST(HotLoop, TextWithoutLoopsIsAnError) {
+  EXPECT_THROW(find_hot_loop("f:\n\tret\n", AsmArch::X86_64), std::runtime_error);
+}
+
+}  // namespace

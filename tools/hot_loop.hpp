@@ -1,0 +1,45 @@
+// Finds the hot loop in compiler assembly (g++/clang++ -S, x86-64 AT&T or aarch64) and counts
+// what one iteration executes: instructions, FP arithmetic, and loads/stores that hit the stack.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tessel::cli {
+
+enum class AsmArch { X86_64, AArch64 };
+
+// x86-64 when the text names %-registers (AT&T syntax), else aarch64.
+AsmArch guess_asm_arch(const std::string& text);
+
+struct HotLoop {
+  int instructions = 0;  // one iteration, the back-edge branch included
+  int fp_vector = 0;     // vector (packed) FP arithmetic: add, sub, mul, div, FMA, min, max, ...
+  int fp_scalar = 0;     // scalar FP arithmetic (one lane)
+  int fma = 0;           // fused multiply-adds among the two above
+  int stack_loads = 0;   // instructions reading a stack slot (spill reloads)
+  int stack_stores = 0;  // instructions writing one (spill stores)
+  int first_line = 0;    // 1-based line of the loop's first instruction in the text
+  int last_line = 0;     // 1-based line of its back-edge branch
+  int source_line = 0;   // the source line of that branch (from `.loc 1 LINE`; 0 without -g)
+  int nested = 0;        // loops inside this one: their instructions are counted once, as written
+  int calls = 0;         // call instructions (e.g. libm per lane where a level lacks the vector op)
+  int spills() const { return stack_loads + stack_stores; }
+  int fp() const { return fp_vector + fp_scalar; }
+};
+
+// Every loop laid out as one contiguous range entered only through its header label (the
+// compiler's natural loops), in text order.
+std::vector<HotLoop> all_loops(const std::string& text, AsmArch arch);
+// Those of them with no loop inside (nested == 0).
+std::vector<HotLoop> innermost_loops(const std::string& text, AsmArch arch);
+
+// The hot loop: a loop laid out as one contiguous range entered only through its header label
+// (the compiler's natural loops), innermost (no such loop inside it), with the most instructions.
+// For a generated kernel that is the full-tile loop: its body is straight-line SIMD code, while
+// the masked head/tail tiles run once per interval. Stack slots are addressed through rsp (x86-64)
+// or sp (aarch64), and through rbp / x29 when the function sets it up as its frame pointer (both
+// are ordinary registers otherwise). Throws std::runtime_error when the text holds no loop.
+HotLoop find_hot_loop(const std::string& text, AsmArch arch);
+
+}  // namespace tessel::cli
