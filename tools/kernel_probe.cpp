@@ -93,6 +93,7 @@ std::vector<int> source_lines(const std::string& source, const std::regex& re) {
 // largest innermost loop), and the per-row second passes of softmax-like kernels.
 void read_loops(const std::string& source, const std::string& text, KernelLoop& k) {
   static const std::regex kTileLoop(R"(for \(i64 t = tb; t < te;)");
+  // (The copy of the pass for infinite maxima, `q < qe`, is rare and not counted.)
   static const std::regex kPassLoop(R"(for \(i64 q = 0; q < te - tb;)");
   const std::vector<int> tile_lines = source_lines(source, kTileLoop);
   const std::vector<int> pass_lines = source_lines(source, kPassLoop);
@@ -157,6 +158,10 @@ std::vector<KernelLoop> case_kernels(const bench::BenchProblem& p, const std::st
     k.lanes = b.lanes;
     k.rows = source_number(b.source, kRows, 1, "the rows per tile (`i0 += R`)");
     k.tiles = source_number(b.source, kTiles, 1, "the full-tile loop (`for (i64 t = tb; ...`)");
+    // `#pragma GCC unroll U` on the full-tile loop: one iteration of its hot loop runs U tiles.
+    static const std::regex kUnroll(R"(#pragma GCC unroll ([0-9]+)\n\s*for \(i64 t = tb; t < te;)");
+    std::smatch um;
+    if (std::regex_search(b.source, um, kUnroll)) k.tiles *= std::stoi(um[1].str());
     const std::string stem = work_dir + "/kernel-" + std::to_string(out.size());
     std::vector<std::string> flags = b.flags;
     flags.push_back("-g");
