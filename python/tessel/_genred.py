@@ -210,6 +210,29 @@ def grad_of(reduction, var):
     return _grad_cache.get_or_make((reduction.hash, var), lambda: reduction.grad(var))
 
 
+def fused_grads_of(reduction, ks):
+    """One Sum reduction whose formula is the gradients of inputs `ks` side by side (a Concat),
+    so that what they share (a kernel's exponential, the distance under it) is computed once per
+    pair instead of once per input; None unless every gradient is a plain Sum over the same axis.
+    Returns (reduction, [output dim of each input's gradient])."""
+    def make():
+        parts = [grad_of(reduction, k) for k in ks]
+        if any(p.op != "Sum" or p.num_outputs != 1 or p.full_sum for p in parts) or \
+                len({p.axis for p in parts}) != 1:
+            return None
+        f = parts[0].formula
+        for p in parts[1:]:
+            f = _core.make("Concat", [f, p.formula])
+        try:
+            fused = _core.Reduction("Sum", f, parts[0].axis)
+        except ValueError:
+            # Gradients that read the forward's outputs (LogSumExp's, through reserved slot
+            # variables) are reductions the public constructor cannot rebuild: kept separate.
+            return None
+        return fused, [p.output_dim(0) for p in parts]
+    return _grad_cache.get_or_make((reduction.hash, "fused", tuple(ks)), make)
+
+
 def jvp_of(reduction, var):
     """The forward-mode derivative of output 0 along a tangent of `var` (read as the input after
     the reduction's own), built once per reduction and variable."""

@@ -13,7 +13,7 @@ import weakref
 import torch
 
 from . import _core
-from ._genred import grad_of, jvp_of
+from ._genred import fused_grads_of, grad_of, jvp_of
 
 TORCH2 = int(torch.__version__.split(".")[0]) >= 2
 
@@ -64,14 +64,33 @@ def _backward(ctx, grad_outputs):
     args = ctx.saved_tensors
     g = grad_outputs[0]
     used = {i for i, _, _ in reduction.inputs()}
+    wanted = [k for k in range(len(args))
+              if ctx.needs_input_grad[2 + k] and k in used and g is not None]
+    # Inputs on the same side (all i or all j variables) get one fused reduction (see
+    # fused_grads_of): the kernel Hamiltonian's dH/dq and dH/dp share their exponential.
+    by_side = {}
+    for i, c, _ in reduction.inputs():
+        if i in wanted:
+            by_side.setdefault(c, []).append(i)
+    raw = {}
+    for ks in by_side.values():
+        fused = fused_grads_of(reduction, ks) if len(ks) > 1 else None
+        if fused is None:
+            for k in ks:
+                raw[k] = GenredFunction.apply(grad_of(reduction, k), options, *args, g)
+            continue
+        both, dims = fused
+        out = GenredFunction.apply(both, options, *args, g)
+        for k, part in zip(ks, out.split(dims, dim=-1)):
+            raw[k] = part
     grads = [None, None]
     for k, a in enumerate(args):
         if not ctx.needs_input_grad[2 + k]:
             grads.append(None)
-        elif k not in used or g is None:
+        elif k not in raw:
             grads.append(torch.zeros_like(a))
         else:
-            dk = GenredFunction.apply(grad_of(reduction, k), options, *args, g)
+            dk = raw[k]
             # Batch dimensions the input was broadcast along are summed back.
             grads.append(dk.reshape(a.shape) if dk.numel() == a.numel()
                          else dk.sum_to_size(a.shape))

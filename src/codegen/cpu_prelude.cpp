@@ -51,7 +51,11 @@ static inline V v_eq(V a, V b, V x, V y) { return a == b ? x : y; }
 #endif
 // min/max return b when either is NaN, exactly like the x86 instructions they become.
 // Written as a selection, GCC keeps compare + blend (two instructions on AVX2), so name them.
-#if defined(__AVX512F__) && TESSEL_VBYTES == 64
+#if defined(__AVX512F__) && TESSEL_VBYTES == 64 && defined(__clang__)
+// clang names the 512-bit forms without the mask (and takes the rounding mode last).
+static inline V v_min(V a, V b) { return TESSEL_IA32(min, 512)(a, b, 4); }
+static inline V v_max(V a, V b) { return TESSEL_IA32(max, 512)(a, b, 4); }
+#elif defined(__AVX512F__) && TESSEL_VBYTES == 64
 static inline V v_min(V a, V b) { return TESSEL_IA32(min, 512_mask)(a, b, a, TESSEL_ALL, 4); }
 static inline V v_max(V a, V b) { return TESSEL_IA32(max, 512_mask)(a, b, a, TESSEL_ALL, 4); }
 #elif defined(__AVX__) && TESSEL_VBYTES == 32
@@ -84,7 +88,11 @@ static inline bool v_any(VI m) {
 
 // v_rnd is a macro where it is a builtin: clang requires its rounding mode as a literal.
 #if defined(__AVX512F__) && TESSEL_VBYTES == 64
+#if defined(__clang__)
+static inline V v_sqrt(V a) { return TESSEL_IA32(sqrt, 512)(a, 4); }
+#else
 static inline V v_sqrt(V a) { return TESSEL_IA32(sqrt, 512_mask)(a, a, TESSEL_ALL, 4); }
+#endif
 #define v_rnd(a, mode) TESSEL_IA32(rndscale, _mask)((a), (mode), (a), TESSEL_ALL, 4)
 #elif defined(__AVX__) && TESSEL_VBYTES == 32
 static inline V v_sqrt(V a) { return TESSEL_IA32(sqrt, 256)(a); }
