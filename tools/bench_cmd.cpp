@@ -30,7 +30,7 @@ cases: gauss-sum   Sum_j exp(-|x_i - y_j|^2 / s^2) b_j, D = 3, s = 0.25, points 
        lse         LogSumExp_j -|x_i - y_j|^2 / s^2
        argkmin     ArgKMin_j |x_i - y_j|^2, K = 10
        hamiltonian H = 1/2 sum_ij exp(-|q_i - q_j|^2 / 0.1^2) <p_i, p_j>: the row sums and the
-                   four gradient reductions of dH/dq and dH/dp (q, p bound as Vi and as Vj)
+                   gradients dH/dq, dH/dp (q, p bound as Vi and as Vj), in two fused reductions
        call-overhead  a cached call at N = M = 1 (the fixed cost of one call)
        (default: all of them)
 
