@@ -31,3 +31,27 @@ def test_gpu_scripts_parse_and_gpu_check_names_its_usage(tmp_path):
     r = subprocess.run(["bash", str(scripts / "gpu_check.sh")], capture_output=True, text=True,
                        cwd=tmp_path, timeout=60)
     assert r.returncode != 0 and "usage: scripts/gpu_check.sh OUT_DIR" in r.stderr
+
+
+def test_bench_table_groups_levels_and_matches_pykeops(tmp_path):
+    lines = [
+        {"case": "peak-fma-best", "simd": "avx2", "peak_fp_slots_per_s": 5e10},
+        {"case": "gauss-sum", "n": 30000, "dtype": "float32", "backend": "tessel-cpu",
+         "simd": "avx512", "median_s": 0.15, "pairs_per_s": 6e9, "fp_ops_per_pair": 21,
+         "fraction_of_bound": 0.7},
+        {"case": "gauss-sum", "n": 30000, "dtype": "float32", "backend": "tessel-cpu",
+         "simd": "avx2", "median_s": 0.3, "pairs_per_s": 3e9, "fp_ops_per_pair": 21,
+         "fraction_of_bound": 0.8},
+        {"case": "gauss-sum", "n": 30000, "dtype": "float32", "backend": "pykeops-cpu",
+         "median_s": 3.0},
+    ]
+    path = tmp_path / "b.jsonl"
+    path.write_text("a note line\n" + "\n".join(json.dumps(r) for r in lines) + "\n")
+    out = subprocess.run([sys.executable, str(BENCH / "table.py"), str(path)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert text.index("`avx512`") < text.index("`avx2`")
+    assert "(peak 5e+10" in text
+    assert "| gauss-sum | 30,000 | 0.15 s | 6e+09 | 21 | 0.70 | 3 s | 20.0x |" in text
+    assert "| gauss-sum | 30,000 | 0.3 s | 3e+09 | 21 | 0.80 | 3 s | 10.0x |" in text
