@@ -136,8 +136,9 @@ static inline V v_scale(V p, V n) {
 static inline V v_exp(V x) {
 #if TESSEL_F64
   V xc = v_min(bc(710.0), v_max(bc(-746.0), x));  // this argument order lets NaN through
-  const V shift = bc(6755399441055744.0);           // 1.5 * 2^52
-  V n = (xc * bc(1.4426950408889634) + shift) - shift;
+  const V shift = bc(6755399441055744.0 + TESSEL_BIAS - 1);  // 1.5 * 2^52, with the bias
+  V t = xc * bc(1.4426950408889634) + shift;
+  V n = t - shift;
   V r = xc - n * bc(0.693145751953125) - n * bc(1.4286068203094172321e-6);
   V p = bc(1.0 / 479001600.0);
   p = p * r + bc(1.0 / 39916800.0);
@@ -151,7 +152,15 @@ static inline V v_exp(V x) {
   p = p * r + bc(1.0 / 6.0);
   p = p * r + bc(0.5);
   p = p * (r * r) + r + bc(1.0);
+#if defined(__AVX512F__) && TESSEL_VBYTES == 64
   return v_scale(p, n);
+#else
+  // Below AVX-512 v_scale converts n to integers lane by lane. When no lane's result is
+  // subnormal (x >= -707, n >= -1020), 2^(n-1) from t's bits times 2 p is exact (n up to 1024:
+  // x just below ln DBL_MAX stays finite); the rare vectors with a tiny result take v_scale.
+  if (v_any(xc < bc(-707.0))) return v_scale(p, n);
+  return (p + p) * (V)((VI)t << TESSEL_MANT);
+#endif
 #else
 #if defined(__AVX512F__) && TESSEL_VBYTES == 64
   // scalef gives subnormal results exactly (the FTZ mode then flushes them, as everywhere).
@@ -200,7 +209,14 @@ static inline V v_log(V x) {
   V m = (V)((bits & (TI)((((TU)1) << TESSEL_MANT) - 1)) | ((TI)TESSEL_BIAS << TESSEL_MANT));
   VI big = m > bc(1.4142135623730951);
   m = big ? m * bc(0.5) : m;
-  V e = __builtin_convertvector(ex, V) + (big ? bc(1.0) : bc(0.0)) + adj;
+#if TESSEL_F64 && !(defined(__AVX512DQ__) && TESSEL_VBYTES == 64)
+  // int64 -> double has no instruction below AVX-512DQ (the conversion would go lane by lane):
+  // ex plus the bits of 1.5 * 2^52 is that double plus ex, exactly, for |ex| < 2^51.
+  V ev = (V)(ex + (VI)bc(6755399441055744.0)) - bc(6755399441055744.0);
+#else
+  V ev = __builtin_convertvector(ex, V);
+#endif
+  V e = ev + (big ? bc(1.0) : bc(0.0)) + adj;
   V s = (m - bc(1.0)) / (m + bc(1.0)), s2 = s * s;
 #if TESSEL_F64
   V p = bc(2.0 / 19.0);
