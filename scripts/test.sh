@@ -4,7 +4,8 @@
 # Usage: scripts/test.sh [extra ctest options, e.g. -R cli]
 # Passed tests are not listed; failures are shown with their output, then ctest's summary.
 # The full ctest output is kept in build/ctest.log, and build/ctest-<level>.log for the kernel
-# tests rerun at each lower SIMD level (TESSEL_TEST_SIMD_LEVELS="avx2 sse2" picks the levels).
+# tests rerun at each lower SIMD level (TESSEL_TEST_SIMD_LEVELS="avx2 sse2" picks the levels), and
+# build/ctest-aarch64.log for the aarch64 suite under emulation (TESSEL_TEST_AARCH64=0 skips it).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -31,7 +32,9 @@ rc=$?
 simd_independent='^(Cuda|PtxCache|DiskCache|Parser\.|IR\.|RuntimeCompiler\.|RuntimeInfo\.|Levels/|SumAccuracy\.|install_and_find_package$)'
 native=$(env -u TESSEL_SIMD TESSEL_CACHE_DIR="$PWD/build/test-cache" build/tessel doctor --quick |
   awk '$1 == "SIMD" { print $2 }')
-lower=$(echo avx512 avx2 sse2 scalar | tr ' ' '\n' | sed -n "/^$native\$/,\$p" | tail -n +2)
+levels="avx512 avx2 sse2 scalar"
+[[ $(uname -m) == aarch64 || $(uname -m) == arm64 ]] && levels="neon scalar"
+lower=$(echo $levels | tr ' ' '\n' | sed -n "/^$native\$/,\$p" | tail -n +2)
 for level in ${TESSEL_TEST_SIMD_LEVELS:-$lower}; do
   [[ $level == none ]] && break
   log=build/ctest-$level.log
@@ -42,6 +45,18 @@ for level in ${TESSEL_TEST_SIMD_LEVELS:-$lower}; do
   echo "test: TESSEL_SIMD=$level took $((SECONDS - start)) s"
   ((level_rc == 0)) || rc=$level_rc
 done
+# The C++ suite for aarch64 (NEON kernels, FPCR flush-to-zero), cross-compiled and run under
+# qemu-aarch64 with run-time kernels built by the cross compiler (scripts/test_aarch64.sh). From
+# an x86-64 Linux host only; TESSEL_TEST_AARCH64=0 skips it.
+if [[ ${TESSEL_TEST_AARCH64:-1} != 0 && $(uname -m) == x86_64 && $(uname -s) == Linux ]]; then
+  echo "test: running the C++ suite for aarch64 under qemu (full log in build/ctest-aarch64.log)"
+  start=$SECONDS
+  scripts/test_aarch64.sh 2>&1 | tee build/ctest-aarch64.log |
+    grep -vE '^ *(Start +[0-9]+: |[0-9]+/[0-9]+ Test +#[0-9]+: .*Passed)|^\[[0-9]+/[0-9]+\] '
+  arm_rc=${PIPESTATUS[0]}
+  echo "test: aarch64 (cross build and ctest under qemu) took $((SECONDS - start)) s"
+  ((arm_rc == 0)) || rc=$arm_rc
+fi
 echo "test: running pytest on tests/python"
 TESSEL_CACHE_DIR="$PWD/build/test-cache" PYTHONPATH="$PWD/build/python" \
   "$python" -m pytest -q -p no:cacheprovider tests/python

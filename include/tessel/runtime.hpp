@@ -16,7 +16,7 @@ struct CompilerInfo {
 };
 
 CompilerInfo compiler_info();
-std::string simd_level();  // "avx512", "avx2", "sse2" or "scalar": what generated code targets
+std::string simd_level();  // "avx512", "avx2", "sse2", "scalar" (x86) or "neon", "scalar" (aarch64)
 int num_threads();         // TESSEL_NUM_THREADS, else all cores
 
 // Seconds a run-time compile may run before it is stopped: TESSEL_COMPILE_TIMEOUT, default 60,

@@ -3,7 +3,8 @@
 // It uses GCC/Clang vector extensions rather than <immintrin.h>: that header alone costs ~0.35 s
 // of compile time per kernel, and vector extensions map to whatever width the target has. The
 // few operations extensions lack (sqrt, floor, trunc) use target builtins, with a lane-loop
-// fallback on other targets. exp and log are our own polynomials: no libm call in the hot loop.
+// fallback on other targets (on aarch64 the compiler turns those loops into NEON fsqrt/frint*).
+// exp and log are our own polynomials: no libm call in the hot loop.
 #include "codegen/cpu_codegen.hpp"
 
 #include <string>
@@ -245,6 +246,10 @@ static inline V v_log(V x) {
 #if defined(__SSE__) && !TESSEL_F64
 #define TESSEL_FTZ_ENTER const unsigned csr_ = __builtin_ia32_stmxcsr(); __builtin_ia32_ldmxcsr(csr_ | 0x8040);
 #define TESSEL_FTZ_LEAVE __builtin_ia32_ldmxcsr(csr_);
+#elif defined(__aarch64__) && !TESSEL_F64
+// FPCR.FZ (bit 24) flushes subnormal inputs and results, as MXCSR's FTZ and DAZ do on x86.
+#define TESSEL_FTZ_ENTER unsigned long fpcr_; __asm__ volatile("mrs %0, fpcr" : "=r"(fpcr_)); __asm__ volatile("msr fpcr, %0" : : "r"(fpcr_ | (1ul << 24)));
+#define TESSEL_FTZ_LEAVE __asm__ volatile("msr fpcr, %0" : : "r"(fpcr_));
 #else
 #define TESSEL_FTZ_ENTER
 #define TESSEL_FTZ_LEAVE

@@ -93,6 +93,13 @@ CompilerInfo probe_compiler(const std::string& requested) {
   return info;
 }
 
+// The SIMD levels of this architecture, lowest first: TESSEL_SIMD may name any up to the CPU's.
+#if defined(__aarch64__)
+// Advanced SIMD (NEON) is part of every ARMv8-A core; SVE's vector length is not known when the
+// kernel is written, so the kernels use NEON's 128-bit vectors there too.
+constexpr const char* kSimdNames[] = {"scalar", "neon"};
+int detected_simd() { return 1; }
+#else
 enum SimdRank { kScalar = 0, kSse2 = 1, kAvx2 = 2, kAvx512 = 3 };
 constexpr const char* kSimdNames[] = {"scalar", "sse2", "avx2", "avx512"};
 
@@ -105,6 +112,7 @@ int detected_simd() {
 #endif
   return kScalar;
 }
+#endif
 
 }  // namespace
 
@@ -179,9 +187,12 @@ std::string simd_level() {
   if (!v) return kSimdNames[detected];
   std::string want = v;
   auto it = std::find(std::begin(kSimdNames), std::end(kSimdNames), want);
-  if (it == std::end(kSimdNames))
+  if (it == std::end(kSimdNames)) {
+    std::string levels;
+    for (const char* l : kSimdNames) levels += std::string(levels.empty() ? "" : ", ") + l;
     detail::fail("simd_level", "TESSEL_SIMD='", want,
-                 "' is not a SIMD level (expected avx512, avx2, sse2 or scalar)");
+                 "' is not a SIMD level of this machine (expected one of: ", levels, ")");
+  }
   int rank = static_cast<int>(it - std::begin(kSimdNames));
   if (rank > detected)
     detail::fail("simd_level", "TESSEL_SIMD=", want, " is above what this CPU supports (",

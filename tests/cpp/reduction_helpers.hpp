@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <initializer_list>
@@ -53,6 +54,28 @@ inline Array clone(const Array& a) {
   std::memcpy(c.data(), a.data(), static_cast<size_t>(a.size()) * dtype_size(a.dtype()));
   return c;
 }
+// Every SIMD level of every architecture, highest first: a test instantiated over them skips the
+// ones this machine cannot run (see simd_level_runs).
+inline const char* const kSimdLevels[] = {"avx512", "avx2", "sse2", "neon", "scalar"};
+
+// Whether TESSEL_SIMD=level is accepted here (a level of this architecture, at or below the CPU's).
+inline bool simd_level_runs(const std::string& level) {
+  const char* old = std::getenv("TESSEL_SIMD");
+  const std::string saved = old ? old : "";
+  ::setenv("TESSEL_SIMD", level.c_str(), 1);
+  bool ok = true;
+  try {
+    simd_level();
+  } catch (const Error&) {
+    ok = false;
+  }
+  if (old)
+    ::setenv("TESSEL_SIMD", saved.c_str(), 1);
+  else
+    ::unsetenv("TESSEL_SIMD");
+  return ok;
+}
+
 inline Options with(Backend b) {
   Options o;
   o.backend = b;

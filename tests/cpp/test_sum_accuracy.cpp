@@ -16,18 +16,6 @@ using namespace tessel::testing;
 
 namespace {
 
-const char* const kLevels[] = {"avx512", "avx2", "sse2", "scalar"};
-
-// Whether this CPU can run `level` (TESSEL_SIMD may only lower the detected level).
-bool level_available(const std::string& level) {
-  test_env::ScopedEnv native("TESSEL_SIMD", std::nullopt);
-  const std::string top = simd_level();
-  const auto rank = [](const std::string& l) {
-    return std::find(std::begin(kLevels), std::end(kLevels), l) - std::begin(kLevels);
-  };
-  return rank(level) >= rank(top);
-}
-
 struct Data {
   std::string name;
   std::vector<double> terms;  // exactly representable in float32
@@ -108,12 +96,12 @@ class SumAccuracyAtLevel : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(SumAccuracyAtLevel, EverySchemeWithinItsBound) {
   const std::string level = GetParam();
-  if (!level_available(level)) GTEST_SKIP() << "this CPU does not run " << level << " code";
+  if (!simd_level_runs(level)) GTEST_SKIP() << "this CPU does not run " << level << " code";
   test_env::ScopedEnv force("TESSEL_SIMD", level);
   for (const SumSetup& c : setups()) check_sums(c, Backend::Compiled, level + " " + setup_name(c));
 }
 
-INSTANTIATE_TEST_SUITE_P(Levels, SumAccuracyAtLevel, ::testing::ValuesIn(kLevels),
+INSTANTIATE_TEST_SUITE_P(Levels, SumAccuracyAtLevel, ::testing::ValuesIn(kSimdLevels),
                          [](const auto& p) { return std::string(p.param); });
 
 // LogSumExp adds its exponentials like block sums: float runs of L per lane, then float64. The
@@ -123,7 +111,7 @@ INSTANTIATE_TEST_SUITE_P(Levels, SumAccuracyAtLevel, ::testing::ValuesIn(kLevels
 // kernels) is off by ~1e-4 here.
 TEST_P(SumAccuracyAtLevel, LogSumExpSumsAsBlocks) {
   const std::string level = GetParam();
-  if (!level_available(level)) GTEST_SKIP() << "this CPU does not run " << level << " code";
+  if (!simd_level_runs(level)) GTEST_SKIP() << "this CPU does not run " << level << " code";
   test_env::ScopedEnv force("TESSEL_SIMD", level);
   const int64_t n = int64_t{1} << 21;
   std::mt19937_64 rng(7);

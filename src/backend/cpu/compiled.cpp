@@ -49,6 +49,9 @@ Target target_for(bool f64) {
     t = {32, {"-march=x86-64-v3"}};
   else if (level == "sse2")
     t = {16, {"-march=x86-64"}};
+  else if (level == "neon")
+    t = {16, {}};  // every aarch64 compiler targets ARMv8-A with NEON by default (and a cross
+                   // compiler, as in the aarch64 tests under emulation, has no "native" to tune)
   else
     t = {f64 ? 8 : 4, {}};
   // -O2 keeps compile time low; the code is explicit SIMD, so -O3's vectoriser has nothing to add.
