@@ -1,4 +1,5 @@
-// Benchmark cases: the Gaussian sum, its gradient, a log-sum-exp and a K-nearest-neighbour search.
+// Benchmark cases: the Gaussian sum, its gradient, a log-sum-exp, a K-nearest-neighbour search
+// and a sine sum (the vectorised trigonometry).
 #include "bench_cases.hpp"
 
 #include <algorithm>
@@ -8,7 +9,8 @@
 namespace tessel::bench {
 
 const std::vector<std::string>& case_names() {
-  static const std::vector<std::string> names = {"gauss-sum", "gauss-grad", "lse", "argkmin"};
+  static const std::vector<std::string> names = {"gauss-sum", "gauss-grad", "lse", "argkmin",
+                                                 "sin-sum"};
   return names;
 }
 
@@ -68,6 +70,10 @@ BenchProblem make_problem(const std::string& name, int64_t n, int64_t m, DType d
     if (m < kArgKMinK) detail::fail("bench", "argkmin needs m >= ", kArgKMinK, ", got ", m);
     p.reduction = Reduction(ReductionOp::ArgKMin, sqdist(x, y), 1, kArgKMinK);
     p.inputs = {xs, ys};
+  } else if (name == "sin-sum") {
+    // Random-feature-like: arguments spread over [0, 3 G] = [0, 48], so the range reduction runs.
+    p.reduction = Reduction(ReductionOp::Sum, sin(pm(3, 1) * (x | y)) * vj(2, 1));
+    p.inputs = {xs, ys, uniform_array(dtype, m, 1, seed + 2), scalar_param(dtype, g)};
   } else {
     detail::fail("bench", "unknown case '", name, "'");
   }

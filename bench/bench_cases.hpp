@@ -14,7 +14,7 @@ namespace tessel::bench {
 inline constexpr double kScale = 0.25;
 inline constexpr int kArgKMinK = 10;
 
-// gauss-sum, gauss-grad, lse, argkmin: the cases measured against pykeops as well.
+// gauss-sum, gauss-grad, lse, argkmin, sin-sum: the cases measured against pykeops as well.
 const std::vector<std::string>& case_names();
 bool is_case(const std::string& name);
 
@@ -23,6 +23,7 @@ bool is_case(const std::string& name);
 //   gauss-grad  d/dX of gauss-sum against E=Vi(4,1)     (tessel::grad(r, 0))
 //   lse         LogSumExp_j -G*SqDist(X,Y)              X=Vi(0,3) Y=Vj(1,3) G=Pm(2,1)
 //   argkmin     ArgKMin_j(SqDist(X,Y), K=10)            X=Vi(0,3) Y=Vj(1,3)
+//   sin-sum     Sum_j Sin(G*(X|Y)) * B                  X=Vi(0,3) Y=Vj(1,3) B=Vj(2,1) G=Pm(3,1)
 struct BenchProblem {
   Reduction reduction;
   std::vector<Array> inputs;

@@ -24,6 +24,7 @@ cases: gauss-sum   Sum_j exp(-|x_i - y_j|^2 / s^2) b_j, D = 3, s = 0.25, points 
        gauss-grad  its gradient with respect to x
        lse         LogSumExp_j -|x_i - y_j|^2 / s^2
        argkmin     ArgKMin_j |x_i - y_j|^2, K = 10
+       sin-sum     Sum_j sin(<x_i, y_j> / s^2) b_j
        call-overhead  a cached call at N = M = 1 (the fixed cost of one call)
        (default: all of them)
 
@@ -90,7 +91,7 @@ BenchOptions parse_options(const Args& args) {
       o.cases.push_back(a);
     } else {
       throw UsageError("bench: unknown case '" + a +
-                       "' (expected gauss-sum, gauss-grad, lse, argkmin or call-overhead)");
+                       "' (expected gauss-sum, gauss-grad, lse, argkmin, sin-sum or call-overhead)");
     }
   }
   if (o.cases.empty()) {

@@ -33,7 +33,7 @@ commands:
   cache list          one line per cached kernel: key, bytes, path
   cache clear         remove every cached kernel
   bench [CASE...]     benchmark, one JSON line per measurement; cases: gauss-sum,
-                      gauss-grad, lse, argkmin, call-overhead (default: all, for
+                      gauss-grad, lse, argkmin, sin-sum, call-overhead (default: all, for
                       n = 10000, 30000, 100000); see `tessel bench --help`
   demo [--n N]        Gaussian kernel product and its gradient on 100,000 built-in
                       3-D points: timings, peak memory, and what a dense matrix needs
