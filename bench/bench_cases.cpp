@@ -1,5 +1,5 @@
-// Benchmark cases: the Gaussian sum, its gradient, a log-sum-exp, a K-nearest-neighbour search and
-// the kernel Hamiltonian with its gradients.
+// Benchmark cases: the Gaussian sum, its gradient, a log-sum-exp, a K-nearest-neighbour search,
+// the kernel Hamiltonian with its gradients and a sine sum (the vectorised trigonometry).
 #include "bench_cases.hpp"
 
 #include <algorithm>
@@ -11,7 +11,7 @@ namespace tessel::bench {
 
 const std::vector<std::string>& case_names() {
   static const std::vector<std::string> names = {"gauss-sum", "gauss-grad", "lse", "argkmin",
-                                                  "hamiltonian"};
+                                                  "hamiltonian", "sin-sum"};
   return names;
 }
 
@@ -110,6 +110,10 @@ BenchProblem make_problem(const std::string& name, int64_t n, int64_t m, DType d
       return Reduction(ReductionOp::Sum, concat(ga.formula(), gb.formula()), ga.axis());
     };
     p.reductions = {k, fused(0, 2), fused(1, 3)};
+  } else if (name == "sin-sum") {
+    // Random-feature-like: arguments spread over [0, 3 G] = [0, 48], so the range reduction runs.
+    p.reductions = {Reduction(ReductionOp::Sum, sin(pm(3, 1) * (x | y)) * vj(2, 1))};
+    p.inputs = {xs, ys, uniform_array(dtype, m, 1, seed + 2), scalar_param(dtype, g)};
   } else {
     detail::fail("bench", "unknown case '", name, "'");
   }

@@ -14,8 +14,8 @@ namespace tessel::bench {
 inline constexpr double kScale = 0.25;
 inline constexpr int kArgKMinK = 10;
 
-// gauss-sum, gauss-grad, lse, argkmin, hamiltonian (all but the last measured against pykeops
-// as well; bench/python_bench.py compares the Hamiltonian with pykeops through autograd).
+// gauss-sum, gauss-grad, lse, argkmin, hamiltonian, sin-sum (all but hamiltonian measured against
+// pykeops as well; bench/python_bench.py compares the Hamiltonian with pykeops through autograd).
 const std::vector<std::string>& case_names();
 bool is_case(const std::string& name);
 bool has_pykeops_case(const std::string& name);
@@ -25,9 +25,11 @@ bool has_pykeops_case(const std::string& name);
 //   gauss-grad  d/dX of gauss-sum against E=Vi(4,1)     (tessel::grad(r, 0))
 //   lse         LogSumExp_j -G*SqDist(X,Y)              X=Vi(0,3) Y=Vj(1,3) G=Pm(2,1)
 //   argkmin     ArgKMin_j(SqDist(X,Y), K=10)            X=Vi(0,3) Y=Vj(1,3)
+//   sin-sum     Sum_j Sin(G*(X|Y)) * B                  X=Vi(0,3) Y=Vj(1,3) B=Vj(2,1) G=Pm(3,1)
 //   hamiltonian H = 1/2 Sum_ij Exp(-G*SqDist(Qi,Qj)) <Pi,Pj> and the reductions of dH/dq, dH/dp:
 //               K = Sum_j Exp(-G*SqDist(Qi,Qj)) (Pi|Pj)    Qi=Vi(0,3) Qj=Vj(1,3) Pi=Vi(2,3)
-//               and grad(K, v) for v = Qi, Qj, Pi, Pj      Pj=Vj(3,3) G=Pm(4,1) E=Vi(5,1) = 1/2
+//               and grad(K, v) for v = Qi, Pi fused (one    Pj=Vj(3,3) G=Pm(4,1) E=Vi(5,1) = 1/2
+//               Concat reduction), and for v = Qj, Pj fused
 //               (q and p bound twice, as Vi and Vj, as autograd through a Genred evaluates it)
 // A case is one or more reductions evaluated in turn on the leading inputs each one reads.
 struct BenchProblem {

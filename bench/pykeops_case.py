@@ -45,6 +45,12 @@ CASES = {
         "ArgKMin",
         K,
     ),
+    "sin-sum": (
+        "Sin(G*(X|Y)) * B",
+        ["X = Vi(0,3)", "Y = Vj(1,3)", "B = Vj(2,1)", "G = Pm(3,1)"],
+        "Sum",
+        None,
+    ),
 }
 
 
@@ -65,7 +71,7 @@ def make_inputs(np, case, n, m, dtype, seed):
     x = rng.random((n, 3)).astype(dtype)
     y = rng.random((m, 3)).astype(dtype)
     g = np.array([1.0 / SCALE**2], dtype=dtype)
-    if case in ("gauss-sum", "gauss-grad"):
+    if case in ("gauss-sum", "gauss-grad", "sin-sum"):
         b = rng.random((m, 1)).astype(dtype)
         args = [x, y, b, g]
         if case == "gauss-grad":

@@ -31,6 +31,7 @@ cases: gauss-sum   Sum_j exp(-|x_i - y_j|^2 / s^2) b_j, D = 3, s = 0.25, points 
        argkmin     ArgKMin_j |x_i - y_j|^2, K = 10
        hamiltonian H = 1/2 sum_ij exp(-|q_i - q_j|^2 / 0.1^2) <p_i, p_j>: the row sums and the
                    gradients dH/dq, dH/dp (q, p bound as Vi and as Vj), in two fused reductions
+       sin-sum     Sum_j sin(<x_i, y_j> / s^2) b_j
        call-overhead  a cached call at N = M = 1 (the fixed cost of one call)
        (default: all of them)
 
@@ -187,8 +188,8 @@ BenchOptions parse_options(const Args& args) {
       o.cases.push_back(a);
     } else {
       throw UsageError("bench: unknown case '" + a +
-                       "' (expected gauss-sum, gauss-grad, lse, argkmin, hamiltonian or "
-                       "call-overhead)");
+                       "' (expected gauss-sum, gauss-grad, lse, argkmin, hamiltonian, "
+                       "sin-sum or call-overhead)");
     }
   }
   if (o.cases.empty()) {

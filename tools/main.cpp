@@ -33,10 +33,10 @@ commands:
   cache list          one line per cached kernel: key, bytes, path
   cache clear         remove every cached kernel
   bench [CASE...]     benchmark, one JSON line per measurement; cases: gauss-sum,
-                      gauss-grad, lse, argkmin, hamiltonian, call-overhead (default:
-                      all, for n = 10000, 30000, 100000), at the SIMD levels --simd
-                      lists, with the FMA-slot bound; --asm prints the kernels' hot
-                      loops (instructions, FP ops, spills); see `tessel bench --help`
+                      gauss-grad, lse, argkmin, hamiltonian, sin-sum, call-overhead
+                      (default: all, for n = 10000, 30000, 100000), at the SIMD levels
+                      --simd lists, with the FMA-slot bound; --asm prints the kernels'
+                      hot loops (instructions, FP ops, spills); see `tessel bench --help`
   demo [--n N]        Gaussian kernel product and its gradient on 100,000 built-in
                       3-D points: timings, peak memory, and what a dense matrix needs
 

@@ -7,6 +7,7 @@
 // exp and log are our own polynomials: no libm call in the hot loop.
 #include "codegen/cpu_codegen.hpp"
 
+#include <set>
 #include <string>
 
 #include "ops/op.hpp"
@@ -260,13 +261,17 @@ static inline double hsum(V v) { double s = 0; for (int l = 0; l < W; ++l) s += 
 static inline double hsum_d(VD v) { double s = 0; for (int l = 0; l < W; ++l) s += v[l]; return s; }
 )PRELUDE";
 
-// The libm primitives go lane by lane: they are rare in kernel formulas and libm's are exact.
+// The libm primitives as lane loops, libm_<name>: the fallback of our vectorised versions (huge
+// arguments), and v_<name> itself for a libm function that has none yet (one line in
+// TESSEL_LIBM_PRIMITIVES is then all a new one needs).
 std::string libm_primitives() {
+  static const std::set<std::string> vectorised = {"sin", "cos", "asin", "acos", "atan", "atan2"};
   std::string s;
   auto add = [&](const char* name, int arity) {
     const std::string params = arity == 1 ? "V x" : "V x, V y";
     const std::string lanes = arity == 1 ? "x[l]" : "x[l], y[l]";
-    s += "static inline V v_" + std::string(name) + "(" + params +
+    const std::string fn = vectorised.count(name) ? "libm_" : "v_";
+    s += "static inline V " + fn + name + "(" + params +
          ") { V r; for (int l = 0; l < W; ++l) r[l] = __builtin_" + name + "(" + lanes +
          "); return r; }\n";
   };
@@ -276,10 +281,192 @@ std::string libm_primitives() {
   return s;
 }
 
+// sin, cos, asin, acos, atan, atan2 on whole vectors: range reduction, then polynomials in r^2
+// fitted (near-minimax, relative error) on the reduced interval, coefficients rounded to T; the
+// fits' own error is below 0.07 ulp, the rest is rounding. The maximum errors measured against
+// long double over 2e6 random arguments per range, at every SIMD level, are next to each function
+// and in README.md ("Accuracy of elementary functions"); tests/cpp/test_compiled_trig.cpp holds
+// the kernels to them. Special values are libm's (NaN, infinities, signed zeros).
+const char* kTrig = R"TRIG(
+// c0 + z (c1 + z (c2 + ...)): Horner's scheme, unrolled at compile time.
+static inline V v_poly(V z, double c) { (void)z; return bc(c); }
+template <class... C> static inline V v_poly(V z, double c, C... cs) { return v_poly(z, cs...) * z + bc(c); }
+#define TESSEL_SIGN ((TI)((TU)1 << (8 * sizeof(T) - 1)))
+static inline V v_copysign(V mag, V s) { return (V)(((VI)mag & ~TESSEL_SIGN) | ((VI)s & TESSEL_SIGN)); }
+// pi/2 in parts (Cody-Waite): q * C_k is exact for |x| <= TESSEL_TRIG_BOUND, so that x - q pi/2
+// loses nothing to cancellation; the last part carries the rest (error q * 1e-37 or q * 2e-21).
+#if TESSEL_F64
+#define TESSEL_TRIG_BOUND 1.6e6  // |q| <= 2^20
+#define TESSEL_PIO2_HI 0x1.921fb54442d18p+0
+#define TESSEL_PIO2_LO 0x1.1a62633145c07p-54
+#define TESSEL_P3O4_HI 0x1.2d97c7f3321d2p+1
+#define TESSEL_P3O4_LO 0x1.a79394c9e8a0ap-54
+#define TESSEL_TINY 0x1p-26  // below this sin x rounds to x
+#else
+#define TESSEL_TRIG_BOUND 5.1e4  // |q| <= 2^15
+#define TESSEL_PIO2_HI 0x1.921fb6p+0
+#define TESSEL_PIO2_LO -0x1.777a5cp-25
+#define TESSEL_P3O4_HI 0x1.2d97c8p+1
+#define TESSEL_P3O4_LO -0x1.99bc5cp-28
+#define TESSEL_TINY 0x1p-12
+#endif
+// x = q pi/2 + r + lo, |r| <= pi/4 (a hair more where q's rounding is off by the last bit), lo
+// the rounding error of r; sets *quad to q's low bits. Adding 1.5 * 2^MANT rounds to an integer
+// whose low bits are q's, without a float -> int conversion (AVX2 has none for doubles). The last
+// two subtractions keep their rounding errors (Fast2Sum): only there can r be rounded.
+static inline V v_trig_reduce(V x, VI* quad, V* lo) {
+  const V magic = bc(1.5 * (double)(1ull << TESSEL_MANT));
+  const V k = x * bc(0.63661977236758134308) + magic;
+  const V q = k - magic;
+  *quad = (VI)k;
+#if TESSEL_F64
+  const V r1 = x - q * bc(0x1.921fb544p+0), c2 = q * bc(0x1.0b4611a6p-34);
+  const V c3 = q * bc(0x1.3198a2e037073p-69);
+#else
+  V r1 = x - q * bc(0x1.92p+0);
+  r1 = r1 - q * bc(0x1.fbp-12);
+  r1 = r1 - q * bc(0x1.51p-22);
+  const V c2 = q * bc(0x1.0bp-34), c3 = q * bc(0x1.184698p-44);
+#endif
+  const V r2 = r1 - c2, e2 = (r1 - r2) - c2;
+  const V r = r2 - c3;
+  *lo = ((r2 - r) - c3) + e2;
+  return r;
+}
+// sin(r + lo + quad pi/2) for |r| <= pi/4: sin or cos by quad's bit 0, negated by its bit 1.
+// cos keeps 1 - z/2's rounding error apart ((1 - w) - z/2 is exact), as that term dominates.
+static inline V v_sincos_eval(V r, V lo, VI quad) {
+  const V z = r * r;
+#if TESSEL_F64
+  const V ps = v_poly(z, -0x1.5555555555555p-3, 0x1.1111111111110p-7, -0x1.a01a01a019915p-13,
+                     0x1.71de3a545c528p-19, -0x1.ae64540b5fd2ap-26, 0x1.612179307404ep-33,
+                     -0x1.ab146173ec9f9p-41);
+  const V pc = v_poly(z, 0x1.5555555555555p-5, -0x1.6c16c16c16c16p-10, 0x1.a01a01a019cfbp-16,
+                     -0x1.27e4fb7710f07p-22, 0x1.1eed8de84c9c1p-29, -0x1.9394b4d6238cfp-37,
+                     0x1.ab754940bd63fp-45);
+#else
+  const V ps = v_poly(z, -0x1.555556p-3, 0x1.11110ep-7, -0x1.a0139cp-13, 0x1.6db9f6p-19);
+  const V pc = v_poly(z, 0x1.555554p-5, -0x1.6c12ccp-10, 0x1.9bd47cp-16);
+#endif
+  const V s = r + (lo + r * z * ps);
+  const V hz = bc(0.5) * z, w = bc(1.0) - hz;
+  const V c = w + (((bc(1.0) - w) - hz) + (z * z * pc - r * lo));
+  const V v = (quad & (TI)1) ? c : s;
+  return (V)((VI)v ^ ((quad & (TI)2) << (8 * sizeof(T) - 2)));
+}
+// NaN, ±inf and |x| beyond the exact reduction take libm for the whole vector: one test per call.
+static inline bool v_trig_huge(V x) { return v_any(~(v_abs(x) <= bc(TESSEL_TRIG_BOUND))); }
+// float 1.6 ulp, double 1.0 ulp
+static inline V v_sin(V x) {
+  VI quad;
+  V lo;
+  const V r = v_trig_reduce(x, &quad, &lo);
+  const V y = v_abs(x) < bc(TESSEL_TINY) ? x : v_sincos_eval(r, lo, quad);  // keeps -0
+  return v_trig_huge(x) ? libm_sin(x) : y;
+}
+// float 1.6 ulp, double 1.0 ulp
+static inline V v_cos(V x) {
+  VI quad;
+  V lo;
+  const V r = v_trig_reduce(x, &quad, &lo);
+  const V y = v_sincos_eval(r, lo, quad + (TI)1);
+  return v_trig_huge(x) ? libm_cos(x) : y;
+}
+
+// asin on [0, 1]: a itself up to 1/2, else pi/2 - 2 asin(s) with s = sqrt((1 - a) / 2) <= 1/2
+// (1 - a is exact there). Returns asin of the reduced argument as hi + *lo, hi = a or s cut to
+// half its bits (so hi^2 and pi/2 - 2 hi are exact) and *lo carrying the rest of s (s - hi plus
+// sqrt's rounding error) and the polynomial u z P(z): the doubling would double their errors.
+static inline V v_asin_reduced(V a, VI big, V* lo) {
+  const V z = big ? (bc(1.0) - a) * bc(0.5) : a * a;
+  const V u = big ? v_sqrt(z) : a;  // a > 1 gives sqrt(< 0) = NaN
+  const V uh = big ? (V)((VI)u & ~(((TI)1 << ((TESSEL_MANT + 2) / 2)) - 1)) : u;
+  const V du = (big & (z > bc(0.0))) ? (z - uh * uh) / (u + uh) : bc(0.0);  // 0/0 at a = 1
+#if TESSEL_F64
+  const V p = v_poly(z, 0x1.5555555555556p-3, 0x1.3333333332e87p-4, 0x1.6db6db6e3844bp-5,
+                     0x1.f1c71c19f8d29p-6, 0x1.6e8bb25868b49p-6, 0x1.1c4d28ea04196p-6,
+                     0x1.c9d07d4d03ddbp-7, 0x1.78186416c6a4ep-7, 0x1.529a9bba29802p-7,
+                     0x1.62c22a53244ebp-8, 0x1.1f0750c0651fcp-6, -0x1.ec92eb603f636p-7,
+                     0x1.d924a1e3b6e41p-6);
+#else
+  const V p = v_poly(z, 0x1.555554p-3, 0x1.33343cp-4, 0x1.6d58dap-5, 0x1.fdce9ep-6, 0x1.17cdbcp-6,
+                     0x1.14efcap-5);
+#endif
+  *lo = du + u * z * p;
+  return uh;
+}
+// float 0.7 ulp, double 0.7 ulp
+static inline V v_asin(V x) {
+  const V a = v_abs(x);
+  const VI big = a > bc(0.5);
+  V lo;
+  const V hi = v_asin_reduced(a, big, &lo);
+  const V d = bc(TESSEL_PIO2_HI) - bc(2.0) * hi, e = (bc(TESSEL_PIO2_HI) - d) - bc(2.0) * hi;
+  const V y = big ? d + ((e + bc(TESSEL_PIO2_LO)) - bc(2.0) * lo) : hi + lo;
+  return v_copysign(y, x);  // NaN stays NaN whatever its sign
+}
+// acos x = pi/2 - asin x for |x| <= 1/2, 2 asin(s) above, pi - 2 asin(s) below.
+// float 0.9 ulp, double 1.0 ulp
+static inline V v_acos(V x) {
+  const V a = v_abs(x);
+  const VI big = a > bc(0.5);
+  V lo;
+  const V hi = v_asin_reduced(a, big, &lo);
+  const V small = bc(TESSEL_PIO2_HI) - (v_copysign(hi + lo, x) - bc(TESSEL_PIO2_LO));
+  const V neg = (bc(2.0 * TESSEL_PIO2_HI) - bc(2.0) * hi) + (bc(2.0 * TESSEL_PIO2_LO) - bc(2.0) * lo);
+  return big ? (x < bc(0.0) ? neg : bc(2.0) * hi + bc(2.0) * lo) : small;
+}
+
+// atan2: t = the tangent of the angle left after taking off 0, pi/4 or pi/2 (|t| <= tan(pi/8)),
+// chosen by comparing |y| with |x| tan(pi/8) and |x| with |y| tan(pi/8), products that cannot
+// overflow. Both tiny: scaled up first so that the products stay exact; either huge: scaled down
+// so that |y| + |x| stays finite. Equal magnitudes (0/0, inf/inf) give t = 0 exactly.
+// float 2.1 ulp, double 2.3 ulp (atan too): t's rounding, where the result is near 0.4
+static inline V v_atan2(V y, V x) {
+  V ay = v_abs(y), ax = v_abs(x);
+#if TESSEL_F64
+  const V small = bc(0x1p-1000), large = bc(0x1p1000);
+#else
+  const V small = bc(0x1p-100), large = bc(0x1p100);
+#endif
+  const VI tiny = (ay < small) & (ax < small), huge = (ay > large) | (ax > large);
+  const V scale = huge ? bc(0.25) : tiny ? bc((double)(1ull << (TESSEL_MANT + 1))) : bc(1.0);
+  ay = ay * scale;
+  ax = ax * scale;
+  const VI same = ay == ax;
+  const VI big = ax < ay * bc(0.41421356237309504880);
+  const VI mid = (ay > ax * bc(0.41421356237309504880)) | (same & (ax > bc(0.0)));
+  const V num = big ? -ax : mid ? ay - ax : ay;
+  const V den = big ? ay : mid ? ay + ax : ax;
+  const V t = same ? bc(0.0) : num / den;
+  const V z = t * t;
+#if TESSEL_F64
+  const V p = v_poly(z, -0x1.5555555555555p-2, 0x1.9999999999375p-3, -0x1.2492492438006p-3,
+                     0x1.c71c71865005ap-4, -0x1.745d0b5084da1p-4, 0x1.3b126659c1f75p-4,
+                     -0x1.10faa2f3c070ep-4, 0x1.dfe9020699adbp-5, -0x1.a0a6d95f7e97ap-5,
+                     0x1.4186695302145p-5, -0x1.3a83583fa3663p-6);
+#else
+  const V p = v_poly(z, -0x1.555554p-2, 0x1.99973cp-3, -0x1.242188p-3, 0x1.b8285ep-4,
+                     -0x1.088a5cp-4);
+#endif
+  const V u = t + t * z * p;
+  // x < 0 (-0 included) mirrors the angle: pi - (base + u), the constant pi - base in two parts.
+  const VI neg = (VI)x < (TI)0;
+  const V hi = big ? bc(TESSEL_PIO2_HI)
+               : mid ? (neg ? bc(TESSEL_P3O4_HI) : bc(0.5 * TESSEL_PIO2_HI))
+                     : (neg ? bc(2.0 * TESSEL_PIO2_HI) : bc(0.0));
+  const V lo = big ? bc(TESSEL_PIO2_LO)
+               : mid ? (neg ? bc(TESSEL_P3O4_LO) : bc(0.5 * TESSEL_PIO2_LO))
+                     : (neg ? bc(2.0 * TESSEL_PIO2_LO) : bc(0.0));
+  return v_copysign(hi + ((neg ? -u : u) + lo), y);
+}
+static inline V v_atan(V x) { return v_atan2(x, bc(1.0)); }
+)TRIG";
+
 }  // namespace
 
 const char* cpu_prelude() {
-  static const std::string s = kPrelude + libm_primitives();
+  static const std::string s = kPrelude + libm_primitives() + kTrig;
   return s.c_str();
 }
 

@@ -49,6 +49,18 @@ inline Array random_array(DType t, std::vector<int64_t> shape, uint64_t seed, do
   return a;
 }
 
+// An (n / dim, dim) array of type t holding the values v (rounded to float32 for that type).
+inline Array array_of(const std::vector<double>& v, DType t, int64_t dim = 1) {
+  Array a(t, {static_cast<int64_t>(v.size()) / dim, dim});
+  for (size_t k = 0; k < v.size(); ++k) {
+    if (t == DType::Float32)
+      a.as<float>()[k] = static_cast<float>(v[k]);
+    else
+      a.as<double>()[k] = v[k];
+  }
+  return a;
+}
+
 inline Array clone(const Array& a) {
   Array c(a.dtype(), a.shape());
   std::memcpy(c.data(), a.data(), static_cast<size_t>(a.size()) * dtype_size(a.dtype()));

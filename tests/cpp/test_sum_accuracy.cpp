@@ -37,17 +37,6 @@ std::vector<Data> datasets() {
   return d;
 }
 
-Array column(const std::vector<double>& v, DType t) {
-  Array a(t, {static_cast<int64_t>(v.size()), 1});
-  for (size_t k = 0; k < v.size(); ++k) {
-    if (t == DType::Float32)
-      a.as<float>()[k] = static_cast<float>(v[k]);
-    else
-      a.as<double>()[k] = v[k];
-  }
-  return a;
-}
-
 // Row sums of the terms (along j) and column sums (along i), with `backend`, against the bound.
 void check_sums(const SumSetup& c, Backend backend, const std::string& what) {
   for (const Data& d : datasets()) {
@@ -59,7 +48,7 @@ void check_sums(const SumSetup& c, Backend backend, const std::string& what) {
     o.backend = backend;
     o.sum_scheme = c.scheme;
     o.accumulate_f64 = c.acc_f64;
-    const Array t = column(d.terms, c.dtype);
+    const Array t = array_of(d.terms, c.dtype);
     // The term is exactly t; three output rows, so a kernel's row block holds several.
     for (int axis : {1, 0}) {
       const Reduction r(ReductionOp::Sum, axis == 1 ? vj(0, 1) : vi(0, 1), axis);
@@ -130,7 +119,7 @@ TEST_P(SumAccuracyAtLevel, LogSumExpSumsAsBlocks) {
       sum_error_bound({SumScheme::Block, false, DType::Float32}, n, ref.abs_sum, ref.sum) / ref.sum;
   const double tol = u * std::fabs(want) + rel / (1 - rel);  // |log(1 + d)| <= |d| / (1 - |d|)
   const Reduction r(ReductionOp::LogSumExp, vj(0, 1), 1);
-  const Array got = evaluate(r, std::vector<Array>{column(f, DType::Float32)}, o, Sizes{3, -1})[0];
+  const Array got = evaluate(r, std::vector<Array>{array_of(f, DType::Float32)}, o, Sizes{3, -1})[0];
   for (int64_t q = 0; q < got.size(); ++q)
     EXPECT_LE(std::fabs(got.at(q) - want), tol)
         << level << ": got " << got.at(q) << ", exact " << want << ", bound " << tol;
