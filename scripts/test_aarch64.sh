@@ -27,7 +27,12 @@ echo "test_aarch64: cross-compiling tessel and its C++ tests" >&2
 cmake -S . -B "$build/tessel" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/aarch64-linux-gnu.cmake" -DGTest_DIR="$gt/lib/cmake/GTest" \
   -DTESSEL_BUILD_TESTS=ON -DTESSEL_BUILD_TOOLS=OFF -DTESSEL_BUILD_PYTHON=OFF > /dev/null
-cmake --build "$build/tessel" -j "$jobs"
+# The compiler's output goes to a log, shown only when the build fails.
+if ! cmake --build "$build/tessel" -j "$jobs" > "$build/build.log" 2>&1; then
+  cat "$build/build.log" >&2
+  echo "test_aarch64: the cross build failed (output above)" >&2
+  exit 1
+fi
 
 export QEMU_LD_PREFIX=/usr/aarch64-linux-gnu
 export TESSEL_CXX=aarch64-linux-gnu-g++
