@@ -229,6 +229,11 @@ def fused_grads_of(reduction, ks):
             # Gradients that read the forward's outputs (LogSumExp's, through reserved slot
             # variables) are reductions the public constructor cannot rebuild: kept separate.
             return None
+        # The fused reduction reads the variables its formula names: where a part's gradient
+        # formula dropped some (a constant or zero gradient), the row counts and inputs the
+        # separate reductions carry would be lost, so those stay separate.
+        if any(sorted(p.inputs()) != sorted(fused.inputs()) for p in parts):
+            return None
         return fused, [p.output_dim(0) for p in parts]
     return _grad_cache.get_or_make((reduction.hash, "fused", tuple(ks)), make)
 

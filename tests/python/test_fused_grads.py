@@ -96,3 +96,20 @@ def test_non_sum_gradients_are_not_fused():
     wy, wb = torch.autograd.grad(torch.logsumexp(d, dim=1).sum(), (y, b))
     torch.testing.assert_close(gy, wy, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(gb, wb, rtol=1e-12, atol=1e-12)
+
+
+def test_gradients_without_the_other_side_variables_stay_separate(count_reductions):
+    """d/dY and d/dB of Sum_j <X, Y> + B read no j variable (E * X and E): fused, they would lose
+    the j rows, so each keeps its own reduction and the values are right."""
+    torch.manual_seed(4)
+    x = torch.rand(6, 3, dtype=torch.float64, requires_grad=True)
+    y = torch.rand(9, 3, dtype=torch.float64, requires_grad=True)
+    b = torch.rand(9, 1, dtype=torch.float64, requires_grad=True)
+    out = Genred("(X|Y) + B", ["X = Vi(3)", "Y = Vj(3)", "B = Vj(1)"])(x, y, b)
+    w = torch.rand_like(out)
+    gy, gb = torch.autograd.grad(out, (y, b), w)
+    dense = ((x[:, None, :] * y[None, :, :]).sum(-1) + b[:, 0][None, :]).sum(1, keepdim=True)
+    wy, wb = torch.autograd.grad(dense, (y, b), w)
+    torch.testing.assert_close(gy, wy, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(gb, wb, rtol=1e-12, atol=1e-12)
+    assert not any("Concat" in r for r in count_reductions[1:])
