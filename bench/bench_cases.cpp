@@ -10,12 +10,14 @@
 namespace tessel::bench {
 
 const std::vector<std::string>& case_names() {
-  static const std::vector<std::string> names = {"gauss-sum", "gauss-grad", "lse", "argkmin",
-                                                  "hamiltonian", "sin-sum"};
+  static const std::vector<std::string> names = {
+      "gauss-sum", "gauss-grad", "lse", "argkmin", "hamiltonian", "sin-sum", "gauss-sum-64d"};
   return names;
 }
 
 bool has_pykeops_case(const std::string& name) { return name != "hamiltonian"; }
+
+int case_dim(const std::string& name) { return name == "gauss-sum-64d" ? kWideDim : 3; }
 
 bool is_case(const std::string& name) {
   const auto& names = case_names();
@@ -60,11 +62,12 @@ BenchProblem make_problem(const std::string& name, int64_t n, int64_t m, DType d
   BenchProblem p;
   p.n = n;
   p.m = m;
-  const Formula x = vi(0, 3), y = vj(1, 3);
-  const Array xs = uniform_array(dtype, n, 3, seed);
-  const Array ys = uniform_array(dtype, m, 3, seed + 1);
-  const double g = 1.0 / (kScale * kScale);
-  if (name == "gauss-sum" || name == "gauss-grad") {
+  const int d = case_dim(name);
+  const Formula x = vi(0, d), y = vj(1, d);
+  const Array xs = uniform_array(dtype, n, d, seed);
+  const Array ys = uniform_array(dtype, m, d, seed + 1);
+  const double g = d == 3 ? 1.0 / (kScale * kScale) : kWideG;
+  if (name == "gauss-sum" || name == "gauss-grad" || name == "gauss-sum-64d") {
     const Formula b = vj(2, 1), gp = pm(3, 1);
     Reduction r(ReductionOp::Sum, exp(-gp * sqdist(x, y)) * b);
     p.inputs = {xs, ys, uniform_array(dtype, m, 1, seed + 2), scalar_param(dtype, g)};

@@ -13,16 +13,24 @@ namespace tessel::bench {
 // exp(-1) of the peak, so sums neither underflow nor degenerate into a few terms.
 inline constexpr double kScale = 0.25;
 inline constexpr int kArgKMinK = 10;
+// gauss-sum-64d: points uniform in [0, 1]^64 are sqrt(64/6) ~ 3.3 apart on average; G = 0.1 gives
+// terms around exp(-1), so the sum is spread over all j as in gauss-sum.
+inline constexpr int kWideDim = 64;
+inline constexpr double kWideG = 0.1;
 
 // gauss-sum, gauss-grad, lse, argkmin, hamiltonian, sin-sum (all but hamiltonian measured against
 // pykeops as well; bench/python_bench.py compares the Hamiltonian with pykeops through autograd).
 const std::vector<std::string>& case_names();
 bool is_case(const std::string& name);
 bool has_pykeops_case(const std::string& name);
+// The points' dimension in a case (3, or kWideDim for gauss-sum-64d).
+int case_dim(const std::string& name);
 
 // A reduction and its inputs, indexed by variable index (the order bench/pykeops_case.py uses):
 //   gauss-sum   Sum_j Exp(-G*SqDist(X,Y)) * B          X=Vi(0,3) Y=Vj(1,3) B=Vj(2,1) G=Pm(3,1)
 //   gauss-grad  d/dX of gauss-sum against E=Vi(4,1)     (tessel::grad(r, 0))
+//   gauss-sum-64d  gauss-sum with X=Vi(0,64) Y=Vj(1,64), G = kWideG: the data-heavy case (256
+//               bytes per j point in float32), where the inner points leave the caches first
 //   lse         LogSumExp_j -G*SqDist(X,Y)              X=Vi(0,3) Y=Vj(1,3) G=Pm(2,1)
 //   argkmin     ArgKMin_j(SqDist(X,Y), K=10)            X=Vi(0,3) Y=Vj(1,3)
 //   sin-sum     Sum_j Sin(G*(X|Y)) * B                  X=Vi(0,3) Y=Vj(1,3) B=Vj(2,1) G=Pm(3,1)

@@ -18,6 +18,7 @@ import time
 
 SCALE = 0.25
 K = 10
+WIDE_DIM, WIDE_G = 64, 0.1  # gauss-sum-64d (bench_cases.hpp: kWideDim, kWideG)
 
 # (formula, aliases, reduction, opt_arg): the same variable order as the tessel side.
 CASES = {
@@ -45,6 +46,12 @@ CASES = {
         "ArgKMin",
         K,
     ),
+    "gauss-sum-64d": (
+        "Exp(-G*SqDist(X,Y)) * B",
+        [f"X = Vi(0,{WIDE_DIM})", f"Y = Vj(1,{WIDE_DIM})", "B = Vj(2,1)", "G = Pm(3,1)"],
+        "Sum",
+        None,
+    ),
     "sin-sum": (
         "Sin(G*(X|Y)) * B",
         ["X = Vi(0,3)", "Y = Vj(1,3)", "B = Vj(2,1)", "G = Pm(3,1)"],
@@ -68,10 +75,11 @@ def parse_args():
 
 def make_inputs(np, case, n, m, dtype, seed):
     rng = np.random.default_rng(seed)
-    x = rng.random((n, 3)).astype(dtype)
-    y = rng.random((m, 3)).astype(dtype)
-    g = np.array([1.0 / SCALE**2], dtype=dtype)
-    if case in ("gauss-sum", "gauss-grad", "sin-sum"):
+    d = WIDE_DIM if case == "gauss-sum-64d" else 3
+    x = rng.random((n, d)).astype(dtype)
+    y = rng.random((m, d)).astype(dtype)
+    g = np.array([WIDE_G if d != 3 else 1.0 / SCALE**2], dtype=dtype)
+    if case in ("gauss-sum", "gauss-grad", "sin-sum", "gauss-sum-64d"):
         b = rng.random((m, 1)).astype(dtype)
         args = [x, y, b, g]
         if case == "gauss-grad":
@@ -119,7 +127,7 @@ def main():
         "case": a.case,
         "n": a.n,
         "m": m,
-        "d": 3,
+        "d": WIDE_DIM if a.case == "gauss-sum-64d" else 3,
         "dtype": a.dtype,
         "backend": "pykeops-cpu",
         "median_s": median,

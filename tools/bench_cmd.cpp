@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/compiled.hpp"
 #include "backend/registry.hpp"
 #include "bench_cases.hpp"
 #include "cli.hpp"
@@ -32,11 +33,16 @@ cases: gauss-sum   Sum_j exp(-|x_i - y_j|^2 / s^2) b_j, D = 3, s = 0.25, points 
        hamiltonian H = 1/2 sum_ij exp(-|q_i - q_j|^2 / 0.1^2) <p_i, p_j>: the row sums and the
                    gradients dH/dq, dH/dp (q, p bound as Vi and as Vj), in two fused reductions
        sin-sum     Sum_j sin(<x_i, y_j> / s^2) b_j
+       gauss-sum-64d  gauss-sum in D = 64 (points in [0,1]^64, 1/s^2 = 0.1): 256 bytes per j
        call-overhead  a cached call at N = M = 1 (the fixed cost of one call)
        (default: all of them)
 
 options:
   --n N[,N...]       sizes, N = M (default 10000,30000,100000)
+  --m M              the inner size M for every N (default: M = N); a large M with a small N
+                     shows how the kernels keep the inner points in the caches
+  --chunk-kib K[,K...]  measure with each cache chunk of the compiled kernels: K KiB of packed
+                     inner points per chunk (0: no chunks); default: the backend's own (256)
   --reps R           timed calls per measurement (default 5; 3 for n >= 100000)
   --dtype T          float32 (default) or float64
   --threads T        worker threads (default: TESSEL_NUM_THREADS, else all cores)
@@ -75,7 +81,9 @@ folder holding that script when the source tree is not where tessel was built.
 struct BenchOptions {
   std::vector<std::string> cases;
   std::vector<int64_t> sizes = {10000, 30000, 100000};
-  int reps = 0;  // 0: the size-dependent default
+  int64_t m = 0;                   // 0: M = N
+  std::vector<int64_t> chunk_kib;  // empty: the compiled backend's default chunk
+  int reps = 0;                    // 0: the size-dependent default
   DType dtype = DType::Float32;
   int threads = 0;
   bool keep_cache = false;
@@ -115,6 +123,22 @@ class SimdOverride {
 
  private:
   std::optional<std::string> old_;
+};
+
+// Sets the compiled kernels' cache chunk for the life of the object (kib < 0: leaves it).
+class ChunkOverride {
+ public:
+  explicit ChunkOverride(int64_t kib) {
+    if (kib >= 0) old_ = set_cpu_chunk_bytes(kib == 0 ? int64_t{1} << 60 : kib << 10);
+  }
+  ~ChunkOverride() {
+    if (old_) set_cpu_chunk_bytes(*old_);
+  }
+  ChunkOverride(const ChunkOverride&) = delete;
+  ChunkOverride& operator=(const ChunkOverride&) = delete;
+
+ private:
+  std::optional<int64_t> old_;
 };
 
 // Whether simd_level() accepts `level` here; `why` gets its message when not.
@@ -158,6 +182,10 @@ BenchOptions parse_options(const Args& args) {
     };
     if (a == "--n")
       o.sizes = parse_count_list(a, take());
+    else if (a == "--chunk-kib")
+      o.chunk_kib = parse_count_list(a, take(), 0);
+    else if (a == "--m")
+      o.m = parse_count(a, take(), 1);
     else if (a == "--reps")
       o.reps = static_cast<int>(parse_count(a, take(), 1));
     else if (a == "--threads")
@@ -189,7 +217,7 @@ BenchOptions parse_options(const Args& args) {
     } else {
       throw UsageError("bench: unknown case '" + a +
                        "' (expected gauss-sum, gauss-grad, lse, argkmin, hamiltonian, "
-                       "sin-sum or call-overhead)");
+                       "sin-sum, gauss-sum-64d or call-overhead)");
     }
   }
   if (o.cases.empty()) {
@@ -229,10 +257,11 @@ class PykeopsRunner {
   }
 
   // The JSON line pykeops_case.py printed, or "" after a note on stderr.
-  std::string run(const std::string& name, int64_t n, int reps, DType dtype, int threads) {
+  std::string run(const std::string& name, int64_t n, int64_t m, int reps, DType dtype,
+                  int threads) {
     std::string out;
     const int rc = run_process({python_, script_, "--case", name, "--n", std::to_string(n), "--m",
-                                std::to_string(n), "--reps", std::to_string(reps), "--dtype",
+                                std::to_string(m), "--reps", std::to_string(reps), "--dtype",
                                 dtype_name(dtype), "--threads", std::to_string(threads)},
                                &out, false);
     std::string line;
@@ -261,7 +290,8 @@ const char* backend_label() { return compiler_info().usable ? "tessel-cpu" : "te
 JsonLine base_line(const std::string& name, int64_t n, int64_t m, DType dtype,
                    const std::string& simd) {
   JsonLine j;
-  j.add("case", name).add("n", n).add("m", m).add("d", 3).add("dtype", dtype_name(dtype));
+  j.add("case", name).add("n", n).add("m", m).add("d", bench::case_dim(name));
+  j.add("dtype", dtype_name(dtype));
   return j.add("backend", backend_label()).add("simd", simd);
 }
 
@@ -455,45 +485,51 @@ int bench_main(const Args& args) {
       continue;
     }
     for (const int64_t n : o.sizes) {
+      const int64_t m = o.m > 0 ? o.m : n;
       const int reps = o.reps > 0 ? o.reps : (n >= 100000 ? 3 : 5);
-      std::map<std::string, double> medians;  // by level
-      for (const std::string& level : levels) {
-        SimdOverride set(level);
-        const CaseLoops* cl = loops_of(name, level);
-        fresh_cache();
-        const bench::BenchProblem p = bench::make_problem(name, n, n, o.dtype);
-        const bench::Timing t = bench::time_problem(p, reps, opt);
-        medians[level] = t.median_s;
-        const double pairs = static_cast<double>(n) * static_cast<double>(n);
-        JsonLine line = base_line(name, n, n, o.dtype, level);
-        line.add("median_s", t.median_s)
-            .add("pairs_per_s", pairs / t.median_s)
-            .add("first_call_s", t.first_call_s)
-            .add("threads", threads)
-            .add("reps", reps);
-        if (tmp) {
-          // Every kernel of this measurement sits in its fresh cache: check their width.
-          const int lanes = compiled_lanes(o.dtype);
-          line.add("compiled_lanes", lanes);
-          if (cl && lanes != cl->kernels[0].lanes)
-            std::fprintf(stderr, "warning: %s at %s ran kernels of %d lanes, expected %d\n",
-                         name.c_str(), level.c_str(), lanes, cl->kernels[0].lanes);
+      std::map<std::pair<std::string, int64_t>, double> medians;  // by level and chunk
+      const std::vector<int64_t> chunks =
+          o.chunk_kib.empty() ? std::vector<int64_t>{-1} : o.chunk_kib;
+      for (const std::string& level : levels)
+        for (const int64_t chunk : chunks) {
+          SimdOverride set(level);
+          ChunkOverride set_chunk(chunk);
+          const CaseLoops* cl = loops_of(name, level);
+          fresh_cache();
+          const bench::BenchProblem p = bench::make_problem(name, n, m, o.dtype);
+          const bench::Timing t = bench::time_problem(p, reps, opt);
+          medians[{level, chunk}] = t.median_s;
+          const double pairs = static_cast<double>(n) * static_cast<double>(m);
+          JsonLine line = base_line(name, n, m, o.dtype, level);
+          if (chunk >= 0) line.add("chunk_kib", chunk);
+          line.add("median_s", t.median_s)
+              .add("pairs_per_s", pairs / t.median_s)
+              .add("first_call_s", t.first_call_s)
+              .add("threads", threads)
+              .add("reps", reps);
+          if (tmp) {
+            // Every kernel of this measurement sits in its fresh cache: check their width.
+            const int lanes = compiled_lanes(o.dtype);
+            line.add("compiled_lanes", lanes);
+            if (cl && lanes != cl->kernels[0].lanes)
+              std::fprintf(stderr, "warning: %s at %s ran kernels of %d lanes, expected %d\n",
+                           name.c_str(), level.c_str(), lanes, cl->kernels[0].lanes);
+          }
+          if (cl && cl->fp_ops_per_pair > 0) {
+            const PeakProbe& probe = *probes.at(level);
+            peaks[level] =
+                std::max(peaks[level], probe.fma_per_s(threads, 2, 0.05) * probe.slots_per_fma());
+            const double bound_pairs = peaks[level] / cl->fp_ops_per_pair;
+            line.add("lanes", cl->kernels[0].lanes)
+                .add("peak_fp_slots_per_s", peaks[level])
+                .add("kernels", static_cast<int64_t>(cl->kernels.size()))
+                .add("fp_ops_per_pair", cl->fp_ops_per_pair)
+                .add("spills", cl->spills)
+                .add("bound_pairs_per_s", bound_pairs)
+                .add("fraction_of_bound", pairs / t.median_s / bound_pairs);
+          }
+          emit(line.str());
         }
-        if (cl && cl->fp_ops_per_pair > 0) {
-          const PeakProbe& probe = *probes.at(level);
-          peaks[level] =
-              std::max(peaks[level], probe.fma_per_s(threads, 2, 0.05) * probe.slots_per_fma());
-          const double bound_pairs = peaks[level] / cl->fp_ops_per_pair;
-          line.add("lanes", cl->kernels[0].lanes)
-              .add("peak_fp_slots_per_s", peaks[level])
-              .add("kernels", static_cast<int64_t>(cl->kernels.size()))
-              .add("fp_ops_per_pair", cl->fp_ops_per_pair)
-              .add("spills", cl->spills)
-              .add("bound_pairs_per_s", bound_pairs)
-              .add("fraction_of_bound", pairs / t.median_s / bound_pairs);
-        }
-        emit(line.str());
-      }
       if (o.pykeops && !bench::has_pykeops_case(name))
         std::fprintf(stderr, "note: no pykeops run of %s here (bench/python_bench.py has one)\n",
                      name.c_str());
@@ -506,17 +542,17 @@ int bench_main(const Args& args) {
       }
       if (!pykeops.available()) continue;
       // pykeops emits scalar CPU code (30-50 s per call at 1e5 on two cores): one timed call.
-      const std::string line = pykeops.run(name, n, n >= 100000 ? 1 : reps, o.dtype, threads);
+      const std::string line =
+          pykeops.run(name, n, m, n * m > int64_t{1000000000} ? 1 : reps, o.dtype, threads);
       if (line.empty()) continue;
       emit(line);
       if (auto theirs = json_number_field(line, "median_s"))
-        for (const auto& [level, mine] : medians)
-          emit(JsonLine()
-                   .add("case", name)
-                   .add("n", n)
-                   .add("simd", level)
-                   .add("speedup_vs_pykeops", *theirs / mine)
-                   .str());
+        for (const auto& [key, mine] : medians) {
+          JsonLine sp;
+          sp.add("case", name).add("n", n).add("m", m).add("simd", key.first);
+          if (key.second >= 0) sp.add("chunk_kib", key.second);
+          emit(sp.add("speedup_vs_pykeops", *theirs / mine).str());
+        }
     }
   }
   // The best peak of each level over the whole run: a line measured while the machine was busier

@@ -52,7 +52,8 @@ std::string format_si_bytes(double bytes);  // decimal units: "40.0 GB", as disk
 std::string format_seconds(double s);       // "1.23 s", "4.5 ms", "12 us"
 const char* env_or_null(const char* name);  // an empty variable counts as unset
 int64_t parse_count(const std::string& option, const std::string& value, int64_t min_value);
-std::vector<int64_t> parse_count_list(const std::string& option, const std::string& value);
+std::vector<int64_t> parse_count_list(const std::string& option, const std::string& value,
+                                      int64_t min = 1);
 
 // Folder and file helpers; a created temporary folder is removed when the guard goes away.
 class TempDir {

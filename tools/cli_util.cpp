@@ -99,12 +99,13 @@ int64_t parse_count(const std::string& option, const std::string& value, int64_t
   return n;
 }
 
-std::vector<int64_t> parse_count_list(const std::string& option, const std::string& value) {
+std::vector<int64_t> parse_count_list(const std::string& option, const std::string& value,
+                                      int64_t min) {
   std::vector<int64_t> out;
   size_t start = 0;
   for (;;) {
     const size_t comma = value.find(',', start);
-    out.push_back(parse_count(option, value.substr(start, comma - start), 1));
+    out.push_back(parse_count(option, value.substr(start, comma - start), min));
     if (comma == std::string::npos) return out;
     start = comma + 1;
   }

@@ -24,6 +24,9 @@ namespace {
 using std::string;
 using std::to_string;
 
+// The stack the block states saved between inner chunks may take (see generate_cpu_kernel).
+constexpr int64_t kStateBytes = 32 << 10;
+
 const char* kKernelSupport = R"SUPPORT(
 struct KernelArgs {
   const void* outer;
@@ -33,6 +36,7 @@ struct KernelArgs {
   void* out[2];
   const long long* iv;  // intervals [iv[2q], iv[2q+1]) of inner indices to reduce over
   long long n_iv;
+  long long chunk;  // inner indices per chunk, a multiple of W * BLK; 0: one chunk
 };
 )SUPPORT";
 
@@ -75,37 +79,78 @@ struct Gen {
     return string(what) + "_" + to_string(row) + "_" + to_string(c);
   }
 
+  // A variable that carries a row's reduction from one inner chunk to the next (see the chunk
+  // loop in generate_cpu_kernel): declared per block, saved and restored between chunks.
+  struct StateVar {
+    string type, name, extent, init;  // extent: "[K]" for arrays, else empty
+  };
+  std::vector<StateVar> state_vars(int row) const {
+    std::vector<StateVar> v;
+    const string R_ = to_string(row);
+    if (fam == ReductionFamily::Sum) {
+      const char* acc_t = spec.acc_f64 || block_sum() ? "VD" : "V";
+      for (int c = 0; c < D; ++c) {
+        v.push_back({acc_t, acc("acc", row, c), "", "{}"});
+        if (block_sum()) v.push_back({"V", acc("blk", row, c), "", "{}"});
+        if (spec.scheme == SumScheme::Kahan && !spec.acc_f64)
+          v.push_back({"V", acc("cmp", row, c), "", "{}"});
+      }
+    } else if (fam == ReductionFamily::Select) {
+      for (int c = 0; c < D; ++c) {
+        v.push_back(
+            {"V", acc("best", row, c), "", "bc(" + identity_text(info, "__builtin_inf()") + ")"});
+        v.push_back({"VI", acc("bidx", row, c), "", "(VI){} - 1"});
+      }
+    } else if (fam == ReductionFamily::KSelect) {
+      const string K = "[" + to_string(r.k) + "]";
+      v.push_back({"T", "kv_" + R_, K, ""});
+      v.push_back({"i64", "ki_" + R_, K, ""});
+      v.push_back({"int", "kf_" + R_, "", "0"});
+    } else if (fam == ReductionFamily::SoftMax) {
+      v.push_back({"V", acc("mv", row, 0), "", "bc(-__builtin_inf())"});
+      for (const string& n : softmax_sums(row)) {
+        v.push_back({"V", n, "", "{}"});
+        v.push_back({"VD", n + "d", "", "{}"});
+      }
+    }
+    return v;
+  }
+
   string declarations() const {
     string s;
-    const char* acc_t = spec.acc_f64 || block_sum() ? "VD" : "V";
     for (int row = 0; row < R; ++row) {
-      if (fam == ReductionFamily::Sum) {
-        for (int c = 0; c < D; ++c) {
-          s += "    " + string(acc_t) + " " + acc("acc", row, c) + " = {};\n";
-          if (block_sum()) s += "    V " + acc("blk", row, c) + " = {};\n";
-          if (spec.scheme == SumScheme::Kahan && !spec.acc_f64)
-            s += "    V " + acc("cmp", row, c) + " = {};\n";
-        }
-      } else if (fam == ReductionFamily::Select) {
-        for (int c = 0; c < D; ++c) {
-          s += "    V " + acc("best", row, c) + " = bc(" + identity_text(info, "__builtin_inf()") +
-               ");\n";
-          s += "    VI " + acc("bidx", row, c) + " = (VI){} - 1;\n";
-        }
-      } else if (fam == ReductionFamily::KSelect) {
-        s += "    T kv_" + to_string(row) + "[" + to_string(r.k) + "]; i64 ki_" + to_string(row) +
-             "[" + to_string(r.k) + "]; int kf_" + to_string(row) + " = 0;\n";
-      } else if (fam == ReductionFamily::SoftMax) {
+      if (fam == ReductionFamily::SoftMax) {
         // Values of one block of tiles wait in L1 while the block's maximum is found, so the
         // running sum is rescaled once per block instead of testing every tile.
         s += "    V fb_" + to_string(row) + "[BLK]; V bm_" + to_string(row) + ";\n";
         for (int c = 0; c < WD; ++c)
           s += "    V wb_" + to_string(row) + "_" + to_string(c) + "[BLK];\n";
-        s += "    V " + acc("mv", row, 0) + " = bc(-__builtin_inf());\n";
-        for (const string& n : softmax_sums(row))
-          s += "    V " + n + " = {}; VD " + n + "d = {};\n";
       }
+      for (const StateVar& v : state_vars(row))
+        s += "    " + v.type + " " + v.name + v.extent + (v.init.empty() ? "" : " = " + v.init) +
+             ";\n";
     }
+    return s;
+  }
+
+  // The struct holding one block's state between inner chunks, and the statements that save the
+  // state into `st` (a BlockState&) or restore it from there.
+  string state_struct() const {
+    string s = "  struct BlockState {";
+    for (int row = 0; row < R; ++row)
+      for (const StateVar& v : state_vars(row)) s += " " + v.type + " " + v.name + v.extent + ";";
+    return s + " };\n";
+  }
+  string state_copy(bool save) const {
+    string s;
+    for (int row = 0; row < R; ++row)
+      for (const StateVar& v : state_vars(row)) {
+        const string mine = v.name, kept = "st." + v.name;
+        s += v.extent.empty()
+                 ? "      " + (save ? kept + " = " + mine : mine + " = " + kept) + ";\n"
+                 : "      __builtin_memcpy(" + (save ? kept + ", " + mine : mine + ", " + kept) +
+                       ", sizeof " + mine + ");\n";
+      }
     return s;
   }
 
@@ -359,11 +404,11 @@ int vector_registers(const CpuKernelSpec& spec) {
 int rows_per_block(const CpuKernelSpec& spec, const Gen& g, ReductionFamily fam) {
   if (fam == ReductionFamily::KSelect) return 1;
   constexpr int kTemps = 4;
-  const int acc_regs = fam == ReductionFamily::Sum
-                           ? g.D * (spec.scheme == SumScheme::Kahan ? 2 : 1) *
-                                 (spec.acc_f64 ? 2 : 1)
-                       : fam == ReductionFamily::Select ? 2 * g.D
-                                                        : 2 + std::max(g.WD, 1);
+  const int acc_regs =
+      fam == ReductionFamily::Sum
+          ? g.D * (spec.scheme == SumScheme::Kahan ? 2 : 1) * (spec.acc_f64 ? 2 : 1)
+      : fam == ReductionFamily::Select ? 2 * g.D
+                                       : 2 + std::max(g.WD, 1);
   const int per_row = g.lay.outer_dim + acc_regs;
   for (int rows : {4, 2})
     if (rows * per_row + g.lay.inner_dim + kTemps <= vector_registers(spec)) return rows;
@@ -409,7 +454,27 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
     if (e.cat == Category::Param)
       for (int c = 0; c < e.dim; ++c)
         s += "  const V " + g.name(e, 0, c) + " = bc(P[" + to_string(e.offset + c) + "]);\n";
-  s += "  for (i64 i0 = a->o_begin; i0 < a->o_end; i0 += " + to_string(g.R) + ") {\n";
+  // Inner chunks. Past a few hundred KiB the packed inner tiles no longer stay in L2 while a
+  // block of rows walks them, and every block would stream them again from memory. So the inner
+  // range is cut into chunks (KernelArgs::chunk, chosen by the launcher), and a run of row blocks
+  // (whose states fit in sb_, on the stack) goes through one chunk before the next: each block
+  // saves its state at the end of a chunk and restores it at the start of the next. One chunk
+  // (small inputs) runs as if there were none. Chunks are whole tile blocks: no masked tiles.
+  s += g.state_struct();
+  s += "  const i64 JC = a->chunk;\n";
+  s += "  const i64 n_chunks = JC > 0 && a->n_inner > JC ? (a->n_inner + JC - 1) / JC : 1;\n";
+  s += "  enum { SB = sizeof(BlockState) < " + to_string(kStateBytes) + " ? " +
+       to_string(kStateBytes) + " / sizeof(BlockState) : 1 };\n";
+  s += "  BlockState sb_[SB];\n";
+  s +=
+      "  const i64 IC = n_chunks > 1 ? (i64)SB * " + to_string(g.R) + " : a->o_end - a->o_begin;\n";
+  s += "  for (i64 ib = a->o_begin; ib < a->o_end; ib += IC) {\n";
+  s += "  const i64 ie = ib + IC < a->o_end ? ib + IC : a->o_end;\n";
+  s += "  for (i64 ch = 0; ch < n_chunks; ++ch) {\n";
+  s += "  const i64 cs = ch * JC, ce = ch + 1 < n_chunks ? cs + JC : a->n_inner;\n";
+  s += "  for (i64 i0 = ib; i0 < ie; i0 += " + to_string(g.R) + ") {\n";
+  s += "    BlockState& st = sb_[n_chunks > 1 ? (i0 - ib) / " + to_string(g.R) +
+       " : 0]; (void)st;\n";
   for (int row = 0; row < g.R; ++row) {
     s += "    const i64 ir" + to_string(row) + " = i0 + " + to_string(row) + " < a->o_end ? i0 + " +
          to_string(row) + " : a->o_end - 1;\n";
@@ -420,11 +485,14 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
                to_string(lay.outer_dim) + " + " + to_string(e.offset + c) + "]);\n";
   }
   s += g.declarations();
+  s += "    if (ch > 0) {\n" + g.state_copy(false) + "    }\n";
   // Each interval [js, je) of inner indices: a masked head tile, full tiles, a masked tail tile.
   const string tile_setup = "    const T* yt = Y + t * " + to_string(lay.inner_dim * g.W) +
                             "; (void)yt;\n    const VI tv = (VI){} + (TI)t; (void)tv;\n";
   s += "    for (i64 q = 0; q < a->n_iv; ++q) {\n";
-  s += "    const i64 js = a->iv[2 * q], je = a->iv[2 * q + 1];\n    if (js >= je) continue;\n";
+  s += "    const i64 js = a->iv[2 * q] > cs ? a->iv[2 * q] : cs;\n";
+  s += "    const i64 je = a->iv[2 * q + 1] < ce ? a->iv[2 * q + 1] : ce;\n    if (js >= je) "
+       "continue;\n";
   s += "    i64 ts = js / W; const i64 tl = (je - 1) / W, tf = je / W;\n";
   s += "    if (js % W || (ts == tl && je % W)) {\n    const i64 t = ts;\n";
   s += "    const VI valid = (lane_ >= (TI)(js - t * W)) & (lane_ < (TI)(je - t * W));\n";
@@ -452,8 +520,9 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
   s += "    const VI valid = lane_ < (TI)(je - t * W);\n";
   s += tile_setup + g.tile_body(true);
   s += "    }\n    }\n";
+  s += "    if (ch + 1 < n_chunks) {\n" + g.state_copy(true) + "      continue;\n    }\n";
   for (int row = 0; row < g.R; ++row) s += g.finish(row);
-  s += "  }\n  TESSEL_FTZ_LEAVE\n}\n";
+  s += "  }\n  }\n  }\n  TESSEL_FTZ_LEAVE\n}\n";
   return s;
 }
 

@@ -29,9 +29,10 @@ struct KernelArgs {
   const void* inner;  // ceil(n_inner / W) tiles × inner_dim × W lanes
   const void* params;
   long long o_begin, o_end, n_inner;
-  void* out[2];          // value output (n_outer × dim) and/or Int64 index output
-  const long long* iv;   // the inner intervals [iv[2q], iv[2q+1]) these rows reduce over
+  void* out[2];         // value output (n_outer × dim) and/or Int64 index output
+  const long long* iv;  // the inner intervals [iv[2q], iv[2q+1]) these rows reduce over
   long long n_iv;
+  long long chunk;  // inner indices per cache chunk, a multiple of W * kSumBlockLaneTerms; 0: one
 };
 
 // The generated source, or an empty string when the compiled path does not apply.

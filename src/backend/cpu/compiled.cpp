@@ -1,18 +1,20 @@
 // Compiled CPU kernels: generate, compile (cached in memory and on disk), pack inputs, launch.
+#include "backend/cpu/compiled.hpp"
+
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <sstream>
 
 #include "backend/backend.hpp"
-#include "backend/cpu/compiled.hpp"
 #include "backend/cpu/thread_pool.hpp"
 #include "backend/lru_map.hpp"
-#include "codegen/cpu_codegen.hpp"
 #include "cache/compiler.hpp"
 #include "cache/disk_cache.hpp"
+#include "codegen/cpu_codegen.hpp"
 #include "support/warning.hpp"
 #include "tessel/runtime.hpp"
 
@@ -154,6 +156,19 @@ std::shared_ptr<Loaded> load(const Problem& p, const CpuKernelSpec& spec, const 
   return t.by_spec.insert(key, k);
 }
 
+// Bytes of packed inner tiles per cache chunk (KernelArgs::chunk): a chunk stays in L2 while a
+// run of row blocks walks it (L2 is 512 KiB to 2 MiB per core on current x86 and ARM servers).
+std::atomic<int64_t> chunk_bytes{256 << 10};
+
+// The chunk in inner indices: whole blocks of kSumBlockLaneTerms tiles; 0 (one chunk) when the
+// packed inner data fits in a chunk anyway.
+int64_t inner_chunk(const KernelLayout& L, int lanes, int64_t n_inner, int64_t t_bytes) {
+  const int64_t per_index = std::max<int64_t>(1, L.inner_dim) * t_bytes;
+  const int64_t unit = int64_t{lanes} * kSumBlockLaneTerms;
+  const int64_t chunk = std::max<int64_t>(1, chunk_bytes.load() / (per_index * unit)) * unit;
+  return n_inner > chunk ? chunk : 0;
+}
+
 // Packs the variables into the kernel's layout: outer rows, inner SoA tiles, parameters.
 template <class T>
 void pack(const Problem& p, const Loaded& k, std::vector<T>& outer, std::vector<T>& inner,
@@ -190,6 +205,7 @@ void launch(const Problem& p, const Loaded& k, std::span<const ArrayView> outs) 
   base.inner = inner.data();
   base.params = params.data();
   base.n_inner = p.n_inner;
+  base.chunk = inner_chunk(k.layout, k.lanes, p.n_inner, sizeof(T));
   for (size_t q = 0; q < outs.size() && q < 2; ++q) base.out[q] = outs[q].data;
   // Tasks: row chunks of every block, so that threads balance across blocks too.
   struct Task {
@@ -239,6 +255,11 @@ bool CompiledBackend::run(const Problem& p, std::span<const ArrayView> outs) {
 }
 
 }  // namespace
+
+int64_t set_cpu_chunk_bytes(int64_t bytes) {
+  if (bytes < 1) detail::fail("set_cpu_chunk_bytes", "bytes must be >= 1, got ", bytes);
+  return chunk_bytes.exchange(bytes);
+}
 
 CpuKernelTarget cpu_kernel_target(bool f64) {
   Target t = target_for(f64);
