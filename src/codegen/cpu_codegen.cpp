@@ -409,9 +409,18 @@ int rows_per_block(const CpuKernelSpec& spec, const Gen& g, ReductionFamily fam)
           ? g.D * (spec.scheme == SumScheme::Kahan ? 2 : 1) * (spec.acc_f64 ? 2 : 1)
       : fam == ReductionFamily::Select ? 2 * g.D
                                        : 2 + std::max(g.WD, 1);
+  const int regs = vector_registers(spec);
   const int per_row = g.lay.outer_dim + acc_regs;
   for (int rows : {4, 2})
-    if (rows * per_row + g.lay.inner_dim + kTemps <= vector_registers(spec)) return rows;
+    if (rows * per_row + g.lay.inner_dim + kTemps <= regs) return rows;
+  // A high-dimensional formula: the coordinates do not fit even for one row, so they come from
+  // L1 as operands, one load per use, whatever the rows. Then more rows share each inner load;
+  // a row keeps its accumulators and the partial sums of its dot products (ops/vector.cpp's
+  // sum_terms: 4) in registers.
+  constexpr int kPartials = 4;
+  if (per_row + g.lay.inner_dim + kTemps > regs)
+    for (int rows : {4, 2})
+      if (rows * (acc_regs + kPartials) + kTemps <= regs) return rows;
   return 1;
 }
 

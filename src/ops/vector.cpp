@@ -18,11 +18,19 @@ int need_dim1(const char* op, const Formula& a, const char* what) {
   return 1;
 }
 // term(0) + term(1) + ... + term(n-1), without a leading 0 + (the emitted code stays short).
+// From 8 terms on, as four interleaved partial sums added pairwise at the end: a single chain
+// of n dependent adds (FMAs once contracted) leaves a kernel waiting on their latency for high
+// dimensions (a 64-d SqDist would be 64 FMAs deep), and the shorter chains round less.
 template <class S, class F>
 S sum_terms(int n, F term) {
-  S r = term(0);
-  for (int c = 1; c < n; ++c) r = r + term(c);
-  return r;
+  if (n < 8) {
+    S r = term(0);
+    for (int c = 1; c < n; ++c) r = r + term(c);
+    return r;
+  }
+  S p[4] = {term(0), term(1), term(2), term(3)};
+  for (int c = 4; c < n; ++c) p[c % 4] = p[c % 4] + term(c);
+  return (p[0] + p[1]) + (p[2] + p[3]);
 }
 template <class S>
 S sum_of(const S* a, int d) {
