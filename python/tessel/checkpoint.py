@@ -327,7 +327,11 @@ def checkpoint_loop(step, state, n_steps, snapshots, params=(), stats=None):
             for k in range(n_steps):
                 cur = run.call(cur, k)
         return cur if is_tuple else cur[0]
-    outs = run.forward(states)
+    return _attach(run, states, run.forward(states), is_tuple)
+
+
+def _attach(run, states, outs, is_tuple):
+    """The loop's result `outs` (run's forward done), connected to autograd through run."""
     params = tuple(run.captured.tensors)
     if not any(t.requires_grad for t in states) and not params:
         run.release()

@@ -15,7 +15,7 @@ Step evaluations: n in the forward pass, then the reversal's; stats["step_calls"
 import torch
 
 from . import _core
-from .checkpoint import _check_inputs, _is_int, _Revolve, _RevolveFunction
+from .checkpoint import _attach, _check_inputs, _is_int, _Revolve
 
 __all__ = ["checkpoint_while", "online_recomputations"]
 
@@ -80,7 +80,7 @@ class _Online(_Revolve):
         try:
             k = 0
             while True:
-                self.taped = self._tape(k)  # the previous step's graph is dropped here
+                self.taped = self._tape(k)
                 nxt = tuple(o.detach() for o in self.taped[1])
                 if not self.goes_on(nxt, k + 1):
                     break
@@ -91,6 +91,7 @@ class _Online(_Revolve):
                         self.cur = tuple(x.detach() for x in self.taped[0])
                         self._store(slot)
                 self.cur = nxt
+                self.taped = None  # freed before the next step runs, not after
                 k += 1
         finally:
             self.discovering = False
@@ -145,9 +146,4 @@ def checkpoint_while(cond, step, state, snapshots, max_steps=None, params=(), st
     outs = run.forward(states)
     if outs is None:  # no step: the state itself, its gradient the identity
         return tuple(states) if is_tuple else states[0]
-    params = tuple(run.captured.tensors)
-    if not any(t.requires_grad for t in states) and not params:
-        run.release()
-        return outs if is_tuple else outs[0]
-    outs = _RevolveFunction.apply(run, outs, len(states), *states, *params)
-    return tuple(outs) if is_tuple else outs[0]
+    return _attach(run, states, outs, is_tuple)
