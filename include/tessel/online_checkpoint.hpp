@@ -8,23 +8,25 @@
 // the step just taken, which a driver keeps anyway to tape the step that turns out to be last.
 // When the loop stops after n steps, `reversal(n)` gives the backward schedule.
 //
-// Placement (which states to keep). Two phases, each with its proof or its measured bound:
-//  1. n <= C(s+2, 2): the stored states are those of the optimal offline placement for every n
-//     in that range, so the total cost equals revolve_optimal_recomputations(n, s) exactly.
-//     Stumm & Walther (2010, "New algorithms for optimal online checkpointing", SIAM J. Sci.
-//     Comput. 32(2):836-854) prove that such an online placement exists up to C(s+2, 2) steps
-//     (their algorithm for repetition number 2). Ours is derived from the cost identity below:
-//     with every segment reversed by offline Revolve, a placement is optimal for repetition
-//     number 2 exactly when it uses all s slots and the j-th gap is at most s-j+1 (the last
-//     segment at most 2). We pin states at gaps s+1, s, ..., 3 and fill between them.
-//  2. Beyond, the levels of Wang, Moin & Iaccarino (2009, "Minimal repetition dynamic
-//     checkpointing algorithm for unsteady adjoint calculation", SIAM J. Sci. Comput.
-//     31(4):2549-2567): a stored state is dispensable when a later one has a higher level; a new
-//     state replaces the latest dispensable one (level 0), or, when none is, the latest state
-//     (one level above it). Their theorem bounds the repetition number (the most times one step
-//     is evaluated) by the offline optimum; with our reversal (offline Revolve per segment) the
-//     tests check, for every n <= 10000 and s <= 20, that it is at most the offline optimum + 1,
-//     so the cost is at most (t+1)*n with t the offline repetition number.
+// Placement (which states to keep): a recursion of pinned states. Phase(r, q, b), from a stored
+// state x_b with q slots (its own included), is Phase(r-1, q, b), then a pin (x_k stored, every
+// state stored after x_b becoming droppable: they give their slots when one is needed, the latest
+// first), then Phase(r, q-1, k); Phase(1, q, b) stores q-1 states and skips one; Phase(r, 1, b)
+// skips r. Phase(r, q, b) spans C(q+r, r) steps and leaves its pins where offline Revolve puts
+// the first split for that many steps (gap C(q+r-1, r-1)). The top runs Phase(2, s, 0), then
+// for r = 3, 4, ...: a pin and Phase(r, s-1, pin), which together make Phase(r, s, 0).
+//  - n <= C(s+2, 2): the cost equals revolve_optimal_recomputations(n, s) exactly. Stumm &
+//    Walther (2010, "New algorithms for optimal online checkpointing", SIAM J. Sci. Comput.
+//    32(2):836-854) prove such an online placement exists for repetition number 2. With every
+//    segment reversed by offline Revolve, a placement is optimal there exactly when all s slots are
+//    used, the j-th gap is at most s-j+1 and the last segment at most 2; Phase(2, s, 0) keeps all
+//    three.
+//  - every n: no step is evaluated (untaped) more often than in offline Revolve, i.e. the
+//    repetition number is the offline optimum t = min{t : C(s+t, s) >= n}, the property Wang,
+//    Moin & Iaccarino (2009, "Minimal repetition dynamic checkpointing algorithm for unsteady
+//    adjoint calculation", SIAM J. Sci. Comput. 31(4):2549-2567) prove for their dynamic
+//    placement. So online <= t*n while offline = t*n - C(s+t, t-1). The tests check both
+//    statements for every n <= 10000 and s <= 20 (worst ratio 1.38, mean <= 1.07).
 //
 // Reversal. Between stored states c_0 = 0 < c_1 < ... < c_{m-1} the segments are reversed from
 // the right, segment j with the s - j slots not needed by the segments left of it, each by
@@ -69,23 +71,27 @@ class OnlineCheckpointer {
   struct Stored {
     int64_t step;
     int slot;
-    int level;
+    bool droppable;  // in a stretch a later pin closed: gives its slot when one is needed
+  };
+  struct Frame {  // Phase(r, q, base) of the recursion; `done`: its progress
+    int r;
+    int q;
+    int64_t base;
+    int64_t done;
+  };
+  struct Decision {
+    enum Kind { Store, Skip, Pin } kind;
+    int64_t base;  // for a pin: the base of the stretch it closes
   };
   void check_n(const char* fn, int64_t n) const;
-  int replace(size_t idx, int64_t k, int level);  // drops stored_[idx], stores x_k at the end
-  int observe_pinning(int64_t k, bool& handled);
-  int observe_levels(int64_t k);
+  Decision next_decision(int64_t k);
+  int store(int64_t k);  // stores x_k in a free slot or the latest droppable state's
 
   int s_;
   int64_t last_k_ = 0;
   std::vector<Stored> stored_;  // by increasing step; stored_[0] is x_0
   std::vector<int64_t> slot_step_;
-  // Phase 1: the latest pinned step, the slots it may use (its own included), and the states
-  // of the previous stretch still stored, dropped from the right as the new one fills.
-  bool pinning_ = true;
-  int64_t base_ = 0;
-  int quota_;
-  std::vector<int64_t> previous_;
+  std::vector<Frame> frames_;  // the recursion's stack, frames_[0] the top
 };
 
 // online_recomputations for a loop of n steps with s slots (n >= 0: 0 for n <= 1), simulating

@@ -1,4 +1,4 @@
-// Online checkpointing for loops of unknown length: the placement (pinning, then levels) and the
+// Online checkpointing for loops of unknown length: the placement (a recursion of pins) and the
 // reversal by offline Revolve between the stored states (see tessel/online_checkpoint.hpp).
 #include "tessel/online_checkpoint.hpp"
 
@@ -15,73 +15,73 @@ constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 
 }  // namespace
 
-OnlineCheckpointer::OnlineCheckpointer(int snapshots) : s_(snapshots), quota_(snapshots) {
+OnlineCheckpointer::OnlineCheckpointer(int snapshots) : s_(snapshots) {
   if (snapshots < 1)
     detail::fail("OnlineCheckpointer", "argument snapshots must be >= 1, got ", snapshots);
   slot_step_.assign(static_cast<size_t>(snapshots), -1);
   slot_step_[0] = 0;
-  stored_.push_back(Stored{0, 0, std::numeric_limits<int>::max()});  // x_0 is never dropped
+  stored_.push_back(Stored{0, 0, false});        // x_0: never droppable
+  frames_.push_back(Frame{0, snapshots, 0, 0});  // the top: its r is the next phase to open
 }
 
-int OnlineCheckpointer::replace(size_t idx, int64_t k, int level) {
-  const int slot = stored_[idx].slot;
-  stored_.erase(stored_.begin() + static_cast<std::ptrdiff_t>(idx));
-  stored_.push_back(Stored{k, slot, level});
+// The recursion (see the header): Phase(r, q, b) is Phase(r-1, q, b), a pin, then
+// Phase(r, q-1, pin); Phase(1, q, b) stores q-1 states and skips one; Phase(r, 1, b) skips r.
+// The top runs Phase(2, s, 0), then a pin and Phase(r, s-1, pin) for r = 3, 4, ...: the
+// placement Phase(r, s, 0) for whatever r the loop's length turns out to need. Each call gives
+// the decision for x_k.
+OnlineCheckpointer::Decision OnlineCheckpointer::next_decision(int64_t k) {
+  for (;;) {
+    Frame& f = frames_.back();
+    if (frames_.size() == 1) {  // the top
+      if (f.done == 0) {
+        f.done = 1;
+        frames_.push_back(Frame{2, s_, 0, 0});
+        continue;
+      }
+      const int r = f.r == 0 ? 3 : f.r;
+      f.r = r + 1;
+      frames_.push_back(Frame{r, s_ - 1, k, 0});
+      return Decision{Decision::Pin, 0};
+    }
+    if (f.q == 1 || f.r == 1) {  // a leaf: q-1 stores and a skip, or r skips
+      const int64_t total = f.q == 1 ? f.r : f.q;
+      if (f.done < total) {
+        ++f.done;
+        return Decision{f.q > 1 && f.done < f.q ? Decision::Store : Decision::Skip, 0};
+      }
+      frames_.pop_back();
+      continue;
+    }
+    if (f.done == 0) {  // open Phase(r-1, q, b)
+      f.done = 1;
+      const Frame child{f.r - 1, f.q, f.base, 0};
+      frames_.push_back(child);
+      continue;
+    }
+    // Phase(r-1, q, b) is over: pin x_k, and this frame becomes Phase(r, q-1, k).
+    const int64_t base = f.base;
+    f = Frame{f.r, f.q - 1, k, 0};
+    return Decision{Decision::Pin, base};
+  }
+}
+
+int OnlineCheckpointer::store(int64_t k) {
+  int slot = -1;
+  if (static_cast<int>(stored_.size()) < s_) {
+    slot = static_cast<int>(std::find(slot_step_.begin(), slot_step_.end(), int64_t{-1}) -
+                            slot_step_.begin());
+  } else {
+    // The latest droppable state gives its slot.
+    size_t i = stored_.size();
+    while (i-- > 1 && !stored_[i].droppable) {
+    }
+    if (i == 0) detail::fail("OnlineCheckpointer::observe", "internal error: no slot for ", k);
+    slot = stored_[i].slot;
+    stored_.erase(stored_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+  stored_.push_back(Stored{k, slot, false});
   slot_step_[static_cast<size_t>(slot)] = k;
   return slot;
-}
-
-// Phase 1. A stretch starts at the pinned state `base_` with `quota_` slots (its own included):
-// its states base_+1 .. base_+quota_-1 are stored one a step (taking the free slots, then those
-// of the previous stretch's states from the right), base_+quota_ is skipped, and base_+quota_+1
-// is pinned as the next stretch's start with one slot fewer. The gaps between pinned states are
-// thus s+1, s, ..., 3: the optimal offline placement for C(s+2, 2) steps, and every intermediate
-// placement keeps all s slots in use with the j-th gap at most s-j+1 and the last segment at
-// most 2, which is what optimality for repetition number <= 2 requires.
-int OnlineCheckpointer::observe_pinning(int64_t k, bool& handled) {
-  handled = true;
-  if (k < base_ + quota_) {
-    if (static_cast<int>(stored_.size()) < s_) {
-      const int slot = static_cast<int>(
-          std::find(slot_step_.begin(), slot_step_.end(), int64_t{-1}) - slot_step_.begin());
-      stored_.push_back(Stored{k, slot, 0});
-      slot_step_[static_cast<size_t>(slot)] = k;
-      return slot;
-    }
-    const int64_t drop = previous_.back();
-    previous_.pop_back();
-    for (size_t i = 1; i < stored_.size(); ++i)
-      if (stored_[i].step == drop) return replace(i, k, 0);
-    detail::fail("OnlineCheckpointer::observe", "internal error: state ", drop, " not stored");
-  }
-  if (k == base_ + quota_) return -1;
-  if (quota_ > 1) {
-    // Pin x_k: the stretch's own states become the previous ones; its latest makes room.
-    previous_.clear();
-    for (const Stored& st : stored_)
-      if (st.step > base_) previous_.push_back(st.step);
-    previous_.pop_back();  // the stretch's latest (base_ + quota_ - 1) gives its slot to x_k
-    base_ = k;
-    --quota_;
-    return replace(stored_.size() - 1, k, 0);
-  }
-  // C(s+2, 2) - 1 steps reached: the levels take over, every stored state at the same level.
-  pinning_ = false;
-  for (size_t i = 1; i < stored_.size(); ++i) stored_[i].level = 1;
-  handled = false;
-  return -1;
-}
-
-// Phase 2 (Wang, Moin & Iaccarino's levels), storing only every other state: a state one step
-// after the latest stored one is skipped, as the last segment may have two steps.
-int OnlineCheckpointer::observe_levels(int64_t k) {
-  if (stored_.back().step == k - 1) return -1;
-  int running = -1;
-  for (size_t i = stored_.size(); i-- > 1;) {
-    if (stored_[i].level < running) return replace(i, k, 0);  // the latest dispensable one
-    running = std::max(running, stored_[i].level);
-  }
-  return replace(stored_.size() - 1, k, stored_.back().level + 1);
 }
 
 int OnlineCheckpointer::observe(int64_t k) {
@@ -90,12 +90,12 @@ int OnlineCheckpointer::observe(int64_t k) {
                  " (steps are observed in order from 1), got ", k);
   last_k_ = k;
   if (s_ == 1) return -1;  // x_0 holds the only slot
-  if (pinning_) {
-    bool handled = false;
-    const int slot = observe_pinning(k, handled);
-    if (handled) return slot;
-  }
-  return observe_levels(k);
+  const Decision d = next_decision(k);
+  if (d.kind == Decision::Skip) return -1;
+  if (d.kind == Decision::Pin)
+    // The stretch the pin closes (after its base) may now give its slots, latest first.
+    for (Stored& st : stored_) st.droppable = st.droppable || st.step > d.base;
+  return store(k);
 }
 
 void OnlineCheckpointer::check_n(const char* fn, int64_t n) const {
