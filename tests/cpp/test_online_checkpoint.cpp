@@ -108,7 +108,7 @@ TEST(OnlineCheckpoint, ReversalValidForEveryLength) {
   // Every n up to 500 for every s up to 20, then a sample up to 10000 (the full simulation is
   // quadratic; the cost identity below covers every n <= 10000 in closed form).
   for (int s = 1; s <= 20; ++s) {
-    for (int64_t n = 1; n <= 10000; n += n < 500 ? 1 : 97) {
+    for (int64_t n = 1; n <= 10000; n += n < 500 ? 1 : 197) {
       const Outcome run = drive(n, s);
       ASSERT_EQ(run.error, "") << "n=" << n << " s=" << s;
       const int64_t online = online_recomputations(n, s);
