@@ -14,6 +14,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "tessel/checkpoint.hpp"
+#include "tessel/online_checkpoint.hpp"
 #include "tessel/options.hpp"
 #include "tessel/solve.hpp"
 #include "tessel/tessel.hpp"
@@ -483,6 +484,27 @@ NB_MODULE(_core, m) {
         nb::arg("s"), "t*n - C(s+t, t-1): the step evaluations of the schedule's Advance actions.");
   m.def("revolve_forward_steps", &revolve_forward_steps, nb::arg("n"), nb::arg("s"),
         "All step evaluations of the schedule: the advances plus one per reversed step.");
+
+  // Online checkpointing (loops of unknown length), driven by tessel.checkpoint_while.
+  nb::class_<OnlineCheckpointer>(m, "OnlineCheckpointer")
+      .def(nb::init<int>(), nb::arg("snapshots"))
+      .def("observe", &OnlineCheckpointer::observe, nb::arg("k"),
+           "Slot to store x_k in (the loop runs past step k+1), or -1.")
+      .def(
+          "reversal",
+          [](const OnlineCheckpointer& cp, int64_t n) {
+            std::vector<std::tuple<std::string, int64_t, int64_t, int>> v;
+            for (const CheckpointStep& a : cp.reversal(n))
+              v.emplace_back(checkpoint_action_name(a.action), a.from, a.to, a.slot);
+            return v;
+          },
+          nb::arg("n"), "The backward schedule once the loop stopped at n steps.")
+      .def("recomputations", &OnlineCheckpointer::recomputations, nb::arg("n"))
+      .def_prop_ro("slot_steps", &OnlineCheckpointer::slot_steps);
+  m.def("online_recomputations", &online_recomputations, nb::arg("n"), nb::arg("s"),
+        "Untaped step evaluations of the online schedule for a loop that stops at n steps.");
+  m.def("online_recomputations_table", &online_recomputations_table, nb::arg("max_n"),
+        nb::arg("s"), "online_recomputations(n, s) for n = 0 .. max_n.");
 
   m.def("simd_level", &simd_level);
   m.def("cuda_status", &cuda_status);

@@ -39,20 +39,47 @@ def _differentiable(x):
     return x.is_floating_point() or x.is_complex()
 
 
+class SnapshotStore:
+    """Where a loop's snapshots live, by slot: states kept as they are (on their own device).
+    put/get/drop/clear is all a driver uses, so a store spreading its slots over several levels
+    (device, host memory, disk) can take this one's place."""
+
+    def __init__(self):
+        self._slots = {}
+
+    def put(self, slot, states):
+        self._slots[slot] = states
+
+    def get(self, slot):
+        return self._slots[slot]
+
+    def drop(self, slot):
+        self._slots.pop(slot, None)
+
+    def clear(self):
+        self._slots.clear()
+
+    def __len__(self):
+        return len(self._slots)
+
+
 class _Revolve:
     """One loop's schedule, snapshots and counters, shared by the forward and the backward."""
 
-    def __init__(self, step, n_steps, snapshots, is_tuple, states, params, stats):
+    def __init__(self, step, n_steps, snapshots, is_tuple, states, params, stats,
+                 name="checkpoint_loop"):
         self.step, self.n_steps, self.is_tuple, self.stats = step, n_steps, is_tuple, stats
+        self.name = name  # the public function, for error messages
         # What step reads besides the state: params= first, then what the first sweep finds.
-        self.captured = Captured("checkpoint_loop", params)
+        self.captured = Captured(name, params)
         self.discovering = False
         # What each state tensor must keep: a step that changes it is a user error, reported at
         # once rather than as a shape mismatch deep inside autograd.
         self.spec = [(s.shape, s.dtype, s.device) for s in states]
-        self.schedule = _core.revolve_schedule(n_steps, snapshots)
+        # A loop of unknown length (checkpoint_while) gets its schedule after the forward pass.
+        self.schedule = None if n_steps is None else _core.revolve_schedule(n_steps, snapshots)
         self.pos = 0  # the first action the backward replays
-        self.snaps = {}
+        self.snaps = SnapshotStore()
         self.cur = None
         self.taped = None
         stats.update(step_calls=0, max_stored=0, snapshots=snapshots)
@@ -62,21 +89,21 @@ class _Revolve:
         self.stats["step_calls"] += 1
         if self.is_tuple:
             if not isinstance(out, (tuple, list)) or len(out) != len(self.spec):
-                raise ValueError(f"checkpoint_loop: step {k} returned {type(out).__name__}; "
+                raise ValueError(f"{self.name}: step {k} returned {type(out).__name__}; "
                                  f"expected a tuple of {len(self.spec)} tensors like the state")
             out = tuple(out)
         else:
             if isinstance(out, (tuple, list)):
-                raise ValueError(f"checkpoint_loop: step {k} returned a {type(out).__name__}; "
+                raise ValueError(f"{self.name}: step {k} returned a {type(out).__name__}; "
                                  "expected a tensor like the state")
             out = (out,)
         for j, (o, (shape, dtype, device)) in enumerate(zip(out, self.spec)):
             if not isinstance(o, torch.Tensor):
-                raise ValueError(f"checkpoint_loop: step {k} returned a {type(o).__name__} for "
+                raise ValueError(f"{self.name}: step {k} returned a {type(o).__name__} for "
                                  f"state {j}; expected a tensor")
             if o.shape != shape or o.dtype != dtype or o.device != device:
                 raise ValueError(
-                    f"checkpoint_loop: step {k} changed state {j} from shape {tuple(shape)}, "
+                    f"{self.name}: step {k} changed state {j} from shape {tuple(shape)}, "
                     f"{dtype} on {device} to shape {tuple(o.shape)}, {o.dtype} on {o.device}; "
                     "a step must keep the state's shapes, dtypes and devices")
         return out
@@ -94,7 +121,7 @@ class _Revolve:
                 self.cur = self.call(self.cur, k)
 
     def _store(self, slot):
-        self.snaps[slot] = self.cur
+        self.snaps.put(slot, self.cur)
         self.stats["max_stored"] = max(self.stats["max_stored"], len(self.snaps))
 
     def _tape(self, k):
@@ -145,7 +172,7 @@ class _Revolve:
             elif action == "snapshot":
                 self._store(slot)
             elif action == "restore":
-                self.cur = self.snaps[slot]
+                self.cur = self.snaps.get(slot)
             elif action == "reverse":
                 inp, out = self._tape(a)
                 self.cur = None  # the reverse consumes the state; a restore follows
@@ -237,6 +264,25 @@ class _RevolveFunction(torch.autograd.Function):
         return (None, None, None, *state_grads, *param_grads)
 
 
+def _check_inputs(name, state, snapshots, params, stats):
+    """The arguments both loops share, checked: (is_tuple, states, params, stats)."""
+    if not _is_int(snapshots) or snapshots < 1:
+        raise ValueError(f"{name}: snapshots must be an integer >= 1, got {snapshots!r}")
+    is_tuple = isinstance(state, (tuple, list))
+    states = tuple(state) if is_tuple else (state,)
+    for j, s in enumerate(states):
+        if not isinstance(s, torch.Tensor):
+            raise TypeError(f"{name}: state {j} is a {type(s).__name__}; expected a torch.Tensor")
+    params = tuple(params)
+    for j, p in enumerate(params):
+        if not isinstance(p, torch.Tensor):
+            raise TypeError(f"{name}: params[{j}] is a {type(p).__name__}; expected a "
+                            "torch.Tensor")
+    if stats is not None and not isinstance(stats, dict):
+        raise TypeError(f"{name}: stats must be a dict or None, got {type(stats).__name__}")
+    return is_tuple, states, params, ({} if stats is None else stats)
+
+
 def checkpoint_loop(step, state, n_steps, snapshots, params=(), stats=None):
     """Runs `state = step(state, k)` for k = 0 .. n_steps-1 and returns the final state, with a
     backward that stores at most `snapshots` states (Revolve's optimal binomial checkpointing).
@@ -266,22 +312,10 @@ def checkpoint_loop(step, state, n_steps, snapshots, params=(), stats=None):
     recomputing the loop with a full graph from the initial state: correct to any order, with the
     memory of unrolled autograd for that backward (stats gets `double_backward_fallback`).
     """
-    if not _is_int(snapshots) or snapshots < 1:
-        raise ValueError(f"checkpoint_loop: snapshots must be an integer >= 1, got {snapshots!r}")
     if not _is_int(n_steps) or n_steps < 0:
         raise ValueError(f"checkpoint_loop: n_steps must be an integer >= 0, got {n_steps!r}")
-    is_tuple = isinstance(state, (tuple, list))
-    states = tuple(state) if is_tuple else (state,)
-    for j, s in enumerate(states):
-        if not isinstance(s, torch.Tensor):
-            raise TypeError(f"checkpoint_loop: state {j} is a {type(s).__name__}; expected a "
-                            "torch.Tensor")
-    params = tuple(params)
-    for j, p in enumerate(params):
-        if not isinstance(p, torch.Tensor):
-            raise TypeError(f"checkpoint_loop: params[{j}] is a {type(p).__name__}; expected a "
-                            "torch.Tensor")
-    stats = {} if stats is None else stats
+    is_tuple, states, params, stats = _check_inputs("checkpoint_loop", state, snapshots, params,
+                                                    stats)
     if n_steps == 0:
         stats.update(step_calls=0, max_stored=0, snapshots=snapshots)
         return tuple(states) if is_tuple else states[0]
@@ -293,7 +327,11 @@ def checkpoint_loop(step, state, n_steps, snapshots, params=(), stats=None):
             for k in range(n_steps):
                 cur = run.call(cur, k)
         return cur if is_tuple else cur[0]
-    outs = run.forward(states)
+    return _attach(run, states, run.forward(states), is_tuple)
+
+
+def _attach(run, states, outs, is_tuple):
+    """The loop's result `outs` (run's forward done), connected to autograd through run."""
     params = tuple(run.captured.tensors)
     if not any(t.requires_grad for t in states) and not params:
         run.release()

@@ -15,11 +15,13 @@ from ._torch_autograd import GenredFunction, ZeroGrads, live_ctx, transforms_act
 from . import _torch_op
 from ._solve import KernelSolveBase
 from .checkpoint import checkpoint_loop  # noqa: F401
+from .checkpoint_while import checkpoint_while  # noqa: F401
 from .implicit import ConvergenceError, cg_solve, fixed_point  # noqa: F401
 from .odeint import odeint_reversible  # noqa: F401
 from .reversible import ReversibleCoupling  # noqa: F401
 
 __all__ = ["Genred", "KernelSolve", "LazyTensor", "Vi", "Vj", "Pm", "checkpoint_loop",
+           "checkpoint_while",
            "cg_solve", "fixed_point", "ConvergenceError", "odeint_reversible",
            "ReversibleCoupling"]
 

@@ -1,0 +1,149 @@
+"""Online checkpointing for PyTorch: differentiate `while cond(state, k): state = step(state, k)`,
+a loop whose length is known only when it stops, keeping at most `snapshots` states.
+
+The forward pass runs each step with a graph of that step only (to find the tensors step reads,
+as checkpoint_loop's first sweep does), keeping the graph of the latest step: when cond stops the
+loop, that graph is the last step's, ready for the first reverse. Which states to keep is asked of
+the C++ placement (tessel._core.OnlineCheckpointer, see tessel/online_checkpoint.hpp): optimal
+(as many step evaluations as offline Revolve knowing n in advance) up to C(s+2, 2) steps, and
+for any n no step evaluated more often than offline Revolve evaluates one. Once n is known the backward replays
+the reversal schedule with checkpoint_loop's machinery (tessel.checkpoint._Revolve).
+
+Step evaluations: n in the forward pass, then the reversal's; stats["step_calls"] ends at
+`n_steps + recomputations` after the backward, both reported in stats.
+"""
+import torch
+
+from . import _core
+from .checkpoint import _attach, _check_inputs, _is_int, _Revolve
+
+__all__ = ["checkpoint_while", "online_recomputations"]
+
+_NAME = "checkpoint_while"
+
+
+def online_recomputations(n_steps, snapshots):
+    """Untaped step evaluations of checkpoint_while's schedule for a loop that stops at n_steps
+    (the forward sweep's n-1 included, as revolve_optimal_recomputations counts)."""
+    return _core.online_recomputations(n_steps, snapshots)
+
+
+def _truth(value, k):
+    """cond's answer as a bool: a Python/NumPy bool or a one-element tensor."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"{_NAME}: cond returned a tensor of shape {tuple(value.shape)} at "
+                             f"step {k}; expected a bool or a one-element tensor")
+        return bool(value.item())
+    try:
+        return bool(value)
+    except Exception as e:  # an object without a truth value
+        raise TypeError(f"{_NAME}: cond returned a {type(value).__name__} at step {k}; expected "
+                        "a bool or a one-element tensor") from e
+
+
+class _Online(_Revolve):
+    """_Revolve whose schedule comes from the online placement, once the loop has stopped."""
+
+    def __init__(self, cond, step, max_steps, snapshots, is_tuple, states, params, stats):
+        super().__init__(step, None, snapshots, is_tuple, states, params, stats, name=_NAME)
+        self.cond, self.max_steps, self.snapshots = cond, max_steps, snapshots
+        stats.update(n_steps=0, recomputations=0, max_steps_reached=False)
+
+    def goes_on(self, cur, k):
+        """Whether step k runs from state cur (x_k): below max_steps and cond true."""
+        if self.max_steps is not None and k >= self.max_steps:
+            self.stats["max_steps_reached"] = True
+            return False
+        with torch.no_grad():
+            return _truth(self.cond(cur if self.is_tuple else cur[0], k), k)
+
+    def run_plain(self, states):
+        """The loop without a graph or a snapshot: nothing to differentiate."""
+        cur, k = states, 0
+        with torch.no_grad():
+            while self.goes_on(cur, k):
+                cur = self.call(cur, k)
+                k += 1
+        self.stats["n_steps"] = k
+        return cur
+
+    def forward(self, states):
+        """Runs the loop, storing what the placement asks for; returns the final state (the
+        initial one, undetached, when cond is false at once). The latest step's graph is kept."""
+        self.cur = tuple(s.detach() for s in states)
+        if not self.goes_on(self.cur, 0):
+            return None
+        placement = _core.OnlineCheckpointer(self.snapshots)
+        self._store(0)
+        self.discovering = True
+        try:
+            k = 0
+            while True:
+                self.taped = self._tape(k)
+                nxt = tuple(o.detach() for o in self.taped[1])
+                if not self.goes_on(nxt, k + 1):
+                    break
+                # x_k is not the last step's input: keep it if the placement says so.
+                if k >= 1:
+                    slot = placement.observe(k)
+                    if slot >= 0:
+                        self.cur = tuple(x.detach() for x in self.taped[0])
+                        self._store(slot)
+                self.cur = nxt
+                self.taped = None  # freed before the next step runs, not after
+                k += 1
+        finally:
+            self.discovering = False
+        n = k + 1
+        self.cur = None
+        self.n_steps = n
+        self.schedule = placement.reversal(n)
+        self.pos = 1  # the first reverse, of step n-1, is the graph kept above
+        self.stats.update(n_steps=n, recomputations=placement.recomputations(n))
+        return nxt
+
+
+def checkpoint_while(cond, step, state, snapshots, max_steps=None, params=(), stats=None):
+    """Runs `state = step(state, k)` while `cond(state, k)` is true (k = 0, 1, ...) and returns the
+    final state, with a backward through every step taken that stores at most `snapshots`
+    states: the loop's length need not be known in advance (online checkpointing).
+
+    cond:      a function (state, k) -> bool or one-element tensor, evaluated under no_grad on
+               each state before the step that would start from it (also on the initial state:
+               cond false at once gives back `state` and no step runs).
+    step:      a function (state, k) -> new state of the same structure, shapes and dtypes. It
+               must be deterministic: the backward re-runs it.
+    state:     a tensor or a tuple of tensors (the result has the same structure).
+    snapshots: how many states may be stored at once (>= 1; the initial state counts as one). The
+               graph of the latest step (its input state included) is held besides them, as in
+               checkpoint_loop.
+    max_steps: None, or an integer >= 0: the loop stops after that many steps even if cond is
+               still true, without an error or a warning (a cap, as an iteration limit in a
+               solver); cond is not evaluated on the state reached then, and
+               stats["max_steps_reached"] tells that the cap stopped the loop.
+    params, stats: as in checkpoint_loop. stats also gets `n_steps` (the steps taken) and
+               `recomputations` (the untaped step evaluations of the schedule, forward sweep
+               included); after the backward, step_calls == n_steps + recomputations.
+
+    Tensors that step reads besides the state (closures, nn.Module parameters) get gradients
+    without being listed, as with checkpoint_loop; `autograd.grad`, `.backward()`, tuple states
+    and the double-backward fallback (a full recomputation from the initial state under
+    create_graph=True or for a second backward) behave the same way.
+    """
+    if not callable(cond):
+        raise TypeError(f"{_NAME}: cond must be callable, got {type(cond).__name__}")
+    if not callable(step):
+        raise TypeError(f"{_NAME}: step must be callable, got {type(step).__name__}")
+    if max_steps is not None and (not _is_int(max_steps) or max_steps < 0):
+        raise ValueError(f"{_NAME}: max_steps must be None or an integer >= 0, got "
+                         f"{max_steps!r}")
+    is_tuple, states, params, stats = _check_inputs(_NAME, state, snapshots, params, stats)
+    run = _Online(cond, step, max_steps, snapshots, is_tuple, states, params, stats)
+    if not torch.is_grad_enabled():
+        cur = run.run_plain(states)
+        return cur if is_tuple else cur[0]
+    outs = run.forward(states)
+    if outs is None:  # no step: the state itself, its gradient the identity
+        return tuple(states) if is_tuple else states[0]
+    return _attach(run, states, outs, is_tuple)
