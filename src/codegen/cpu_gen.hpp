@@ -1,0 +1,331 @@
+// The per-family pieces of a CPU kernel's source (accumulators, folds, finishing, state saving),
+// for the loop nest that codegen/cpu_codegen.cpp writes around them.
+#pragma once
+
+#include <algorithm>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "codegen/cpu_codegen.hpp"
+#include "codegen/emitter.hpp"
+#include "reduction/reduction_info.hpp"
+
+namespace tessel::cpugen {
+
+using std::string;
+using std::to_string;
+
+struct Gen {
+  const CpuKernelSpec& spec;
+  const ReductionImpl& r;
+  const ReductionInfo& info;
+  ReductionFamily fam;
+  KernelLayout& lay;
+  int W, D, WD, R;
+  std::unordered_map<int, const KernelLayout::Entry*> by_index;
+  Formula f, w;  // the formula and weight as emitted (products regrouped: codegen/hoist.hpp)
+
+  string name(const KernelLayout::Entry& e, int row, int c) const {
+    if (e.cat == Category::I)
+      return "o" + to_string(e.index) + "_" + to_string(row) + "_" + to_string(c);
+    if (e.cat == Category::J) return "j" + to_string(e.index) + "_" + to_string(c);
+    return "p" + to_string(e.index) + "_" + to_string(c);
+  }
+
+  // Emits the formula (and weight) for outer row `row`; returns their component expressions.
+  void emit_formulas(int row, std::vector<Expr>& fv, std::vector<Expr>& wv) const {
+    ExprMemo memo;
+    auto var_name = [&](const Node& n, int c) { return name(*by_index.at(n.var_index()), row, c); };
+    fv = emit_formula(f, var_name, memo);
+    if (w.valid()) wv = emit_formula(w, var_name, memo);
+  }
+
+  // Block summation: float runs of kSumBlockLaneTerms terms per lane, each folded into a double
+  // accumulator, so the error bound does not depend on the vector width (README, "Accuracy").
+  bool block_sum() const {
+    return fam == ReductionFamily::Sum && spec.scheme == SumScheme::Block && !spec.acc_f64;
+  }
+
+  string acc(const char* what, int row, int c) const {
+    return string(what) + "_" + to_string(row) + "_" + to_string(c);
+  }
+
+  // A variable that carries a row's reduction from one inner chunk to the next (see the chunk
+  // loop in generate_cpu_kernel): declared per block, saved and restored between chunks.
+  struct StateVar {
+    string type, name, extent, init;  // extent: "[K]" for arrays, else empty
+  };
+  std::vector<StateVar> state_vars(int row) const {
+    std::vector<StateVar> v;
+    const string R_ = to_string(row);
+    if (fam == ReductionFamily::Sum) {
+      const char* acc_t = spec.acc_f64 || block_sum() ? "VD" : "V";
+      for (int c = 0; c < D; ++c) {
+        v.push_back({acc_t, acc("acc", row, c), "", "{}"});
+        if (block_sum()) v.push_back({"V", acc("blk", row, c), "", "{}"});
+        if (spec.scheme == SumScheme::Kahan && !spec.acc_f64)
+          v.push_back({"V", acc("cmp", row, c), "", "{}"});
+      }
+    } else if (fam == ReductionFamily::Select) {
+      for (int c = 0; c < D; ++c) {
+        v.push_back(
+            {"V", acc("best", row, c), "", "bc(" + identity_text(info, "__builtin_inf()") + ")"});
+        v.push_back({"VI", acc("bidx", row, c), "", "(VI){} - 1"});
+      }
+    } else if (fam == ReductionFamily::KSelect) {
+      const string K = "[" + to_string(r.k) + "]";
+      v.push_back({"T", "kv_" + R_, K, ""});
+      v.push_back({"i64", "ki_" + R_, K, ""});
+      v.push_back({"int", "kf_" + R_, "", "0"});
+    } else if (fam == ReductionFamily::SoftMax) {
+      v.push_back({"V", acc("mv", row, 0), "", "bc(-__builtin_inf())"});
+      for (const string& n : softmax_sums(row)) {
+        v.push_back({"V", n, "", "{}"});
+        v.push_back({"VD", n + "d", "", "{}"});
+      }
+    }
+    return v;
+  }
+
+  string declarations() const {
+    string s;
+    for (int row = 0; row < R; ++row) {
+      if (fam == ReductionFamily::SoftMax) {
+        // Values of one block of tiles wait in L1 while the block's maximum is found, so the
+        // running sum is rescaled once per block instead of testing every tile.
+        s += "    V fb_" + to_string(row) + "[BLK]; V bm_" + to_string(row) + ";\n";
+        for (int c = 0; c < WD; ++c)
+          s += "    V wb_" + to_string(row) + "_" + to_string(c) + "[BLK];\n";
+      }
+      for (const StateVar& v : state_vars(row))
+        s += "    " + v.type + " " + v.name + v.extent + (v.init.empty() ? "" : " = " + v.init) +
+             ";\n";
+    }
+    return s;
+  }
+
+  // The struct holding one block's state between inner chunks, and the statements that save the
+  // state into `st` (a BlockState&) or restore it from there.
+  string state_struct() const {
+    string s = "  struct BlockState {";
+    for (int row = 0; row < R; ++row)
+      for (const StateVar& v : state_vars(row)) s += " " + v.type + " " + v.name + v.extent + ";";
+    return s + " };\n";
+  }
+  string state_copy(bool save) const {
+    string s;
+    for (int row = 0; row < R; ++row)
+      for (const StateVar& v : state_vars(row)) {
+        const string mine = v.name, kept = "st." + v.name;
+        s += v.extent.empty()
+                 ? "      " + (save ? kept + " = " + mine : mine + " = " + kept) + ";\n"
+                 : "      __builtin_memcpy(" + (save ? kept + ", " + mine : mine + ", " + kept) +
+                       ", sizeof " + mine + ");\n";
+      }
+    return s;
+  }
+
+  // Folds formula values into the accumulators; `tail` masks lanes past n_inner.
+  string accumulate(int row, const std::vector<Expr>& f, const std::vector<Expr>& w,
+                    bool tail) const {
+    string s;
+    auto masked = [&](const string& x, const char* neutral) {
+      return tail ? "(valid ? " + x + " : " + neutral + ")" : x;
+    };
+    if (fam == ReductionFamily::Sum) {
+      for (int c = 0; c < D; ++c) {
+        const string v = masked(f[c].s, "bc(0.0)");
+        if (spec.acc_f64 || (block_sum() && tail)) {
+          s += "    " + acc("acc", row, c) + " += __builtin_convertvector(" + v + ", VD);\n";
+        } else if (spec.scheme == SumScheme::Kahan) {
+          s += "    { V y_ = " + v + " - " + acc("cmp", row, c) + "; V t_ = " + acc("acc", row, c) +
+               " + y_; " + acc("cmp", row, c) + " = (t_ - " + acc("acc", row, c) + ") - y_; " +
+               acc("acc", row, c) + " = t_; }\n";
+        } else if (block_sum()) {
+          s += "    " + acc("blk", row, c) + " += " + v + ";\n";
+        } else {
+          s += "    " + acc("acc", row, c) + " += " + v + ";\n";
+        }
+      }
+    } else if (fam == ReductionFamily::Select) {
+      // Terms come in index order, so fold_select_takes reduces to: better, first NaN, or first.
+      const char* cmp = info.is_max ? ">" : "<";
+      for (int c = 0; c < D; ++c) {
+        const string b = acc("best", row, c), bi = acc("bidx", row, c);
+        s += "    { const V f_ = " + f[c].s + "; VI tk_ = (f_ " + cmp + " " + b +
+             ") | ((f_ != f_) & (" + b + " == " + b + ")) | (" + bi + " < 0);";
+        if (tail) s += " tk_ &= valid;";
+        s += " " + b + " = tk_ ? f_ : " + b + "; " + bi + " = tk_ ? tv : " + bi + "; }\n";
+      }
+    } else if (fam == ReductionFamily::KSelect) {
+      const string R_ = to_string(row), K = to_string(r.k);
+      const string lane_ok = tail ? "if (valid[l]) " : "";
+      s += "    { const V f_ = " + f[0].s + ";\n";
+      s += "      if (kf_" + R_ + " < " + K + " || kv_" + R_ + "[" + K + " - 1] != kv_" + R_ + "[" +
+           K + " - 1]) {\n";
+      s += "        for (int l = 0; l < W; ++l) " + lane_ok + "fold_kins(kv_" + R_ + ", ki_" + R_ +
+           ", &kf_" + R_ + ", " + K + ", f_[l], t * W + l);\n";
+      s += "      } else { VI c_ = f_ < bc(kv_" + R_ + "[" + K + " - 1]);" +
+           (tail ? " c_ &= valid;" : "") + "\n";
+      s += "        if (v_any(c_)) for (int l = 0; l < W; ++l) if (c_[l]) fold_kins(kv_" + R_ +
+           ", ki_" + R_ + ", &kf_" + R_ + ", " + K + ", f_[l], t * W + l);\n      }\n    }\n";
+    } else if (fam == ReductionFamily::SoftMax) {
+      const string R_ = to_string(row);
+      if (!tail) {
+        s += "    fb_" + R_ + "[t - tb] = " + f[0].s + "; bm_" + R_ + " = v_max(bm_" + R_ + ", " +
+             f[0].s + ");\n";
+        for (int c = 0; c < WD; ++c)
+          s += "    wb_" + R_ + "_" + to_string(c) + "[t - tb] = " + w[c].s + ";\n";
+      } else {
+        s += "    bm_" + R_ + " = " + acc("mv", row, 0) + ";\n";
+        s += "    { const V f_ = " + masked(f[0].s, "bc(-__builtin_inf())") + "; bm_" + R_ +
+             " = v_max(bm_" + R_ + ", f_);\n";
+        s += rescale(row);
+        s += "      const V e_ = " + shifted_exp("f_", acc("mv", row, 0)) + ";\n";
+        s += add_terms(row, "e_", [&](int c) { return masked(w[c].s, "bc(0.0)"); });
+        s += "    }\n";
+      }
+    }
+    return s;
+  }
+
+  // exp(v - m) for a term v under the running maximum m: 0 for v = -inf (also when m = -inf), and
+  // exactly 1 for v = m, so that +inf terms under m = +inf count 1 instead of exp(inf - inf).
+  static string shifted_exp(const string& v, const string& m) {
+    return v + " == bc(-__builtin_inf()) ? bc(0.0) : " + v + " == " + m + " ? bc(1.0) : v_exp(" +
+           v + " - " + m + ")";
+  }
+  // Moves the running max of `row` to bm_row, rescaling its sums.
+  string rescale(int row) const {
+    const string R_ = to_string(row), mv = acc("mv", row, 0);
+    string s = "      { const V sc_ = " + shifted_exp(mv, "bm_" + R_) + ";";
+    for (const string& n : softmax_sums(row))
+      s += " " + n + " *= sc_; " + n + "d *= __builtin_convertvector(sc_, VD);";
+    return s + " " + mv + " = bm_" + R_ + "; }\n";
+  }
+  template <class WFn>
+  string add_terms(int row, const string& e, WFn weight) const {
+    string s;
+    if (r.op == ReductionOp::SumSoftMaxWeight)
+      s += "      " + acc("ss", row, 0) + " += " + e + ";\n";
+    for (int c = 0; c < std::max(WD, 1); ++c)
+      s += "      " + acc("sv", row, c) + " += " + (WD ? e + " * " + weight(c) : e) + ";\n";
+    return s;
+  }
+  // After a block of tiles: one rescale, then the exponentials of the stored values.
+  string block_end() const {
+    string s;
+    for (int row = 0; row < R; ++row) {
+      const string R_ = to_string(row);
+      s += rescale(row);
+      // Under a finite maximum, exp(f - m) is already 0 for f = -inf and 1 for f = m: the
+      // selections of shifted_exp are only needed when some lane's maximum is infinite or NaN.
+      const string mv = acc("mv", row, 0);
+      auto weight = [&](int c) { return "wb_" + R_ + "_" + to_string(c) + "[q]"; };
+      s += "      if (!v_any((" + mv + " - " + mv + ") != (" + mv + " - " + mv + "))) {\n";
+      s += "      for (i64 q = 0; q < te - tb; ++q) { const V f_ = fb_" + R_ + "[q];\n";
+      s += "      const V e_ = v_exp(f_ - " + mv + ");\n";
+      s += add_terms(row, "e_", weight);
+      s += "      }\n      } else {\n";
+      // (Written apart from the loop above so that `tessel bench --asm` counts only that one.)
+      s += "      for (i64 q = 0, qe = te - tb; q < qe; ++q) { const V f_ = fb_" + R_ + "[q];\n";
+      s += "      const V e_ = " + shifted_exp("f_", mv) + ";\n";
+      s += add_terms(row, "e_", weight);
+      s += "      }\n      }\n";
+      // As block sums: a block's float partials go into float64 (README "Accuracy of sums").
+      for (const string& n : softmax_sums(row))
+        s += "      " + n + "d += __builtin_convertvector(" + n + ", VD); " + n + " = (V){};\n";
+    }
+    return s;
+  }
+  // The running sums of a softmax row: sv_row_c (one per weight component), ss_row_0 (the
+  // SoftMax denominator). Each has a float partial `n` and its float64 total `n`d.
+  std::vector<string> softmax_sums(int row) const {
+    std::vector<string> v;
+    for (int c = 0; c < std::max(WD, 1); ++c) v.push_back(acc("sv", row, c));
+    if (r.op == ReductionOp::SumSoftMaxWeight) v.push_back(acc("ss", row, 0));
+    return v;
+  }
+  // Lane l of a softmax sum, as a double.
+  static string lane_total(const string& n) { return "(" + n + "d[l] + " + n + "[l])"; }
+
+  string finish(int row) const {
+    const string R_ = to_string(row), out_row = "(i0 + " + R_ + ")";
+    string s = "    if (i0 + " + R_ + " < a->o_end) {\n";
+    if (fam == ReductionFamily::Sum) {
+      for (int c = 0; c < D; ++c)
+        s += "      out0[" + out_row + " * " + to_string(D) + " + " + to_string(c) + "] = (T)" +
+             (spec.acc_f64 || block_sum() ? "hsum_d(" : "hsum(") + acc("acc", row, c) + ");\n";
+    } else if (fam == ReductionFamily::Select) {
+      // The lanes' bests hold interleaved indices: merge them with the shared rule.
+      const string mx = info.is_max ? "1" : "0";
+      for (int c = 0; c < D; ++c) {
+        const string b = acc("best", row, c), bi = acc("bidx", row, c),
+                     at = out_row + " * " + to_string(D) + " + " + to_string(c);
+        s += "      { T bv = 0; i64 bj = -1;\n        for (int l = 0; l < W; ++l) { if (" + bi +
+             "[l] < 0) continue; const T v = " + b + "[l]; const i64 j = (i64)" + bi +
+             "[l] * W + l;\n";
+        s += "          if (fold_select_takes(v, j, bv, bj, " + mx + ")) { bv = v; bj = j; } }\n";
+        s += "        if (bj < 0) bv = " + identity_text(info, "__builtin_inf()") + ";\n";
+        for (int o = 0; o < info.num_outputs(); ++o)
+          s += string("        ") +
+               (info.output_is_index(o) ? "outi[" + at + "] = bj;\n" : "out0[" + at + "] = bv;\n");
+        s += "      }\n";
+      }
+    } else if (fam == ReductionFamily::KSelect) {
+      const string K = to_string(r.k);
+      s += "      for (int q = 0; q < " + K + "; ++q) {\n";
+      for (int o = 0; o < info.num_outputs(); ++o)
+        s += info.output_is_index(o)
+                 ? "        outi[" + out_row + " * " + K + " + q] = q < kf_" + R_ + " ? ki_" + R_ +
+                       "[q] : -1;\n"
+                 : "        out0[" + out_row + " * " + K + " + q] = q < kf_" + R_ + " ? kv_" + R_ +
+                       "[q] : (T)" + identity_text(info, "__builtin_inf()") + ";\n";
+      s += "      }\n";
+    } else if (fam == ReductionFamily::SoftMax) {
+      // Each lane's sums live under its own maximum: rescale them to the row's maximum M.
+      const string mv = acc("mv", row, 0);
+      const int nc = std::max(WD, 1);
+      s += "      double M = -__builtin_inf(); for (int l = 0; l < W; ++l) if (" + mv +
+           "[l] > M) M = " + mv + "[l];\n";
+      s += "      double den = 0;\n";
+      if (r.op == ReductionOp::SumSoftMaxWeight)
+        s += "      for (int l = 0; l < W; ++l) den += " + lane_total(acc("ss", row, 0)) +
+             " * fold_shift_scale(" + mv + "[l], M);\n";
+      for (int c = 0; c < nc; ++c) {
+        s += "      { double sum = 0; for (int l = 0; l < W; ++l) sum += " +
+             lane_total(acc("sv", row, c)) + " * fold_shift_scale(" + mv + "[l], M);\n";
+        const string at = "out0[" + out_row + " * " + to_string(nc) + " + " + to_string(c) + "]";
+        if (r.op == ReductionOp::LogSumExp)
+          s += "        " + at +
+               " = (T)(sum != sum ? sum : M == -__builtin_inf() ? -__builtin_inf() : M + "
+               "__builtin_log(sum)); }\n";
+        else
+          s += "        " + at +
+               " = (T)(sum != sum || M == __builtin_inf() || den == 0 ? __builtin_nan(\"\") "
+               ": sum / den); }\n";
+      }
+    }
+    return s + "    }\n";
+  }
+
+  // The tile body for all R rows: loads the tile's inner vectors, evaluates, accumulates.
+  string tile_body(bool tail) const {
+    Emitter em;
+    for (const auto& e : lay.vars)
+      if (e.cat == Category::J)
+        for (int c = 0; c < e.dim; ++c)
+          em.raw("    const V " + name(e, 0, c) + " = vload(yt + " + to_string((e.offset + c) * W) +
+                 ");\n");
+    string acc_code;
+    for (int row = 0; row < R; ++row) {
+      std::vector<Expr> f, w;
+      emit_formulas(row, f, w);
+      acc_code += accumulate(row, f, w, tail);
+    }
+    return em.code() + acc_code;
+  }
+};
+
+}  // namespace tessel::cpugen
