@@ -38,6 +38,8 @@ struct KernelArgs {
   const long long* iv;  // intervals [iv[2q], iv[2q+1]) of inner indices to reduce over
   long long n_iv;
   long long chunk;  // inner indices per chunk, a multiple of W * BLK; 0: one chunk
+  long long j_lo, j_hi;  // the inner indices reduced over: [j_lo, j_hi) within the intervals
+  void* state_out;       // non-null: each block's final state goes there, not to the outputs
 };
 )SUPPORT";
 
@@ -138,6 +140,8 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
   s += "#define FOLD_QUAL static inline\n#define FOLD_INF __builtin_inf()\n"
        "#define FOLD_EXP __builtin_exp\n";
   s += fold_rules_source();
+  s += g.state_struct();
+  s += "extern \"C\" long long tessel_state_bytes(void) { return sizeof(BlockState); }\n";
   s += "extern \"C\" void tessel_kernel(const struct KernelArgs* a) {\n";
   s += "  TESSEL_FTZ_ENTER\n";
   s += "  const T* X = (const T*)a->outer; const T* Y = (const T*)a->inner; const T* P = (const "
@@ -156,9 +160,8 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
   // (whose states fit in sb_, on the stack) goes through one chunk before the next: each block
   // saves its state at the end of a chunk and restores it at the start of the next. One chunk
   // (small inputs) runs as if there were none. Chunks are whole tile blocks: no masked tiles.
-  s += g.state_struct();
-  s += "  const i64 JC = a->chunk;\n";
-  s += "  const i64 n_chunks = JC > 0 && a->n_inner > JC ? (a->n_inner + JC - 1) / JC : 1;\n";
+  s += "  const i64 JC = a->chunk, jl = a->j_lo, jh = a->j_hi;\n";
+  s += "  const i64 n_chunks = JC > 0 && jh - jl > JC ? (jh - jl + JC - 1) / JC : 1;\n";
   s += "  enum { SB = sizeof(BlockState) < " + to_string(kStateBytes) + " ? " +
        to_string(kStateBytes) + " / sizeof(BlockState) : 1 };\n";
   s += "  BlockState sb_[SB];\n";
@@ -167,7 +170,7 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
   s += "  for (i64 ib = a->o_begin; ib < a->o_end; ib += IC) {\n";
   s += "  const i64 ie = ib + IC < a->o_end ? ib + IC : a->o_end;\n";
   s += "  for (i64 ch = 0; ch < n_chunks; ++ch) {\n";
-  s += "  const i64 cs = ch * JC, ce = ch + 1 < n_chunks ? cs + JC : a->n_inner;\n";
+  s += "  const i64 cs = jl + ch * JC, ce = ch + 1 < n_chunks ? cs + JC : jh;\n";
   s += "  for (i64 i0 = ib; i0 < ie; i0 += " + to_string(g.R) + ") {\n";
   s += "    BlockState& st = sb_[n_chunks > 1 ? (i0 - ib) / " + to_string(g.R) +
        " : 0]; (void)st;\n";
@@ -217,8 +220,28 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
   s += tile_setup + g.tile_body(true);
   s += "    }\n    }\n";
   s += "    if (ch + 1 < n_chunks) {\n" + g.state_copy(true) + "      continue;\n    }\n";
+  s += "    if (a->state_out) {\n      BlockState& so = ((BlockState*)a->state_out)[(i0 - "
+       "a->o_begin) / " +
+       to_string(g.R) + "];\n" + g.state_copy(true, "so") + "      continue;\n    }\n";
   for (int row = 0; row < g.R; ++row) s += g.finish(row);
   s += "  }\n  }\n  }\n  TESSEL_FTZ_LEAVE\n}\n";
+  // The rows' states from n_parts kernels run over consecutive inner ranges (state_out), folded
+  // in order and finished into the outputs.
+  s += "extern \"C\" void tessel_merge(const struct KernelArgs* a, const void* const* parts, "
+       "int n_parts) {\n  TESSEL_FTZ_ENTER\n";
+  s += "  T* out0 = (T*)a->out[0]; i64* outi = (i64*)a->out[" +
+       to_string(r.num_outputs() == 2 ? 1 : 0) + "];\n  (void)out0; (void)outi;\n";
+  s += "  for (i64 i0 = a->o_begin; i0 < a->o_end; i0 += " + to_string(g.R) + ") {\n";
+  s += "    const i64 b_ = (i0 - a->o_begin) / " + to_string(g.R) + ";\n";
+  s += g.declarations();
+  s += "    { const BlockState& st = ((const BlockState*)parts[0])[b_];\n" + g.state_copy(false) +
+       "    }\n";
+  s += "    for (int p_ = 1; p_ < n_parts; ++p_) {\n      const BlockState& o_ = ((const "
+       "BlockState*)parts[p_])[b_];\n";
+  for (int row = 0; row < g.R; ++row) s += g.merge_state(row);
+  s += "    }\n";
+  for (int row = 0; row < g.R; ++row) s += g.finish(row);
+  s += "  }\n  TESSEL_FTZ_LEAVE\n}\n";
   return s;
 }
 

@@ -33,6 +33,8 @@ struct KernelArgs {
   const long long* iv;  // the inner intervals [iv[2q], iv[2q+1]) these rows reduce over
   long long n_iv;
   long long chunk;  // inner indices per cache chunk, a multiple of W * kSumBlockLaneTerms; 0: one
+  long long j_lo, j_hi;  // the inner indices reduced over: [j_lo, j_hi) within the intervals
+  void* state_out;       // non-null: the blocks' states go there (tessel_merge finishes them)
 };
 
 // The generated source, or an empty string when the compiled path does not apply.

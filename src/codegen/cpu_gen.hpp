@@ -108,21 +108,66 @@ struct Gen {
   // The struct holding one block's state between inner chunks, and the statements that save the
   // state into `st` (a BlockState&) or restore it from there.
   string state_struct() const {
-    string s = "  struct BlockState {";
+    string s = "struct BlockState {";
     for (int row = 0; row < R; ++row)
       for (const StateVar& v : state_vars(row)) s += " " + v.type + " " + v.name + v.extent + ";";
     return s + " };\n";
   }
-  string state_copy(bool save) const {
+  string state_copy(bool save, const string& where = "st") const {
     string s;
     for (int row = 0; row < R; ++row)
       for (const StateVar& v : state_vars(row)) {
-        const string mine = v.name, kept = "st." + v.name;
+        const string mine = v.name, kept = where + "." + v.name;
         s += v.extent.empty()
                  ? "      " + (save ? kept + " = " + mine : mine + " = " + kept) + ";\n"
                  : "      __builtin_memcpy(" + (save ? kept + ", " + mine : mine + ", " + kept) +
                        ", sizeof " + mine + ");\n";
       }
+    return s;
+  }
+
+  // Folds the state `o_` of the same rows over later inner indices into this block's state (the
+  // j ranges were split across threads): the sequential fold's result, up to the order of sums.
+  string merge_state(int row) const {
+    string s;
+    const string o = "o_.";
+    if (fam == ReductionFamily::Sum) {
+      for (int c = 0; c < D; ++c) {
+        const string a = acc("acc", row, c), k = acc("cmp", row, c);
+        if (spec.scheme == SumScheme::Kahan && !spec.acc_f64)
+          s += "      { V y_ = (" + o + a + " - " + o + k + ") - " + k + "; V t_ = " + a +
+               " + y_; " + k + " = (t_ - " + a + ") - y_; " + a + " = t_; }\n";
+        else if (block_sum())
+          s += "      " + a + " += " + o + a + " + __builtin_convertvector(" + o +
+               acc("blk", row, c) + ", VD);\n";
+        else
+          s += "      " + a + " += " + o + a + ";\n";
+      }
+    } else if (fam == ReductionFamily::Select) {
+      // The other part's indices are all later: it takes a lane only as a later term would.
+      const char* cmp = info.is_max ? ">" : "<";
+      for (int c = 0; c < D; ++c) {
+        const string b = acc("best", row, c), bi = acc("bidx", row, c);
+        s += "      { const V f_ = " + o + b + "; VI tk_ = (" + o + bi + " >= 0) & ((f_ " + cmp +
+             " " + b + ") | ((f_ != f_) & (" + b + " == " + b + ")) | (" + bi + " < 0)); " + b +
+             " = tk_ ? f_ : " + b + "; " + bi + " = tk_ ? " + o + bi + " : " + bi + "; }\n";
+      }
+    } else if (fam == ReductionFamily::KSelect) {
+      const string R_ = to_string(row), K = to_string(r.k);
+      s += "      for (int q = 0; q < " + o + "kf_" + R_ + "; ++q) fold_kins(kv_" + R_ + ", ki_" +
+           R_ + ", &kf_" + R_ + ", " + K + ", " + o + "kv_" + R_ + "[q], " + o + "ki_" + R_ +
+           "[q]);\n";
+    } else if (fam == ReductionFamily::SoftMax) {
+      const string mv = acc("mv", row, 0);
+      s += "      { const V m_ = v_max(" + mv + ", " + o + mv + ");\n";
+      s += "        const VD sa_ = __builtin_convertvector(" + shifted_exp(mv, "m_") +
+           ", VD), sb_ = __builtin_convertvector(" + shifted_exp(o + mv, "m_") + ", VD);\n";
+      for (const string& n : softmax_sums(row))
+        s += "        " + n + "d = (" + n + "d + __builtin_convertvector(" + n +
+             ", VD)) * sa_ + (" + o + n + "d + __builtin_convertvector(" + o + n +
+             ", VD)) * sb_; " + n + " = (V){};\n";
+      s += "        " + mv + " = m_; }\n";
+    }
     return s;
   }
 

@@ -196,6 +196,60 @@ TEST_P(CompiledChunks, BlockSparseChunkedWithinBound) {
   }
 }
 
+// A few rows against many points: the inner range is split across threads and the parts' states
+// merged (backend/cpu/compiled.cpp). Min/max/K-min choices and their ties must not move; sums
+// regroup, within their schemes' bounds: float64 accumulators for block sums (1e-6 covers the
+// final float32 rounding), M u for direct float32 sums, a few u for Kahan.
+TEST_P(CompiledChunks, FewRowsSplitAcrossThreads) {
+  const std::string level = GetParam();
+  if (!simd_level_runs(level)) GTEST_SKIP() << "this CPU does not run " << level << " code";
+  test_env::ScopedEnv force("TESSEL_SIMD", level);
+  for (DType t : {DType::Float32, DType::Float64})
+    for (bool nan : {false, true})
+      for (int64_t rows : {1, 3})
+        for (bool sparse : {false, true}) {
+          std::vector<Array> all = inputs(t, nan);
+          Array x(t, {rows, 3});
+          std::memcpy(x.data(), all[0].data(), static_cast<size_t>(rows * 3) * dtype_size(t));
+          all[0] = x;
+          auto br = std::make_shared<BlockRanges>();
+          br->ranges_i = {0, rows};
+          br->redranges_j = {5, 1500, 2100, 2990};
+          br->slices_i = {2};
+          br->ranges_j = {5, 1500, 2100, 2990};
+          br->redranges_i = {0, rows, 0, rows};
+          br->slices_j = {1, 2};
+          for (Case c : cases()) {
+            const std::string what = level + " " + c.name + (t == DType::Float32 ? " f32" : " f64") +
+                                     (nan ? " NaN" : "") + " rows " + std::to_string(rows) +
+                                     (sparse ? " ranges" : "");
+            if (sparse) c.opt.ranges = br;
+            const std::vector<Array> in = args_for(c.r, all);
+            c.opt.threads = 1;
+            const std::vector<Array> whole = evaluate(c.r, in, c.opt);
+            c.opt.threads = 3;
+            std::vector<Array> split;
+            {
+              ScopedChunk tiny(1);  // chunks of 64 tiles: 2 or 3 parts at every width
+              split = evaluate(c.r, in, c.opt);
+            }
+            const ReductionFamily fam = reduction_info(c.r.op()).family;
+            if (fam != ReductionFamily::Sum && fam != ReductionFamily::SoftMax) {
+              expect_identical(split, whole, what);
+              continue;
+            }
+            const bool direct32 = t == DType::Float32 && c.opt.sum_scheme == SumScheme::Direct &&
+                                  !c.opt.accumulate_f64;
+            const double rtol = t == DType::Float64 ? 1e-12 : direct32 ? kM * 6e-8 : 1e-6;
+            for (size_t o = 0; o < whole.size(); ++o) {
+              std::vector<double> w(whole[o].size());
+              for (int64_t k = 0; k < whole[o].size(); ++k) w[k] = whole[o].at(k);
+              expect_close(split[o], w, rtol, rtol, what);
+            }
+          }
+        }
+}
+
 INSTANTIATE_TEST_SUITE_P(Levels, CompiledChunks, ::testing::ValuesIn(kSimdLevels),
                          [](const auto& p) { return std::string(p.param); });
 

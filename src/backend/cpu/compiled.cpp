@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <sstream>
 
@@ -23,9 +26,13 @@ namespace tessel {
 namespace {
 
 using KernelFn = void (*)(const KernelArgs*);
+using MergeFn = void (*)(const KernelArgs*, const void* const*, int);
+using StateBytesFn = long long (*)();
 
 struct Loaded {
   KernelFn fn = nullptr;
+  MergeFn merge = nullptr;  // finishes states of split inner ranges (see launch)
+  int64_t state_bytes = 0;  // one block's state
   KernelLayout layout;
   int lanes = 1;
   void* handle = nullptr;  // dlopen's; closed when the table dropped it and no call runs it
@@ -151,7 +158,12 @@ std::shared_ptr<Loaded> load(const Problem& p, const CpuKernelSpec& spec, const 
   k->handle = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!k->handle) detail::fail("evaluate", "cannot load the compiled kernel ", so, ": ", dlerror());
   k->fn = reinterpret_cast<KernelFn>(dlsym(k->handle, "tessel_kernel"));
-  if (!k->fn) detail::fail("evaluate", "the compiled kernel ", so, " has no tessel_kernel symbol");
+  k->merge = reinterpret_cast<MergeFn>(dlsym(k->handle, "tessel_merge"));
+  const auto bytes = reinterpret_cast<StateBytesFn>(dlsym(k->handle, "tessel_state_bytes"));
+  if (!k->fn || !k->merge || !bytes)
+    detail::fail("evaluate", "the compiled kernel ", so, " lacks tessel_kernel, tessel_merge or ",
+                 "tessel_state_bytes");
+  k->state_bytes = bytes();
   std::lock_guard lk(t.mu);
   return t.by_spec.insert(key, k);
 }
@@ -160,24 +172,26 @@ std::shared_ptr<Loaded> load(const Problem& p, const CpuKernelSpec& spec, const 
 // run of row blocks walks it (L2 is 512 KiB to 2 MiB per core on current x86 and ARM servers).
 std::atomic<int64_t> chunk_bytes{256 << 10};
 
-// The chunk in inner indices: whole blocks of kSumBlockLaneTerms tiles; 0 (one chunk) when the
-// packed inner data fits in a chunk anyway.
-int64_t inner_chunk(const KernelLayout& L, int lanes, int64_t n_inner, int64_t t_bytes) {
+// The chunk in inner indices: whole blocks of kSumBlockLaneTerms tiles.
+int64_t chunk_indices(const KernelLayout& L, int lanes, int64_t t_bytes) {
   const int64_t per_index = std::max<int64_t>(1, L.inner_dim) * t_bytes;
   const int64_t unit = int64_t{lanes} * kSumBlockLaneTerms;
-  const int64_t chunk = std::max<int64_t>(1, chunk_bytes.load() / (per_index * unit)) * unit;
-  return n_inner > chunk ? chunk : 0;
+  return std::max<int64_t>(1, chunk_bytes.load() / (per_index * unit)) * unit;
 }
 
-// Packs the variables into the kernel's layout: outer rows, inner SoA tiles, parameters.
+// Packs the variables into the kernel's layout: outer rows, inner SoA tiles, parameters. The inner
+// points are packed in parallel (a call with few rows and many points is mostly this copy), each
+// thread writing whole tiles, and only the last tile's unused lanes are zeroed.
 template <class T>
-void pack(const Problem& p, const Loaded& k, std::vector<T>& outer, std::vector<T>& inner,
+void pack(const Problem& p, const Loaded& k, std::vector<T>& outer, std::unique_ptr<T[]>& inner,
           std::vector<T>& params) {
   const KernelLayout& L = k.layout;
   const int W = k.lanes;
   const int64_t tiles = (p.n_inner + W - 1) / W;
+  const int64_t tile_size = int64_t{L.inner_dim} * W;
   outer.assign(static_cast<size_t>(std::max<int64_t>(1, p.n_outer * L.outer_dim)), T(0));
-  inner.assign(static_cast<size_t>(std::max<int64_t>(1, tiles * L.inner_dim * W)), T(0));
+  inner.reset(new T[static_cast<size_t>(std::max<int64_t>(1, tiles * tile_size))]);
+  if (tiles > 0) std::fill_n(&inner[(tiles - 1) * tile_size], tile_size, T(0));
   params.assign(static_cast<size_t>(std::max(1, L.param_dim)), T(0));
   for (const auto& e : L.vars) {
     const Bound& b = p.var(e.index);
@@ -187,25 +201,36 @@ void pack(const Problem& p, const Loaded& k, std::vector<T>& outer, std::vector<
       for (int64_t i = 0; i < p.n_outer; ++i)
         for (int c = 0; c < e.dim; ++c)
           outer[i * L.outer_dim + e.offset + c] = static_cast<T>(b.at(i, c));
-    } else {
-      for (int64_t j = 0; j < p.n_inner; ++j) {
-        T* tile = &inner[(j / W) * L.inner_dim * W + (j % W)];
+    }
+  }
+  constexpr int64_t kPackGrain = 4096;  // tiles per task: enough work to pay for a hand-off
+  parallel_for(tiles, kPackGrain, p.threads, [&](int64_t t0, int64_t t1) {
+    for (const auto& e : L.vars) {
+      if (e.cat != Category::J) continue;
+      const Bound& b = p.var(e.index);
+      const int64_t j1 = std::min(p.n_inner, t1 * W);
+      for (int64_t j = t0 * W; j < j1; ++j) {
+        T* tile = &inner[(j / W) * tile_size + (j % W)];
         for (int c = 0; c < e.dim; ++c) tile[(e.offset + c) * W] = static_cast<T>(b.at(j, c));
       }
     }
-  }
+  });
 }
 
 template <class T>
 void launch(const Problem& p, const Loaded& k, std::span<const ArrayView> outs) {
-  std::vector<T> outer, inner, params;
+  std::vector<T> outer, params;
+  std::unique_ptr<T[]> inner;
   pack(p, k, outer, inner, params);
+  const int64_t chunk = chunk_indices(k.layout, k.lanes, sizeof(T));
   KernelArgs base{};
   base.outer = outer.data();
-  base.inner = inner.data();
+  base.inner = inner.get();
   base.params = params.data();
   base.n_inner = p.n_inner;
-  base.chunk = inner_chunk(k.layout, k.lanes, p.n_inner, sizeof(T));
+  base.chunk = p.n_inner > chunk ? chunk : 0;
+  base.j_lo = 0;
+  base.j_hi = p.n_inner;
   for (size_t q = 0; q < outs.size() && q < 2; ++q) base.out[q] = outs[q].data;
   // Tasks: row chunks of every block, so that threads balance across blocks too.
   struct Task {
@@ -213,19 +238,61 @@ void launch(const Problem& p, const Loaded& k, std::span<const ArrayView> outs) 
     const RowBlock* blk;
   };
   std::vector<Task> tasks;
-  const int64_t chunks = std::max<int64_t>(1, p.threads) * 8;
-  const int64_t grain = std::max<int64_t>(8, (p.n_outer + chunks - 1) / chunks);
+  const int threads = std::max(1, p.threads);
+  const int64_t grain = std::max<int64_t>(8, (p.n_outer + threads * 8 - 1) / (threads * 8));
   for (const RowBlock& blk : p.blocks)
     for (int64_t b = blk.begin; b < blk.end; b += grain)
       tasks.push_back({b, std::min(blk.end, b + grain), &blk});
-  parallel_for(static_cast<int64_t>(tasks.size()), 1, p.threads, [&](int64_t b, int64_t e) {
+  auto args_of = [&](const Task& t) {
+    KernelArgs a = base;
+    a.o_begin = t.b;
+    a.o_end = t.e;
+    a.iv = reinterpret_cast<const long long*>(t.blk->iv.data());
+    a.n_iv = static_cast<long long>(t.blk->iv.size() / 2);
+    return a;
+  };
+  // Too few rows to keep every thread busy (a few queries against many points): the inner range
+  // is split too, in `parts` runs of whole chunks; each (task, part) leaves its blocks' states in
+  // a buffer, and tessel_merge folds them in inner order and writes the outputs.
+  const int64_t parts = static_cast<int64_t>(tasks.size()) >= threads
+                            ? 1
+                            : std::min<int64_t>(threads, p.n_inner / chunk);
+  if (parts <= 1) {
+    parallel_for(static_cast<int64_t>(tasks.size()), 1, p.threads, [&](int64_t b, int64_t e) {
+      for (int64_t q = b; q < e; ++q) {
+        const KernelArgs a = args_of(tasks[q]);
+        k.fn(&a);
+      }
+    });
+    return;
+  }
+  const int64_t span = (p.n_inner / parts + chunk - 1) / chunk * chunk;
+  const size_t stride = static_cast<size_t>(grain * k.state_bytes);  // <= grain blocks per task
+  // 64-byte aligned: the states hold vectors of up to 64 bytes.
+  std::vector<std::byte> raw(stride * tasks.size() * parts + 64);
+  std::byte* states = raw.data() + (64 - reinterpret_cast<uintptr_t>(raw.data()) % 64) % 64;
+  auto state_of = [&](size_t task, int64_t part) {
+    return states + (task * static_cast<size_t>(parts) + static_cast<size_t>(part)) * stride;
+  };
+  const int64_t items = static_cast<int64_t>(tasks.size()) * parts;
+  parallel_for(items, 1, p.threads, [&](int64_t b, int64_t e) {
     for (int64_t q = b; q < e; ++q) {
-      KernelArgs a = base;
-      a.o_begin = tasks[q].b;
-      a.o_end = tasks[q].e;
-      a.iv = reinterpret_cast<const long long*>(tasks[q].blk->iv.data());
-      a.n_iv = static_cast<long long>(tasks[q].blk->iv.size() / 2);
+      const size_t task = static_cast<size_t>(q / parts);
+      const int64_t part = q % parts;
+      KernelArgs a = args_of(tasks[task]);
+      a.j_lo = std::min(p.n_inner, part * span);
+      a.j_hi = part + 1 == parts ? p.n_inner : std::min(p.n_inner, (part + 1) * span);
+      a.state_out = state_of(task, part);
       k.fn(&a);
+    }
+  });
+  parallel_for(static_cast<int64_t>(tasks.size()), 1, p.threads, [&](int64_t b, int64_t e) {
+    std::vector<const void*> ptrs(static_cast<size_t>(parts));
+    for (int64_t q = b; q < e; ++q) {
+      for (int64_t part = 0; part < parts; ++part)
+        ptrs[static_cast<size_t>(part)] = state_of(static_cast<size_t>(q), part);
+      const KernelArgs a = args_of(tasks[q]);
+      k.merge(&a, ptrs.data(), static_cast<int>(parts));
     }
   });
 }
