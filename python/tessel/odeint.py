@@ -23,6 +23,10 @@ plus one vector-Jacobian product per step, and keeps at most two one-evaluation 
 The result is the exact gradient of the discrete forward map (not the continuous adjoint's
 approximation of it), up to the floating-point error of the reconstruction, which is reported.
 
+Adaptive steps (rtol/atol; tessel._odeint_adaptive). The forward's step-size controller picks the
+steps and records them; the backward above runs on the recorded steps, unchanged. method="dopri5"
+(Dormand–Prince, not reversible) differentiates the recorded steps with checkpoint_loop instead.
+
 Stability. Like leapfrog, the method is symmetric and not A-stable: a strongly dissipative or
 stiff field (h |lambda| not small for Re lambda < 0) excites a growing parasitic mode in z - y,
 which degrades both the solution and the reconstruction. Use small steps for such fields.
