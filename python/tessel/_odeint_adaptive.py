@@ -1,4 +1,4 @@
-"""Adaptive step sizes for odeint_reversible: the step-size controller and the Dormand–Prince 5(4) pair.
+"""Adaptive steps for odeint_reversible: the step-size controller, the Dormand–Prince 5(4) pair.
 
 Controller (Hairer, Nørsett & Wanner, "Solving Ordinary Differential Equations I", II.4). A step
 of size h from s is attempted; its embedded error estimate e is measured as

@@ -383,9 +383,10 @@ def odeint_reversible(f, y0, t, *, method=None, rtol=None, atol=None, options=No
             `nfe_backward` (evaluations of f; for "dopri5" the forward's count includes the
             replay of the accepted steps that builds the checkpoints), with rtol/atol
             `step_times` (every step's end, t[0] first), for "dopri5" `max_stored`, and for
-            "reversible_heun" `vjp_backward`, and after a backward `backward` ("reversible" or "stored"),
-            `reconstruction_error` (max abs difference between the reconstructed y_0 and z_0
-            and the true y0) and `reconstruction_error_rel` (the same over max |y0|).
+            "reversible_heun" `vjp_backward` and, after a backward, `backward` ("reversible" or
+            "stored"), `reconstruction_error` (max abs difference between the reconstructed
+            y_0 and z_0 and the true y0) and `reconstruction_error_rel` (the same over
+            max |y0|).
 
     Tensors that f reads besides (t, y) (closure variables, an nn.Module's parameters, also of
     modules called inside a closure, a weight computed from a parameter before the solve) are

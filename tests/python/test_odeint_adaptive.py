@@ -168,7 +168,10 @@ def pulse():
     # parasitic mode, and its controller gives up at max_num_steps (test_errors).
     a = torch.tensor(1.0, dtype=F64, requires_grad=True)
     t = torch.tensor([0.0, 0.5, 2.0], dtype=F64)
-    f = lambda s, y: a * torch.stack([y[1], -4 * y[0]]) + 5 * torch.exp(-((s - 0.6) / 0.005)**2)  # noqa: E731,E501
+
+    def f(s, y):
+        return a * torch.stack([y[1], -4 * y[0]]) + 5 * torch.exp(-((s - 0.6) / 0.005)**2)
+
     return f, a, t, 1e-5, 1e-8, None
 
 
