@@ -359,8 +359,9 @@ def odeint_reversible(f, y0, t, *, method=None, rtol=None, atol=None, options=No
             one step per interval: t itself is the grid.
     method: "reversible_heun" (the default) or "dopri5" (Dormand–Prince 5(4), torchdiffeq's
             default: fifth order, 6 evaluations of f per step; not reversible, so its backward
-            recomputes states with checkpoint_loop over each interval's steps, keeping at most
-            `snapshots` states (default 16) per interval).
+            recomputes states with checkpoint_loop over each interval's steps: each interval
+            of t keeps at most `snapshots` states (default 16) and the graph of its last step
+            from the forward to the backward, so many output times cost memory).
     rtol, atol, options: adaptive steps, as in torchdiffeq (the default for "dopri5", with
             rtol=1e-7 and atol=1e-9; "reversible_heun" is adaptive when either is given): the
             controller (tessel._odeint_adaptive) accepts a step when the rms over the state of
