@@ -24,7 +24,7 @@ if [[ -d .venv/lib/python3*/site-packages/numpy ]] 2> /dev/null ||
    compgen -G ".venv/lib/python3*/site-packages/numpy" > /dev/null; then
   "$py" -m pip uninstall -q -y numpy >&2 || true
 fi
-want=(nanobind scikit-build-core pykeops==2.3 geomloss hypothesis "$@")
+want=(nanobind scikit-build-core pykeops==2.3 geomloss hypothesis torchdiffeq==0.2.5 "$@")
 missing=()
 for pkg in "${want[@]}"; do
   name=${pkg%%[=<>]*}

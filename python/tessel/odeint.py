@@ -23,6 +23,10 @@ plus one vector-Jacobian product per step, and keeps at most two one-evaluation 
 The result is the exact gradient of the discrete forward map (not the continuous adjoint's
 approximation of it), up to the floating-point error of the reconstruction, which is reported.
 
+Adaptive steps (rtol/atol; tessel._odeint_adaptive). The forward's step-size controller picks the
+steps and records them; the backward above runs on the recorded steps, unchanged. method="dopri5"
+(Dormand–Prince, not reversible) differentiates the recorded steps with checkpoint_loop instead.
+
 Stability. Like leapfrog, the method is symmetric and not A-stable: a strongly dissipative or
 stiff field (h |lambda| not small for Re lambda < 0) excites a growing parasitic mode in z - y,
 which degrades both the solution and the reconstruction. Use small steps for such fields.
@@ -32,6 +36,8 @@ import math
 import torch
 
 from ._captured import Captured, grad_once
+from ._odeint_adaptive import Controller, Field, dopri5, march
+from ._odeint_adaptive import grid as _grid
 
 __all__ = ["odeint_reversible"]
 
@@ -42,15 +48,9 @@ def _is_int(v):
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _grid(t, counts):
-    """The step times: interval k is cut into counts[k] equal steps and every t_k is hit exactly.
-    Differentiable in t, so the backward can map gradients on the grid back to t."""
-    pieces = []
-    for k, m in enumerate(counts):
-        frac = torch.arange(m, dtype=t.dtype, device=t.device) / m
-        pieces.append(t[k] + (t[k + 1] - t[k]) * frac)
-    pieces.append(t[-1:])
-    return torch.cat(pieces)
+def _even(counts, t):
+    """The fractions of equal steps: interval k cut into counts[k] steps."""
+    return [torch.arange(m, dtype=t.dtype, device=t.device) / m for m in counts]
 
 
 def _zeros(xs):
@@ -60,68 +60,78 @@ def _zeros(xs):
 class _Solver:
     """One solve's vector field, grid and counters, shared by the forward and the backward."""
 
-    def __init__(self, f, is_tuple, y0s, counts, params, stats):
-        self.f, self.is_tuple, self.counts, self.stats = f, is_tuple, counts, stats
+    def __init__(self, f, is_tuple, y0s, fracs, ctl, params, stats):
+        self.is_tuple, self.stats, self.ctl = is_tuple, stats, ctl
+        self.call = Field(f, is_tuple, y0s, stats)
         # What f reads besides (t, y): params= first, then what the forward finds.
         self.captured = Captured(_NAME, params)
         self.params = self.captured.tensors  # grows while the forward finds more
         self.discovering = False
-        self.spec = [(y.shape, y.dtype, y.device) for y in y0s]
-        self.out_index = [0]
-        for m in counts:
-            self.out_index.append(self.out_index[-1] + m)
-        self.n_steps = self.out_index[-1]
+        self.fracs = None
         self.grid = None
         self.final = None
-        for key in ("backward", "reconstruction_error", "reconstruction_error_rel"):
+        for key in ("backward", "reconstruction_error", "reconstruction_error_rel",
+                    "max_stored", "step_times"):
             stats.pop(key, None)  # a reused dict must not show a previous solve's figures
-        stats.update(steps=self.n_steps, nfe_forward=0, nfe_backward=0, vjp_backward=0)
+        stats.update(steps=0, rejected=0, nfe_forward=0, nfe_backward=0, vjp_backward=0)
+        if fracs is not None:
+            self._set_steps(fracs)
 
-    def call(self, s, z):
-        out = self.f(s, tuple(z) if self.is_tuple else z[0])
-        if self.is_tuple:
-            if not isinstance(out, (tuple, list)) or len(out) != len(self.spec):
-                raise ValueError(f"{_NAME}: f returned a {type(out).__name__}; expected a tuple "
-                                 f"of {len(self.spec)} tensors like y0")
-            out = list(out)
-        else:
-            out = [out]
-        for j, (o, (shape, dtype, device)) in enumerate(zip(out, self.spec)):
-            if not isinstance(o, torch.Tensor):
-                raise ValueError(f"{_NAME}: f returned a {type(o).__name__} for state {j}; "
-                                 "expected a tensor")
-            if o.shape != shape or o.dtype != dtype or o.device != device:
-                raise ValueError(
-                    f"{_NAME}: f returned shape {tuple(o.shape)}, {o.dtype} on {o.device} for "
-                    f"state {j} at t={float(s):g}; expected shape {tuple(shape)}, {dtype} on "
-                    f"{device} like y0 (f must return dy/dt with the state's shape and dtype)")
-        return out
+    def _set_steps(self, fracs):
+        self.fracs = fracs
+        self.out_index = [0]
+        for fr in fracs:
+            self.out_index.append(self.out_index[-1] + len(fr))
+        self.n_steps = self.out_index[-1]
+        self.stats["steps"] = self.n_steps
 
     def solve(self, t, y0s):
         """The plain iteration: without a graph under no_grad (the forward), with the stored
         graph under enable_grad (the double-backward fallback). Returns the output rows."""
-        grid = _grid(t, self.counts)
-        key = "nfe_forward" if not torch.is_grad_enabled() else "nfe_backward"
+        self.call.key = "nfe_forward" if not torch.is_grad_enabled() else "nfe_backward"
+        if self.fracs is None:
+            return self._adaptive(t, y0s)
+        grid = _grid(t, self.fracs)
         y, z = list(y0s), list(y0s)
         F = self._eval(grid[0], z)
-        self.stats[key] += 1
-        outs = [torch.empty((len(self.counts) + 1, *y.shape), dtype=y.dtype, device=y.device)
+        outs = [torch.empty((len(self.fracs) + 1, *y.shape), dtype=y.dtype, device=y.device)
                 for y in y0s]
         for o, yi in zip(outs, y):
             o[0] = yi
         n = 0
-        for k, m in enumerate(self.counts):
-            for _ in range(m):
-                h = grid[n + 1] - grid[n]
-                z1 = [2 * yi - zi + Fi * h for yi, zi, Fi in zip(y, z, F)]
-                F1 = self._eval(grid[n + 1], z1)
-                self.stats[key] += 1
-                y = [yi + (Fi + F1i) * (h / 2) for yi, Fi, F1i in zip(y, F, F1)]
-                z, F = z1, F1
+        for k, fr in enumerate(self.fracs):
+            for _ in range(len(fr)):
+                y, z, F = self._step(grid[n], grid[n + 1], y, z, F)
                 n += 1
             for o, yi in zip(outs, y):
                 o[k + 1] = yi
         return grid, outs, (y, z, F)
+
+    def _step(self, s, s1, y, z, F):
+        """One reversible Heun step from s to s1 (the module's docstring)."""
+        h = s1 - s
+        z1 = [2 * yi - zi + Fi * h for yi, zi, Fi in zip(y, z, F)]
+        F1 = self._eval(s1, z1)
+        return [yi + (Fi + F1i) * (h / 2) for yi, Fi, F1i in zip(y, F, F1)], z1, F1
+
+    def _adaptive(self, t, y0s):
+        """The first solve with rtol/atol: the controller picks the steps (fixed from then on).
+        The error estimate (F' - F) h / 2 is Heun's step minus the Euler step, first order."""
+        y = list(y0s)
+        F = self._eval(t[0], y)
+        span = float(t[-1]) - float(t[0])
+        h = self.ctl.first_step(self._eval, t[0].detach(), abs(span), y, F, 2) if span else 0.0
+
+        def attempt(s, s1, state):
+            new = self._step(s, s1, *state)
+            err = [(F1i - Fi) * ((s1 - s) / 2) for Fi, F1i in zip(state[2], new[2])]
+            return new, err, state[0], new[0]
+
+        fracs, rows = march(t, (y, list(y0s), F), attempt, self.ctl, h, 2, self.stats)
+        self._set_steps(fracs)
+        self.stats["step_times"] = _grid(t.detach(), fracs)
+        outs = [torch.stack([y0] + [r[0][j] for r in rows]) for j, y0 in enumerate(y0s)]
+        return _grid(t, fracs), outs, (rows[-1] if rows else (y, list(y0s), F))
 
     def _eval(self, s, z):
         if not self.discovering:
@@ -146,7 +156,6 @@ class _Solver:
         with torch.enable_grad():
             F = self.call(sl, zl)
         self.captured.check(F, zl + [sl])
-        self.stats["nfe_backward"] += 1
         return zl, sl, F
 
     def _vjp(self, live, cot, want_s, param_grads):
@@ -174,6 +183,7 @@ class _Solver:
         """The reversible adjoint sweep; returns (grads of y0, of the params, of the grid)."""
         y, z, F = self.final
         grid, N = self.grid, self.n_steps
+        self.call.key = "nfe_backward"
         row_of = {n: k for k, n in enumerate(self.out_index)}
         param_grads = [None] * len(self.params)
         grid_grad = torch.zeros_like(grid) if want_t else None
@@ -243,7 +253,7 @@ class _ReversibleFunction(torch.autograd.Function):
         if need[0]:
             with torch.enable_grad():
                 tl = t.detach().requires_grad_()
-                t_grad, = torch.autograd.grad(_grid(tl, run.counts), tl, grid_grad)
+                t_grad, = torch.autograd.grad(_grid(tl, run.fracs), tl, grid_grad)
         y0_grads = [g if w else None for g, w in zip(y0_grads, need[1:1 + n_y])]
         param_grads = [g if w else None for g, w in zip(param_grads, need[1 + n_y:])]
         return (None, None, None, t_grad, *y0_grads, *param_grads)
@@ -304,11 +314,40 @@ def _step_counts(d, step_size, steps_per_interval):
     return [1] * d.numel()
 
 
-def odeint_reversible(f, y0, t, *, step_size=None, steps_per_interval=None, params=None,
+_METHODS = ("reversible_heun", "dopri5")
+
+
+def _plan(d, method, rtol, atol, options, step_size, steps_per_interval, snapshots):
+    """Checks the method's arguments: returns (method, step counts or None, controller or None,
+    snapshots)."""
+    method = "reversible_heun" if method is None else method
+    if method not in _METHODS:
+        raise ValueError(f"{_NAME}: method must be one of {list(_METHODS)}, got {method!r}")
+    fixed = step_size is not None or steps_per_interval is not None
+    tol = rtol is not None or atol is not None or options is not None
+    if fixed and tol:
+        raise ValueError(f"{_NAME}: give rtol/atol/options (adaptive steps) or step_size/"
+                         "steps_per_interval (fixed steps), not both")
+    if snapshots is not None:
+        if method != "dopri5":
+            raise ValueError(f"{_NAME}: snapshots applies to method='dopri5' only (reversible "
+                             "Heun stores no state)")
+        if not _is_int(snapshots) or snapshots < 1:
+            raise ValueError(f"{_NAME}: snapshots must be an integer >= 1, got {snapshots!r}")
+    snapshots = 16 if snapshots is None else snapshots
+    if fixed or not (tol or method == "dopri5"):
+        return method, _step_counts(d, step_size, steps_per_interval), None, snapshots
+    # torchdiffeq's defaults.
+    ctl = Controller(1e-7 if rtol is None else rtol, 1e-9 if atol is None else atol, options)
+    return method, None, ctl, snapshots
+
+
+def odeint_reversible(f, y0, t, *, method=None, rtol=None, atol=None, options=None,
+                      step_size=None, steps_per_interval=None, snapshots=None, params=None,
                       stats=None):
-    """Solves dy/dt = f(t, y), y(t[0]) = y0 with reversible Heun; returns y at the times t,
-    shape (len(t), *y0.shape) (a tuple of such tensors if y0 is a tuple), with a backward whose
-    memory does not grow with the number of steps (see the module's docstring).
+    """Solves dy/dt = f(t, y), y(t[0]) = y0 with reversible Heun (or Dormand–Prince); returns y
+    at the times t, shape (len(t), *y0.shape) (a tuple of such tensors if y0 is a tuple), with a
+    backward whose memory does not grow with the number of steps (see the module's docstring).
 
     f:      f(t, y) -> dy/dt, with t a 0-dim tensor and y (and the result) like y0. It must be
             deterministic: the backward evaluates it again.
@@ -318,13 +357,37 @@ def odeint_reversible(f, y0, t, *, step_size=None, steps_per_interval=None, para
     step_size / steps_per_interval (at most one): each interval [t[k], t[k+1]] is cut into
             ceil(|t[k+1] - t[k]| / step_size) or steps_per_interval equal steps. By default
             one step per interval: t itself is the grid.
+    method: "reversible_heun" (the default) or "dopri5" (Dormand–Prince 5(4), torchdiffeq's
+            default: fifth order, 6 evaluations of f per step; not reversible, so its backward
+            recomputes states with checkpoint_loop over each interval's steps: each interval
+            of t keeps at most `snapshots` states (default 16) and the graph of its last step
+            from the forward to the backward, so many output times cost memory).
+    rtol, atol, options: adaptive steps, as in torchdiffeq (the default for "dopri5", with
+            rtol=1e-7 and atol=1e-9; "reversible_heun" is adaptive when either is given): the
+            controller (tessel._odeint_adaptive) accepts a step when the rms over the state of
+            its error estimate / (atol + rtol max(|y|, |y'|)) is <= 1 and cuts the last step
+            of each interval to land on t[k+1]. The error estimate is the embedded 4th-order
+            solution for "dopri5" and the Euler step (first order, so tight tolerances cost
+            many steps) for "reversible_heun". options: first_step, safety (0.9), ifactor
+            (10), dfactor (0.2), max_num_steps (1e6, accepted and rejected together; over it
+            raises RuntimeError). The steps accepted are recorded and the backward replays
+            them: no controller and no rejected attempt runs again, and the gradient is that of
+            the discrete computation the forward made (the step times as fixed fractions of
+            their intervals, so gradients in t move them with the interval's ends). Reversible
+            Heun is not A-stable: on a stiff field its controller shrinks the steps until
+            max_num_steps; use "dopri5" there.
+    snapshots: for "dopri5", the states each interval's checkpoint_loop may keep (Revolve).
     params: optional tensors to differentiate besides those found (see below): the union of
             both receives gradients. Default: f.parameters() if f is an nn.Module (as in
             torchdiffeq; a parameter f does not use gets a zero gradient), else none.
-    stats:  an optional dict, filled with `steps`, `nfe_forward`, `nfe_backward` (evaluations
-            of f), `vjp_backward`, and after a backward `backward` ("reversible" or "stored"),
-            `reconstruction_error` (max abs difference between the reconstructed y_0 and z_0
-            and the true y0) and `reconstruction_error_rel` (the same over max |y0|).
+    stats:  an optional dict, filled with `steps` (accepted), `rejected`, `nfe_forward`,
+            `nfe_backward` (evaluations of f; for "dopri5" the forward's count includes the
+            replay of the accepted steps that builds the checkpoints), with rtol/atol
+            `step_times` (every step's end, t[0] first), for "dopri5" `max_stored`, and for
+            "reversible_heun" `vjp_backward` and, after a backward, `backward` ("reversible" or
+            "stored"), `reconstruction_error` (max abs difference between the reconstructed
+            y_0 and z_0 and the true y0) and `reconstruction_error_rel` (the same over
+            max |y0|).
 
     Tensors that f reads besides (t, y) (closure variables, an nn.Module's parameters, also of
     modules called inside a closure, a weight computed from a parameter before the solve) are
@@ -334,8 +397,9 @@ def odeint_reversible(f, y0, t, *, step_size=None, steps_per_interval=None, para
     evaluations are checked the same way: a tensor requiring grad that was not found raises
     RuntimeError instead of losing its gradient (f must read the same tensors every time).
 
-    Gradients flow to y0, params, the tensors f reads and t (through the step sizes and f's time argument; the grid
-    points inside an interval move linearly with its ends). A first-order backward costs
+    Gradients flow to y0, params, the tensors f reads and t (through the step sizes and f's
+    time argument; the grid points inside an interval move linearly with its ends). For
+    reversible Heun a first-order backward costs
     steps + 1 evaluations of f and as many vector-Jacobian products, and can run again (with
     retain_graph). With create_graph=True (double backward) it falls back to differentiating the
     plain iteration with its stored graph: exact and differentiable, but memory linear in steps.
@@ -360,9 +424,19 @@ def odeint_reversible(f, y0, t, *, step_size=None, steps_per_interval=None, para
     for j, p in enumerate(params):
         if not isinstance(p, torch.Tensor):
             raise TypeError(f"{_NAME}: params[{j}] is a {type(p).__name__}; expected a tensor")
-    counts = _step_counts(d, step_size, steps_per_interval)
+    method, counts, ctl, snapshots = _plan(d, method, rtol, atol, options, step_size,
+                                           steps_per_interval, snapshots)
+    fracs = None if counts is None else _even(counts, t)
     stats = {} if stats is None else stats
-    run = _Solver(f, is_tuple, y0s, counts, params, stats)
+    if method == "dopri5":
+        for key in ("backward", "reconstruction_error", "reconstruction_error_rel",
+                    "max_stored", "vjp_backward", "step_times"):
+            stats.pop(key, None)
+        stats.update(steps=0, rejected=0, nfe_forward=0, nfe_backward=0)
+        outs, _ = dopri5(Field(f, is_tuple, y0s, stats), t, y0s, ctl, fracs, snapshots, params,
+                         stats)
+        return tuple(outs) if is_tuple else outs[0]
+    run = _Solver(f, is_tuple, y0s, fracs, ctl, params, stats)
     if not torch.is_grad_enabled():
         with torch.no_grad():
             _, outs, _ = run.solve(t, y0s)
