@@ -25,9 +25,10 @@ if [[ ! -x $py ]]; then
   mkdir -p "$dir"
   /usr/bin/python3 -m venv "$venv"
 fi
-# pykeops and geomloss are compared against; the suite skips what needs them when they are absent.
+# pykeops, geomloss and torchdiffeq are compared against; the suite skips what needs them when
+# they are absent.
 want=("$torch_spec" numpy pytest hypothesis nanobind scikit-build-core)
-optional=(pykeops==2.3 geomloss)
+optional=(pykeops==2.3 geomloss torchdiffeq==0.2.5)
 if ! "$py" -m pip install -q "${want[@]}"; then
   echo "torch2: could not install ${want[*]}" >&2
   exit 1
