@@ -55,8 +55,9 @@ class SnapshotLevels:
     disk_bytes:   files written with torch.save into a temporary directory made with tempfile
                   (inside `disk_dir`, or the system's temporary directory when None), removed when
                   the loop's backward is done, or when its store is garbage-collected.
-    Each budget is an integer >= 0 or None (no limit). A level holds floor(budget / state bytes)
-    states; together they must hold `snapshots` states, checked when the loop starts. The slots
+    Each budget is an integer >= 0 or None (no limit), for the snapshots only (the loop's current
+    state and the graph of the step being reversed live on the device besides them). A level
+    holds floor(budget / state bytes) states; together they must hold `snapshots` states, checked when the loop starts. The slots
     that the schedule restores most often go to the fastest level (see the module's comment), and
     the loop's stats dict gets `storage`: per level its capacity in states, puts, gets and the
     most states held at once, and the moves between levels.
