@@ -16,8 +16,10 @@ Variants, each a function returning (cost, dX, info):
   unrolled  plain autograd through the same number of steps (memory O(steps * N)).
 
 Run: PYTHONPATH=build/python python3 examples/python/sinkhorn_until_convergence.py [--n 10000]
-     [--tol 1e-2] [--snapshots 8] [--dtype float32] [--check]
+     [--tol 1e-2] [--snapshots 8] [--dtype float32] [--check] [--levels]
 --check also runs `loop` and `unrolled` with the steps `while` took and compares the gradients.
+--levels keeps two snapshots in (device) memory, two in host RAM and the others on disk
+(tessel.torch.SnapshotLevels), as for states too large for memory, and prints each level's use.
 """
 import argparse
 import math
@@ -28,7 +30,7 @@ import time
 import numpy as np
 import torch
 
-from tessel.torch import Genred, checkpoint_loop, checkpoint_while
+from tessel.torch import Genred, SnapshotLevels, checkpoint_loop, checkpoint_while
 
 S = 0.5  # the story's kernel width: eps = S^2
 _XY = ["X = Vi(2)", "Y = Vj(2)"]
@@ -81,15 +83,20 @@ class Problem:
 
 def sinkhorn_while(prob, tol, snapshots, max_steps=10000, storage=None):
     stats = {}
+    start = prob.start()
+    if storage == "levels":  # two states' bytes on the device, two in host RAM, the rest on disk
+        two = 2 * sum(t.numel() * t.element_size() for t in start)
+        storage = SnapshotLevels(device_bytes=two, host_bytes=two, disk_bytes=None)
     state = checkpoint_while(lambda st, k: prob.marginal_error(st) > tol, prob.step,
-                             prob.start(), snapshots, max_steps=max_steps, stats=stats,
+                             start, snapshots, max_steps=max_steps, stats=stats,
                              storage=storage)
     cost = prob.cost(state)
     (dX,) = torch.autograd.grad(cost, prob.X)
     if stats["max_steps_reached"]:
         print(f"warning: the marginal error is still above {tol} after {max_steps} steps")
     return cost.detach(), dX, dict(n_steps=stats["n_steps"], step_calls=stats["step_calls"],
-                                   recomputations=stats["recomputations"])
+                                   recomputations=stats["recomputations"],
+                                   storage=stats.get("storage"))
 
 
 def sinkhorn_loop(prob, n_steps, snapshots):
@@ -145,13 +152,16 @@ def main(argv=None):
     ap.add_argument("--tol", type=float, default=1e-2, help="L1 marginal error to stop at")
     ap.add_argument("--snapshots", type=int, default=8)
     ap.add_argument("--dtype", default="float32", choices=("float32", "float64"))
+    ap.add_argument("--levels", action="store_true",
+                    help="snapshots in device memory, host RAM and disk (2, 2 and the rest)")
     ap.add_argument("--check", action="store_true",
                     help="compare with checkpoint_loop and unrolled autograd at the same steps")
     args = ap.parse_args(argv)
     prob = Problem(args.n, getattr(torch, args.dtype))
     print(f"Sinkhorn until the marginal error < {args.tol:g}: N = M = {args.n}, eps = {S**2}, "
           f"{args.dtype}, {args.snapshots} snapshots")
-    runs = {"while": lambda: sinkhorn_while(prob, args.tol, args.snapshots)}
+    storage = "levels" if args.levels else None
+    runs = {"while": lambda: sinkhorn_while(prob, args.tol, args.snapshots, storage=storage)}
     results = {}
     for name in ("while", "loop", "unrolled") if args.check else ("while",):
         if name == "loop":
@@ -166,6 +176,10 @@ def main(argv=None):
         print(f"  {name:<8} {n_steps} steps, {info['recomputations']} recomputations, "
               f"{elapsed:6.2f} s, peak resident memory +{peak / 2**20:.1f} MiB, "
               f"cost {cost.item():.10g}, |dX| {dX.norm().item():.10g}")
+        for level, use in (info.get("storage") or {}).items():
+            if isinstance(use, dict):
+                print(f"    {level:<6} holds up to {use['capacity']} snapshots: {use['puts']} "
+                      f"written, {use['gets']} read, at most {use['max_held']} at once")
     ok = all(math.isfinite(v.item()) for v in (results["while"][0], results["while"][1].norm()))
     tol = TOLERANCE[args.dtype]
     ref = results["while"][1]
