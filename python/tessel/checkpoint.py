@@ -60,9 +60,6 @@ class SnapshotStore:
     def clear(self):
         self._slots.clear()
 
-    def plan(self, weights):
-        """One level: where a slot goes does not depend on how often it is read."""
-
     def __len__(self):
         return len(self._slots)
 
@@ -93,7 +90,10 @@ class _Revolve:
 
     def plan_levels(self):
         """Tells the store how often each slot is written or read in the schedule still to run
-        (the fastest levels go to the most used slots, see tessel.snapshot_levels)."""
+        (the fastest levels go to the most used slots, see tessel.snapshot_levels). One level
+        has nothing to place: the schedule is not walked."""
+        if isinstance(self.snaps, SnapshotStore):
+            return
         weights = {}
         for action, _, _, slot in self.schedule[self.pos:]:
             if action in ("snapshot", "restore"):
