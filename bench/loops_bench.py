@@ -9,16 +9,23 @@ setup, then one run is timed and its rise of the peak resident set recorded. A v
 not to fit in memory is skipped ("oom-skipped", with the prediction) rather than run into the OOM
 killer.
 
+A program run until convergence (sinkhorn_while: Sinkhorn until the marginal error is below
+`tol`) runs its `while` variant first, with --iters as a cap; the other variants then take the
+steps that one took (checkpoint_loop knowing n, unrolled autograd). Its rows report the steps
+and the recomputations (untaped step evaluations beyond the n of the forward pass).
+
 Prints one JSON line per measurement; `--table FILE...` turns such lines into a Markdown table.
 Run: PYTHONPATH=build/python .venv/bin/python bench/loops_bench.py --programs sinkhorn
      --n 10000 --iters 1000 [--variants dense tessel] [--dtype float32] [--timeout 1800]
-     (several --n and --iters values give one measurement per combination)
+     [--repeats 3] (several --n and --iters values give one measurement per combination;
+     --repeats runs each in that many fresh processes and reports the median time and peak)
 """
 import argparse
 import dataclasses
 import json
 import os
 import pathlib
+import statistics
 import sys
 from typing import Callable, Optional
 
@@ -35,6 +42,7 @@ class Program:
     options: dict                  # extra keyword arguments of run(), from the command line
     predict_bytes: Optional[Callable] = None  # (variant, n, iters, dtype) -> bytes, or None
     warmup_n: int = 64             # the setup's warm-up size
+    until_convergence: bool = False  # variants[0] stops by itself; the others take its steps
 
 
 def _itemsize(dtype):
@@ -95,6 +103,8 @@ PROGRAMS = {
                           _invertible_bytes, warmup_n=16),
     "lddmm": Program("lddmm_reversible.py", ("plain", "checkpoint", "reversible"), _LDDMM,
                      _lddmm_bytes),
+    "sinkhorn_while": Program("sinkhorn_until_convergence.py", ("while", "loop", "unrolled"),
+                              {"snapshots": 8, "tol": 1e-2}, until_convergence=True),
 }
 
 
@@ -112,8 +122,9 @@ _mod.run({variant!r}, {warm_n}, {warm_iters}, {dtype!r}, **{options!r})
 """
 
 _WORK = """
-_value, _grad = _mod.run({variant!r}, {n}, {iters}, {dtype!r}, **{options!r})
-RESULT = dict(value=float(_value), grad_norm=float(_grad.norm()))
+_out = _mod.run({variant!r}, {n}, {iters}, {dtype!r}, **{options!r})
+RESULT = dict(value=float(_out[0]), grad_norm=float(_out[1].norm()),
+              info=_out[2] if len(_out) > 2 else {{}})
 """
 
 
@@ -142,10 +153,25 @@ def measure(name, variant, n, iters, dtype, options, timeout, limit):
         if "ran past" in str(e):
             return dict(row, status="timeout", timeout_s=timeout)
         return dict(row, status="error", reason=str(e)[-600:])
+    info = r["result"]["info"]
+    if "n_steps" in info:
+        row["iters"] = iters = info["n_steps"]
     return dict(row, status="ok", peak_mib=round(r["peak_bytes"] / MIB, 1),
                 seconds=round(r["seconds"], 3),
                 seconds_per_iter=round(r["seconds"] / max(iters, 1), 5),
-                cost=r["result"]["value"], grad_norm=r["result"]["grad_norm"])
+                cost=r["result"]["value"], grad_norm=r["result"]["grad_norm"], **info)
+
+
+def measure_median(repeats, *args):
+    """measure() in `repeats` fresh processes: the median time and peak (all times listed)."""
+    rows = [measure(*args) for _ in range(repeats)]
+    ok = [r for r in rows if r["status"] == "ok"]
+    if len(ok) < len(rows) or repeats == 1:
+        return next((r for r in rows if r["status"] != "ok"), rows[0])
+    row = dict(ok[0], repeats=repeats, seconds_all=[r["seconds"] for r in ok])
+    for key in ("seconds", "seconds_per_iter", "peak_mib"):
+        row[key] = statistics.median(r[key] for r in ok)
+    return row
 
 
 def _fmt_num(v, fmt):
@@ -160,9 +186,9 @@ def markdown(rows):
         return (r["bench"], r["n"], r["iters"], v)
 
     rows = sorted(rows, key=order)
-    out = ["| program | variant | n | iters | peak memory | time | time / iteration | cost "
-           "| status |",
-           "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    out = ["| program | variant | n | iters | recomputations | peak memory | time "
+           "| time / iteration | cost | status |",
+           "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in rows:
         if r["status"] == "ok":
             mem = f"{r['peak_mib']:,.1f} MiB"
@@ -174,7 +200,8 @@ def markdown(rows):
                 status += f" (predicted {r['predicted_mib'] / 1024:,.1f} GiB)"
         secs = r.get("seconds")
         out.append(
-            f"| {r['bench']} | {r['variant']} | {r['n']:,} | {r['iters']:,} | {mem} "
+            f"| {r['bench']} | {r['variant']} | {r['n']:,} | {r['iters']:,} "
+            f"| {_fmt_num(r.get('recomputations'), ',')} | {mem} "
             f"| {_fmt_num(secs, '.1f') + ' s' if secs is not None else '—'} "
             f"| {_fmt_num(r.get('seconds_per_iter'), '.3g') + ' s' if secs is not None else '—'} "
             f"| {_fmt_num(r.get('cost'), '.6g') or '—'} | {status} |")
@@ -199,7 +226,11 @@ def main(argv=None):
     ap.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     ap.add_argument("--snapshots", type=int, default=None,
                     help="checkpointed variants' snapshot budget (default: the program's)")
+    ap.add_argument("--tol", type=float, default=None,
+                    help="marginal error a program run until convergence stops at")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per measurement")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="fresh processes per measurement (median time and peak reported)")
     ap.add_argument("--max-mib", type=float, default=None,
                     help="skip variants predicted to need more (default: 80%% of the memory)")
     ap.add_argument("--table", nargs="+", metavar="JSONL",
@@ -215,6 +246,8 @@ def main(argv=None):
         options = dict(prog.options)
         if args.snapshots is not None and "snapshots" in options:
             options["snapshots"] = args.snapshots
+        if args.tol is not None and "tol" in options:
+            options["tol"] = args.tol
         unknown = set(args.variants or ()) - set(prog.variants)
         if unknown and len(args.programs) == 1:
             ap.error(f"{name} has no variant {', '.join(sorted(unknown))}; it has "
@@ -222,8 +255,12 @@ def main(argv=None):
         variants = [v for v in prog.variants if args.variants is None or v in args.variants]
         for n in args.n:
             for iters in args.iters:
+                steps = iters  # until convergence: the steps the first variant took
                 for v in variants:
-                    row = measure(name, v, n, iters, args.dtype, options, args.timeout, limit)
+                    row = measure_median(args.repeats, name, v, n, steps, args.dtype, options,
+                                         args.timeout, limit)
+                    if prog.until_convergence and v == prog.variants[0] and "n_steps" in row:
+                        steps = row["n_steps"]
                     print(json.dumps(row), flush=True)
     return 0
 

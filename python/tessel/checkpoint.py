@@ -17,6 +17,7 @@ import torch
 
 from . import _core
 from ._captured import Captured, grad_once
+from .snapshot_levels import check_storage
 
 __all__ = ["checkpoint_loop", "revolve_schedule", "revolve_optimal_recomputations"]
 
@@ -67,7 +68,7 @@ class _Revolve:
     """One loop's schedule, snapshots and counters, shared by the forward and the backward."""
 
     def __init__(self, step, n_steps, snapshots, is_tuple, states, params, stats,
-                 name="checkpoint_loop"):
+                 name="checkpoint_loop", storage=None):
         self.step, self.n_steps, self.is_tuple, self.stats = step, n_steps, is_tuple, stats
         self.name = name  # the public function, for error messages
         # What step reads besides the state: params= first, then what the first sweep finds.
@@ -79,10 +80,25 @@ class _Revolve:
         # A loop of unknown length (checkpoint_while) gets its schedule after the forward pass.
         self.schedule = None if n_steps is None else _core.revolve_schedule(n_steps, snapshots)
         self.pos = 0  # the first action the backward replays
-        self.snaps = SnapshotStore()
+        stats.update(step_calls=0, max_stored=0, snapshots=snapshots)
+        self.snaps = (SnapshotStore() if storage is None
+                      else storage.open(name, states, snapshots, stats))
+        if self.schedule is not None:
+            self.plan_levels()
         self.cur = None
         self.taped = None
-        stats.update(step_calls=0, max_stored=0, snapshots=snapshots)
+
+    def plan_levels(self):
+        """Tells the store how often each slot is written or read in the schedule still to run
+        (the fastest levels go to the most used slots, see tessel.snapshot_levels). One level
+        has nothing to place: the schedule is not walked."""
+        if isinstance(self.snaps, SnapshotStore):
+            return
+        weights = {}
+        for action, _, _, slot in self.schedule[self.pos:]:
+            if action in ("snapshot", "restore"):
+                weights[slot] = weights.get(slot, 0) + 1
+        self.snaps.plan(weights)
 
     def call(self, state, k):
         out = self.step(state if self.is_tuple else state[0], k)
@@ -283,7 +299,7 @@ def _check_inputs(name, state, snapshots, params, stats):
     return is_tuple, states, params, ({} if stats is None else stats)
 
 
-def checkpoint_loop(step, state, n_steps, snapshots, params=(), stats=None):
+def checkpoint_loop(step, state, n_steps, snapshots, params=(), stats=None, storage=None):
     """Runs `state = step(state, k)` for k = 0 .. n_steps-1 and returns the final state, with a
     backward that stores at most `snapshots` states (Revolve's optimal binomial checkpointing).
 
@@ -298,6 +314,11 @@ def checkpoint_loop(step, state, n_steps, snapshots, params=(), stats=None):
                not read gets a zero gradient.
     stats:     an optional dict, filled with `step_calls` (evaluations of `step` so far, forward
                and backward) and `max_stored` (the most snapshots held at once, <= snapshots).
+    storage:   None (snapshots stay on the states' device) or a tessel.torch.SnapshotLevels:
+               budgets for device memory, host RAM and disk, for states too large to keep
+               `snapshots` of them on the device. The slots the schedule restores most often get
+               the fastest level; stats gets `storage` (per level: capacity in states, puts,
+               gets, most held at once).
 
     Tensors that step reads besides the state (closure variables, an nn.Module's parameters, a
     weight computed from a parameter before the loop) are found by themselves: each step of the
@@ -316,10 +337,11 @@ def checkpoint_loop(step, state, n_steps, snapshots, params=(), stats=None):
         raise ValueError(f"checkpoint_loop: n_steps must be an integer >= 0, got {n_steps!r}")
     is_tuple, states, params, stats = _check_inputs("checkpoint_loop", state, snapshots, params,
                                                     stats)
+    check_storage("checkpoint_loop", storage)
     if n_steps == 0:
         stats.update(step_calls=0, max_stored=0, snapshots=snapshots)
         return tuple(states) if is_tuple else states[0]
-    run = _Revolve(step, n_steps, snapshots, is_tuple, states, params, stats)
+    run = _Revolve(step, n_steps, snapshots, is_tuple, states, params, stats, storage=storage)
     if not torch.is_grad_enabled():
         # Nothing to differentiate: the plain loop, with no snapshot at all.
         cur = states

@@ -16,6 +16,7 @@ import torch
 
 from . import _core
 from .checkpoint import _attach, _check_inputs, _is_int, _Revolve
+from .snapshot_levels import check_storage
 
 __all__ = ["checkpoint_while", "online_recomputations"]
 
@@ -45,8 +46,10 @@ def _truth(value, k):
 class _Online(_Revolve):
     """_Revolve whose schedule comes from the online placement, once the loop has stopped."""
 
-    def __init__(self, cond, step, max_steps, snapshots, is_tuple, states, params, stats):
-        super().__init__(step, None, snapshots, is_tuple, states, params, stats, name=_NAME)
+    def __init__(self, cond, step, max_steps, snapshots, is_tuple, states, params, stats,
+                 storage):
+        super().__init__(step, None, snapshots, is_tuple, states, params, stats, name=_NAME,
+                         storage=storage)
         self.cond, self.max_steps, self.snapshots = cond, max_steps, snapshots
         stats.update(n_steps=0, recomputations=0, max_steps_reached=False)
 
@@ -100,11 +103,13 @@ class _Online(_Revolve):
         self.n_steps = n
         self.schedule = placement.reversal(n)
         self.pos = 1  # the first reverse, of step n-1, is the graph kept above
+        self.plan_levels()  # the reversal known at last: the most read slots to the fastest
         self.stats.update(n_steps=n, recomputations=placement.recomputations(n))
         return nxt
 
 
-def checkpoint_while(cond, step, state, snapshots, max_steps=None, params=(), stats=None):
+def checkpoint_while(cond, step, state, snapshots, max_steps=None, params=(), stats=None,
+                     storage=None):
     """Runs `state = step(state, k)` while `cond(state, k)` is true (k = 0, 1, ...) and returns the
     final state, with a backward through every step taken that stores at most `snapshots`
     states: the loop's length need not be known in advance (online checkpointing).
@@ -125,6 +130,10 @@ def checkpoint_while(cond, step, state, snapshots, max_steps=None, params=(), st
     params, stats: as in checkpoint_loop. stats also gets `n_steps` (the steps taken) and
                `recomputations` (the untaped step evaluations of the schedule, forward sweep
                included); after the backward, step_calls == n_steps + recomputations.
+    storage:   None or a tessel.torch.SnapshotLevels (device, host RAM and disk budgets), as in
+               checkpoint_loop. The schedule being unknown until the loop stops, the forward
+               sweep puts each snapshot in the fastest level with room; then the held snapshots
+               move to the levels the reversal's accesses ask for (stats["storage"]["moves"]).
 
     Tensors that step reads besides the state (closures, nn.Module parameters) get gradients
     without being listed, as with checkpoint_loop; `autograd.grad`, `.backward()`, tuple states
@@ -139,7 +148,8 @@ def checkpoint_while(cond, step, state, snapshots, max_steps=None, params=(), st
         raise ValueError(f"{_NAME}: max_steps must be None or an integer >= 0, got "
                          f"{max_steps!r}")
     is_tuple, states, params, stats = _check_inputs(_NAME, state, snapshots, params, stats)
-    run = _Online(cond, step, max_steps, snapshots, is_tuple, states, params, stats)
+    check_storage(_NAME, storage)
+    run = _Online(cond, step, max_steps, snapshots, is_tuple, states, params, stats, storage)
     if not torch.is_grad_enabled():
         cur = run.run_plain(states)
         return cur if is_tuple else cur[0]

@@ -19,11 +19,12 @@ from .checkpoint_while import checkpoint_while  # noqa: F401
 from .implicit import ConvergenceError, cg_solve, fixed_point  # noqa: F401
 from .odeint import odeint_reversible  # noqa: F401
 from .reversible import ReversibleCoupling  # noqa: F401
+from .snapshot_levels import SnapshotLevels  # noqa: F401
 
 __all__ = ["Genred", "KernelSolve", "LazyTensor", "Vi", "Vj", "Pm", "checkpoint_loop",
            "checkpoint_while",
            "cg_solve", "fixed_point", "ConvergenceError", "odeint_reversible",
-           "ReversibleCoupling"]
+           "ReversibleCoupling", "SnapshotLevels"]
 
 _DTYPES = (torch.float32, torch.float64)
 _OP = _torch_op.AVAILABLE  # torch >= 2.4

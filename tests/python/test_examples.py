@@ -13,6 +13,8 @@ EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "python"
     ("gaussian_kernel.py", "3000"), ("hamiltonian.py", "3000"), ("lddmm_shooting.py", "300"),
     ("knn_classifier.py", "5000"),
     ("sinkhorn_seed.py", ["--n", "400", "--iters", "30", "--variant", "all"]),
+    ("sinkhorn_until_convergence.py", ["--n", "300", "--dtype", "float64", "--check",
+                                       "--levels"]),
     ("unrolled_reconstruction.py", ["--n", "32", "--iters", "2"]),
     ("invertible_network.py", ["--n", "8", "--iters", "6"]),
     ("lddmm_reversible.py", ["--n", "300", "--iters", "8"]),
