@@ -36,7 +36,8 @@ class SamplesLoss(torch.nn.Module):
     string in X and Y (KeOps syntax, as GeomLoss's online backend takes). Call as L(x, y) (uniform
     weights) or L(a, x, b, y); x: (N, D) or batched (B, N, D), a: (N,), (N, 1), (B, N) or
     (B, N, 1). Returns a scalar (a (B,) tensor when batched), or with potentials=True the pair
-    (F, G) of dual potentials shaped as the weights. Every backend except "multiscale" runs
+    (F, G) of dual potentials, (B, N) and (B, M), or (1, N) and (1, M) without a batch, as
+    GeomLoss returns them. Every backend except "multiscale" runs
     tessel's online solver.
     """
 
@@ -79,7 +80,11 @@ class SamplesLoss(torch.nn.Module):
     def _cost_formula(self, dim):
         if self.cost is None or isinstance(self.cost, _core.Formula):
             return self.cost
-        return _core.parse(self.cost, [f"X = Vi({dim})", f"Y = Vj({dim})"])
+        try:
+            return _core.parse(self.cost, [f"X = Vi({dim})", f"Y = Vj({dim})"])
+        except ValueError as e:
+            raise ValueError(f"{_WHO}: the cost {self.cost!r} is not a formula in X and Y (points "
+                             f"of dimension {dim}): {e}") from None
 
     def forward(self, *args):
         a, x, b, y, batched = self._process_args(args)
@@ -99,7 +104,8 @@ class SamplesLoss(torch.nn.Module):
         f, g, p, q = (torch.stack([pk[m] for pk in pots]) for m in range(4))
         if self.potentials:
             F, G = (f - p, g - q) if self.debias else (f, g)
-            return (F, G) if batched else (F[0], G[0])
+            # Shaped as GeomLoss returns them: (B, N) batched, (1, N) for a single pair of clouds.
+            return F, G
         value = self._ot(a, f) + self._ot(b, g)
         if self.debias:
             value = value - self._ot(a, p) - self._ot(b, q)
