@@ -68,7 +68,7 @@ struct SinkhornIteration {
 
 struct SinkhornResult {
   // The potentials after the last extrapolation, in the inputs' dtype: f (N) and g (M) of the
-  // x-y problem, p (N) and q (M) of the x-x and y-y problems (empty arrays without debias).
+  // x-y problem, p (N) and q (M) of the x-x and y-y problems (shape (0,) without debias).
   Array f, g, p, q;
   // The potentials the last extrapolation started from (float64), which define the softmins the
   // returned potentials came from: what the envelope gradients read.
@@ -100,8 +100,7 @@ SinkhornResult sinkhorn(const ArrayView& a, const ArrayView& x, const ArrayView&
 void sinkhorn_potentials_vjp(const ArrayView& a, const ArrayView& x, const ArrayView& b,
                              const ArrayView& y, const SinkhornOptions& opt,
                              const SinkhornResult& result, const ArrayView& cot_f,
-                             const ArrayView& cot_g, const ArrayView& cot_p,
-                             const ArrayView& cot_q, const ArrayView& grad_x,
-                             const ArrayView& grad_y);
+                             const ArrayView& cot_g, const ArrayView& cot_p, const ArrayView& cot_q,
+                             const ArrayView& grad_x, const ArrayView& grad_y);
 
 }  // namespace tessel

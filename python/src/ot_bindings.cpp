@@ -59,8 +59,8 @@ SinkhornResult result_of(const std::vector<std::optional<InArray>>& parts, DType
   SinkhornResult r;
   r.f = arr(v[0]);
   r.g = arr(v[1]);
-  if (!v[2].empty()) r.p = arr(v[2]);
-  if (!v[3].empty()) r.q = arr(v[3]);
+  r.p = arr(v[2]);
+  r.q = arr(v[3]);
   r.f_in = v[4];
   r.g_in = v[5];
   r.p_in = v[6];
@@ -72,26 +72,25 @@ SinkhornResult result_of(const std::vector<std::optional<InArray>>& parts, DType
 
 void bind_ot(nb::module_& m) {
   // Sinkhorn OT (tessel.ot): the loop returns the potentials and history, the vjp their gradient.
-  auto sinkhorn_options = [](double p, std::optional<Formula> cost, double blur,
-                             std::optional<double> reach_x, std::optional<double> reach_y,
-                             std::optional<double> diameter, double scaling, bool debias,
-                             bool alternating, double tol, int64_t max_iter,
-                             const std::string& backend) {
-    SinkhornOptions o;
-    o.p = p;
-    if (cost) o.cost = *cost;
-    o.blur = blur;
-    o.reach_x = reach_x;
-    o.reach_y = reach_y;
-    o.diameter = diameter;
-    o.scaling = scaling;
-    o.debias = debias;
-    o.update = alternating ? SinkhornUpdate::Alternating : SinkhornUpdate::Symmetric;
-    o.tol = tol;
-    o.max_iter = max_iter;
-    o.eval.backend = backend_from_name(backend, "tessel.ot");
-    return o;
-  };
+  auto sinkhorn_options =
+      [](double p, std::optional<Formula> cost, double blur, std::optional<double> reach_x,
+         std::optional<double> reach_y, std::optional<double> diameter, double scaling, bool debias,
+         bool alternating, double tol, int64_t max_iter, const std::string& backend) {
+        SinkhornOptions o;
+        o.p = p;
+        if (cost) o.cost = *cost;
+        o.blur = blur;
+        o.reach_x = reach_x;
+        o.reach_y = reach_y;
+        o.diameter = diameter;
+        o.scaling = scaling;
+        o.debias = debias;
+        o.update = alternating ? SinkhornUpdate::Alternating : SinkhornUpdate::Symmetric;
+        o.tol = tol;
+        o.max_iter = max_iter;
+        o.eval.backend = backend_from_name(backend, "tessel.ot");
+        return o;
+      };
   nb::class_<SinkhornResult>(m, "SinkhornResult")
       .def_prop_ro("f", [](const SinkhornResult& r) { return bound_numpy(r.f); })
       .def_prop_ro("g", [](const SinkhornResult& r) { return bound_numpy(r.g); })
@@ -119,37 +118,36 @@ void bind_ot(nb::module_& m) {
                          std::optional<double> reach_y, std::optional<double> diameter,
                          double scaling, bool debias, bool alternating, double tol,
                          int64_t max_iter, const std::string& backend) {
-        const SinkhornOptions o = sinkhorn_options(p, cost, blur, reach_x, reach_y, diameter,
-                                                   scaling, debias, alternating, tol, max_iter,
-                                                   backend);
-        const ArrayView av = bound_view(a, "a"), xv = bound_view(x, "x"),
-                        bv = bound_view(b, "b"), yv = bound_view(y, "y");
+        const SinkhornOptions o =
+            sinkhorn_options(p, cost, blur, reach_x, reach_y, diameter, scaling, debias,
+                             alternating, tol, max_iter, backend);
+        const ArrayView av = bound_view(a, "a"), xv = bound_view(x, "x"), bv = bound_view(b, "b"),
+                        yv = bound_view(y, "y");
         nb::gil_scoped_release release;
         return sinkhorn(av, xv, bv, yv, o);
       },
       nb::arg("a"), nb::arg("x"), nb::arg("b"), nb::arg("y"), nb::arg("p") = 2.0,
       nb::arg("cost") = nb::none(), nb::arg("blur") = 0.05, nb::arg("reach_x") = nb::none(),
-      nb::arg("reach_y") = nb::none(), nb::arg("diameter") = nb::none(),
-      nb::arg("scaling") = 0.5, nb::arg("debias") = true, nb::arg("alternating") = false,
-      nb::arg("tol") = 0.0, nb::arg("max_iter") = 1000, nb::arg("backend") = "auto",
+      nb::arg("reach_y") = nb::none(), nb::arg("diameter") = nb::none(), nb::arg("scaling") = 0.5,
+      nb::arg("debias") = true, nb::arg("alternating") = false, nb::arg("tol") = 0.0,
+      nb::arg("max_iter") = 1000, nb::arg("backend") = "auto",
       "Log-domain Sinkhorn with eps-scaling; returns a SinkhornResult.");
   m.def(
       "sinkhorn_potentials_vjp",
-      [sinkhorn_options](InArray a, InArray x, InArray b, InArray y,
-                         const std::vector<std::optional<InArray>>& potentials,
-                         std::optional<InArray> cf, std::optional<InArray> cg,
-                         std::optional<InArray> cp, std::optional<InArray> cq, OutArray gx,
-                         OutArray gy, double p, std::optional<Formula> cost, double blur,
-                         std::optional<double> reach_x, std::optional<double> reach_y,
-                         std::optional<double> diameter, double scaling, bool debias,
-                         const std::string& backend) {
+      [sinkhorn_options](
+          InArray a, InArray x, InArray b, InArray y,
+          const std::vector<std::optional<InArray>>& potentials, std::optional<InArray> cf,
+          std::optional<InArray> cg, std::optional<InArray> cp, std::optional<InArray> cq,
+          OutArray gx, OutArray gy, double p, std::optional<Formula> cost, double blur,
+          std::optional<double> reach_x, std::optional<double> reach_y,
+          std::optional<double> diameter, double scaling, bool debias, const std::string& backend) {
         const SinkhornOptions o = sinkhorn_options(p, cost, blur, reach_x, reach_y, diameter,
                                                    scaling, debias, false, 0.0, 1, backend);
         auto opt_view = [](const std::optional<InArray>& c, const char* what) {
           return c ? bound_view(*c, what) : ArrayView{};
         };
-        const ArrayView av = bound_view(a, "a"), xv = bound_view(x, "x"),
-                        bv = bound_view(b, "b"), yv = bound_view(y, "y");
+        const ArrayView av = bound_view(a, "a"), xv = bound_view(x, "x"), bv = bound_view(b, "b"),
+                        yv = bound_view(y, "y");
         const ArrayView cfv = opt_view(cf, "cot_f"), cgv = opt_view(cg, "cot_g"),
                         cpv = opt_view(cp, "cot_p"), cqv = opt_view(cq, "cot_q");
         const ArrayView gxv = bound_out_view(gx, "grad_x"), gyv = bound_out_view(gy, "grad_y");
@@ -161,7 +159,7 @@ void bind_ot(nb::module_& m) {
       nb::arg("cot_f").none(), nb::arg("cot_g").none(), nb::arg("cot_p").none(),
       nb::arg("cot_q").none(), nb::arg("grad_x"), nb::arg("grad_y"), nb::arg("p") = 2.0,
       nb::arg("cost") = nb::none(), nb::arg("blur") = 0.05, nb::arg("reach_x") = nb::none(),
-      nb::arg("reach_y") = nb::none(), nb::arg("diameter") = nb::none(),
-      nb::arg("scaling") = 0.5, nb::arg("debias") = true, nb::arg("backend") = "auto",
+      nb::arg("reach_y") = nb::none(), nb::arg("diameter") = nb::none(), nb::arg("scaling") = 0.5,
+      nb::arg("debias") = true, nb::arg("backend") = "auto",
       "Envelope gradient of Sinkhorn potentials: writes grad_x and grad_y.");
 }

@@ -86,9 +86,8 @@ std::vector<double> epsilon_schedule(double p, double diameter, double blur, dou
 std::string SinkhornResult::str() const {
   char buf[160];
   const SinkhornIteration last = history.empty() ? SinkhornIteration{} : history.back();
-  std::snprintf(buf, sizeof buf, "%zu iterations, eps %.3g, marginal error %.3g%s",
-                history.size(), eps, last.error + last.error_x + last.error_y,
-                converged ? " (converged)" : "");
+  std::snprintf(buf, sizeof buf, "%zu iterations, eps %.3g, marginal error %.3g%s", history.size(),
+                eps, last.error + last.error_x + last.error_y, converged ? " (converged)" : "");
   return buf;
 }
 
@@ -189,19 +188,17 @@ SinkhornResult sinkhorn(const ArrayView& a, const ArrayView& x, const ArrayView&
   }
   r.f = to_array(f, s.dtype);
   r.g = to_array(g, s.dtype);
-  if (opt.debias) {
-    r.p = to_array(p, s.dtype);
-    r.q = to_array(q, s.dtype);
-  }
+  // Without debias p and q are empty (shape (0,)).
+  r.p = to_array(p, s.dtype);
+  r.q = to_array(q, s.dtype);
   return r;
 }
 
 void sinkhorn_potentials_vjp(const ArrayView& a, const ArrayView& x, const ArrayView& b,
                              const ArrayView& y, const SinkhornOptions& opt,
                              const SinkhornResult& result, const ArrayView& cot_f,
-                             const ArrayView& cot_g, const ArrayView& cot_p,
-                             const ArrayView& cot_q, const ArrayView& grad_x,
-                             const ArrayView& grad_y) {
+                             const ArrayView& cot_g, const ArrayView& cot_p, const ArrayView& cot_q,
+                             const ArrayView& grad_x, const ArrayView& grad_y) {
   constexpr const char* who = "sinkhorn_potentials_vjp";
   const Cloud cx = read_cloud(a, x, "a", "x"), cy = read_cloud(b, y, "b", "y");
   const Setup s = make_setup(cx, cy, opt);
@@ -211,8 +208,8 @@ void sinkhorn_potentials_vjp(const ArrayView& a, const ArrayView& x, const Array
   if (result.f_in.size() != static_cast<size_t>(cx.n) ||
       result.g_in.size() != static_cast<size_t>(cy.n) || result.f.size() != cx.n ||
       result.g.size() != cy.n)
-    detail::fail(who, "the result holds potentials for ", result.f.size(), " and ",
-                 result.g.size(), " points but x and y have ", cx.n, " and ", cy.n,
+    detail::fail(who, "the result holds potentials for ", result.f.size(), " and ", result.g.size(),
+                 " points but x and y have ", cx.n, " and ", cy.n,
                  ": pass the inputs the result was solved from");
   for (const auto& [v, name, rows] :
        {std::tuple{&grad_x, "grad_x", cx.n}, std::tuple{&grad_y, "grad_y", cy.n}})
@@ -223,8 +220,7 @@ void sinkhorn_potentials_vjp(const ArrayView& a, const ArrayView& x, const Array
   // A cotangent is given when it has data; each must match its potential.
   auto cot = [&](const ArrayView& c, const char* name, int64_t rows, bool allowed) -> Vec {
     if (c.data == nullptr) return {};
-    if (!allowed)
-      detail::fail(who, name, " is given but the problem was solved without debias");
+    if (!allowed) detail::fail(who, name, " is given but the problem was solved without debias");
     const bool ok = c.dtype == s.dtype && c.device.kind == DeviceKind::CPU && !c.shape.empty() &&
                     c.shape[0] == rows &&
                     (c.shape.size() == 1 || (c.shape.size() == 2 && c.shape[1] == 1));
