@@ -50,6 +50,11 @@ def compare(kw, args, tol=1e-7):
         got = (got[0] * r[0]).sum() + (got[1] * r[1]).sum()
     assert got.shape == want.shape
     assert torch.allclose(got, want, rtol=0, atol=tol), (got - want).abs().max()
+    compare_grads(got, want, args, tol)
+
+
+def compare_grads(got, want, args, tol):
+    """The gradients of got and want in every argument (None counts as zeros)."""
     wrt = [t for t in args if t.requires_grad]
     gw = torch.autograd.grad(want.sum(), wrt, allow_unused=True)
     gg = torch.autograd.grad(got.sum(), wrt, allow_unused=True)
@@ -152,8 +157,8 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="equal total masses"):
         L(2 * a, x, b, y)
     SamplesLoss(reach=1.0)(2 * a, x, b, y)  # unbalanced OT takes any masses
-    with pytest.raises(NotImplementedError, match="energy"):
-        SamplesLoss("energy")
+    with pytest.raises(NotImplementedError, match="hausdorff"):
+        SamplesLoss("hausdorff")
     with pytest.raises(ValueError, match="unknown loss"):
         SamplesLoss("wasserstein")
     with pytest.raises(NotImplementedError, match="multiscale"):
@@ -172,3 +177,34 @@ def test_bad_inputs():
         SamplesLoss(cost="Norm2(X-Y) + Z")(x, y)
     with pytest.raises(ValueError, match="expected a scalar"):
         SamplesLoss(cost="X - Y")(x, y)
+
+
+def exact_kernel(name):
+    """GeomLoss's kernels with the exact distance (its own clamps |x - y| below at 1e-4)."""
+    def k(x, y, blur=0.05, **_):
+        d = exact_distances(x, y)
+        if name == "gaussian":
+            return (-d ** 2 / (2 * blur ** 2)).exp()
+        if name == "laplacian":
+            return (-d / blur).exp()
+        return -d
+    return k
+
+
+@pytest.mark.parametrize("name,blur,batch,potentials",
+                         itertools.product(["gaussian", "laplacian", "energy"], [0.1, 0.5],
+                                           [None, 2], [False, True]))
+def test_kernel_losses_match_geomloss(name, blur, batch, potentials):
+    args = clouds(12, 9, 3, batch=batch, seed=4)
+    want = geomloss.SamplesLoss(name, blur=blur, backend="tensorized", kernel=exact_kernel(name),
+                                potentials=potentials)(*args)
+    got = SamplesLoss(name, blur=blur, potentials=potentials)(*args)
+    if potentials:
+        assert got[0].shape == want[0].shape and got[1].shape == want[1].shape
+        r = [torch.rand(t.shape, dtype=t.dtype, generator=torch.Generator().manual_seed(6))
+             for t in want]
+        want = (want[0] * r[0]).sum() + (want[1] * r[1]).sum()
+        got = (got[0] * r[0]).sum() + (got[1] * r[1]).sum()
+    assert got.shape == want.shape
+    assert torch.allclose(got, want, rtol=0, atol=1e-12), (got - want).abs().max()
+    compare_grads(got, want, args, 1e-12)

@@ -11,9 +11,9 @@ import torch
 
 from .. import _core
 from ._potentials import SinkhornPotentials
+from .kernel_loss import KERNELS, kernel_loss
 
 _WHO = "tessel.ot.SamplesLoss"
-_KERNEL_LOSSES = ("energy", "gaussian", "laplacian", "hausdorff")
 _BACKENDS = ("auto", "tensorized", "online", "multiscale")
 
 
@@ -30,7 +30,9 @@ def _check_number(name, v, allow_none=False):
 class SamplesLoss(torch.nn.Module):
     """Distances between weighted point clouds, as geomloss.SamplesLoss.
 
-    loss="sinkhorn" (the only loss implemented so far): the debiased Sinkhorn divergence
+    loss="gaussian", "laplacian" or "energy": half the squared kernel norm of a - b (kernel
+    exp(-|x-y|^2 / 2 blur^2), exp(-|x-y| / blur) or -|x-y|); "hausdorff" is not implemented yet.
+    loss="sinkhorn": the debiased Sinkhorn divergence
     (debias=True) or the entropic OT cost OT_eps (debias=False), eps = blur^p, balanced
     (reach=None) or unbalanced (rho = reach^p); cost |x-y| (p=1), |x-y|^2/2 (p=2) or a formula
     string in X and Y (KeOps syntax, as GeomLoss's online backend takes). Call as L(x, y) (uniform
@@ -45,12 +47,16 @@ class SamplesLoss(torch.nn.Module):
                  truncate=5, cost=None, kernel=None, cluster_scale=None, debias=True,
                  potentials=False, verbose=False, backend="auto"):
         super().__init__()
-        if loss in _KERNEL_LOSSES:
-            raise NotImplementedError(f"{_WHO}: loss={loss!r} is not implemented yet in tessel.ot "
-                                      "(only 'sinkhorn' is); use geomloss for the kernel losses")
-        if loss != "sinkhorn":
-            raise ValueError(f"{_WHO}: unknown loss {loss!r}; expected 'sinkhorn' (or one of "
-                             f"{', '.join(_KERNEL_LOSSES)}, not implemented yet)")
+        if loss == "hausdorff":
+            raise NotImplementedError(f"{_WHO}: loss='hausdorff' is not implemented yet in "
+                                      "tessel.ot; use geomloss for it")
+        if loss != "sinkhorn" and loss not in KERNELS:
+            raise ValueError(f"{_WHO}: unknown loss {loss!r}; expected 'sinkhorn', "
+                             f"{', '.join(map(repr, KERNELS))} (or 'hausdorff', not implemented "
+                             "yet)")
+        if kernel is not None:
+            raise NotImplementedError(f"{_WHO}: a custom kernel is not implemented yet in "
+                                      "tessel.ot; use loss='gaussian', 'laplacian' or 'energy'")
         if backend not in _BACKENDS:
             raise ValueError(f"{_WHO}: unknown backend {backend!r}; expected one of "
                              f"{', '.join(_BACKENDS)}")
@@ -88,6 +94,9 @@ class SamplesLoss(torch.nn.Module):
 
     def forward(self, *args):
         a, x, b, y, batched = self._process_args(args)
+        if self.loss in KERNELS:
+            out = kernel_loss(self.loss, self.blur, a, x, b, y, self.potentials)
+            return out if self.potentials or batched else out[0]
         dim = x.shape[-1]
         diameter = self.diameter
         if diameter is None and batched:
