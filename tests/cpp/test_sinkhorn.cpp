@@ -311,3 +311,43 @@ TEST(Sinkhorn, BadInput) {
   expect_error([&] { sinkhorn(v.a.view(), nan_x.view(), v.b.view(), v.y.view(), o); },
                {"x[1, 1]", "finite"});
 }
+
+TEST(Sinkhorn, EnvelopeGradientOfTransposedAsymmetricCost) {
+  // g's softmin runs on C^T: its gradient in y must differentiate C's second argument.
+  const Cloud a = make_cloud(7, 13, 0.0), b = make_cloud(5, 14, 0.4);
+  SinkhornOptions o;
+  o.blur = 0.3;
+  o.debias = false;
+  o.cost = sqdist(vi(0, kD), vj(1, kD)) * 0.5 + (vj(1, kD) | vj(1, kD)) * 0.2;
+  const Views v(a, b);
+  const SinkhornResult r = v.solve(o);
+  Vec cot(b.n);
+  for (int j = 0; j < b.n; ++j) cot[j] = std::cos(j + 0.5);
+  const Array cg = Array::from(cot, {b.n});
+  Array gx(DType::Float64, {a.n, kD}), gy(DType::Float64, {b.n, kD});
+  sinkhorn_potentials_vjp(v.a.view(), v.x.view(), v.b.view(), v.y.view(), o, r, {}, cg.view(), {},
+                          {}, gx.view(), gy.view());
+  const CostFn ct = [](const double* u, const double* w) {
+    return sq_half(w, u) + 0.2 * (u[0] * u[0] + u[1] * u[1]);
+  };
+  auto value = [&](const Cloud& by) {
+    const Vec g = dense_softmin(by, a, r.f_in, r.eps, ct);
+    double s = 0;
+    for (int j = 0; j < b.n; ++j) s += cot[j] * g[j];
+    return s;
+  };
+  for (int k = 0; k < b.n * kD; ++k) {
+    Cloud up = b, dn = b;
+    up.x[k] += 1e-6;
+    dn.x[k] -= 1e-6;
+    EXPECT_NEAR(gy.at(k), (value(up) - value(dn)) / 2e-6, 1e-6) << k;
+  }
+  for (int64_t k = 0; k < gx.size(); ++k) EXPECT_EQ(gx.at(k), 0.0);
+  // A cotangent for p without debias is refused.
+  expect_error(
+      [&] {
+        sinkhorn_potentials_vjp(v.a.view(), v.x.view(), v.b.view(), v.y.view(), o, r, {}, {},
+                                v.a.view(), {}, gx.view(), gy.view());
+      },
+      {"sinkhorn_potentials_vjp", "cot_p", "without debias"});
+}
