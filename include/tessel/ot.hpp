@@ -49,7 +49,8 @@ struct SinkhornOptions {
   SinkhornUpdate update = SinkhornUpdate::Symmetric;
   // tol > 0: once eps has reached blur^p, stop when the marginal error (see SinkhornResult) of
   // every problem is <= tol, and go on at blur^p past the schedule until it is or `max_iter`
-  // iterations ran in all. tol = 0: exactly the schedule (GeomLoss's behaviour).
+  // iterations ran in all (the schedule always runs whole). tol = 0: exactly the schedule
+  // (GeomLoss's behaviour).
   double tol = 0;
   int64_t max_iter = 1000;
   bool last_extrapolation = true;
@@ -59,7 +60,8 @@ struct SinkhornOptions {
 // One iteration of the loop: its eps and the marginal errors of the potentials entering it,
 // L1 distances in mass units: |pi 1 - a exp(-f / rho_x)|_1 + |pi^T 1 - b exp(-g / rho_y)|_1
 // (the exponentials are 1 when balanced), pi the plan of (f, g) at that eps. Zero at the fixed
-// point. error_x / error_y: the same for the debiasing problems (0 without debias).
+// point. With alternating updates: the pair after the f update, whose row marginal is exact.
+// error_x / error_y: the same for the debiasing problems (0 without debias).
 struct SinkhornIteration {
   double eps = 0;
   double error = 0;
@@ -77,8 +79,8 @@ struct SinkhornResult {
   std::optional<double> rho_x, rho_y;      // the marginal penalties (none: balanced)
   double diameter = 0;                     // the schedule's start
   std::vector<SinkhornIteration> history;  // one entry per iteration of the loop
-  bool converged = false;                  // tol > 0: the last error was <= tol; tol = 0: true
-  std::string str() const;                 // e.g. "12 iterations, eps 0.0025, marginal error 3e-07"
+  bool converged = false;   // the last errors were <= tol (tol > 0); false when tol = 0
+  std::string str() const;  // e.g. "12 iterations, eps 0.0025, marginal error 3e-07"
 };
 
 // GeomLoss's schedule: diameter^p, then exp(k) for k from p log(diameter) down to (excluded)
