@@ -1,4 +1,4 @@
-// Umbrella header: formulas, reductions, arrays, errors, checkpoint schedules and kernel solves.
+// Umbrella header: formulas, reductions, arrays, errors, checkpoint schedules, kernel solves, OT.
 #pragma once
 
 #include "tessel/array.hpp"
@@ -7,4 +7,5 @@
 #include "tessel/formula.hpp"
 #include "tessel/reduction.hpp"
 #include "tessel/runtime.hpp"
+#include "tessel/ot.hpp"
 #include "tessel/solve.hpp"

@@ -163,6 +163,12 @@ OptionValue option_value(nb::handle v) {
 
 }  // namespace
 
+// For the bindings that live in their own files.
+ArrayView bound_view(const nb::ndarray<nb::ro>& a, const char* what) { return view_of(a, what, 0); }
+ArrayView bound_out_view(const nb::ndarray<>& a, const char* what) { return view_of(a, what, 0); }
+nb::object bound_numpy(const Array& a) { return to_numpy(a); }
+void bind_ot(nb::module_& m);
+
 NB_MODULE(_core, m) {
   m.doc() = "tessel core: compiled, differentiable kernel reductions";
   // Library warnings (fallback to the interpreter, unsafe cache folder, a long lock wait) become
@@ -468,6 +474,8 @@ NB_MODULE(_core, m) {
       nb::arg("accumulate_f64") = false, nb::arg("threads") = 0, nb::arg("ranges") = nb::none(),
       "Gradient of a kernel solve: grads[m] for variable wrt[m]; returns (iterations, residual, "
       "converged, grad_alpha).");
+
+  bind_ot(m);
 
   // Revolve checkpointing schedules, driven by tessel.checkpoint.checkpoint_loop.
   m.def(

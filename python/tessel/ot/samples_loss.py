@@ -1,0 +1,178 @@
+"""tessel.ot.SamplesLoss: GeomLoss's SamplesLoss (same signature and defaults) on tessel's core.
+
+The Sinkhorn loop runs in the C++ core (softmins as compiled LogSumExp reductions, memory
+O(N + M)); the loss value is assembled here in torch from the weights and the potentials, so
+autograd gives the weights' gradients and the points' come from the potentials' envelope
+gradients (SinkhornPotentials). The global grad mode is never touched.
+"""
+import numbers
+
+import torch
+
+from .. import _core
+from ._potentials import SinkhornPotentials
+from .kernel_loss import KERNELS, kernel_loss
+
+_WHO = "tessel.ot.SamplesLoss"
+_BACKENDS = ("auto", "tensorized", "online", "multiscale")
+
+
+def _check_number(name, v, allow_none=False):
+    if v is None and allow_none:
+        return None
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise TypeError(f"{_WHO}: {name} must be a number, got {v!r}")
+    if not (float(v) > 0 and float(v) < float("inf")):
+        raise ValueError(f"{_WHO}: {name} must be a finite number > 0, got {v!r}")
+    return float(v)
+
+
+class SamplesLoss(torch.nn.Module):
+    """Distances between weighted point clouds, as geomloss.SamplesLoss.
+
+    loss="gaussian", "laplacian" or "energy": half the squared kernel norm of a - b (kernel
+    exp(-|x-y|^2 / 2 blur^2), exp(-|x-y| / blur) or -|x-y|); "hausdorff" is not implemented yet.
+    loss="sinkhorn": the debiased Sinkhorn divergence
+    (debias=True) or the entropic OT cost OT_eps (debias=False), eps = blur^p, balanced
+    (reach=None) or unbalanced (rho = reach^p); cost |x-y| (p=1), |x-y|^2/2 (p=2) or a formula
+    string in X and Y (KeOps syntax, as GeomLoss's online backend takes). Call as L(x, y) (uniform
+    weights) or L(a, x, b, y); x: (N, D) or batched (B, N, D), a: (N,), (N, 1), (B, N) or
+    (B, N, 1). Returns a scalar (a (B,) tensor when batched), or with potentials=True the pair
+    (F, G) of dual potentials, (B, N) and (B, M), or (1, N) and (1, M) without a batch, as
+    GeomLoss returns them. Every backend except "multiscale" runs
+    tessel's online solver.
+    """
+
+    def __init__(self, loss="sinkhorn", p=2, blur=0.05, reach=None, diameter=None, scaling=0.5,
+                 truncate=5, cost=None, kernel=None, cluster_scale=None, debias=True,
+                 potentials=False, verbose=False, backend="auto"):
+        super().__init__()
+        if loss == "hausdorff":
+            raise NotImplementedError(f"{_WHO}: loss='hausdorff' is not implemented yet in "
+                                      "tessel.ot; use geomloss for it")
+        if loss != "sinkhorn" and loss not in KERNELS:
+            raise ValueError(f"{_WHO}: unknown loss {loss!r}; expected 'sinkhorn', "
+                             f"{', '.join(map(repr, KERNELS))} (or 'hausdorff', not implemented "
+                             "yet)")
+        if kernel is not None:
+            raise NotImplementedError(f"{_WHO}: a custom kernel is not implemented yet in "
+                                      "tessel.ot; use loss='gaussian', 'laplacian' or 'energy'")
+        if backend not in _BACKENDS:
+            raise ValueError(f"{_WHO}: unknown backend {backend!r}; expected one of "
+                             f"{', '.join(_BACKENDS)}")
+        if backend == "multiscale" or cluster_scale is not None:
+            raise NotImplementedError(f"{_WHO}: the multiscale solver (backend='multiscale', "
+                                      "cluster_scale) is not implemented yet in tessel.ot; "
+                                      "use backend='auto' or 'online'")
+        self.p = _check_number("p", p)
+        if cost is None and self.p not in (1.0, 2.0):
+            raise ValueError(f"{_WHO}: p={p!r} needs a cost formula; the built-in costs are p=1 "
+                             "(|x-y|) and p=2 (|x-y|^2/2)")
+        if cost is not None and not isinstance(cost, (str, _core.Formula)):
+            raise TypeError(f"{_WHO}: cost must be a formula string in X and Y (e.g. "
+                            "'SqDist(X,Y) / IntCst(2)') or a tessel Formula, got "
+                            f"{type(cost).__name__}: a function of dense tensors would store the "
+                            "N x M matrix")
+        self.blur = _check_number("blur", blur)
+        self.reach = _check_number("reach", reach, allow_none=True)
+        self.diameter = _check_number("diameter", diameter, allow_none=True)
+        if isinstance(scaling, bool) or not isinstance(scaling, numbers.Real) or not (
+                0 < scaling < 1):
+            raise ValueError(f"{_WHO}: scaling must be a number in (0, 1), got {scaling!r}")
+        self.loss, self.scaling, self.truncate, self.cost = loss, float(scaling), truncate, cost
+        self.kernel, self.cluster_scale, self.backend = kernel, cluster_scale, backend
+        self.debias, self.potentials, self.verbose = bool(debias), bool(potentials), verbose
+
+    def _cost_formula(self, dim):
+        if self.cost is None or isinstance(self.cost, _core.Formula):
+            return self.cost
+        try:
+            return _core.parse(self.cost, [f"X = Vi({dim})", f"Y = Vj({dim})"])
+        except ValueError as e:
+            raise ValueError(f"{_WHO}: the cost {self.cost!r} is not a formula in X and Y (points "
+                             f"of dimension {dim}): {e}") from None
+
+    def forward(self, *args):
+        a, x, b, y, batched = self._process_args(args)
+        if self.loss in KERNELS:
+            out = kernel_loss(self.loss, self.blur, a, x, b, y, self.potentials)
+            return out if self.potentials or batched else out[0]
+        dim = x.shape[-1]
+        diameter = self.diameter
+        if diameter is None and batched:
+            # GeomLoss's estimate: the bounding box of every cloud of the batch together.
+            pts = torch.cat((x.detach().reshape(-1, dim), y.detach().reshape(-1, dim)))
+            d = float((pts.max(0)[0] - pts.min(0)[0]).norm())
+            diameter = d if d > 0 else None
+        settings = dict(p=self.p, cost=self._cost_formula(dim), blur=self.blur,
+                        reach_x=self.reach, reach_y=self.reach, diameter=diameter,
+                        scaling=self.scaling, debias=self.debias, backend="auto")
+        solve = dict(settings, alternating=False, tol=0.0, max_iter=1000)
+        pots = [SinkhornPotentials.apply(x[k], y[k], a[k], b[k], solve, settings)
+                for k in range(x.shape[0])]
+        f, g, p, q = (torch.stack([pk[m] for pk in pots]) for m in range(4))
+        if self.potentials:
+            F, G = (f - p, g - q) if self.debias else (f, g)
+            # Shaped as GeomLoss returns them: (B, N) batched, (1, N) for a single pair of clouds.
+            return F, G
+        value = self._ot(a, f) + self._ot(b, g)
+        if self.debias:
+            value = value - self._ot(a, p) - self._ot(b, q)
+        return value if batched else value[0]
+
+    def _ot(self, w, pot):
+        """<w, pot> (balanced) or <w, (rho + eps / 2)(1 - exp(-pot / rho))> (unbalanced)."""
+        if self.reach is None:
+            return (w * pot).sum(-1)
+        eps, rho = self.blur ** self.p, self.reach ** self.p
+        return (w * ((rho + eps / 2) * (1 - torch.exp(-pot / rho)))).sum(-1)
+
+    def _process_args(self, args):
+        if len(args) == 6:
+            raise NotImplementedError(f"{_WHO}: cluster labels (six arguments) belong to the "
+                                      "multiscale solver, not implemented yet in tessel.ot")
+        if len(args) == 2:
+            x, y = args
+            a = b = None
+        elif len(args) == 4:
+            a, x, b, y = args
+        else:
+            raise ValueError(f"{_WHO}: takes (x, y) or (a, x, b, y), got {len(args)} arguments")
+        for name, t in (("x", x), ("y", y), ("a", a), ("b", b)):
+            if t is None:
+                continue
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{_WHO}: {name} must be a torch tensor, got "
+                                f"{type(t).__name__}")
+            if t.dtype not in (torch.float32, torch.float64):
+                raise TypeError(f"{_WHO}: {name} has dtype {t.dtype}; expected float32 or "
+                                "float64")
+            if t.dtype != x.dtype:
+                raise TypeError(f"{_WHO}: {name} has dtype {t.dtype} but x has {x.dtype}; "
+                                "expected the same dtype")
+        if x.dim() not in (2, 3) or y.dim() != x.dim():
+            raise ValueError(f"{_WHO}: x and y must both be (N, D) or both (B, N, D) tensors, got "
+                             f"shapes {tuple(x.shape)} and {tuple(y.shape)}")
+        if x.shape[-1] != y.shape[-1]:
+            raise ValueError(f"{_WHO}: x and y must have the same last dimension (D), got "
+                             f"{x.shape[-1]} and {y.shape[-1]}")
+        batched = x.dim() == 3
+        if batched and x.shape[0] != y.shape[0]:
+            raise ValueError(f"{_WHO}: x and y must have the same batch size, got {x.shape[0]} "
+                             f"and {y.shape[0]}")
+        if a is None:
+            a = torch.ones(x.shape[:-1], dtype=x.dtype, device=x.device) / x.shape[-2]
+            b = torch.ones(y.shape[:-1], dtype=y.dtype, device=y.device) / y.shape[-2]
+        a, b = self._weights("a", a, x), self._weights("b", b, y)
+        if not batched:
+            a, x, b, y = a[None], x[None], b[None], y[None]
+        return a, x, b, y, batched
+
+    def _weights(self, name, w, pts):
+        want = tuple(pts.shape[:-1])
+        if tuple(w.shape) == want + (1,):
+            w = w[..., 0]
+        if tuple(w.shape) != want:
+            raise ValueError(f"{_WHO}: {name} has shape {tuple(w.shape)}; expected {want} or "
+                             f"{want + (1,)}: one weight per point")
+        return w
