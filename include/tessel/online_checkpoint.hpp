@@ -15,12 +15,19 @@
 // skips r. Phase(r, q, b) spans C(q+r, r) steps and leaves its pins where offline Revolve puts
 // the first split for that many steps (gap C(q+r-1, r-1)). The top runs Phase(2, s, 0), then
 // for r = 3, 4, ...: a pin and Phase(r, s-1, pin), which together make Phase(r, s, 0).
-//  - n <= C(s+2, 2): the cost equals revolve_optimal_recomputations(n, s) exactly. Stumm &
+//  - n <= C(s+2, 2) + 1: the cost equals revolve_optimal_recomputations(n, s) exactly. Stumm &
 //    Walther (2010, "New algorithms for optimal online checkpointing", SIAM J. Sci. Comput.
 //    32(2):836-854) prove such an online placement exists for repetition number 2. With every
 //    segment reversed by offline Revolve, a placement is optimal there exactly when all s slots are
 //    used, the j-th gap is at most s-j+1 and the last segment at most 2; Phase(2, s, 0) keeps all
-//    three.
+//    three. No online placement does better: an exhaustive search over all of them (in the tests,
+//    s = 2..4; s = 5 and 6 by the same search outside the suite) finds none optimal for every n up
+//    to C(s+2, 2) + 2, so past that range every online schedule pays extra for some n.
+//  - C(s+2, 2) < n <= C(s+3, 3) (repetition number 3): the optimum is reached exactly when every
+//    segment j has a length in [s-j+1, C(s-j+2, 2)]; the excess is the sum of the segments'
+//    distances to those intervals. The same search shows an online placement can keep the
+//    excess at most 1 there for s <= 5 (Stumm & Walther's second algorithm is likewise "almost
+//    optimal"); this recursion's excess reaches C(s, 2) (190 at s = 20): the room left.
 //  - every n: no step is evaluated (untaped) more often than in offline Revolve, i.e. the
 //    repetition number is the offline optimum t = min{t : C(s+t, s) >= n}, the property Wang,
 //    Moin & Iaccarino (2009, "Minimal repetition dynamic checkpointing algorithm for unsteady
