@@ -19,9 +19,12 @@ class SinkhornPotentials(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, y, a, b, solve, vjp):
+    def forward(ctx, x, y, a, b, solve, vjp, report=None):
         xd, yd, ad, bd = x.detach(), y.detach(), a.detach(), b.detach()
         res = _core.sinkhorn(ad, xd, bd, yd, **solve)
+        if report is not None:  # what solve_sample returns besides the potentials
+            report.update(history=res.history, converged=res.converged, eps=res.eps,
+                          diameter=res.diameter)
         ctx.vjp = vjp
         f, g = _numpy_to(res.f, x), _numpy_to(res.g, x)
         ins = [torch.from_numpy(res.f_in), torch.from_numpy(res.g_in)]
@@ -38,7 +41,7 @@ class SinkhornPotentials(torch.autograd.Function):
     @staticmethod
     def backward(ctx, cf, cg, cp, cq):
         if not (ctx.needs_input_grad[0] or ctx.needs_input_grad[1]):
-            return None, None, None, None, None, None
+            return None, None, None, None, None, None, None
         x, y, a, b, *pots = ctx.saved_tensors
         debias = ctx.vjp["debias"]
         f, g, p, q, *ins = pots
@@ -51,4 +54,4 @@ class SinkhornPotentials(torch.autograd.Function):
         _core.sinkhorn_potentials_vjp(a, x, b, y, parts, cot(cf, 1), cot(cg, 1),
                                       cot(cp, 0), cot(cq, 0), gx, gy, **ctx.vjp)
         return (gx if ctx.needs_input_grad[0] else None,
-                gy if ctx.needs_input_grad[1] else None, None, None, None, None)
+                gy if ctx.needs_input_grad[1] else None, None, None, None, None, None)

@@ -98,14 +98,9 @@ class SamplesLoss(torch.nn.Module):
             out = kernel_loss(self.loss, self.blur, a, x, b, y, self.potentials)
             return out if self.potentials or batched else out[0]
         dim = x.shape[-1]
-        diameter = self.diameter
-        if diameter is None and batched:
-            # GeomLoss's estimate: the bounding box of every cloud of the batch together.
-            pts = torch.cat((x.detach().reshape(-1, dim), y.detach().reshape(-1, dim)))
-            d = float((pts.max(0)[0] - pts.min(0)[0]).norm())
-            diameter = d if d > 0 else None
         settings = dict(p=self.p, cost=self._cost_formula(dim), blur=self.blur,
-                        reach_x=self.reach, reach_y=self.reach, diameter=diameter,
+                        reach_x=self.reach, reach_y=self.reach,
+                        diameter=self._diameter(x, y, batched),
                         scaling=self.scaling, debias=self.debias, backend="auto")
         solve = dict(settings, alternating=False, tol=0.0, max_iter=1000)
         pots = [SinkhornPotentials.apply(x[k], y[k], a[k], b[k], solve, settings)
@@ -119,6 +114,16 @@ class SamplesLoss(torch.nn.Module):
         if self.debias:
             value = value - self._ot(a, p) - self._ot(b, q)
         return value if batched else value[0]
+
+    def _diameter(self, x, y, batched):
+        """The schedule's start: the given diameter, or for a batch GeomLoss's estimate, the
+        bounding box of every cloud together (None: the core measures one pair of clouds)."""
+        if self.diameter is not None or not batched:
+            return self.diameter
+        dim = x.shape[-1]
+        pts = torch.cat((x.detach().reshape(-1, dim), y.detach().reshape(-1, dim)))
+        d = float((pts.max(0)[0] - pts.min(0)[0]).norm())
+        return d if d > 0 else None
 
     def _ot(self, w, pot):
         """<w, pot> (balanced) or <w, (rho + eps / 2)(1 - exp(-pot / rho))> (unbalanced)."""
