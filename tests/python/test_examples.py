@@ -18,11 +18,16 @@ EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "python"
     ("unrolled_reconstruction.py", ["--n", "32", "--iters", "2"]),
     ("invertible_network.py", ["--n", "8", "--iters", "6"]),
     ("lddmm_reversible.py", ["--n", "300", "--iters", "8"]),
+    ("ot_seed.py", ["--n", "400", "--check"]),
+    ("ot_seed.py", ["--n", "300", "--dtype", "float64", "--tol", "1e-9", "--check"]),
+    ("ot_registration.py", ["--n", "600", "--steps", "25", "--png", "{tmp}/flow.png"]),
 ])
-def test_example_runs(script, args):
-    args = [args] if isinstance(args, str) else list(args)
+def test_example_runs(script, args, tmp_path):
+    args = [args] if isinstance(args, str) else [a.format(tmp=tmp_path) for a in args]
     out = subprocess.run([sys.executable, str(EXAMPLES / script), *args], capture_output=True,
                          text=True, env=dict(os.environ), timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.strip(), "the example printed nothing"
     assert "nanobind: leaked" not in out.stderr, out.stderr  # leak reporting stays on
+    for png in tmp_path.glob("*.png"):  # a figure the example wrote is a real PNG image
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 1000
