@@ -5,13 +5,15 @@
 #
 # Usage: scripts/gpu_check.sh OUT_DIR [KIT_DIR]
 #   KIT_DIR   what scripts/gpu_prepare.sh packed (default gpu-kit): GoogleTest's sources (built
-#             here when the machine has no GoogleTest) and the pykeops/keopscore/geomloss wheels
+#             here when the machine has no GoogleTest) and the pykeops/keopscore/geomloss and
+#             flash-sinkhorn wheels
 #             (installed into build-gpu/site; without them pykeops is left out of the bench)
 #   PYTHON    the Python that holds PyTorch with CUDA (default python3)
 #   GPU_CHECK_PYTEST  pytest arguments (default: the test files with CUDA paths)
 #   GPU_CHECK_BENCH   gpu_bench.py arguments (default: --n 10000 100000 1000000)
+#   GPU_CHECK_OT_BENCH  ot_bench.py arguments (default: CUDA, N = 1e4 .. 1e6, D = 3 and 64)
 # Writes to OUT_DIR: machine.txt, build.log, ctest.log, pytest.log, gpu_bench.jsonl,
-# gpu_bench.log, summary.txt (also printed last). Exit status: 0 all passed; 1 a step failed;
+# gpu_bench.log, ot_bench.jsonl, ot_bench.log, summary.txt (also printed last). Exit status: 0 all passed; 1 a step failed;
 # 3 no usable GPU: everything before the GPU steps ran, and summary.txt says why it stopped.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -132,6 +134,17 @@ if PYTHONUNBUFFERED=1 "$py" bench/gpu_bench.py $bench_args > "$out/gpu_bench.jso
   note "gpu_bench: ok ($(wc -l < "$out/gpu_bench.jsonl") JSON lines)"
 else
   note "gpu_bench: FAILED (see gpu_bench.log)"
+  failed=1
+fi
+# Sinkhorn divergences: tessel.ot against GeomLoss (pykeops GPU) and flash-sinkhorn, one run.
+ot_args=${GPU_CHECK_OT_BENCH:---device cuda --n 10000 100000 1000000 --d 3 64 --repeats 1
+  --max-pykeops 1000000}
+# shellcheck disable=SC2086
+if PYTHONUNBUFFERED=1 timeout 900 "$py" bench/ot_bench.py $ot_args > "$out/ot_bench.jsonl" \
+  2> "$out/ot_bench.log"; then
+  note "ot_bench: ok ($(grep -c '^{' "$out/ot_bench.jsonl") rows)"
+else
+  note "ot_bench: FAILED or timed out (see ot_bench.log; the rows so far are in ot_bench.jsonl)"
   failed=1
 fi
 finish "$failed"

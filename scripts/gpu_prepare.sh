@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Prepares the folder a bare, offline GPU machine needs for scripts/gpu_check.sh: GoogleTest's
-# sources and wheels of pykeops 2.3, keopscore 2.3 and geomloss (the side-by-side baselines).
+# sources and wheels of pykeops 2.3, keopscore 2.3, geomloss and flash-sinkhorn (the side-by-side
+# baselines).
 #
 # Usage: scripts/gpu_prepare.sh [KIT_DIR]   (default gpu-kit, git-ignored; a few MB)
 # Run it where Debian's packages and PyPI are reachable, then take KIT_DIR along with the
 # checkout (inside it, or next to it and named as gpu_check.sh's second argument).
-# pykeops, keopscore and geomloss are pure Python: their wheels install on any Python 3 there.
+# These are pure Python: their wheels install on any Python 3 there (flash-sinkhorn's Triton
+# comes with PyTorch's CUDA wheels).
 # What a GPU machine of that kind already has (CMake, ninja, nanobind, scikit-build-core, pytest,
 # PyTorch with CUDA, NumPy, SciPy, pybind11) is not packed.
 set -euo pipefail
@@ -30,15 +32,16 @@ fi
 rm -rf "$kit"
 mkdir -p "$kit/wheels"
 cp -r "$gtest_src" "$kit/googletest"
-"$py" -m pip wheel -q --no-deps -w "$kit/wheels" pykeops==2.3 keopscore==2.3 geomloss
+"$py" -m pip wheel -q --no-deps -w "$kit/wheels" pykeops==2.3 keopscore==2.3 geomloss \
+  flash-sinkhorn
 count=$(find "$kit/wheels" -name '*.whl' | wc -l)
-if ((count != 3)); then
-  echo "gpu_prepare: expected 3 wheels in $kit/wheels, found $count" >&2
+if ((count != 4)); then
+  echo "gpu_prepare: expected 4 wheels in $kit/wheels, found $count" >&2
   exit 1
 fi
 cat > "$kit/README" << EOF
 Made by scripts/gpu_prepare.sh on $(date -u +%Y-%m-%d): GoogleTest sources (from Debian's
-googletest package) and wheels of pykeops 2.3, keopscore 2.3 and geomloss for
+googletest package) and wheels of pykeops 2.3, keopscore 2.3, geomloss and flash-sinkhorn for
 scripts/gpu_check.sh on a GPU machine without network.
 EOF
 echo "gpu_prepare: $kit ready ($(du -sh "$kit" | cut -f1)): googletest sources and" \

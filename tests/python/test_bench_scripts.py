@@ -55,3 +55,24 @@ def test_bench_table_groups_levels_and_matches_pykeops(tmp_path):
     assert "(peak 5e+10" in text
     assert "| gauss-sum | 30,000 | 0.15 s | 6e+09 | 21 | 0.70 | 3 s | 20.0x |" in text
     assert "| gauss-sum | 30,000 | 0.3 s | 3e+09 | 21 | 0.80 | 3 s | 10.0x |" in text
+
+
+def test_ot_bench_smoke_and_table(tmp_path):
+    out = subprocess.run([sys.executable, str(BENCH / "ot_bench.py"), "--n", "200", "--d", "3",
+                          "--repeats", "1", "--impls", "tessel", "geomloss-tensorized",
+                          "flash-sinkhorn"], capture_output=True, text=True,
+                         env=dict(os.environ), timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    by = {r["impl"]: r for r in rows}
+    assert by["tessel"]["seconds"] > 0 and by["tessel"]["grad_norm"] > 0
+    assert "skipped" in by["flash-sinkhorn"]  # CUDA only
+    if "seconds" in by["geomloss-tensorized"]:  # geomloss installed: the same value
+        assert abs(by["geomloss-tensorized"]["value"] - by["tessel"]["value"]) <= 1e-5 * abs(
+            by["tessel"]["value"])
+    path = tmp_path / "ot.jsonl"
+    path.write_text(out.stdout)
+    t = subprocess.run([sys.executable, str(BENCH / "ot_bench.py"), "--table", str(path)],
+                       capture_output=True, text=True, timeout=60)
+    assert t.returncode == 0, t.stderr
+    assert "| 200 | 3 | tessel |" in t.stdout and "1.0x" in t.stdout
