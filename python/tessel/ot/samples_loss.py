@@ -6,10 +6,12 @@ autograd gives the weights' gradients and the points' come from the potentials' 
 gradients (SinkhornPotentials). The global grad mode is never touched.
 """
 import numbers
+import warnings
 
 import torch
 
 from .. import _core
+from ._implicit import implicit_potentials
 from ._potentials import SinkhornPotentials
 from .kernel_loss import KERNELS, kernel_loss
 
@@ -41,11 +43,19 @@ class SamplesLoss(torch.nn.Module):
     (F, G) of dual potentials, (B, N) and (B, M), or (1, N) and (1, M) without a batch, as
     GeomLoss returns them. Every backend except "multiscale" runs
     tessel's online solver.
+
+    gradient (a tessel option): "envelope" (default, GeomLoss's: the loop's last extrapolation
+    differentiated with the potentials it started from held constant; one extra reduction) or
+    "implicit": the loop runs to convergence (alternating updates, marginal error 1e-9 in
+    float64, 1e-5 in float32) and the potentials are differentiated by the implicit function
+    theorem (two Newton steps of conjugate gradients on the plan operator), exact at the fixed
+    point and to second order: Hessian-vector products (autograd with create_graph=True) of
+    debiased, unbalanced and semi-unbalanced losses alike.
     """
 
     def __init__(self, loss="sinkhorn", p=2, blur=0.05, reach=None, diameter=None, scaling=0.5,
                  truncate=5, cost=None, kernel=None, cluster_scale=None, debias=True,
-                 potentials=False, verbose=False, backend="auto"):
+                 potentials=False, verbose=False, backend="auto", gradient="envelope"):
         super().__init__()
         if loss == "hausdorff":
             raise NotImplementedError(f"{_WHO}: loss='hausdorff' is not implemented yet in "
@@ -82,6 +92,7 @@ class SamplesLoss(torch.nn.Module):
         self.loss, self.scaling, self.truncate, self.cost = loss, float(scaling), truncate, cost
         self.kernel, self.cluster_scale, self.backend = kernel, cluster_scale, backend
         self.debias, self.potentials, self.verbose = bool(debias), bool(potentials), verbose
+        self.gradient = check_gradient(_WHO, gradient)
 
     def _cost_formula(self, dim):
         if self.cost is None or isinstance(self.cost, _core.Formula):
@@ -102,10 +113,13 @@ class SamplesLoss(torch.nn.Module):
                         reach_x=self.reach, reach_y=self.reach,
                         diameter=self._diameter(x, y, batched),
                         scaling=self.scaling, debias=self.debias, backend="auto")
-        solve = dict(settings, alternating=False, tol=0.0, max_iter=1000)
-        pots = [SinkhornPotentials.apply(x[k], y[k], a[k], b[k], solve, settings)
-                for k in range(x.shape[0])]
-        f, g, p, q = (torch.stack([pk[m] for pk in pots]) for m in range(4))
+        if self.gradient == "envelope":
+            solve = dict(settings, alternating=False, tol=0.0, max_iter=1000)
+        else:  # the implicit function theorem needs the fixed point itself
+            solve = dict(settings, alternating=True, max_iter=10000,
+                         tol=1e-9 if x.dtype == torch.float64 else 1e-5)
+        pots = solve_potentials(self.gradient, a, x, b, y, solve, settings, _WHO)
+        f, g, p, q = pots
         if self.potentials:
             F, G = (f - p, g - q) if self.debias else (f, g)
             # Shaped as GeomLoss returns them: (B, N) batched, (1, N) for a single pair of clouds.
@@ -126,11 +140,8 @@ class SamplesLoss(torch.nn.Module):
         return d if d > 0 else None
 
     def _ot(self, w, pot):
-        """<w, pot> (balanced) or <w, (rho + eps / 2)(1 - exp(-pot / rho))> (unbalanced)."""
-        if self.reach is None:
-            return (w * pot).sum(-1)
-        eps, rho = self.blur ** self.p, self.reach ** self.p
-        return (w * ((rho + eps / 2) * (1 - torch.exp(-pot / rho)))).sum(-1)
+        rho = None if self.reach is None else self.reach ** self.p
+        return dual_side(w, pot, rho, self.blur ** self.p, self.gradient == "envelope")
 
     def _process_args(self, args):
         if len(args) == 6:
@@ -181,3 +192,79 @@ class SamplesLoss(torch.nn.Module):
             raise ValueError(f"{_WHO}: {name} has shape {tuple(w.shape)}; expected {want} or "
                              f"{want + (1,)}: one weight per point")
         return w
+
+
+GRADIENTS = ("envelope", "implicit")
+
+
+def check_gradient(who, gradient):
+    if gradient not in GRADIENTS:
+        raise ValueError(f"{who}: gradient must be one of {', '.join(map(repr, GRADIENTS))}, got "
+                         f"{gradient!r}")
+    return gradient
+
+
+def solve_potentials(gradient, a, x, b, y, solve, settings, who, reports=None):
+    """(f, g, p, q), each stacked over the batch, by the chosen gradient mode; warns when a loop
+    asked to converge (tol > 0) stopped at max_iter first."""
+    reports = [{} for _ in range(x.shape[0])] if reports is None else reports
+    if gradient == "envelope":
+        pots = [SinkhornPotentials.apply(x[k], y[k], a[k], b[k], solve, settings, reports[k])
+                for k in range(x.shape[0])]
+    else:
+        pots = [implicit_potentials(a[k], x[k], b[k], y[k], solve, settings, reports[k])
+                for k in range(x.shape[0])]
+    if solve["tol"] > 0 and not all(r["converged"] for r in reports):
+        worst = max(max(r["history"][-1][1:]) for r in reports)
+        warnings.warn(f"{who}: stopped after max_iter={solve['max_iter']} iterations with a "
+                      f"marginal error of {worst:.3g} > tol={solve['tol']:g}; raise max_iter or "
+                      "blur, or lower the accuracy asked for", RuntimeWarning, stacklevel=3)
+    return [torch.stack([pk[m] for pk in pots]) for m in range(4)]
+
+
+class _DualSide(torch.autograd.Function):
+    """One marginal's part of OT_eps with the fixed point's derivatives (envelope mode).
+
+    Soft marginal (rho): value sum_i w_i (rho + eps/2)(1 - exp(-pot_i / rho)); derivative
+    (rho + eps) exp(-pot / rho) w / rho for the potential, as Sejourne et al. (2019, Prop. 12)
+    give and GeomLoss's UnbalancedWeight documents (its backward method is never called by
+    autograd, so GeomLoss differentiates with rho + eps/2 instead), and
+    (rho + eps)(1 - exp(-pot / rho)) - eps/2 for the weight (envelope theorem on the dual).
+    Hard marginal (rho None): value <w, pot>, derivatives w and pot - shift; shift = eps/2 when
+    the other marginal is soft (semi-unbalanced: the masses are free), else 0 (balanced: the
+    weights' gradient is defined up to a constant; GeomLoss's convention)."""
+
+    @staticmethod
+    def forward(ctx, w, pot, rho, eps, shift):
+        ctx.rho, ctx.eps, ctx.shift = rho, eps, shift
+        if rho is None:
+            ctx.save_for_backward(w, pot)
+            return (w * pot).sum(-1)
+        e = torch.exp(-pot / rho)
+        ctx.save_for_backward(w, e)
+        return (w * ((rho + eps / 2) * (1 - e))).sum(-1)
+
+    @staticmethod
+    def backward(ctx, grad):
+        w, t = ctx.saved_tensors
+        rho, eps, g = ctx.rho, ctx.eps, grad[..., None]
+        if rho is None:
+            gw, gp = g * (t - ctx.shift), g * w
+        else:
+            gw = g * ((rho + eps) * (1 - t) - eps / 2)
+            gp = g * w * (rho + eps) * t / rho
+        return (gw if ctx.needs_input_grad[0] else None,
+                gp if ctx.needs_input_grad[1] else None, None, None, None)
+
+
+def dual_side(w, pot, rho, eps, envelope, semi=False):
+    """One marginal's part of OT_eps: <w, pot> for a hard marginal (rho None), else
+    <w, (rho + eps/2)(1 - exp(-pot / rho))>. envelope: the potentials carry envelope gradients
+    (no dependence on the weights), so the fixed point's derivatives are applied here
+    (_DualSide; semi: the problem is semi-unbalanced); otherwise the potentials are
+    differentiable functions of everything and plain autograd is exact."""
+    if envelope and (rho is not None or semi):
+        return _DualSide.apply(w, pot, rho, eps, eps / 2 if semi else 0.0)
+    if rho is None:
+        return (w * pot).sum(-1)
+    return (w * ((rho + eps / 2) * (1 - torch.exp(-pot / rho)))).sum(-1)

@@ -7,14 +7,13 @@ the loop's history. Memory stays O(N + M).
 """
 import math
 import numbers
-import warnings
 
 import torch
 
-from .. import _core
 from ..lazytensor import Vi, Vj
-from ._potentials import SinkhornPotentials
-from .samples_loss import SamplesLoss, _check_number
+from ._implicit import cost_lazy
+from .samples_loss import (SamplesLoss, _check_number, check_gradient, dual_side,
+                           solve_potentials)
 
 _WHO = "tessel.ot.solve_sample"
 _UPDATES = ("symmetric", "alternating")
@@ -60,19 +59,6 @@ class OTResult:
                 f"marginal_error={self.marginal_error})")
 
 
-def _cost_lazy(cost, x, y, p):
-    """C(x_i, y_j) as a LazyTensor (batched like x, y), the core's p-cost or the given formula."""
-    xi, yj = Vi(x), Vj(y)
-    if cost is None:
-        return xi.sqdist(yj) / 2 if p == 2 else (xi - yj).norm2()
-    base = xi - yj  # its variables: x is 0 (i), y is 1 (j)
-    dim = x.shape[-1]
-    by_cat = {cat: index for index, cat, _ in cost.variables()}
-    f = cost.substitute([_core.var(by_cat[0], dim, 0), _core.var(by_cat[1], dim, 1)],
-                        [_core.var(0, dim, 0), _core.var(1, dim, 1)])
-    return base._new(f, base.variables, [base])
-
-
 def _log_weights(w):
     # log 0 = -inf: the plan's entries of a zero weight are exp(-inf) = 0, never 0 * inf.
     return torch.log(w.detach())
@@ -80,7 +66,7 @@ def _log_weights(w):
 
 def solve_sample(a, x, b, y, *, p=2, blur=0.05, reach=None, reach_x=None, reach_y=None,
                  diameter=None, scaling=0.5, cost=None, debias=False, tol=1e-6, max_iter=1000,
-                 update="alternating", backend="auto"):
+                 update="alternating", backend="auto", gradient="envelope"):
     """Entropic OT between (a, x) and (b, y): the solver, its potentials and its plan.
 
     a: (N,), (N, 1) or None (uniform weights 1/N); x: (N, D); b, y likewise; batched inputs
@@ -93,10 +79,13 @@ def solve_sample(a, x, b, y, *, p=2, blur=0.05, reach=None, reach_x=None, reach_
     eps = blur^p until the marginal error (L1, mass units) is <= tol, up to max_iter iterations
     in all, with classic alternating Sinkhorn updates, and warns if it stopped first.
     tol=0, update="symmetric" reproduce GeomLoss's loop exactly (the schedule only, averaged
-    symmetric updates: what SamplesLoss runs). Gradients in x and y come from the envelope
-    theorem (one extra reduction per potential); the global grad mode is not touched. Returns
-    an OTResult.
+    symmetric updates: what SamplesLoss runs). gradient="envelope" (default) differentiates
+    the last extrapolation (one extra reduction per potential); gradient="implicit" the fixed
+    point itself (two Newton steps of conjugate gradients on the plan operator: exact first and
+    second derivatives, for Hessian-vector products; as SamplesLoss's). The global grad mode is
+    not touched. Returns an OTResult.
     """
+    gradient = check_gradient(_WHO, gradient)
     if update not in _UPDATES:
         raise ValueError(f"{_WHO}: update must be 'symmetric' or 'alternating', got {update!r}")
     if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not 0 <= tol < math.inf:
@@ -122,35 +111,23 @@ def solve_sample(a, x, b, y, *, p=2, blur=0.05, reach=None, reach_x=None, reach_
     solve = dict(settings, alternating=update == "alternating", tol=float(tol),
                  max_iter=int(max_iter))
     reports = [{} for _ in range(x_.shape[0])]
-    pots = [SinkhornPotentials.apply(x_[k], y_[k], a_[k], b_[k], solve, settings, reports[k])
-            for k in range(x_.shape[0])]
-    f, g, pp, qq = (torch.stack([pk[m] for pk in pots]) for m in range(4))
-    if tol > 0 and not all(r["converged"] for r in reports):
-        worst = max(max(r["history"][-1][1:]) for r in reports)
-        warnings.warn(f"{_WHO}: stopped after max_iter={max_iter} iterations with a marginal "
-                      f"error of {worst:.3g} > tol={tol:g}; raise max_iter or blur, or lower "
-                      "the accuracy asked for", RuntimeWarning, stacklevel=2)
+    f, g, pp, qq = solve_potentials(gradient, a_, x_, b_, y_, solve, settings, _WHO, reports)
     eps = loss.blur ** loss.p
     rho_x = None if rx is None else rx ** loss.p
     rho_y = None if ry is None else ry ** loss.p
-    value = _side(a_, f, rho_x, eps) + _side(b_, g, rho_y, eps)
+    env, semi = gradient == "envelope", (rho_x is None) != (rho_y is None)
+    value = dual_side(a_, f, rho_x, eps, env, semi) + dual_side(b_, g, rho_y, eps, env, semi)
     if loss.debias:
-        value = value - _side(a_, pp, rho_x, eps) - _side(b_, qq, rho_y, eps)
+        value = (value - dual_side(a_, pp, rho_x, eps, env, semi)
+                 - dual_side(b_, qq, rho_y, eps, env, semi))
     else:
         pp = qq = None
     if not batched:
         value, f, g, a_, x_, b_, y_ = value[0], f[0], g[0], a_[0], x_[0], b_[0], y_[0]
         pp, qq = (None, None) if pp is None else (pp[0], qq[0])
-    logits = ((Vi(f[..., None]) + Vj(g[..., None]) - _cost_lazy(formula, x_, y_, loss.p)) / eps
+    logits = ((Vi(f[..., None]) + Vj(g[..., None]) - cost_lazy(formula, x_, y_, loss.p)) / eps
               + Vi(_log_weights(a_)[..., None]) + Vj(_log_weights(b_)[..., None]))
     return OTResult(value, f, g, pp, qq, logits.exp(), reports)
-
-
-def _side(w, pot, rho, eps):
-    """<w, pot> for a hard marginal, <w, (rho + eps / 2)(1 - exp(-pot / rho))> for a soft one."""
-    if rho is None:
-        return (w * pot).sum(-1)
-    return (w * ((rho + eps / 2) * (1 - torch.exp(-pot / rho)))).sum(-1)
 
 
 __all__ = ["solve_sample", "OTResult"]

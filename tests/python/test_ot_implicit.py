@@ -1,0 +1,139 @@
+"""tessel.ot's implicit gradient mode: first derivatives and Hessian-vector products of Sinkhorn
+losses (balanced, unbalanced, semi-unbalanced, debiased or not) against dense float64 autograd
+through the same iterations run to convergence, and against the envelope mode at convergence."""
+import pytest
+import torch
+
+from tessel.ot import SamplesLoss, solve_sample
+
+EPS_BLUR = 0.3  # blur; eps = 0.09: the dense reference converges in a few hundred iterations
+
+
+def clouds(n=24, m=19, d=2, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, d, generator=g, dtype=torch.float64)
+    y = torch.rand(m, d, generator=g, dtype=torch.float64) + 0.25
+    a = torch.rand(n, generator=g, dtype=torch.float64) + 0.2
+    b = torch.rand(m, generator=g, dtype=torch.float64) + 0.2
+    return a / a.sum(), x, b / b.sum(), y
+
+
+def dense_potentials(a, x, b, y, eps, rho_x, rho_y, iters=1500):
+    """Alternating log-domain Sinkhorn on dense matrices, differentiable by plain autograd."""
+    C = ((x[:, None, :] - y[None, :, :]) ** 2).sum(-1) / 2
+    dx = 1.0 if rho_x is None else 1 / (1 + eps / rho_x)
+    dy = 1.0 if rho_y is None else 1 / (1 + eps / rho_y)
+    f = torch.zeros(len(a), dtype=a.dtype)
+    g = torch.zeros(len(b), dtype=b.dtype)
+    for _ in range(iters):
+        f = -dx * eps * torch.logsumexp(b.log()[None, :] + (g[None, :] - C) / eps, 1)
+        g = -dy * eps * torch.logsumexp(a.log()[:, None] + (f[:, None] - C) / eps, 0)
+    return f, g
+
+
+def side(w, pot, rho, eps):
+    if rho is None:
+        return (w * pot).sum()
+    return (w * ((rho + eps / 2) * (1 - torch.exp(-pot / rho)))).sum()
+
+
+def dense_loss(a, x, b, y, eps, rho_x, rho_y, debias):
+    f, g = dense_potentials(a, x, b, y, eps, rho_x, rho_y)
+    value = side(a, f, rho_x, eps) + side(b, g, rho_y, eps)
+    if debias:  # a balanced pair (f, g) is known up to (f + c, g - c): its mean is the gauge-free p
+        p = sum(dense_potentials(a, x, a, x, eps, rho_x, rho_x)) / 2
+        q = sum(dense_potentials(b, y, b, y, eps, rho_y, rho_y)) / 2
+        value = value - side(a, p, rho_x, eps) - side(b, q, rho_y, eps)
+    return value
+
+
+def grad_and_hvp(loss_fn, x, y, vx, vy):
+    x, y = x.clone().requires_grad_(), y.clone().requires_grad_()
+    value = loss_fn(x, y)
+    gx, gy = torch.autograd.grad(value, (x, y), create_graph=True)
+    hx, hy = torch.autograd.grad((gx * vx).sum() + (gy * vy).sum(), (x, y))
+    return float(value), gx.detach(), gy.detach(), hx, hy
+
+
+CASES = [  # (reach_x, reach_y, debias)
+    (None, None, False), (None, None, True), (0.6, 0.6, False), (0.6, 0.6, True),
+    (None, 0.5, False), (0.8, None, True),
+]
+
+
+@pytest.mark.parametrize("reach_x,reach_y,debias", CASES)
+def test_gradients_and_hvp_equal_dense_autograd(reach_x, reach_y, debias):
+    a, x, b, y = clouds()
+    eps = EPS_BLUR ** 2
+    rx = None if reach_x is None else reach_x ** 2
+    ry = None if reach_y is None else reach_y ** 2
+    gen = torch.Generator().manual_seed(1)
+    vx = torch.randn(x.shape, generator=gen, dtype=torch.float64)
+    vy = torch.randn(y.shape, generator=gen, dtype=torch.float64)
+
+    def ours(x_, y_):
+        return solve_sample(a, x_, b, y_, blur=EPS_BLUR, reach_x=reach_x, reach_y=reach_y,
+                            debias=debias, tol=1e-12, max_iter=20000,
+                            gradient="implicit").value
+
+    v1, gx1, gy1, hx1, hy1 = grad_and_hvp(ours, x, y, vx, vy)
+    v2, gx2, gy2, hx2, hy2 = grad_and_hvp(
+        lambda x_, y_: dense_loss(a, x_, b, y_, eps, rx, ry, debias), x, y, vx, vy)
+    assert v1 == pytest.approx(v2, abs=1e-11)
+    for mine, ref in ((gx1, gx2), (gy1, gy2), (hx1, hx2), (hy1, hy2)):
+        assert torch.allclose(mine, ref, rtol=0, atol=1e-9 * max(1.0, float(ref.abs().max())))
+    assert float(hx2.abs().max()) > 1e-3  # the test sees a real second derivative
+
+
+@pytest.mark.parametrize("reach,debias", [(None, True), (0.7, True), (None, False)])
+def test_samples_loss_implicit_equals_envelope_at_convergence(reach, debias):
+    # GeomLoss's envelope gradient is exact at the fixed point: the two modes must agree there.
+    a, x, b, y = clouds(seed=2)
+    x = x.clone().requires_grad_()
+    kw = dict(blur=EPS_BLUR, reach=reach, debias=debias)
+    g_imp, = torch.autograd.grad(SamplesLoss(gradient="implicit", **kw)(a, x, b, y), x)
+    r = solve_sample(a, x, b, y, tol=1e-12, max_iter=20000, **kw)
+    g_env, = torch.autograd.grad(r.value, x)
+    assert torch.allclose(g_imp, g_env, atol=1e-9)
+
+
+def test_hvp_by_finite_differences_of_the_gradient():
+    a, x, b, y = clouds(seed=3)
+    loss = SamplesLoss(blur=EPS_BLUR, reach=0.6, gradient="implicit")
+    v = torch.randn_like(x)
+
+    def grad(x_):
+        x_ = x_.clone().requires_grad_()
+        return torch.autograd.grad(loss(a, x_, b, y), x_, create_graph=True)
+
+    x1 = x.clone().requires_grad_()
+    (gx,) = torch.autograd.grad(loss(a, x1, b, y), x1, create_graph=True)
+    (hv,) = torch.autograd.grad((gx * v).sum(), x1)
+    h = 1e-5
+    fd = (grad(x + h * v)[0] - grad(x - h * v)[0]) / (2 * h)
+    assert torch.allclose(hv, fd, atol=1e-7 * max(1.0, float(fd.abs().max())))
+
+
+def test_batched_and_float32():
+    a, x, b, y = clouds(seed=4)
+    xb = torch.stack([x, x + 0.1]).requires_grad_()
+    yb, ab, bb = torch.stack([y, y]), torch.stack([a, a]), torch.stack([b, b])
+    loss = SamplesLoss(blur=EPS_BLUR, gradient="implicit")
+    values = loss(ab, xb, bb, yb)
+    assert values.shape == (2,)
+    (g,) = torch.autograd.grad(values.sum(), xb)
+    x0 = x.clone().requires_grad_()
+    (g0,) = torch.autograd.grad(loss(a, x0, b, y), x0)
+    assert torch.allclose(g[0], g0, atol=1e-10)
+    x32 = x.float().requires_grad_()
+    v32 = loss(a.float(), x32, b.float(), y.float())
+    (g32,) = torch.autograd.grad(v32, x32)
+    assert torch.allclose(g32.double(), g0, atol=1e-4)
+
+
+def test_bad_gradient_mode():
+    with pytest.raises(ValueError, match="gradient must be one of"):
+        SamplesLoss(gradient="unrolled-ish")
+    a, x, b, y = clouds()
+    with pytest.raises(ValueError, match="solve_sample: gradient must be one of"):
+        solve_sample(a, x, b, y, gradient="exact")
