@@ -137,3 +137,21 @@ def test_bad_gradient_mode():
     a, x, b, y = clouds()
     with pytest.raises(ValueError, match="solve_sample: gradient must be one of"):
         solve_sample(a, x, b, y, gradient="exact")
+
+
+def test_zero_weights_potentials_and_gradients():
+    # A zero-weight point's potential is its softmin against the other cloud; its own gradient
+    # vanishes (it carries no mass) and the others are those of the problem without it.
+    a, x, b, y = clouds(seed=5)
+    a0 = torch.cat((a, a.new_zeros(1)))
+    x0 = torch.cat((x, torch.tensor([[0.4, 0.9]], dtype=x.dtype))).requires_grad_()
+    kw = dict(blur=EPS_BLUR, reach=0.6)
+    F1, G1 = SamplesLoss(gradient="implicit", potentials=True, **kw)(a0, x0, b, y)
+    # The envelope mode's potentials come from softmins; converged, they are the reference.
+    F2, G2 = solve_sample(a0, x0, b, y, debias=True, tol=1e-12, max_iter=20000, **kw).potentials
+    assert torch.allclose(F1[0], F2, atol=1e-9) and torch.allclose(G1[0], G2, atol=1e-9)
+    (g0,) = torch.autograd.grad(SamplesLoss(gradient="implicit", **kw)(a0, x0, b, y), x0)
+    x1 = x.clone().requires_grad_()
+    (g1,) = torch.autograd.grad(SamplesLoss(gradient="implicit", **kw)(a, x1, b, y), x1)
+    assert float(g0[-1].abs().max()) == 0.0
+    assert torch.allclose(g0[:-1], g1, atol=1e-10)

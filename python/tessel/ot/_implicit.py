@@ -56,6 +56,12 @@ def _newton_step(a, x, b, y, z, eps, rho_x, rho_y, cost, tol, stats):
     r = torch.cat((mass_x - row, mass_y - col))
     diag = torch.cat((row / eps + (0 if rho_x is None else mass_x / rho_x),
                       col / eps + (0 if rho_y is None else mass_y / rho_y)))
+    zero = torch.cat((a == 0, b == 0))
+    if bool(zero.any()):
+        # A zero weight's row and column of H vanish (its plan entries are exact zeros), and so
+        # does its residual: a unit diagonal there keeps CG positive definite and leaves that
+        # potential unmoved (newton_potentials then sets it by its softmin).
+        diag = torch.where(zero, diag.detach()[~zero].mean(), diag)
     if rho_x is None and rho_y is None:
         # The shift direction: H's null space; its (consistent) right-hand side has no part
         # along it, so adding it changes nothing but the gauge, which is fixed at no shift.
@@ -83,7 +89,21 @@ def newton_potentials(a, x, b, y, f0, g0, eps, rho_x, rho_y, cost, steps=2, tol=
     for _ in range(steps):
         z = _newton_step(a, x, b, y, z, eps, rho_x, rho_y, cost, tol, stats)
     n = x.shape[0]
-    return z[:n], z[n:]
+    f, g = z[:n], z[n:]
+    # The potential of a zero-weight point is not pinned by the dual's stationarity (its mass
+    # is 0) but by its softmin against the other cloud: f_i = damp softmin_j (C_ij - g_j).
+    if bool((a == 0).any()):
+        f = torch.where(a == 0, _softmin(x, y, b, g, eps, rho_x, cost), f)
+    if bool((b == 0).any()):
+        g = torch.where(b == 0, _softmin(y, x, a, f, eps, rho_y, lambda u, v: cost(v, u).t()), g)
+    return f, g
+
+
+def _softmin(x, y, b, g, eps, rho, cost):
+    """damp * (-eps log sum_j b_j exp((g_j - C(x_i, y_j)) / eps)), damp = 1 / (1 + eps / rho)."""
+    damp = 1.0 if rho is None else 1 / (1 + eps / rho)
+    lse = (Vj((torch.log(b) + g / eps)[:, None]) - cost(x, y) / eps).logsumexp(1)[:, 0]
+    return -damp * eps * lse
 
 
 def implicit_potentials(a, x, b, y, solve, settings, report=None):

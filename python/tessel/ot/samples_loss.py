@@ -39,7 +39,9 @@ class SamplesLoss(torch.nn.Module):
     (reach=None) or unbalanced (rho = reach^p); cost |x-y| (p=1), |x-y|^2/2 (p=2) or a formula
     string in X and Y (KeOps syntax, as GeomLoss's online backend takes). Call as L(x, y) (uniform
     weights) or L(a, x, b, y); x: (N, D) or batched (B, N, D), a: (N,), (N, 1), (B, N) or
-    (B, N, 1). Returns a scalar (a (B,) tensor when batched), or with potentials=True the pair
+    (B, N, 1); a batch of clouds of different sizes is given as lists ([x1, x2], [y1, y2]) or
+    ([a1, a2], [x1, x2], [b1, b2], [y1, y2]).
+    Returns a scalar (a (B,) tensor when batched), or with potentials=True the pair
     (F, G) of dual potentials, (B, N) and (B, M), or (1, N) and (1, M) without a batch, as
     GeomLoss returns them. Every backend except "multiscale" runs
     tessel's online solver.
@@ -104,6 +106,43 @@ class SamplesLoss(torch.nn.Module):
                              f"of dimension {dim}): {e}") from None
 
     def forward(self, *args):
+        if len(args) in (2, 4) and all(isinstance(t, (list, tuple)) for t in args):
+            return self._ragged(args)
+        return self._forward(args, None)
+
+    def _ragged(self, args):
+        """A batch of clouds of different sizes, as lists: L([x1, x2], [y1, y2]) or
+        L([a1, a2], [x1, x2], [b1, b2], [y1, y2]). Returns a (B,) tensor, or with potentials=True
+        the lists [F1, F2], [G1, G2] ((N_k,) and (M_k,)). As for a batch of equal sizes, the
+        schedule starts at one diameter for all: the bounding box of every cloud together."""
+        n = len(args[0])
+        if n == 0 or any(len(t) != n for t in args):
+            raise ValueError(f"{_WHO}: a batch of clouds of different sizes takes lists of the "
+                             f"same non-zero length, got lengths {[len(t) for t in args]}")
+        pairs = [tuple(t[k] for t in args) for k in range(n)]
+        diameter = self.diameter
+        if diameter is None and self.loss not in KERNELS:
+            pts = []
+            for k, pair in enumerate(pairs):
+                x, y = pair[-3] if len(pair) == 4 else pair[0], pair[-1]
+                for name, t in (("x", x), ("y", y)):
+                    if not isinstance(t, torch.Tensor) or t.dim() != 2:
+                        raise ValueError(f"{_WHO}: in a batch of lists, {name}[{k}] must be an "
+                                         f"(N, D) tensor, got {type(t).__name__} "
+                                         f"{tuple(getattr(t, 'shape', ()))}")
+                    pts.append(t.detach().reshape(-1, t.shape[-1]))
+            if len({t.shape[-1] for t in pts}) != 1:
+                raise ValueError(f"{_WHO}: every cloud of a batch must have the same dimension D, "
+                                 f"got {sorted({t.shape[-1] for t in pts})}")
+            pts = torch.cat([t.to(pts[0].dtype) for t in pts])
+            d = float((pts.max(0)[0] - pts.min(0)[0]).norm())
+            diameter = d if d > 0 else None
+        outs = [self._forward(pair, diameter) for pair in pairs]
+        if self.potentials:
+            return [o[0][0] for o in outs], [o[1][0] for o in outs]
+        return torch.stack(outs)
+
+    def _forward(self, args, diameter):
         a, x, b, y, batched = self._process_args(args)
         if self.loss in KERNELS:
             out = kernel_loss(self.loss, self.blur, a, x, b, y, self.potentials)
@@ -111,7 +150,7 @@ class SamplesLoss(torch.nn.Module):
         dim = x.shape[-1]
         settings = dict(p=self.p, cost=self._cost_formula(dim), blur=self.blur,
                         reach_x=self.reach, reach_y=self.reach,
-                        diameter=self._diameter(x, y, batched),
+                        diameter=diameter or self._diameter(x, y, batched),
                         scaling=self.scaling, debias=self.debias, backend="auto")
         if self.gradient == "envelope":
             solve = dict(settings, alternating=False, tol=0.0, max_iter=1000)
