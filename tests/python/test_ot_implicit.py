@@ -4,18 +4,14 @@ through the same iterations run to convergence, and against the envelope mode at
 import pytest
 import torch
 
+from ot_cases import weighted_clouds
 from tessel.ot import SamplesLoss, solve_sample
 
 EPS_BLUR = 0.3  # blur; eps = 0.09: the dense reference converges in a few hundred iterations
 
 
 def clouds(n=24, m=19, d=2, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.rand(n, d, generator=g, dtype=torch.float64)
-    y = torch.rand(m, d, generator=g, dtype=torch.float64) + 0.25
-    a = torch.rand(n, generator=g, dtype=torch.float64) + 0.2
-    b = torch.rand(m, generator=g, dtype=torch.float64) + 0.2
-    return a / a.sum(), x, b / b.sum(), y
+    return weighted_clouds(n, m, d, seed)
 
 
 def dense_potentials(a, x, b, y, eps, rho_x, rho_y, iters=1500):

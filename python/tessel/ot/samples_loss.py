@@ -13,6 +13,7 @@ import torch
 from .. import _core
 from ._implicit import implicit_potentials
 from ._potentials import SinkhornPotentials
+from ._unrolled import unrolled_potentials
 from .kernel_loss import KERNELS, kernel_loss
 
 _WHO = "tessel.ot.SamplesLoss"
@@ -52,12 +53,15 @@ class SamplesLoss(torch.nn.Module):
     float64, 1e-5 in float32) and the potentials are differentiated by the implicit function
     theorem (two Newton steps of conjugate gradients on the plan operator), exact at the fixed
     point and to second order: Hessian-vector products (autograd with create_graph=True) of
-    debiased, unbalanced and semi-unbalanced losses alike.
+    debiased, unbalanced and semi-unbalanced losses alike; "unrolled": autograd through every
+    iteration of the loop (the exact derivative of what it computed, converged or not, to any
+    order), keeping every iteration or, with snapshots=s, at most s of them (checkpoint_loop).
     """
 
     def __init__(self, loss="sinkhorn", p=2, blur=0.05, reach=None, diameter=None, scaling=0.5,
                  truncate=5, cost=None, kernel=None, cluster_scale=None, debias=True,
-                 potentials=False, verbose=False, backend="auto", gradient="envelope"):
+                 potentials=False, verbose=False, backend="auto", gradient="envelope",
+                 snapshots=None):
         super().__init__()
         if loss == "hausdorff":
             raise NotImplementedError(f"{_WHO}: loss='hausdorff' is not implemented yet in "
@@ -95,6 +99,7 @@ class SamplesLoss(torch.nn.Module):
         self.kernel, self.cluster_scale, self.backend = kernel, cluster_scale, backend
         self.debias, self.potentials, self.verbose = bool(debias), bool(potentials), verbose
         self.gradient = check_gradient(_WHO, gradient)
+        self.snapshots = check_snapshots(_WHO, snapshots)
 
     def _cost_formula(self, dim):
         if self.cost is None or isinstance(self.cost, _core.Formula):
@@ -152,12 +157,13 @@ class SamplesLoss(torch.nn.Module):
                         reach_x=self.reach, reach_y=self.reach,
                         diameter=diameter or self._diameter(x, y, batched),
                         scaling=self.scaling, debias=self.debias, backend="auto")
-        if self.gradient == "envelope":
+        if self.gradient != "implicit":
             solve = dict(settings, alternating=False, tol=0.0, max_iter=1000)
         else:  # the implicit function theorem needs the fixed point itself
             solve = dict(settings, alternating=True, max_iter=10000,
                          tol=1e-9 if x.dtype == torch.float64 else 1e-5)
-        pots = solve_potentials(self.gradient, a, x, b, y, solve, settings, _WHO)
+        pots = solve_potentials(self.gradient, a, x, b, y, solve, settings, _WHO,
+                                snapshots=self.snapshots)
         f, g, p, q = pots
         if self.potentials:
             F, G = (f - p, g - q) if self.debias else (f, g)
@@ -233,7 +239,7 @@ class SamplesLoss(torch.nn.Module):
         return w
 
 
-GRADIENTS = ("envelope", "implicit")
+GRADIENTS = ("envelope", "implicit", "unrolled")
 
 
 def check_gradient(who, gradient):
@@ -243,16 +249,27 @@ def check_gradient(who, gradient):
     return gradient
 
 
-def solve_potentials(gradient, a, x, b, y, solve, settings, who, reports=None):
+def check_snapshots(who, snapshots):
+    if snapshots is not None and (isinstance(snapshots, bool) or not isinstance(
+            snapshots, numbers.Integral) or snapshots < 1):
+        raise ValueError(f"{who}: snapshots must be None (keep every iteration) or an integer "
+                         f">= 1, got {snapshots!r}")
+    return snapshots
+
+
+def solve_potentials(gradient, a, x, b, y, solve, settings, who, reports=None, snapshots=None):
     """(f, g, p, q), each stacked over the batch, by the chosen gradient mode; warns when a loop
     asked to converge (tol > 0) stopped at max_iter first."""
     reports = [{} for _ in range(x.shape[0])] if reports is None else reports
     if gradient == "envelope":
         pots = [SinkhornPotentials.apply(x[k], y[k], a[k], b[k], solve, settings, reports[k])
                 for k in range(x.shape[0])]
-    else:
+    elif gradient == "implicit":
         pots = [implicit_potentials(a[k], x[k], b[k], y[k], solve, settings, reports[k])
                 for k in range(x.shape[0])]
+    else:
+        pots = [unrolled_potentials(a[k], x[k], b[k], y[k], solve, settings, reports[k],
+                                    snapshots) for k in range(x.shape[0])]
     if solve["tol"] > 0 and not all(r["converged"] for r in reports):
         worst = max(max(r["history"][-1][1:]) for r in reports)
         warnings.warn(f"{who}: stopped after max_iter={solve['max_iter']} iterations with a "

@@ -12,8 +12,8 @@ import torch
 
 from ..lazytensor import Vi, Vj
 from ._implicit import cost_lazy
-from .samples_loss import (SamplesLoss, _check_number, check_gradient, dual_side,
-                           solve_potentials)
+from .samples_loss import (SamplesLoss, _check_number, check_gradient, check_snapshots,
+                           dual_side, solve_potentials)
 
 _WHO = "tessel.ot.solve_sample"
 _UPDATES = ("symmetric", "alternating")
@@ -66,7 +66,7 @@ def _log_weights(w):
 
 def solve_sample(a, x, b, y, *, p=2, blur=0.05, reach=None, reach_x=None, reach_y=None,
                  diameter=None, scaling=0.5, cost=None, debias=False, tol=1e-6, max_iter=1000,
-                 update="alternating", backend="auto", gradient="envelope"):
+                 update="alternating", backend="auto", gradient="envelope", snapshots=None):
     """Entropic OT between (a, x) and (b, y): the solver, its potentials and its plan.
 
     a: (N,), (N, 1) or None (uniform weights 1/N); x: (N, D); b, y likewise; batched inputs
@@ -82,10 +82,12 @@ def solve_sample(a, x, b, y, *, p=2, blur=0.05, reach=None, reach_x=None, reach_
     symmetric updates: what SamplesLoss runs). gradient="envelope" (default) differentiates
     the last extrapolation (one extra reduction per potential); gradient="implicit" the fixed
     point itself (two Newton steps of conjugate gradients on the plan operator: exact first and
-    second derivatives, for Hessian-vector products; as SamplesLoss's). The global grad mode is
-    not touched. Returns an OTResult.
+    second derivatives, for Hessian-vector products; as SamplesLoss's); gradient="unrolled"
+    differentiates through the iterations the loop ran (snapshots=s: at most s kept). The
+    global grad mode is not touched. Returns an OTResult.
     """
     gradient = check_gradient(_WHO, gradient)
+    snapshots = check_snapshots(_WHO, snapshots)
     if update not in _UPDATES:
         raise ValueError(f"{_WHO}: update must be 'symmetric' or 'alternating', got {update!r}")
     if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not 0 <= tol < math.inf:
@@ -111,7 +113,8 @@ def solve_sample(a, x, b, y, *, p=2, blur=0.05, reach=None, reach_x=None, reach_
     solve = dict(settings, alternating=update == "alternating", tol=float(tol),
                  max_iter=int(max_iter))
     reports = [{} for _ in range(x_.shape[0])]
-    f, g, pp, qq = solve_potentials(gradient, a_, x_, b_, y_, solve, settings, _WHO, reports)
+    f, g, pp, qq = solve_potentials(gradient, a_, x_, b_, y_, solve, settings, _WHO, reports,
+                                    snapshots)
     eps = loss.blur ** loss.p
     rho_x = None if rx is None else rx ** loss.p
     rho_y = None if ry is None else ry ** loss.p
