@@ -92,3 +92,17 @@ def test_unrolled_values_equal_envelope_and_converged_gradients_equal_implicit()
 def test_bad_snapshots():
     with pytest.raises(ValueError, match="snapshots must be None"):
         SamplesLoss(gradient="unrolled", snapshots=0)
+
+
+@pytest.mark.parametrize("gradient", ["envelope", "implicit", "unrolled"])
+def test_grad_mode_untouched(gradient):
+    a, x, b, y = clouds(seed=2)
+    loss = SamplesLoss(gradient=gradient, snapshots=2 if gradient == "unrolled" else None)
+    with torch.no_grad():
+        v = loss(a, x.clone().requires_grad_(), b, y)
+        assert not torch.is_grad_enabled() and not v.requires_grad
+    xx = x.clone().requires_grad_()
+    v = loss(a, xx, b, y)
+    assert torch.is_grad_enabled() and v.requires_grad
+    (g,) = torch.autograd.grad(v, xx)
+    assert torch.isfinite(g).all()
