@@ -111,6 +111,8 @@ void bind_ot(nb::module_& m) {
                      return h;
                    })
       .def("__str__", &SinkhornResult::str);
+  m.def("epsilon_schedule", &epsilon_schedule, nb::arg("p"), nb::arg("diameter"), nb::arg("blur"),
+        nb::arg("scaling"), "GeomLoss's eps schedule from diameter^p down to blur^p.");
   m.def(
       "sinkhorn",
       [sinkhorn_options](InArray a, InArray x, InArray b, InArray y, double p,

@@ -192,10 +192,12 @@ def test_bad_inputs():
         SamplesLoss("hausdorff")
     with pytest.raises(ValueError, match="unknown loss"):
         SamplesLoss("wasserstein")
-    with pytest.raises(NotImplementedError, match="multiscale"):
-        SamplesLoss(backend="multiscale")
-    with pytest.raises(NotImplementedError, match="multiscale"):
-        SamplesLoss(cluster_scale=0.1)
+    with pytest.raises(NotImplementedError, match="multiscale solver gives envelope"):
+        SamplesLoss(backend="multiscale", gradient="implicit")
+    with pytest.raises(ValueError, match="cluster_scale must be a finite number > 0"):
+        SamplesLoss(backend="multiscale", cluster_scale=-0.1)
+    with pytest.raises(ValueError, match="truncate must be a finite number > 0"):
+        SamplesLoss(backend="multiscale", truncate=0)
     with pytest.raises(TypeError, match="cost must be"):
         SamplesLoss(cost=lambda x, y: x)
     with pytest.raises(ValueError, match="scaling"):

@@ -14,6 +14,7 @@ from .. import _core
 from ._implicit import implicit_potentials
 from ._potentials import SinkhornPotentials
 from ._unrolled import unrolled_potentials
+from .multiscale import multiscale_potentials
 from .kernel_loss import KERNELS, kernel_loss
 
 _WHO = "tessel.ot.SamplesLoss"
@@ -44,8 +45,9 @@ class SamplesLoss(torch.nn.Module):
     ([a1, a2], [x1, x2], [b1, b2], [y1, y2]).
     Returns a scalar (a (B,) tensor when batched), or with potentials=True the pair
     (F, G) of dual potentials, (B, N) and (B, M), or (1, N) and (1, M) without a batch, as
-    GeomLoss returns them. Every backend except "multiscale" runs
-    tessel's online solver.
+    GeomLoss returns them. backend="multiscale" runs tessel's multiscale solver (clusters in any
+    dimension, block-sparse truncation with a bound on the mass it drops; `truncate`,
+    `cluster_scale`: see tessel.ot.multiscale); every other backend the online solver.
 
     gradient (a tessel option): "envelope" (default, GeomLoss's: the loop's last extrapolation
     differentiated with the potentials it started from held constant; one extra reduction) or
@@ -76,10 +78,9 @@ class SamplesLoss(torch.nn.Module):
         if backend not in _BACKENDS:
             raise ValueError(f"{_WHO}: unknown backend {backend!r}; expected one of "
                              f"{', '.join(_BACKENDS)}")
-        if backend == "multiscale" or cluster_scale is not None:
-            raise NotImplementedError(f"{_WHO}: the multiscale solver (backend='multiscale', "
-                                      "cluster_scale) is not implemented yet in tessel.ot; "
-                                      "use backend='auto' or 'online'")
+        if backend == "multiscale" and gradient != "envelope":
+            raise NotImplementedError(f"{_WHO}: the multiscale solver gives envelope gradients "
+                                      f"only, not gradient={gradient!r}; use backend='online'")
         self.p = _check_number("p", p)
         if cost is None and self.p not in (1.0, 2.0):
             raise ValueError(f"{_WHO}: p={p!r} needs a cost formula; the built-in costs are p=1 "
@@ -95,6 +96,8 @@ class SamplesLoss(torch.nn.Module):
         if isinstance(scaling, bool) or not isinstance(scaling, numbers.Real) or not (
                 0 < scaling < 1):
             raise ValueError(f"{_WHO}: scaling must be a number in (0, 1), got {scaling!r}")
+        truncate = _check_number("truncate", truncate, allow_none=True)  # None: keep every block
+        cluster_scale = _check_number("cluster_scale", cluster_scale, allow_none=True)
         self.loss, self.scaling, self.truncate, self.cost = loss, float(scaling), truncate, cost
         self.kernel, self.cluster_scale, self.backend = kernel, cluster_scale, backend
         self.debias, self.potentials, self.verbose = bool(debias), bool(potentials), verbose
@@ -162,8 +165,11 @@ class SamplesLoss(torch.nn.Module):
         else:  # the implicit function theorem needs the fixed point itself
             solve = dict(settings, alternating=True, max_iter=10000,
                          tol=1e-9 if x.dtype == torch.float64 else 1e-5)
+        multiscale = None
+        if self.backend == "multiscale":
+            multiscale = dict(truncate=self.truncate, cluster_scale=self.cluster_scale)
         pots = solve_potentials(self.gradient, a, x, b, y, solve, settings, _WHO,
-                                snapshots=self.snapshots)
+                                snapshots=self.snapshots, multiscale=multiscale)
         f, g, p, q = pots
         if self.potentials:
             F, G = (f - p, g - q) if self.debias else (f, g)
@@ -190,8 +196,9 @@ class SamplesLoss(torch.nn.Module):
 
     def _process_args(self, args):
         if len(args) == 6:
-            raise NotImplementedError(f"{_WHO}: cluster labels (six arguments) belong to the "
-                                      "multiscale solver, not implemented yet in tessel.ot")
+            raise NotImplementedError(f"{_WHO}: cluster labels given by the caller (six "
+                                      "arguments) are not supported: tessel's multiscale solver "
+                                      "clusters the points itself (backend='multiscale')")
         if len(args) == 2:
             x, y = args
             a = b = None
@@ -257,10 +264,16 @@ def check_snapshots(who, snapshots):
     return snapshots
 
 
-def solve_potentials(gradient, a, x, b, y, solve, settings, who, reports=None, snapshots=None):
+def solve_potentials(gradient, a, x, b, y, solve, settings, who, reports=None, snapshots=None,
+                     multiscale=None):
     """(f, g, p, q), each stacked over the batch, by the chosen gradient mode; warns when a loop
     asked to converge (tol > 0) stopped at max_iter first."""
     reports = [{} for _ in range(x.shape[0])] if reports is None else reports
+    if multiscale is not None:
+        pots = [multiscale_potentials(a[k], x[k], b[k], y[k], settings, report=reports[k],
+                                      tol=solve["tol"], max_iter=solve["max_iter"], **multiscale)
+                for k in range(x.shape[0])]
+        return [torch.stack([pk[m] for pk in pots]) for m in range(4)]
     if gradient == "envelope":
         pots = [SinkhornPotentials.apply(x[k], y[k], a[k], b[k], solve, settings, reports[k])
                 for k in range(x.shape[0])]

@@ -32,6 +32,9 @@ class OTResult:
     eps, diameter: the final temperature blur^p and the schedule's start; history: one
     (eps, error, error_x, error_y) per iteration (marginal errors in mass units); n_iter;
     converged: the last errors were <= tol (tol > 0 only); marginal_error: the last error.
+    backend="multiscale": history is empty, marginal_error NaN (its stopping test is the largest
+    change of a potential in one iteration), and dropped_mass is the plan's mass in the blocks
+    its truncation left out, computed exactly (mass units; None for the online solver).
     """
 
     def __init__(self, value, f, g, p, q, plan, reports):
@@ -41,12 +44,16 @@ class OTResult:
         self.eps, self.diameter = one["eps"], one["diameter"]
         hist = [r["history"] for r in reports]
         self.history = hist[0] if len(hist) == 1 else hist
-        self.n_iter = len(hist[0]) if len(hist) == 1 else [len(h) for h in hist]
+        its = [r.get("n_iter", len(r["history"])) for r in reports]
+        self.n_iter = its[0] if len(its) == 1 else its
+        drop = [r.get("dropped_mass") for r in reports]
+        self.dropped_mass = drop[0] if len(drop) == 1 else drop
         conv = [r["converged"] for r in reports]
         self.converged = conv[0] if len(conv) == 1 else conv
         errs = [max(h[-1][1:]) if h else math.nan for h in hist]
         self.marginal_error = errs[0] if len(errs) == 1 else errs
         self._marginals = None
+        self._reports = reports  # each problem's solver report (tests read the truncation)
 
     @property
     def marginals(self):
@@ -66,12 +73,14 @@ def _log_weights(w):
 
 def solve_sample(a, x, b, y, *, p=2, blur=0.05, reach=None, reach_x=None, reach_y=None,
                  diameter=None, scaling=0.5, cost=None, debias=False, tol=1e-6, max_iter=1000,
-                 update="alternating", backend="auto", gradient="envelope", snapshots=None):
+                 update="alternating", backend="auto", gradient="envelope", snapshots=None,
+                 truncate=5.0, cluster_scale=None):
     """Entropic OT between (a, x) and (b, y): the solver, its potentials and its plan.
 
     a: (N,), (N, 1) or None (uniform weights 1/N); x: (N, D); b, y likewise; batched inputs
     (B, N, D) solve B problems. p, blur, reach, diameter, scaling, cost, debias and backend as
-    in SamplesLoss (eps = blur^p; every GeomLoss backend name runs tessel's online solver);
+    in SamplesLoss (eps = blur^p; backend="multiscale" runs the multiscale solver with
+    `truncate` and `cluster_scale`, envelope gradients only; any other the online solver);
     reach_x / reach_y set the two marginal penalties apart
     (semi-unbalanced; None: that marginal is a hard constraint).
 
@@ -97,7 +106,8 @@ def solve_sample(a, x, b, y, *, p=2, blur=0.05, reach=None, reach_x=None, reach_
     rx = _check_number("reach_x", reach_x, allow_none=True)
     ry = _check_number("reach_y", reach_y, allow_none=True)
     loss = SamplesLoss("sinkhorn", p=p, blur=blur, reach=reach, diameter=diameter,
-                       scaling=scaling, cost=cost, debias=debias, backend=backend)
+                       scaling=scaling, cost=cost, debias=debias, backend=backend,
+                       truncate=truncate, cluster_scale=cluster_scale)
     rx = loss.reach if reach_x is None else rx
     ry = loss.reach if reach_y is None else ry
     if a is None or b is None:
@@ -113,8 +123,14 @@ def solve_sample(a, x, b, y, *, p=2, blur=0.05, reach=None, reach_x=None, reach_
     solve = dict(settings, alternating=update == "alternating", tol=float(tol),
                  max_iter=int(max_iter))
     reports = [{} for _ in range(x_.shape[0])]
+    multiscale = None
+    if backend == "multiscale":
+        if gradient != "envelope":
+            raise NotImplementedError(f"{_WHO}: the multiscale solver gives envelope gradients "
+                                      f"only, not gradient={gradient!r}")
+        multiscale = dict(truncate=loss.truncate, cluster_scale=loss.cluster_scale)
     f, g, pp, qq = solve_potentials(gradient, a_, x_, b_, y_, solve, settings, _WHO, reports,
-                                    snapshots)
+                                    snapshots, multiscale)
     eps = loss.blur ** loss.p
     rho_x = None if rx is None else rx ** loss.p
     rho_y = None if ry is None else ry ** loss.p

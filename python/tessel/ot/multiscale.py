@@ -1,0 +1,266 @@
+"""Multiscale Sinkhorn in any dimension: clusters, a coarse solve, block-sparse fine iterations,
+and the exact transport mass the truncation drops.
+
+1. Clusters (any D): farthest-point clustering (Gonzalez) of x and of y, each point assigned to
+   its nearest centre, until every point lies within `cluster_scale` of its centre (default:
+   about sqrt(N) clusters). Each cluster has a centroid, a weight and a radius, all exact.
+2. Coarse: the core's Sinkhorn loop on the weighted centroids, down to the temperature
+   eps_c = max(blur, 2 r)^p, r the largest radius; its potentials are carried to the points by
+   one softmin against the other side's clusters.
+3. Fine: the rest of the schedule on the points, each softmin a block-sparse LogSumExp
+   reduction over the cluster pairs kept: (I, J) is kept when the coarse potentials leave it
+   within truncate * eps_c of tightness at the least distance between the two clusters,
+   f_I + g_J - Cmin_IJ >= -truncate eps_c (Cmin: the cost of max(0, |c_I - d_J| - r_I - r_J)).
+4. What was dropped: at the returned potentials, the plan's mass in the dropped blocks is
+   computed exactly by one block-sparse Sum over them (`dropped_mass`, mass units; the x-y
+   problem and, with debias, the x-x and y-y ones); above `tol_dropped` times the total mass
+   it warns. The value's error from the truncation is of that order.
+
+The last extrapolation runs through the same block-sparse reductions with autograd, so the
+points get envelope gradients (unbalanced ones as in tessel.ot's envelope mode).
+"""
+import math
+import warnings
+
+import torch
+
+from .. import _core
+from ..compat.pykeops.torch.cluster import cluster_ranges, from_matrix
+from ..torch import Genred
+
+_LOG_ZERO = -1e5
+
+
+def farthest_point_clusters(x, k_max, radius=None):
+    """(labels (N,) int64, centres (K, D)) by Gonzalez's farthest-point rule: centres are added
+    until every point lies within `radius` of one (or K = k_max); each point takes its nearest."""
+    xd = x.detach()
+    n = xd.shape[0]
+    centres = [0]
+    dist = ((xd - xd[0]) ** 2).sum(1)
+    labels = torch.zeros(n, dtype=torch.int64)
+    while len(centres) < min(k_max, n):
+        far = int(dist.argmax())
+        if radius is not None and float(dist[far]) <= radius * radius:
+            break
+        d_new = ((xd - xd[far]) ** 2).sum(1)
+        closer = d_new < dist
+        labels[closer] = len(centres)
+        dist = torch.minimum(dist, d_new)
+        centres.append(far)
+    return labels, xd[centres]
+
+
+class _Side:
+    """A cloud sorted by cluster: weights, points, labels, ranges, centroids, radii, masses."""
+
+    def __init__(self, w, pts, k_max, radius):
+        labels, _ = farthest_point_clusters(pts, k_max, radius)
+        # Relabel by first use so that labels are 0..K-1 without gaps, then sort the points.
+        uniq, labels = torch.unique(labels, return_inverse=True)
+        self.perm = torch.argsort(labels, stable=True)
+        self.inv = torch.argsort(self.perm)
+        self.w, self.x, self.lab = w[self.perm], pts[self.perm], labels[self.perm]
+        k = len(uniq)
+        counts = torch.bincount(self.lab, minlength=k)
+        self.ranges = cluster_ranges(self.lab, counts)
+        xd = self.x.detach()
+        wd = self.w.detach()
+        self.mass = torch.zeros(k, dtype=wd.dtype).index_add_(0, self.lab, wd)
+        cnt = counts.to(xd.dtype)[:, None]
+        self.centre = torch.zeros(k, xd.shape[1], dtype=xd.dtype).index_add_(0, self.lab, xd) / cnt
+        d = ((xd - self.centre[self.lab]) ** 2).sum(1).sqrt()
+        self.radius = _segment_max(d, self.lab, k)
+        self.logw = torch.log(self.w.detach()).clamp_min(_LOG_ZERO)
+
+
+def _segment_max(values, labels, k):
+    """max of values over each label 0..k-1 (labels sorted)."""
+    with warnings.catch_warnings():  # scatter_reduce is "beta" in PyTorch 1.13, stable since
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.full((k,), -math.inf, dtype=values.dtype).scatter_reduce(
+            0, labels, values, "amax")
+
+
+def _cmin(u, v, p):
+    """The least cost between the balls of clusters u (centres, radii) and v: (Ku, Kv)."""
+    gap = (torch.cdist(u.centre, v.centre) - u.radius[:, None] - v.radius[None, :]).clamp_min(0)
+    return gap ** 2 / 2 if p == 2 else gap
+
+
+class MultiscaleProblem:
+    """One pair of clouds (u: the rows' side, v: the columns'), clustered, with its softmins."""
+
+    def __init__(self, u, v, p, dim, truncate):
+        self.u, self.v, self.p, self.truncate = u, v, p, truncate
+        self.cmin = _cmin(u, v, p)
+        cost = "SqDist(X,Y) / IntCst(2)" if p == 2 else "Norm2(X-Y)"
+        formula = f"H - IEps * ({cost})"
+        aliases = [f"X = Vi({dim})", f"Y = Vj({dim})", "H = Vj(1)", "IEps = Pm(1)"]
+        # The cost is symmetric: the columns' softmin is the same reduction, sides swapped.
+        self.lse = Genred(formula, aliases, reduction_op="LogSumExp", axis=1)
+        self.mass_sum = Genred(f"Exp(G + H - IEps * ({cost}))",
+                               [f"X = Vi({dim})", f"Y = Vj({dim})", "G = Vi(1)", "H = Vj(1)",
+                                "IEps = Pm(1)"], reduction_op="Sum", axis=1)
+        self.ranges = None
+
+    def set_mask(self, f_c, g_c, eps):
+        """Keeps the block (I, J) when the coarse potentials f_c (on x's clusters) and g_c (on
+        y's), at the coarse temperature eps, leave it within truncate * eps of the tight pairs
+        at the least distance between the clusters: f_c[I] + g_c[J] - Cmin_IJ >= -truncate eps.
+        What this drops is measured exactly afterwards (dropped_mass)."""
+        if self.truncate is None:  # GeomLoss's truncate=None: no truncation
+            keep = torch.ones(self.cmin.shape, dtype=torch.bool)
+        else:
+            keep = (f_c[:, None] + g_c[None, :] - self.cmin) >= -self.truncate * eps
+        keep |= ~keep.any(1, keepdim=True)  # no cluster is left without a partner
+        keep |= ~keep.any(0, keepdim=True)
+        self.keep = keep
+        self.ranges = from_matrix(self.u.ranges, self.v.ranges, keep)
+        self.ranges_t = from_matrix(self.v.ranges, self.u.ranges, keep.t())
+        drop = ~keep
+        self.ranges_drop = from_matrix(self.u.ranges, self.v.ranges, drop) if drop.any() else None
+
+    def softmin_rows(self, g, eps):
+        """-eps log sum_j b_j exp((g_j - C_ij) / eps) over the kept blocks, for every x_i."""
+        h = (self.v.logw + g / eps)[:, None]
+        ieps = torch.tensor([1 / eps], dtype=self.u.x.dtype)
+        # The columns' points held constant: each potential is differentiated through its own
+        # points only, as the envelope theorem asks (GeomLoss's C(x, y.detach())).
+        return -eps * self.lse(self.u.x, self.v.x.detach(), h, ieps, ranges=self.ranges)[:, 0]
+
+    def softmin_cols(self, f, eps):
+        h = (self.u.logw + f / eps)[:, None]
+        ieps = torch.tensor([1 / eps], dtype=self.u.x.dtype)
+        return -eps * self.lse(self.v.x, self.u.x.detach(), h, ieps, ranges=self.ranges_t)[:, 0]
+
+    def dropped_mass(self, f, g, eps):
+        """The plan's mass in the dropped blocks, sum a_i b_j exp((f_i + g_j - C_ij) / eps) over
+        them: one block-sparse Sum reduction over the complement of the kept blocks."""
+        if self.ranges_drop is None:
+            return 0.0
+        hu = (self.u.logw + f.detach() / eps)[:, None]
+        hv = (self.v.logw + g.detach() / eps)[:, None]
+        ieps = torch.tensor([1 / eps], dtype=self.u.x.dtype)
+        rows = self.mass_sum(self.u.x.detach(), self.v.x.detach(), hu, hv, ieps,
+                             ranges=self.ranges_drop)
+        return float(rows.sum())
+
+def _damping(eps, rho):
+    return 1.0 if rho is None else 1 / (1 + eps / rho)
+
+
+def _carry(pts, centres, logw, pot, eps, damp, p):
+    """A coarse potential carried to points: damp softmin_J (C(x_i, c_J) - pot_J), weights w_J."""
+    d2 = torch.cdist(pts.detach(), centres) ** 2
+    c = d2 / 2 if p == 2 else d2.sqrt()
+    return -damp * eps * torch.logsumexp(logw[None, :] + (pot[None, :] - c) / eps, 1)
+
+
+def multiscale_potentials(a, x, b, y, settings, truncate=5.0, cluster_scale=None,
+                          report=None, tol_dropped=1e-5, tol=0.0, max_iter=1000):
+    """(f, g, p, q) of one problem by the multiscale solver (see the module docstring), with
+    envelope gradients in x and y. tol > 0: after the schedule, the fine iterations go on at
+    blur^p until no potential moves by more than tol (max_iter iterations in all). `report`
+    receives eps, diameter, n_iter, converged, the clusters, the share of blocks kept and
+    dropped_mass."""
+    pw = settings["p"]
+    if pw not in (1.0, 2.0) or settings["cost"] is not None:
+        raise NotImplementedError("tessel.ot multiscale: the p = 1 and p = 2 costs only (its "
+                                  "truncation needs the cost of a distance between clusters)")
+    blur, scaling, debias = settings["blur"], settings["scaling"], settings["debias"]
+    rho_x = None if settings["reach_x"] is None else settings["reach_x"] ** pw
+    rho_y = None if settings["reach_y"] is None else settings["reach_y"] ** pw
+    n, m, dim = x.shape[0], y.shape[0], x.shape[1]
+    diameter = settings["diameter"]
+    if diameter is None:
+        pts = torch.cat((x.detach(), y.detach()))
+        diameter = float((pts.max(0)[0] - pts.min(0)[0]).norm()) or blur
+    k_max = max(16, int(math.sqrt(max(n, m))))
+    u = _Side(a, x, k_max if cluster_scale is None else n, cluster_scale)
+    v = _Side(b, y, k_max if cluster_scale is None else m, cluster_scale)
+    r_max = float(torch.cat((u.radius, v.radius)).max())
+    blur_c = max(blur, 2 * r_max)
+    schedule = _core.epsilon_schedule(pw, diameter, blur, scaling)
+    eps_c = blur_c ** pw
+    fine = [e for e in schedule if e < eps_c * (1 - 1e-12)]
+    # Coarse: the core's loop on the weighted centroids, down to eps_c.
+    res = _core.sinkhorn(u.mass, u.centre, v.mass, v.centre, p=pw, blur=blur_c,
+                         reach_x=settings["reach_x"], reach_y=settings["reach_y"],
+                         diameter=diameter, scaling=scaling, debias=debias)
+    lu, lv = torch.log(u.mass), torch.log(v.mass)
+    dx, dy = _damping(eps_c, rho_x), _damping(eps_c, rho_y)
+    t = lambda arr: torch.from_numpy(arr).to(torch.float64)  # noqa: E731
+    f = _carry(u.x, v.centre, lv, t(res.g), eps_c, dx, pw)
+    g = _carry(v.x, u.centre, lu, t(res.f), eps_c, dy, pw)
+    probs = [MultiscaleProblem(u, v, pw, dim, truncate)]
+    probs[0].set_mask(t(res.f_in), t(res.g_in), eps_c)
+    state = [f, g]
+    if debias:
+        pp = _carry(u.x, u.centre, lu, t(res.p), eps_c, dx, pw)
+        qq = _carry(v.x, v.centre, lv, t(res.q), eps_c, dy, pw)
+        probs += [MultiscaleProblem(u, u, pw, dim, truncate),
+                  MultiscaleProblem(v, v, pw, dim, truncate)]
+        probs[1].set_mask(t(res.p_in), t(res.p_in), eps_c)
+        probs[2].set_mask(t(res.q_in), t(res.q_in), eps_c)
+        state += [pp, qq]
+    dtype = x.dtype
+    state = [s_.to(dtype).detach() for s_ in state]
+
+    def sweep(st, eps):
+        dx, dy = _damping(eps, rho_x), _damping(eps, rho_y)
+        f, g = st[0], st[1]
+        out = [dx * probs[0].softmin_rows(g, eps), dy * probs[0].softmin_cols(f, eps)]
+        if debias:
+            out += [dx * probs[1].softmin_rows(st[2], eps), dy * probs[2].softmin_rows(st[3], eps)]
+        return out
+
+    converged, it, move = False, 0, math.inf
+    with torch.no_grad():
+        for eps in fine:
+            new = sweep(state, eps)
+            state = [(s_ + n_) / 2 for s_, n_ in zip(state, new)]
+            it += 1
+        while tol > 0 and it < max_iter:
+            # Past the schedule: classic alternating updates for the x-y problem (averaged ones
+            # converge slowly at small eps), averaged for the symmetric ones (which oscillate).
+            e = blur ** pw
+            dx, dy = _damping(e, rho_x), _damping(e, rho_y)
+            f1 = dx * probs[0].softmin_rows(state[1], e)
+            new = [f1, dy * probs[0].softmin_cols(f1, e)]
+            if debias:
+                new += [(state[2] + dx * probs[1].softmin_rows(state[2], e)) / 2,
+                        (state[3] + dy * probs[2].softmin_rows(state[3], e)) / 2]
+            move = max(float((n_ - s_).abs().max()) for s_, n_ in zip(state, new))
+            state, it = new, it + 1
+            if move <= tol:
+                converged = True
+                break
+    # The last extrapolation, differentiable in x and y (the potentials it reads held constant).
+    eps = blur ** pw
+    out = sweep([s_.detach() for s_ in state], eps)
+    dropped = probs[0].dropped_mass(out[0], out[1], eps)
+    if debias:
+        dropped += (probs[1].dropped_mass(out[2], out[2], eps)
+                    + probs[2].dropped_mass(out[3], out[3], eps))
+    total = float(a.detach().sum() * b.detach().sum())
+    if report is not None:
+        report.update(eps=eps, diameter=diameter, converged=converged, n_iter=it,
+                      history=[], potential_change=move,
+                      clusters=(u.mass.shape[0], v.mass.shape[0]), coarse_blur=blur_c,
+                      kept_blocks=float(probs[0].keep.float().mean()),
+                      truncation=dict(labels_x=u.lab[u.inv], labels_y=v.lab[v.inv],
+                                      keep=probs[0].keep),
+                      dropped_mass=dropped)
+    if tol > 0 and not converged:
+        warnings.warn(f"tessel.ot multiscale: stopped after max_iter={max_iter} iterations with "
+                      f"potentials still moving by {move:.3g} > tol={tol:g}", RuntimeWarning,
+                      stacklevel=4)
+    if dropped > tol_dropped * total:
+        warnings.warn(f"tessel.ot multiscale: the truncated blocks hold {dropped:.3g} of the "
+                      f"plan's mass (> {tol_dropped:g} of {total:.3g}); raise truncate or lower "
+                      "cluster_scale", RuntimeWarning, stacklevel=4)
+    f, g = out[0][u.inv], out[1][v.inv]
+    if not debias:
+        return f, g, x.new_zeros(0), x.new_zeros(0)
+    return f, g, out[2][u.inv], out[3][v.inv]

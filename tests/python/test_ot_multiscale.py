@@ -1,0 +1,76 @@
+"""tessel.ot's multiscale solver: clusters in any dimension, block-sparse truncation whose
+reported dropped mass equals the dense plan's, values and gradients equal to the online
+solver's when it is small, batches, and clear errors for what it does not do."""
+import pytest
+import torch
+
+from ot_cases import weighted_clouds
+from tessel.ot import SamplesLoss, solve_sample
+from tessel.ot.multiscale import farthest_point_clusters
+
+
+def dense_plan(a, x, b, y, f, g, eps):
+    C = ((x[:, None, :] - y[None, :, :]) ** 2).sum(-1) / 2
+    return a[:, None] * b[None, :] * torch.exp((f[:, None] + g[None, :] - C) / eps)
+
+
+def test_clusters_cover_every_point_within_the_radius():
+    x = torch.rand(500, 6, dtype=torch.float64)
+    labels, centres = farthest_point_clusters(x, 10_000, radius=0.6)
+    d = ((x - centres[labels]) ** 2).sum(1).sqrt()
+    assert float(d.max()) <= 0.6
+    near = torch.cdist(x, centres).argmin(1)  # each point with its nearest centre
+    assert torch.equal(((x - centres[near]) ** 2).sum(1), ((x - centres[labels]) ** 2).sum(1))
+
+
+@pytest.mark.parametrize("d,scale,truncate,shift", [(3, 0.15, 1.0, 0.6), (5, 0.3, 1.5, 1.0),
+                                                     (2, 0.1, 3.0, 0.5)])
+def test_dropped_mass_equals_the_dense_plans(d, scale, truncate, shift):
+    a, x, b, y = weighted_clouds(300, 260, d, seed=d, shift=shift)
+    r = solve_sample(a, x, b, y, blur=0.1, debias=False, backend="multiscale",
+                     truncate=truncate, cluster_scale=scale, tol=0.0)
+    # The report of the (single) problem: which blocks were kept.
+    rep = r._reports[0]["truncation"]
+    keep = rep["keep"][rep["labels_x"][:, None], rep["labels_y"][None, :]]
+    assert not bool(keep.all())  # the test sees a real truncation
+    plan = dense_plan(a, x, b, y, r.f.detach(), r.g.detach(), 0.01)
+    dropped = float(plan[~keep].sum())
+    assert r.dropped_mass == pytest.approx(dropped, rel=1e-9, abs=1e-300)
+    assert 0 < r.dropped_mass < float(plan.sum())
+
+
+@pytest.mark.parametrize("d,reach", [(3, None), (3, 0.5), (4, None), (7, 0.8)])
+def test_values_and_gradients_equal_the_online_solver(d, reach):
+    a, x, b, y = weighted_clouds(400, 350, d, seed=10 + d, shift=0.3)
+    kw = dict(blur=0.15, reach=reach, debias=True, tol=1e-9, max_iter=5000)
+    xs = [x.clone().requires_grad_() for _ in range(2)]
+    rm = solve_sample(a, xs[0], b, y, backend="multiscale", cluster_scale=0.3, **kw)
+    ro = solve_sample(a, xs[1], b, y, **kw)
+    assert rm.dropped_mass < 1e-8
+    assert float(rm.value) == pytest.approx(float(ro.value), abs=1e-7)
+    gm, = torch.autograd.grad(rm.value, xs[0])
+    go, = torch.autograd.grad(ro.value, xs[1])
+    assert torch.allclose(gm, go, atol=1e-7)
+
+
+def test_samples_loss_multiscale_batched_and_high_dimensional():
+    a, x, b, y = weighted_clouds(200, 150, 4, seed=3)
+    xb = torch.stack([x, x * 0.9]).requires_grad_()
+    loss = SamplesLoss(backend="multiscale", blur=0.2, cluster_scale=0.4)
+    values = loss(torch.stack([a, a]), xb, torch.stack([b, b]), torch.stack([y, y]))
+    assert values.shape == (2,)
+    one = SamplesLoss(backend="multiscale", blur=0.2, cluster_scale=0.4,
+                      diameter=loss._diameter(xb, torch.stack([y, y]), True))(a, x, b, y)
+    assert float(values[0]) == pytest.approx(float(one), abs=1e-12)
+    (g,) = torch.autograd.grad(values.sum(), xb)
+    assert torch.isfinite(g).all() and float(g.abs().max()) > 0
+
+
+def test_what_multiscale_does_not_do():
+    a, x, b, y = weighted_clouds(20, 20, 2)
+    with pytest.raises(NotImplementedError, match="envelope gradients only"):
+        SamplesLoss(backend="multiscale", gradient="implicit")
+    with pytest.raises(NotImplementedError, match="p = 1 and p = 2 costs only"):
+        SamplesLoss(backend="multiscale", cost="SqDist(X,Y)")(a, x, b, y)
+    with pytest.raises(NotImplementedError, match="clusters the points itself"):
+        SamplesLoss(backend="multiscale")(a, x, b, y, a, b)
