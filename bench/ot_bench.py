@@ -12,7 +12,8 @@ above --max-pykeops) give a row with "skipped" and the reason.
 Prints one JSON line per (impl, N, D) and, with --table, a Markdown table of the lines of the
 given files. Run:
   PYTHONPATH=build/python .venv/bin/python bench/ot_bench.py --n 1000 3000 10000 --d 3 64
-  [--impls tessel geomloss-online geomloss-multiscale geomloss-tensorized flash-sinkhorn]
+  [--impls tessel tessel-multiscale geomloss-online geomloss-multiscale geomloss-tensorized
+   flash-sinkhorn]
   [--device cuda] [--repeats 3] [--max-pykeops 10000] > ot.jsonl
   python bench/ot_bench.py --table ot.jsonl
 """
@@ -23,8 +24,8 @@ import statistics
 import sys
 import time
 
-IMPLS = ("tessel", "geomloss-online", "geomloss-multiscale", "geomloss-tensorized",
-         "flash-sinkhorn")
+IMPLS = ("tessel", "tessel-multiscale", "geomloss-online", "geomloss-multiscale",
+         "geomloss-tensorized", "flash-sinkhorn")
 
 
 def cpu_name():
@@ -49,9 +50,9 @@ def clouds(n, d, device, seed=0):
 def make_loss(impl, args, d):
     """A callable (x, y) -> scalar loss, or a string saying why the impl cannot run."""
     kw = dict(loss="sinkhorn", p=2, blur=0.05, scaling=0.5, debias=True)
-    if impl == "tessel":
+    if impl.startswith("tessel"):
         from tessel.ot import SamplesLoss
-        return SamplesLoss(**kw)
+        return SamplesLoss(backend="multiscale" if impl.endswith("multiscale") else "auto", **kw)
     if impl.startswith("geomloss"):
         try:
             import geomloss
