@@ -107,7 +107,8 @@ def test_matches_geomloss(p, debias, reach, blur, scaling, d):
     compare(kw, clouds(13, 9, d, seed=d))
 
 
-@pytest.mark.parametrize("p,debias,reach", itertools.product([1, 2], [True, False], [None, 0.5]))
+@pytest.mark.parametrize("p,debias,reach",
+                         list(itertools.product([1, 2], [True, False], [None, 0.5])))
 def test_batched_and_potentials(p, debias, reach):
     kw = dict(p=p, debias=debias, reach=reach, blur=0.1)
     compare(kw, clouds(11, 7, 2, batch=3, seed=1))
@@ -225,8 +226,8 @@ def exact_kernel(name):
 
 
 @pytest.mark.parametrize("name,blur,batch,potentials",
-                         itertools.product(["gaussian", "laplacian", "energy"], [0.1, 0.5],
-                                           [None, 2], [False, True]))
+                         list(itertools.product(["gaussian", "laplacian", "energy"], [0.1, 0.5],
+                                                [None, 2], [False, True])))
 def test_kernel_losses_match_geomloss(name, blur, batch, potentials):
     args = clouds(12, 9, 3, batch=batch, seed=4)
     want = geomloss.SamplesLoss(name, blur=blur, backend="tensorized", kernel=exact_kernel(name),
