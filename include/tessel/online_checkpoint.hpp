@@ -21,12 +21,12 @@
 //    segment reversed by offline Revolve, a placement is optimal there exactly when all s slots are
 //    used, the j-th gap is at most s-j+1 and the last segment at most 2; Phase(2, s, 0) keeps all
 //    three. No online placement does better: an exhaustive search over all of them (in the tests,
-//    s = 2..4; s = 5 and 6 by the same search outside the suite) finds none optimal for every n up
-//    to C(s+2, 2) + 2, so past that range every online schedule pays extra for some n.
+//    s = 2..6) finds none optimal for every n up to C(s+2, 2) + 2, so past that range every
+//    online schedule pays extra for some n.
 //  - C(s+2, 2) < n <= C(s+3, 3) (repetition number 3): the optimum is reached exactly when every
 //    segment j has a length in [s-j+1, C(s-j+2, 2)]; the excess is the sum of the segments'
 //    distances to those intervals. The same search shows an online placement can keep the
-//    excess at most 1 there for s <= 5 (Stumm & Walther's second algorithm is likewise "almost
+//    excess at most 1 there for s <= 6 (Stumm & Walther's second algorithm is likewise "almost
 //    optimal"); this recursion's excess reaches C(s, 2) (190 at s = 20): the room left.
 //  - every n: no step is evaluated (untaped) more often than in offline Revolve, i.e. the
 //    repetition number is the offline optimum t = min{t : C(s+t, s) >= n}, the property Wang,
