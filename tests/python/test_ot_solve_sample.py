@@ -202,3 +202,16 @@ def test_one_weight_without_the_other():
     a, x, b, y = clouds(5, 5)
     with pytest.raises(ValueError, match="solve_sample: give both weights"):
         solve_sample(a, x, None, y)
+
+
+@pytest.mark.parametrize("reach_x,reach_y", [(0.5, None), (None, 0.4), (0.7, 0.3)])
+def test_samples_loss_semi_unbalanced_equals_solve_sample(reach_x, reach_y):
+    a, x, b, y = clouds(30, 25, seed=9)
+    x = x.clone().requires_grad_()
+    kw = dict(blur=0.2, reach_x=reach_x, reach_y=reach_y, debias=True)
+    v1 = SamplesLoss(**kw)(a, x, b, y)
+    v2 = solve_sample(a, x, b, y, tol=0.0, update="symmetric", **kw).value
+    assert float(v1.detach()) == pytest.approx(float(v2.detach()), abs=1e-13)
+    g1, = torch.autograd.grad(v1, x)
+    g2, = torch.autograd.grad(v2, x)
+    assert torch.allclose(g1, g2, atol=1e-13)

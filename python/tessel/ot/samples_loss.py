@@ -38,7 +38,8 @@ class SamplesLoss(torch.nn.Module):
     exp(-|x-y|^2 / 2 blur^2), exp(-|x-y| / blur) or -|x-y|); "hausdorff" is not implemented yet.
     loss="sinkhorn": the debiased Sinkhorn divergence
     (debias=True) or the entropic OT cost OT_eps (debias=False), eps = blur^p, balanced
-    (reach=None) or unbalanced (rho = reach^p); cost |x-y| (p=1), |x-y|^2/2 (p=2) or a formula
+    (reach=None) or unbalanced (rho = reach^p; reach_x / reach_y, a tessel option, set the two
+    marginals apart: semi-unbalanced); cost |x-y| (p=1), |x-y|^2/2 (p=2) or a formula
     string in X and Y (KeOps syntax, as GeomLoss's online backend takes). Call as L(x, y) (uniform
     weights) or L(a, x, b, y); x: (N, D) or batched (B, N, D), a: (N,), (N, 1), (B, N) or
     (B, N, 1); a batch of clouds of different sizes is given as lists ([x1, x2], [y1, y2]) or
@@ -63,7 +64,7 @@ class SamplesLoss(torch.nn.Module):
     def __init__(self, loss="sinkhorn", p=2, blur=0.05, reach=None, diameter=None, scaling=0.5,
                  truncate=5, cost=None, kernel=None, cluster_scale=None, debias=True,
                  potentials=False, verbose=False, backend="auto", gradient="envelope",
-                 snapshots=None):
+                 snapshots=None, reach_x=None, reach_y=None):
         super().__init__()
         if loss == "hausdorff":
             raise NotImplementedError(f"{_WHO}: loss='hausdorff' is not implemented yet in "
@@ -92,6 +93,11 @@ class SamplesLoss(torch.nn.Module):
                             "N x M matrix")
         self.blur = _check_number("blur", blur)
         self.reach = _check_number("reach", reach, allow_none=True)
+        # Semi-unbalanced (a tessel option): each marginal's own reach, else `reach`.
+        rx = _check_number("reach_x", reach_x, allow_none=True)
+        ry = _check_number("reach_y", reach_y, allow_none=True)
+        self.reach_x = self.reach if rx is None else rx
+        self.reach_y = self.reach if ry is None else ry
         self.diameter = _check_number("diameter", diameter, allow_none=True)
         if isinstance(scaling, bool) or not isinstance(scaling, numbers.Real) or not (
                 0 < scaling < 1):
@@ -157,7 +163,7 @@ class SamplesLoss(torch.nn.Module):
             return out if self.potentials or batched else out[0]
         dim = x.shape[-1]
         settings = dict(p=self.p, cost=self._cost_formula(dim), blur=self.blur,
-                        reach_x=self.reach, reach_y=self.reach,
+                        reach_x=self.reach_x, reach_y=self.reach_y,
                         diameter=diameter or self._diameter(x, y, batched),
                         scaling=self.scaling, debias=self.debias, backend="auto")
         if self.gradient != "implicit":
@@ -175,9 +181,9 @@ class SamplesLoss(torch.nn.Module):
             F, G = (f - p, g - q) if self.debias else (f, g)
             # Shaped as GeomLoss returns them: (B, N) batched, (1, N) for a single pair of clouds.
             return F, G
-        value = self._ot(a, f) + self._ot(b, g)
+        value = self._ot(a, f, self.reach_x) + self._ot(b, g, self.reach_y)
         if self.debias:
-            value = value - self._ot(a, p) - self._ot(b, q)
+            value = value - self._ot(a, p, self.reach_x) - self._ot(b, q, self.reach_y)
         return value if batched else value[0]
 
     def _diameter(self, x, y, batched):
@@ -190,9 +196,10 @@ class SamplesLoss(torch.nn.Module):
         d = float((pts.max(0)[0] - pts.min(0)[0]).norm())
         return d if d > 0 else None
 
-    def _ot(self, w, pot):
-        rho = None if self.reach is None else self.reach ** self.p
-        return dual_side(w, pot, rho, self.blur ** self.p, self.gradient == "envelope")
+    def _ot(self, w, pot, reach):
+        rho = None if reach is None else reach ** self.p
+        semi = (self.reach_x is None) != (self.reach_y is None)
+        return dual_side(w, pot, rho, self.blur ** self.p, self.gradient == "envelope", semi)
 
     def _process_args(self, args):
         if len(args) == 6:
