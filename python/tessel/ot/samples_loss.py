@@ -68,7 +68,9 @@ class SamplesLoss(torch.nn.Module):
         super().__init__()
         if loss == "hausdorff":
             raise NotImplementedError(f"{_WHO}: loss='hausdorff' is not implemented yet in "
-                                      "tessel.ot; use geomloss for it")
+                                      "tessel.ot (GeomLoss 0.3 runs it only with a custom kernel, "
+                                      "a function of dense tensors; without one it raises "
+                                      "KeyError); use 'gaussian', 'laplacian' or 'energy'")
         if loss != "sinkhorn" and loss not in KERNELS:
             raise ValueError(f"{_WHO}: unknown loss {loss!r}; expected 'sinkhorn', "
                              f"{', '.join(map(repr, KERNELS))} (or 'hausdorff', not implemented "
