@@ -6,17 +6,12 @@ import warnings
 import pytest
 import torch
 
+from ot_cases import weighted_clouds
 from tessel.ot import SamplesLoss, solve_sample
 
 
 def clouds(n, m, d=3, batch=None, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    lead = () if batch is None else (batch,)
-    x = torch.rand(lead + (n, d), generator=g, dtype=torch.float64)
-    y = torch.rand(lead + (m, d), generator=g, dtype=torch.float64) + 0.3
-    a = torch.rand(lead + (n,), generator=g, dtype=torch.float64) + 0.1
-    b = torch.rand(lead + (m,), generator=g, dtype=torch.float64) + 0.1
-    return a / a.sum(-1, keepdim=True), x, b / b.sum(-1, keepdim=True), y
+    return weighted_clouds(n, m, d, seed, shift=0.3, floor=0.1, batch=batch)
 
 
 def cost_matrix(x, y, p=2):

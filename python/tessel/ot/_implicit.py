@@ -38,12 +38,17 @@ def cost_lazy(cost, x, y, p):
     return base._new(f, base.variables, [base])
 
 
-def plan_lazy(a, x, b, y, f, g, eps, cost):
-    """pi_ij = exp(log a_i + log b_j + (f_i + g_j - C_ij) / eps) as an (N, M) LazyTensor.
+def damping(eps, rho):
+    """The damping 1 / (1 + eps / rho) of a soft marginal's softmin (1 for a hard one)."""
+    return 1.0 if rho is None else 1 / (1 + eps / rho)
 
-    `cost(x, y)` builds C as a LazyTensor. log 0 = -inf gives exact zeros for zero weights."""
-    return ((Vi(f[:, None]) + Vj(g[:, None]) - cost(x, y)) / eps + Vi(torch.log(a)[:, None])
-            + Vj(torch.log(b)[:, None])).exp()
+
+def plan_lazy(a, x, b, y, f, g, eps, cost):
+    """pi_ij = exp(log a_i + log b_j + (f_i + g_j - C_ij) / eps) as an (N, M) LazyTensor, or
+    (B, N, M) for batched inputs. `cost(x, y)` builds C as a LazyTensor. log 0 = -inf gives
+    exact zeros for zero weights (never 0 * inf)."""
+    return ((Vi(f[..., None]) + Vj(g[..., None]) - cost(x, y)) / eps
+            + Vi(torch.log(a)[..., None]) + Vj(torch.log(b)[..., None])).exp()
 
 
 def _newton_step(a, x, b, y, z, eps, rho_x, rho_y, cost, tol, stats):
@@ -101,7 +106,7 @@ def newton_potentials(a, x, b, y, f0, g0, eps, rho_x, rho_y, cost, steps=2, tol=
 
 def _softmin(x, y, b, g, eps, rho, cost):
     """damp * (-eps log sum_j b_j exp((g_j - C(x_i, y_j)) / eps)), damp = 1 / (1 + eps / rho)."""
-    damp = 1.0 if rho is None else 1 / (1 + eps / rho)
+    damp = damping(eps, rho)
     lse = (Vj((torch.log(b) + g / eps)[:, None]) - cost(x, y) / eps).logsumexp(1)[:, 0]
     return -damp * eps * lse
 

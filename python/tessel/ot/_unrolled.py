@@ -14,13 +14,9 @@ import torch
 from .. import _core
 from ..checkpoint import checkpoint_loop
 from ..lazytensor import Vj
-from ._implicit import cost_lazy
+from ._implicit import cost_lazy, damping
 
 _LOG_ZERO = -1e5  # the core's log of a zero weight
-
-
-def _damping(eps, rho):
-    return 1.0 if rho is None else 1 / (1 + eps / rho)
 
 
 def unrolled_potentials(a, x, b, y, solve, settings, report=None, snapshots=None):
@@ -45,7 +41,7 @@ def unrolled_potentials(a, x, b, y, solve, settings, report=None, snapshots=None
 
     def sweep(state, eps):
         """One iteration at eps (the core's order); state (f, g) or (f, g, p, q)."""
-        dx, dy = _damping(eps, rho_x), _damping(eps, rho_y)
+        dx, dy = damping(eps, rho_x), damping(eps, rho_y)
         f, g = state[0], state[1]
         if alternating:
             f = dx * softmin(eps, x, y, lb, g)
@@ -61,7 +57,7 @@ def unrolled_potentials(a, x, b, y, solve, settings, report=None, snapshots=None
 
     def extrapolate(state, eps):
         """Every potential from the state, one softmin each (the init and the last step)."""
-        dx, dy = _damping(eps, rho_x), _damping(eps, rho_y)
+        dx, dy = damping(eps, rho_x), damping(eps, rho_y)
         f, g = state[0], state[1]
         out = (dx * softmin(eps, x, y, lb, g), dy * softmin(eps, y, x, la, f))
         if debias:

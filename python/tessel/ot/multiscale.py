@@ -27,6 +27,7 @@ import torch
 from .. import _core
 from ..compat.pykeops.torch.cluster import cluster_ranges, from_matrix
 from ..torch import Genred
+from ._implicit import damping
 
 _LOG_ZERO = -1e5
 
@@ -146,9 +147,6 @@ class MultiscaleProblem:
                              ranges=self.ranges_drop)
         return float(rows.sum())
 
-def _damping(eps, rho):
-    return 1.0 if rho is None else 1 / (1 + eps / rho)
-
 
 def _carry(pts, centres, logw, pot, eps, damp, p):
     """A coarse potential carried to points: damp softmin_J (C(x_i, c_J) - pot_J), weights w_J."""
@@ -189,7 +187,7 @@ def multiscale_potentials(a, x, b, y, settings, truncate=5.0, cluster_scale=None
                          reach_x=settings["reach_x"], reach_y=settings["reach_y"],
                          diameter=diameter, scaling=scaling, debias=debias)
     lu, lv = torch.log(u.mass), torch.log(v.mass)
-    dx, dy = _damping(eps_c, rho_x), _damping(eps_c, rho_y)
+    dx, dy = damping(eps_c, rho_x), damping(eps_c, rho_y)
     t = lambda arr: torch.from_numpy(arr).to(torch.float64)  # noqa: E731
     f = _carry(u.x, v.centre, lv, t(res.g), eps_c, dx, pw)
     g = _carry(v.x, u.centre, lu, t(res.f), eps_c, dy, pw)
@@ -208,7 +206,7 @@ def multiscale_potentials(a, x, b, y, settings, truncate=5.0, cluster_scale=None
     state = [s_.to(dtype).detach() for s_ in state]
 
     def sweep(st, eps):
-        dx, dy = _damping(eps, rho_x), _damping(eps, rho_y)
+        dx, dy = damping(eps, rho_x), damping(eps, rho_y)
         f, g = st[0], st[1]
         out = [dx * probs[0].softmin_rows(g, eps), dy * probs[0].softmin_cols(f, eps)]
         if debias:
@@ -225,7 +223,7 @@ def multiscale_potentials(a, x, b, y, settings, truncate=5.0, cluster_scale=None
             # Past the schedule: classic alternating updates for the x-y problem (averaged ones
             # converge slowly at small eps), averaged for the symmetric ones (which oscillate).
             e = blur ** pw
-            dx, dy = _damping(e, rho_x), _damping(e, rho_y)
+            dx, dy = damping(e, rho_x), damping(e, rho_y)
             f1 = dx * probs[0].softmin_rows(state[1], e)
             new = [f1, dy * probs[0].softmin_cols(f1, e)]
             if debias:

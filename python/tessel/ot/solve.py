@@ -8,10 +8,7 @@ the loop's history. Memory stays O(N + M).
 import math
 import numbers
 
-import torch
-
-from ..lazytensor import Vi, Vj
-from ._implicit import cost_lazy
+from ._implicit import cost_lazy, plan_lazy
 from .samples_loss import (SamplesLoss, _check_number, check_gradient, check_snapshots,
                            dual_side, solve_potentials)
 
@@ -64,11 +61,6 @@ class OTResult:
     def __repr__(self):
         return (f"OTResult(value={self.value!r}, eps={self.eps:g}, n_iter={self.n_iter}, "
                 f"marginal_error={self.marginal_error})")
-
-
-def _log_weights(w):
-    # log 0 = -inf: the plan's entries of a zero weight are exp(-inf) = 0, never 0 * inf.
-    return torch.log(w.detach())
 
 
 def solve_sample(a, x, b, y, *, p=2, blur=0.05, reach=None, reach_x=None, reach_y=None,
@@ -144,9 +136,10 @@ def solve_sample(a, x, b, y, *, p=2, blur=0.05, reach=None, reach_x=None, reach_
     if not batched:
         value, f, g, a_, x_, b_, y_ = value[0], f[0], g[0], a_[0], x_[0], b_[0], y_[0]
         pp, qq = (None, None) if pp is None else (pp[0], qq[0])
-    logits = ((Vi(f[..., None]) + Vj(g[..., None]) - cost_lazy(formula, x_, y_, loss.p)) / eps
-              + Vi(_log_weights(a_)[..., None]) + Vj(_log_weights(b_)[..., None]))
-    return OTResult(value, f, g, pp, qq, logits.exp(), reports)
+    # The weights enter the plan as constants: their gradients come from the value alone.
+    plan = plan_lazy(a_.detach(), x_, b_.detach(), y_, f, g, eps,
+                     lambda u, v: cost_lazy(formula, u, v, loss.p))
+    return OTResult(value, f, g, pp, qq, plan, reports)
 
 
 __all__ = ["solve_sample", "OTResult"]
