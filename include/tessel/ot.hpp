@@ -88,9 +88,13 @@ struct SinkhornResult {
 std::vector<double> epsilon_schedule(double p, double diameter, double blur, double scaling);
 
 // Solves the entropic OT problem between (a, x) and (b, y). a: (N) or (N, 1), nonnegative with
-// a positive sum; x: (N, D); b, y likewise; float32 or float64, all the same dtype, CPU. Zero
+// a positive sum; x: (N, D); b, y likewise; float32 or float64, all the same dtype. Zero
 // weights are allowed (their log is taken as -1e5, as GeomLoss does). Balanced problems need
-// equal total masses.
+// equal total masses. The weights are CPU arrays; the points may be CUDA arrays (both on one
+// device, and then opt.diameter is required): every reduction then runs on that GPU, with only
+// O(N + M) potentials crossing to and from the host per softmin. With host points,
+// opt.eval.backend = Backend::Cuda runs the reductions on the GPU too (the points uploaded by
+// each call).
 SinkhornResult sinkhorn(const ArrayView& a, const ArrayView& x, const ArrayView& b,
                         const ArrayView& y, const SinkhornOptions& opt = {});
 
@@ -99,6 +103,7 @@ SinkhornResult sinkhorn(const ArrayView& a, const ArrayView& x, const ArrayView&
 // vector-Jacobian products with respect to the points, each potential differentiated through
 // the last extrapolation's softmin with its inputs (the potentials it started from, the weights
 // and the far side's points) held constant, as GeomLoss does. One Sum reduction per cotangent.
+// The cotangents and grad_x, grad_y are CPU arrays; a, x, b, y as sinkhorn() takes them.
 void sinkhorn_potentials_vjp(const ArrayView& a, const ArrayView& x, const ArrayView& b,
                              const ArrayView& y, const SinkhornOptions& opt,
                              const SinkhornResult& result, const ArrayView& cot_f,

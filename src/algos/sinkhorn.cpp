@@ -99,7 +99,13 @@ SinkhornResult sinkhorn(const ArrayView& a, const ArrayView& x, const ArrayView&
   r.eps = s.eps;
   r.rho_x = s.rho_x;
   r.rho_y = s.rho_y;
-  const double bbox = bbox_diameter(cx, cy, s.dim);
+  // Host points are read once here, which also checks that they are finite; the core reads no
+  // device memory, so points on a GPU need the diameter from the caller.
+  const bool on_device = cx.pts.device.kind == DeviceKind::CUDA;
+  if (on_device && !opt.diameter)
+    detail::fail(kWho, "x and y are on a CUDA device: give the diameter (the loop reads no ",
+                 "device memory to measure the clouds)");
+  const double bbox = on_device ? 0 : bbox_diameter(cx, cy, s.dim);
   // Coincident clouds have no scale to descend from: start at blur.
   r.diameter = opt.diameter ? *opt.diameter : bbox > 0 ? bbox : opt.blur;
   const Vec schedule = epsilon_schedule(opt.p, r.diameter, opt.blur, opt.scaling);

@@ -83,13 +83,14 @@ void write_view(const std::vector<double>& v, const ArrayView& out) {
 }
 
 Cloud read_cloud(const ArrayView& w, const ArrayView& pts, const char* wname, const char* pname) {
-  for (const auto& [v, name] : {std::pair{&w, wname}, std::pair{&pts, pname}}) {
+  for (const auto& [v, name] : {std::pair{&w, wname}, std::pair{&pts, pname}})
     if (v->dtype != DType::Float32 && v->dtype != DType::Float64)
       detail::fail_type(kWho, name, " has dtype ", dtype_name(v->dtype),
                         "; expected float32 or float64");
-    if (v->device.kind != DeviceKind::CPU)
-      detail::fail(kWho, name, " is on a CUDA device; the Sinkhorn loop runs on CPU arrays");
-  }
+  // The points are only read by the reductions (on their device); the weights by the loop.
+  if (w.device.kind != DeviceKind::CPU)
+    detail::fail(kWho, wname, " is on a CUDA device; expected a CPU array (the loop reads the ",
+                 "weights on the host; the points may be on the GPU)");
   if (pts.shape.size() != 2 || pts.shape[0] < 1 || pts.shape[1] < 1)
     detail::fail(kWho, pname, " has shape ", shape_str(pts.shape),
                  "; expected (n, D) with n >= 1 points of dimension D >= 1");
@@ -126,6 +127,9 @@ Setup make_setup(const Cloud& cx, const Cloud& cy, const SinkhornOptions& opt) {
   if (cx.pts.shape[1] != cy.pts.shape[1])
     detail::fail(kWho, "x has points of dimension ", cx.pts.shape[1], " but y of dimension ",
                  cy.pts.shape[1], "; expected the same");
+  if (cx.pts.device.kind != cy.pts.device.kind ||
+      (cx.pts.device.kind == DeviceKind::CUDA && cx.pts.device.index != cy.pts.device.index))
+    detail::fail(kWho, "x and y must be on the same device (both CPU, or one CUDA device)");
   s.dim = cx.pts.shape[1];
   s.dtype = cx.pts.dtype;
   check_positive("p", opt.p);

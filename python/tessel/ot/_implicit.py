@@ -22,6 +22,7 @@ import torch
 from .. import _core
 from ..implicit import cg_solve
 from ..lazytensor import Vi, Vj
+from ._potentials import core_sinkhorn
 
 
 def cost_lazy(cost, x, y, p):
@@ -115,7 +116,7 @@ def implicit_potentials(a, x, b, y, solve, settings, report=None):
     """(f, g, p, q) of one problem, differentiable to second order through newton_potentials: the
     core solves to convergence (solve: the core's options), then two Newton steps per problem
     (x-y, and with debias x-x and y-y, each with its own marginal penalty on both sides)."""
-    res = _core.sinkhorn(a.detach(), x.detach(), b.detach(), y.detach(), **solve)
+    res = core_sinkhorn(a, x, b, y, solve)
     if report is not None:
         report.update(history=res.history, converged=res.converged, eps=res.eps,
                       diameter=res.diameter)
@@ -129,7 +130,7 @@ def implicit_potentials(a, x, b, y, solve, settings, report=None):
         return cost_lazy(formula, u, v, pw)
 
     def pot(t):
-        return torch.from_numpy(t).to(x.dtype)
+        return torch.from_numpy(t).to(dtype=x.dtype, device=x.device)
 
     tol = 1e-11 if x.dtype == torch.float64 else 1e-5
     f, g = newton_potentials(a, x, b, y, pot(res.f), pot(res.g), eps, rho_x, rho_y, cost,

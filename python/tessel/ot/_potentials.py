@@ -5,13 +5,50 @@ from .. import _core
 
 
 def _numpy_to(t, like):
-    return torch.from_numpy(t).to(like.dtype)
+    return torch.from_numpy(t).to(dtype=like.dtype, device=like.device)
+
+
+def _on_gpu(x, y):
+    return x.device.type == "cuda" or y.device.type == "cuda"
+
+
+def core_sinkhorn(a, x, b, y, solve):
+    """The core's loop on detached inputs. CUDA points stay on their GPU, where every reduction
+    of the loop runs; the weights go to the host (the loop reads them there) and the diameter,
+    which the core would measure on host points, is measured here on the device."""
+    a, x, b, y = a.detach(), x.detach(), b.detach(), y.detach()
+    if _on_gpu(x, y):
+        if x.device != y.device:
+            raise ValueError(f"tessel.ot: x is on {x.device} but y on {y.device}; expected one "
+                             "device")
+        for name, t in (("x", x), ("y", y)):
+            if not bool(torch.isfinite(t).all()):
+                raise ValueError(f"tessel.ot: {name} has a non-finite coordinate; points must be "
+                                 "finite")
+        if solve.get("diameter") is None:
+            pts = torch.cat((x, y))
+            d = float((pts.max(0)[0] - pts.min(0)[0]).norm())
+            solve = dict(solve, diameter=d if d > 0 else solve.get("blur", 0.05))
+        a, b = a.cpu(), b.cpu()
+    return _core.sinkhorn(a, x, b, y, **solve)
+
+
+def core_vjp(a, x, b, y, parts, cots, solve):
+    """The envelope gradients (grad_x, grad_y) from the core, on the points' device: the core
+    reads the potentials, weights and cotangents on the host and writes host gradients."""
+    host = [None if t is None else t.detach().cpu() for t in parts]
+    cf, cg, cp, cq = (None if c is None else c.detach().cpu().contiguous() for c in cots)
+    gx = torch.empty(x.shape, dtype=x.dtype)
+    gy = torch.empty(y.shape, dtype=y.dtype)
+    _core.sinkhorn_potentials_vjp(a.detach().cpu(), x.detach(), b.detach().cpu(), y.detach(),
+                                  host, cf, cg, cp, cq, gx, gy, **solve)
+    return gx.to(x.device), gy.to(y.device)
 
 
 class SinkhornPotentials(torch.autograd.Function):
     """(f, g, p, q) = the potentials after the last extrapolation of the core's Sinkhorn loop.
 
-    Forward: _core.sinkhorn on detached inputs. Backward: the envelope theorem, as GeomLoss
+    Forward: the core's loop (core_sinkhorn) on detached inputs. Backward: the envelope theorem, as GeomLoss
     differentiates its last extrapolation: each potential is one softmin of x (or y) against the
     other cloud, the potentials it started from and the weights held constant; the gradients in
     x and y come from one Sum reduction per potential (_core.sinkhorn_potentials_vjp). The
@@ -21,7 +58,7 @@ class SinkhornPotentials(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, y, a, b, solve, vjp, report=None):
         xd, yd, ad, bd = x.detach(), y.detach(), a.detach(), b.detach()
-        res = _core.sinkhorn(ad, xd, bd, yd, **solve)
+        res = core_sinkhorn(ad, xd, bd, yd, solve)
         if report is not None:  # what solve_sample returns besides the potentials
             report.update(history=res.history, converged=res.converged, eps=res.eps,
                           diameter=res.diameter)
@@ -48,10 +85,9 @@ class SinkhornPotentials(torch.autograd.Function):
         parts = [f, g, p, q] + ins if debias else [f, g, None, None, ins[0], ins[1], None, None]
 
         def cot(c, n):
-            return None if c is None or not debias and n == 0 else c.detach().contiguous()
+            return None if c is None or not debias and n == 0 else c
 
-        gx, gy = torch.empty_like(x), torch.empty_like(y)
-        _core.sinkhorn_potentials_vjp(a, x, b, y, parts, cot(cf, 1), cot(cg, 1),
-                                      cot(cp, 0), cot(cq, 0), gx, gy, **ctx.vjp)
+        gx, gy = core_vjp(a, x, b, y, parts, (cot(cf, 1), cot(cg, 1), cot(cp, 0), cot(cq, 0)),
+                          ctx.vjp)
         return (gx if ctx.needs_input_grad[0] else None,
                 gy if ctx.needs_input_grad[1] else None, None, None, None, None, None)

@@ -11,17 +11,17 @@ checkpoint_loop recomputes the loop with a full graph).
 """
 import torch
 
-from .. import _core
 from ..checkpoint import checkpoint_loop
 from ..lazytensor import Vj
 from ._implicit import cost_lazy, damping
+from ._potentials import core_sinkhorn
 
 _LOG_ZERO = -1e5  # the core's log of a zero weight
 
 
 def unrolled_potentials(a, x, b, y, solve, settings, report=None, snapshots=None):
     """(f, g, p, q) of one problem, differentiable through the loop's iterations."""
-    res = _core.sinkhorn(a.detach(), x.detach(), b.detach(), y.detach(), **solve)
+    res = core_sinkhorn(a, x, b, y, solve)
     if report is not None:
         report.update(history=res.history, converged=res.converged, eps=res.eps,
                       diameter=res.diameter)

@@ -166,6 +166,10 @@ def multiscale_potentials(a, x, b, y, settings, truncate=5.0, cluster_scale=None
     if pw not in (1.0, 2.0) or settings["cost"] is not None:
         raise NotImplementedError("tessel.ot multiscale: the p = 1 and p = 2 costs only (its "
                                   "truncation needs the cost of a distance between clusters)")
+    if x.device.type != "cpu" or y.device.type != "cpu":
+        raise NotImplementedError("tessel.ot multiscale: runs on CPU tensors only for now (its "
+                                  "block-sparse reductions do not run on CUDA yet); on a GPU use "
+                                  "backend='online', whose reductions all run there")
     blur, scaling, debias = settings["blur"], settings["scaling"], settings["debias"]
     rho_x = None if settings["reach_x"] is None else settings["reach_x"] ** pw
     rho_y = None if settings["reach_y"] is None else settings["reach_y"] ** pw
