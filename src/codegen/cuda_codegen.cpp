@@ -79,8 +79,8 @@ DEV V v_round(V a) { return round(a); }  // halves away from zero, like the CPU 
 const string& cuda_prelude() {
   static const string s = [] {
     string r = kCudaPreludeHead;
-#define TESSEL_CUDA_PRIMITIVE(name, ar, value)                                              \
-  r += ar == 1 ? "DEV V v_" #name "(V x) { return " #name "(x); }\n"                         \
+#define TESSEL_CUDA_PRIMITIVE(name, ar, value)                       \
+  r += ar == 1 ? "DEV V v_" #name "(V x) { return " #name "(x); }\n" \
                : "DEV V v_" #name "(V x, V y) { return " #name "(x, y); }\n";
     TESSEL_LIBM_PRIMITIVES(TESSEL_CUDA_PRIMITIVE)
 #undef TESSEL_CUDA_PRIMITIVE
@@ -158,18 +158,23 @@ string kernel_source(const ReductionImpl& r, bool f64, const KernelLayout& lay, 
        "    const T* __restrict__ X, const T* __restrict__ Y, const T* __restrict__ P, i64 "
        "n_outer,\n"
        "    i64 n_inner, T* __restrict__ out0, i64* __restrict__ outi, void* __restrict__ work,\n"
-       "    i64 chunk) {\n";
+       "    i64 chunk, const i64* __restrict__ tab, const i64* __restrict__ ivs) {\n";
   s += "  extern __shared__ __align__(16) unsigned char smem_[];\n  T* ys = (T*)smem_;\n";
   s += "  (void)X; (void)Y; (void)P; (void)out0; (void)outi; (void)ys;\n";
   s += "  const int tid = threadIdx.x, nb = blockDim.x;\n";
-  s += "  const i64 i0 = ((i64)blockIdx.x * nb + tid) * " + to_string(R) + ";\n";
-  s += "  const bool live = i0 < n_outer;  // some of this thread's rows exist\n";
+  // Block-sparse (tab non-null): this block's rows [ob, oe) reduce over the intervals
+  // ivs[2q], ivs[2q + 1] for q in [q0, q1). Dense: all rows, the one interval [jb, je).
+  s += "  const i64* tb_ = tab ? tab + 4 * (i64)blockIdx.x : 0;\n";
+  s += "  const i64 ob = tb_ ? tb_[0] : 0, oe = tb_ ? tb_[1] : n_outer;\n";
+  s += "  const i64 q0 = tb_ ? tb_[2] : 0, q1 = tb_ ? tb_[3] : 1;\n";
+  s += "  const i64 i0 = (tb_ ? ob + (i64)tid * " + to_string(R) +
+       " : ((i64)blockIdx.x * nb + tid) * " + to_string(R) + ");\n";
+  s += "  const bool live = i0 < oe;  // some of this thread's rows exist\n";
   s += "  const i64 jb = (i64)blockIdx.y * chunk, je = jb + chunk < n_inner ? jb + chunk : "
        "n_inner;\n";
   for (int row = 0; row < R; ++row) {
     const string ir = "ir" + to_string(row), ix = "i0 + " + to_string(row);
-    s += "  const i64 " + ir + " = " + ix + " < n_outer ? " + ix + " : n_outer - 1;  (void)" + ir +
-         ";\n";
+    s += "  const i64 " + ir + " = " + ix + " < oe ? " + ix + " : oe - 1;  (void)" + ir + ";\n";
     for (const auto& e : lay.vars)
       if (e.cat == Category::I)
         for (int c = 0; c < e.dim; ++c)
@@ -210,8 +215,10 @@ string kernel_source(const ReductionImpl& r, bool f64, const KernelLayout& lay, 
   // Unrolling hides the loop's counter and branch; big bodies gain nothing and cost registers.
   const int unroll = statements <= 48 ? 4 : statements <= 160 ? 2 : 1;
 
-  s += "  for (i64 j0 = jb; j0 < je; j0 += nb) {\n";
-  s += "    const int nj = (int)(je - j0 < nb ? je - j0 : nb);\n";
+  s += "  for (i64 q = q0; q < q1; ++q) {\n";
+  s += "  const i64 js_ = tb_ ? ivs[2 * q] : jb, je_ = tb_ ? ivs[2 * q + 1] : je;\n";
+  s += "  for (i64 j0 = js_; j0 < je_; j0 += nb) {\n";
+  s += "    const int nj = (int)(je_ - j0 < nb ? je_ - j0 : nb);\n";
   if (DI > 0) {
     const string to =
         DI == S ? "q" : "q / " + to_string(DI) + " * " + to_string(S) + " + q % " + to_string(DI);
@@ -224,12 +231,16 @@ string kernel_source(const ReductionImpl& r, bool f64, const KernelLayout& lay, 
   if (red.needs_index()) s += "        const i64 j = j0 + jj;\n";
   s += body + "      }\n";
   for (int row = 0; row < R; ++row) s += red.flush(sfx(row));
-  s += "    }\n    __syncthreads();  // the tile is read before the next one overwrites it\n  }\n";
+  s += "    }\n    __syncthreads();  // the tile is read before the next one overwrites it\n  }\n"
+       "  }\n";
   s += "  if (!live) return;\n";
-  for (int row = 0; row < R; ++row) s += red.close(sfx(row), "jb", "je");
+  // A row whose candidates were all NaN takes the first index it reduced over (the CPU's rule).
+  s += "  const i64 jc = tb_ ? (q0 < q1 ? ivs[2 * q0] : 0) : jb, "
+       "jd = tb_ ? (q0 < q1 ? ivs[2 * q0 + 1] : 0) : je;  (void)jc; (void)jd;\n";
+  for (int row = 0; row < R; ++row) s += red.close(sfx(row), "jc", "jd");
   s += "  if (gridDim.y == 1) {\n";
   for (int row = 0; row < R; ++row)
-    s += "    if (i0 + " + to_string(row) + " < n_outer) {\n" +
+    s += "    if (i0 + " + to_string(row) + " < oe) {\n" +
          red.finish(sfx(row), "(i0 + " + to_string(row) + ")") + "    }\n";
   s += "  } else {  // partial states of inner rows [jb, je) for tessel_combine\n";
   s += "    double* wv = (double*)work; i64* wi = (i64*)work; (void)wv; (void)wi;\n";
@@ -266,6 +277,33 @@ std::string generate_cuda_kernel(const ReductionImpl& r, bool f64, KernelLayout&
 int cuda_rows_per_thread(const ReductionImpl& r, bool f64, CudaSumMode sum) {
   KernelLayout lay;
   return kernel_layout(r, lay) ? pick_rows(r, f64, lay, sum) : 1;
+}
+
+CudaRangeTable cuda_range_table(const std::vector<CudaRowRange>& ranges, int64_t n_outer,
+                                int64_t rows_per_block) {
+  CudaRangeTable t;
+  std::vector<CudaRowRange> sorted;
+  for (const CudaRowRange& r : ranges)
+    if (r.end > r.begin) sorted.push_back(r);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const CudaRowRange& a, const CudaRowRange& b) { return a.begin < b.begin; });
+  auto add = [&](int64_t b, int64_t e, int64_t q0, int64_t q1) {
+    for (int64_t r = b; r < e; r += rows_per_block)
+      t.blocks.insert(t.blocks.end(), {r, std::min(e, r + rows_per_block), q0, q1});
+  };
+  int64_t covered = 0;
+  for (const CudaRowRange& r : sorted) {
+    add(covered, std::min(r.begin, n_outer), 0, 0);  // a gap: rows that reduce over nothing
+    const int64_t q0 = static_cast<int64_t>(t.ivs.size() / 2);
+    if (r.iv)
+      for (size_t k = 0; k + 1 < r.iv->size(); k += 2)
+        if ((*r.iv)[k + 1] > (*r.iv)[k]) t.ivs.insert(t.ivs.end(), {(*r.iv)[k], (*r.iv)[k + 1]});
+    add(std::max(r.begin, covered), std::min(r.end, n_outer), q0,
+        static_cast<int64_t>(t.ivs.size() / 2));
+    covered = std::max(covered, std::min(r.end, n_outer));
+  }
+  add(covered, n_outer, 0, 0);
+  return t;
 }
 
 CudaKernelPlan plan_cuda_kernel(const ReductionImpl& r, bool f64, int64_t n_outer, int64_t n_inner,

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "codegen/layout.hpp"
 #include "reduction/reduction_impl.hpp"
@@ -43,13 +44,15 @@ struct CudaDeviceCaps {
 //
 // Parameter types (T: float, or double for float64):
 //   tessel_kernel(const T* X, const T* Y, const T* P, long long n_outer, long long n_inner,
-//                 T* out0, long long* outi, void* work, long long chunk)
+//                 T* out0, long long* outi, void* work, long long chunk,
+//                 const long long* tab, const long long* ivs)
 //   tessel_combine(const void* work, long long n_outer, int split_j, T* out0, long long* outi)
 // X holds the outer rows (n_outer × layout.outer_dim), Y the inner rows (n_inner ×
 // layout.inner_dim), P the parameters, all packed row-major; index outputs (ArgMin, ArgKMin, ...)
 // go to `outi`, values to `out0`, both row-major (n_outer × output dim). Both kernels are
 // compiled for at most 256 threads per block (__launch_bounds__). Shared memory above 48 KiB
-// needs cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) before the launch.
+// needs cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) before the launch. tab and ivs are
+// null for a dense reduction; block-sparse ones pass a CudaRangeTable's arrays instead (below).
 struct CudaKernelPlan {
   std::string source;  // empty: no CUDA kernel for this reduction
   KernelLayout layout;
@@ -67,6 +70,22 @@ struct CudaPlanOverrides {
   int rows_per_thread = 0;
   int split_j = 0;
 };
+
+// Block-sparse launches (KeOps ranges): rows [begin, end) reduce over the inner intervals
+// iv = {s0, e0, s1, e1, ...}. The table gives each CUDA block (grid (blocks.size() / 4, 1), the
+// plan's block and shared memory, no split, no tessel_combine) its rows and intervals: blocks
+// holds {row begin, row end, first interval, end interval} per CUDA block, at most
+// rows_per_block rows of one range each, and ivs the non-empty intervals. Rows no range covers
+// get blocks with no interval (the reduction's identity), so that every output row is written.
+struct CudaRowRange {
+  int64_t begin = 0, end = 0;
+  const std::vector<int64_t>* iv = nullptr;
+};
+struct CudaRangeTable {
+  std::vector<int64_t> blocks, ivs;
+};
+CudaRangeTable cuda_range_table(const std::vector<CudaRowRange>& ranges, int64_t n_outer,
+                                int64_t rows_per_block);
 
 CudaKernelPlan plan_cuda_kernel(const ReductionImpl& r, bool f64, int64_t n_outer, int64_t n_inner,
                                 const CudaDeviceCaps& caps, const CudaPlanOverrides& force = {},

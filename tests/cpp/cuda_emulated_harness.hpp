@@ -1,6 +1,6 @@
 // The CUDA emulator harness of the test_cuda_emulated*.cpp tests: generated kernels launched as the
 // plan says (grid, block, shared memory, split inner rows and tessel_combine) and compared with the
-// interpreter value by value.
+// interpreter value by value; block-sparse reductions launched from their range table.
 #pragma once
 
 #include <bit>
@@ -20,7 +20,8 @@ namespace tessel::testing {
   GTEST_SKIP() << "the CUDA emulator needs a C++ compiler: " << why
 
 using KernelFn = void(const void* X, const void* Y, const void* P, long long n_outer,
-                      long long n_inner, void* out0, long long* outi, void* work, long long chunk);
+                      long long n_inner, void* out0, long long* outi, void* work, long long chunk,
+                      const long long* tab, const long long* ivs);
 using CombineFn = void(const void* work, long long n_outer, int split_j, void* out0,
                        long long* outi);
 
@@ -56,21 +57,23 @@ inline Options interpreter() {
 const CudaDeviceCaps kCaps{};  // an H100's
 
 inline std::vector<Array> run_emulated(const ReductionImpl& r, const std::vector<Array>& in,
-                                       const CudaPlanOverrides& force, CudaSumMode sum = {});
+                                       const CudaPlanOverrides& force, CudaSumMode sum = {},
+                                       const BlockRanges* ranges = nullptr);
 
 // Launches r's kernels as the header of cuda_codegen.hpp says the CUDA backend is to: packed
 // X/Y/P, the plan's grid, block, shared memory and workspace, then tessel_combine when the plan
-// splits the inner rows.
+// splits the inner rows. With `ranges` (KeOps's, read for r's outer axis): one CUDA block per
+// entry of cuda_range_table, unsplit, as the backend launches them.
 template <class T>
 std::vector<Array> launch(const ReductionImpl& r, const std::vector<Array>& in,
                           const CudaPlanOverrides& force, const CudaKernelPlan& plan,
-                          int64_t n_outer, int64_t n_inner) {
+                          int64_t n_outer, int64_t n_inner, const BlockRanges* ranges = nullptr) {
   const DType dt = sizeof(T) == 8 ? DType::Float64 : DType::Float32;
   const KernelLayout& lay = plan.layout;
   // Computed variables (a forward value inside a gradient) come from their own kernels.
   std::map<int, Array> computed;
   for (const ComputedVar& c : r.computed)
-    computed[c.index] = run_emulated(*c.source, in, force).at(c.output);
+    computed[c.index] = run_emulated(*c.source, in, force, {}, ranges).at(c.output);
   auto values = [&](int index) -> const Array& {
     auto it = computed.find(index);
     return it != computed.end() ? it->second : in.at(index);
@@ -105,7 +108,29 @@ std::vector<Array> launch(const ReductionImpl& r, const std::vector<Array>& in,
     const emu::Module& m = module_for(plan.source);
     KernelFn* fn = m.kernel<KernelFn>("tessel_kernel");
     const int64_t rows_per_block = int64_t{plan.block} * plan.rows_per_thread;
-    const int split = plan.split_j;
+    const int split = ranges ? 1 : plan.split_j;
+    CudaRangeTable table;
+    std::unique_ptr<emu::GuardedBuffer> tab, ivs;
+    if (ranges) {
+      const bool by_i = r.outer() == Category::I;
+      const auto& rows = by_i ? ranges->ranges_i : ranges->ranges_j;
+      const auto& slices = by_i ? ranges->slices_i : ranges->slices_j;
+      const auto& red = by_i ? ranges->redranges_j : ranges->redranges_i;
+      std::vector<std::vector<int64_t>> lists(rows.size() / 2);
+      std::vector<CudaRowRange> rr;
+      for (size_t c = 0; c < lists.size(); ++c) {
+        for (int64_t q = c ? slices[c - 1] : 0; q < slices[c]; ++q)
+          lists[c].insert(lists[c].end(), {red[2 * q], red[2 * q + 1]});
+        rr.push_back({rows[2 * c], rows[2 * c + 1], &lists[c]});
+      }
+      table = cuda_range_table(rr, n_outer, rows_per_block);
+      tab = std::make_unique<emu::GuardedBuffer>(std::max<size_t>(1, table.blocks.size()) * 8, 8,
+                                                 "tab");
+      ivs =
+          std::make_unique<emu::GuardedBuffer>(std::max<size_t>(1, table.ivs.size()) * 8, 8, "ivs");
+      std::copy(table.blocks.begin(), table.blocks.end(), tab->as<int64_t>());
+      std::copy(table.ivs.begin(), table.ivs.end(), ivs->as<int64_t>());
+    }
     const long long chunk = split > 1 ? (n_inner + split - 1) / split : n_inner;
     std::unique_ptr<emu::GuardedBuffer> work;
     if (split > 1) {  // uninitialised on a GPU: NaN bytes here, so that unwritten states show
@@ -114,14 +139,15 @@ std::vector<Array> launch(const ReductionImpl& r, const std::vector<Array>& in,
     }
     emu::LaunchConfig cfg;
     cfg.block.x = static_cast<unsigned>(plan.block);
-    cfg.grid.x = static_cast<unsigned>((n_outer + rows_per_block - 1) / rows_per_block);
+    cfg.grid.x = static_cast<unsigned>(ranges ? table.blocks.size() / 4
+                                              : (n_outer + rows_per_block - 1) / rows_per_block);
     cfg.grid.y = static_cast<unsigned>(split);
     cfg.dynamic_smem = plan.shared_bytes;
     cfg.smem_limit = kCaps.max_shared_per_block;  // the launcher opts in above 48 KiB
     void* wp = work ? work->data() : nullptr;
     m.launch(cfg, [&] {
       fn(X.data(), Y.data(), P.data(), n_outer, n_inner, out0.data(), outi.as<long long>(), wp,
-         chunk);
+         chunk, tab ? tab->as<long long>() : nullptr, ivs ? ivs->as<long long>() : nullptr);
     });
     if (split > 1) {
       CombineFn* comb = m.kernel<CombineFn>("tessel_combine");
@@ -155,14 +181,15 @@ std::vector<Array> launch(const ReductionImpl& r, const std::vector<Array>& in,
   }
   // Terms the chain rule adds to output 0 are reductions of their own.
   for (const auto& add : r.addends) {
-    const Array extra = run_emulated(*add, in, force).at(0);
+    const Array extra = run_emulated(*add, in, force, {}, ranges).at(0);
     for (int64_t q = 0; q < outs[0].size(); ++q) outs[0].as<T>()[q] += static_cast<T>(extra.at(q));
   }
   return outs;
 }
 
 inline std::vector<Array> run_emulated(const ReductionImpl& r, const std::vector<Array>& in,
-                                       const CudaPlanOverrides& force, CudaSumMode sum) {
+                                       const CudaPlanOverrides& force, CudaSumMode sum,
+                                       const BlockRanges* ranges) {
   DType dt = DType::Float32;
   for (const VarSlot& v : r.vars)
     if (!v.computed && v.kind != DType::Int64) dt = in.at(v.index).dtype();
@@ -174,11 +201,13 @@ inline std::vector<Array> run_emulated(const ReductionImpl& r, const std::vector
   const int64_t n_inner = rows[static_cast<int>(r.inner())];
   const bool f64 = dt == DType::Float64;
   const CudaKernelPlan plan = plan_cuda_kernel(r, f64, n_outer, n_inner, kCaps, force, sum);
-  if (plan.source.empty())  // gather/scatter reductions have no CUDA kernel: the CPU computes them
-    return evaluate(Reduction(std::shared_ptr<const ReductionImpl>(&r, [](auto*) {})), in,
-                    interpreter());
-  return f64 ? launch<double>(r, in, force, plan, n_outer, n_inner)
-             : launch<float>(r, in, force, plan, n_outer, n_inner);
+  if (plan.source.empty()) {  // gather/scatter reductions have no CUDA kernel: the CPU's
+    Options o = interpreter();
+    if (ranges) o.ranges = std::make_shared<BlockRanges>(*ranges);
+    return evaluate(Reduction(std::shared_ptr<const ReductionImpl>(&r, [](auto*) {})), in, o);
+  }
+  return f64 ? launch<double>(r, in, force, plan, n_outer, n_inner, ranges)
+             : launch<float>(r, in, force, plan, n_outer, n_inner, ranges);
 }
 
 inline std::string label(const CudaPlanOverrides& f) {
@@ -186,14 +215,18 @@ inline std::string label(const CudaPlanOverrides& f) {
          std::to_string(f.rows_per_thread) + ", split " + std::to_string(f.split_j) + ")";
 }
 
-// Emulated kernel against the interpreter; index outputs must match exactly.
+// Emulated kernel against the interpreter (both with `ranges` when given); index outputs must
+// match exactly.
 inline void expect_matches(const Reduction& r, const std::vector<Array>& in,
                            const CudaPlanOverrides& force, double rtol, double atol,
-                           const std::string& what) {
-  const std::vector<Array> want = evaluate(r, in, interpreter());
+                           const std::string& what,
+                           const std::shared_ptr<BlockRanges>& ranges = nullptr) {
+  Options o = interpreter();
+  o.ranges = ranges;
+  const std::vector<Array> want = evaluate(r, in, o);
   std::vector<Array> got;
   try {
-    got = run_emulated(r.impl(), in, force);
+    got = run_emulated(r.impl(), in, force, {}, ranges.get());
   } catch (const std::exception& e) {
     FAIL() << what << ": " << e.what();
   }

@@ -135,6 +135,34 @@ TEST_P(CudaGpu, GradientsMatchTheInterpreter) {
   }
 }
 
+// Block-sparse ranges: clusters of 1 to 300 rows (within and across CUDA blocks), a random
+// keep mask, rows no range covers; every reduction against the interpreter with the same ranges.
+TEST_P(CudaGpu, BlockSparseRangesMatchTheInterpreter) {
+  const double tol = tol_for(1e-11, 2e-5);
+  const int64_t n = 1500, m = 2000;
+  auto br = std::make_shared<BlockRanges>();
+  uint64_t state = 12345;
+  auto next = [&state] {
+    return (state = state * 6364136223846793005ull + 1442695040888963407ull) >> 33;
+  };
+  std::vector<int64_t> ci = {0}, cj = {0};
+  while (ci.back() < n) ci.push_back(std::min<int64_t>(n, ci.back() + 1 + next() % 300));
+  while (cj.back() < m) cj.push_back(std::min<int64_t>(m, cj.back() + 1 + next() % 300));
+  for (size_t a = 0; a + 1 < ci.size(); ++a) {
+    if (a % 4 == 3) continue;  // rows that reduce over nothing
+    br->ranges_i.insert(br->ranges_i.end(), {ci[a], ci[a + 1]});
+    for (size_t b = 0; b + 1 < cj.size(); ++b)
+      if (next() % 3) br->redranges_j.insert(br->redranges_j.end(), {cj[b], cj[b + 1]});
+    br->slices_i.push_back(static_cast<int64_t>(br->redranges_j.size() / 2));
+  }
+  cpu.ranges = gpu.ranges = br;
+  const std::vector<Array> in = with_dtype(inputs(t, n, m), t);
+  for (const GpuCase& c : cases()) {
+    if (c.r.axis() != 1) continue;
+    expect_same(evaluate(c.r, in, gpu), evaluate(c.r, in, cpu), tol, c.name + " with ranges");
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaGpu, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& i) {
                            return std::string(i.param ? "f64" : "f32");

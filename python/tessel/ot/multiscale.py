@@ -168,7 +168,7 @@ def multiscale_potentials(a, x, b, y, settings, truncate=5.0, cluster_scale=None
                                   "truncation needs the cost of a distance between clusters)")
     if x.device.type != "cpu" or y.device.type != "cpu":
         raise NotImplementedError("tessel.ot multiscale: runs on CPU tensors only for now (its "
-                                  "block-sparse reductions do not run on CUDA yet); on a GPU use "
+                                  "clustering builds host tensors); on a GPU use "
                                   "backend='online', whose reductions all run there")
     blur, scaling, debias = settings["blur"], settings["scaling"], settings["debias"]
     rho_x = None if settings["reach_x"] is None else settings["reach_x"] ** pw

@@ -8,6 +8,7 @@
 // the call returns once the results are in place. Device buffers are reused between calls (one
 // workspace per device, grown on demand) so a repeated call allocates nothing on the device. The
 // backend object owns them, with the launch plans; the driver keeps the loaded modules.
+// Block-sparse ranges launch one CUDA block per run of rows of one range (cuda_range_table).
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -129,10 +130,9 @@ bool CudaBackend::run(const Problem& p, std::span<const ArrayView> outs) {
   if (reduction_info(r.op).is_indexed())
     detail::fail(kWho, "gradients through Min/Max/KMin (", reduction_name(r.op),
                  ") do not run on CUDA yet; evaluate them on CPU arrays");
-  if (p.opt.ranges) detail::fail(kWho, "block-sparse ranges do not run on CUDA yet");
   if (reduction_info(r.op).family == ReductionFamily::KSelect && r.k > kCompiledMaxK)
-    detail::fail(kWho, reduction_name(r.op), " with K = ", r.k, " exceeds the CUDA limit K <= ",
-                 kCompiledMaxK, "; evaluate it on CPU arrays");
+    detail::fail(kWho, reduction_name(r.op), " with K = ", r.k,
+                 " exceeds the CUDA limit K <= ", kCompiledMaxK, "; evaluate it on CPU arrays");
   const bool f64 = p.dtype == DType::Float64;
   const auto plan_ptr =
       plans_.get(r, f64, p.n_outer, p.n_inner,
@@ -174,20 +174,39 @@ bool CudaBackend::run(const Problem& p, std::span<const ArrayView> outs) {
     out_bytes[idx] = std::max<size_t>(1, no * r.output_dim(k) * (idx ? 8 : elem));
     out[idx] = ws.get(device, 3 + idx, out_bytes[idx]);
   }
-  const CuDevicePtr work = plan.split_j > 1 ? ws.get(device, 5, plan.workspace_bytes) : 0;
-  long long n_outer = no, n_inner = ni;
-  long long chunk = plan.split_j > 1 ? (ni + plan.split_j - 1) / plan.split_j : ni;
-  void* args[] = {(void*)&X, (void*)&Y, (void*)&P,    &n_outer, &n_inner,
-                  &out[0],   &out[1],   (void*)&work, &chunk};
+  // Block-sparse: one CUDA block per run of rows of one range, its intervals from the table;
+  // the inner rows are never split (each block reduces over its own intervals only).
+  const bool sparse = p.opt.ranges != nullptr;
+  const int split = sparse ? 1 : plan.split_j;
   const int64_t per_block = static_cast<int64_t>(plan.block) * plan.rows_per_thread;
-  const auto grid = static_cast<unsigned>((no + per_block - 1) / per_block);
+  CudaRangeTable table;
+  CuDevicePtr tab = 0, ivs = 0;
+  if (sparse) {
+    std::vector<CudaRowRange> rr;
+    for (const RowBlock& b : p.blocks) rr.push_back({b.begin, b.end, &b.iv});
+    table = cuda_range_table(rr, no, per_block);
+    const size_t tb = table.blocks.size() * 8, ib = std::max<size_t>(8, table.ivs.size() * 8);
+    tab = ws.get(device, 6, std::max<size_t>(8, tb));
+    ivs = ws.get(device, 7, ib);
+    if (tb > 0)
+      cuda_copy_2d(reinterpret_cast<void*>(tab), tb, table.blocks.data(), tb, tb, 1, stream);
+    if (!table.ivs.empty())
+      cuda_copy_2d(reinterpret_cast<void*>(ivs), ib, table.ivs.data(), ib, table.ivs.size() * 8, 1,
+                   stream);
+  }
+  const CuDevicePtr work = split > 1 ? ws.get(device, 5, plan.workspace_bytes) : 0;
+  long long n_outer = no, n_inner = ni;
+  long long chunk = split > 1 ? (ni + split - 1) / split : ni;
+  void* args[] = {(void*)&X, (void*)&Y,    (void*)&P, &n_outer,    &n_inner,   &out[0],
+                  &out[1],   (void*)&work, &chunk,    (void*)&tab, (void*)&ivs};
+  const auto grid =
+      static_cast<unsigned>(sparse ? table.blocks.size() / 4 : (no + per_block - 1) / per_block);
   if (grid > 0) {
-    cuda_launch(kernel, grid, static_cast<unsigned>(plan.split_j),
-                static_cast<unsigned>(plan.block), static_cast<unsigned>(plan.shared_bytes), stream,
-                args);
-    if (combine) {
-      int split = plan.split_j;
-      void* cargs[] = {(void*)&work, &n_outer, &split, &out[0], &out[1]};
+    cuda_launch(kernel, grid, static_cast<unsigned>(split), static_cast<unsigned>(plan.block),
+                static_cast<unsigned>(plan.shared_bytes), stream, args);
+    if (combine && split > 1) {
+      int n_split = split;
+      void* cargs[] = {(void*)&work, &n_outer, &n_split, &out[0], &out[1]};
       cuda_launch(combine, static_cast<unsigned>((no + plan.block - 1) / plan.block), 1,
                   static_cast<unsigned>(plan.block), 0, stream, cargs);
     }

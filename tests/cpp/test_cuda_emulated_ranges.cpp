@@ -1,0 +1,152 @@
+// Block-sparse reductions (KeOps ranges) in the generated CUDA kernels, run in the CPU emulator
+// as the backend launches them (one CUDA block per run of rows of one range) and checked value
+// by value against the interpreter: every reduction family, both axes, float32 and float64,
+// ranges shorter and longer than a block or a tile, rows no range covers, blocks with nothing to
+// reduce over, NaN; and the range table itself.
+#include <random>
+
+#include "cuda_emulated_harness.hpp"
+
+using namespace tessel;
+using namespace tessel::testing;
+
+namespace {
+
+// Clusters of rows (lengths 1 .. max_len) and a random keep mask between them; the first
+// cluster of rows keeps nothing and, when `gaps`, every third cluster of rows is left out of
+// the ranges (those rows reduce over nothing).
+std::shared_ptr<BlockRanges> make_ranges(int64_t n, int64_t m, int max_len, uint64_t seed,
+                                         bool gaps) {
+  std::mt19937_64 rng(seed);
+  auto cuts = [&](int64_t len) {
+    std::vector<int64_t> c = {0};
+    while (c.back() < len) c.push_back(std::min<int64_t>(len, c.back() + 1 + rng() % max_len));
+    return c;
+  };
+  const std::vector<int64_t> ci = cuts(n), cj = cuts(m);
+  const size_t a = ci.size() - 1, b = cj.size() - 1;
+  std::vector<std::vector<bool>> keep(a, std::vector<bool>(b));
+  for (auto& row : keep)
+    for (size_t q = 0; q < b; ++q) row[q] = rng() % 3 != 0;
+  keep[0].assign(b, false);
+  auto br = std::make_shared<BlockRanges>();
+  for (size_t x = 0; x < a; ++x) {
+    if (gaps && x % 3 == 2) continue;
+    br->ranges_i.insert(br->ranges_i.end(), {ci[x], ci[x + 1]});
+    for (size_t y = 0; y < b; ++y)
+      if (keep[x][y]) br->redranges_j.insert(br->redranges_j.end(), {cj[y], cj[y + 1]});
+    br->slices_i.push_back(static_cast<int64_t>(br->redranges_j.size() / 2));
+  }
+  for (size_t y = 0; y < b; ++y) {
+    if (gaps && y % 3 == 2) continue;
+    br->ranges_j.insert(br->ranges_j.end(), {cj[y], cj[y + 1]});
+    for (size_t x = 0; x < a; ++x)
+      if (keep[x][y]) br->redranges_i.insert(br->redranges_i.end(), {ci[x], ci[x + 1]});
+    br->slices_j.push_back(static_cast<int64_t>(br->redranges_i.size() / 2));
+  }
+  return br;
+}
+
+struct Case {
+  ReductionOp op;
+  int k = 0;
+  bool weighted = false;
+};
+
+Reduction case_reduction(const Case& c, int axis) {
+  const Formula x = vi(0, 2), y = vj(1, 2), b = vj(2, 2);
+  const bool scalar = c.op == ReductionOp::ArgKMin || c.op == ReductionOp::KMinArgKMin ||
+                      c.op == ReductionOp::LogSumExp || c.op == ReductionOp::SumSoftMaxWeight;
+  Formula f = scalar ? round(sqdist(x, y) * 4.0) * 0.25 - 1.0 : round(4.0 * (x - y)) * 0.25;
+  Formula w = c.weighted || c.op == ReductionOp::SumSoftMaxWeight ? b : Formula{};
+  if (axis == 0) {
+    f = substitute(f, {x, y}, {vj(0, 2), vi(1, 2)});
+    if (w.valid()) w = vi(2, 2);
+  }
+  return Reduction(c.op, f, axis, c.k, w);
+}
+
+std::vector<Array> case_inputs(DType t, int axis, int64_t n_out, int64_t n_red, bool nan,
+                               bool weighted) {
+  const int64_t n0 = axis == 1 ? n_out : n_red, n1 = axis == 1 ? n_red : n_out;
+  std::vector<Array> in = {random_array(t, {n0, 2}, 1, -2, 2), random_array(t, {n1, 2}, 2, -2, 2),
+                           random_array(t, {n1, 2}, 3, 0.1, 1)};
+  if (nan) set(in[1], 2 * 7 + 1, NAN);
+  if (!weighted) in.pop_back();
+  return in;
+}
+
+const Case kCases[] = {{ReductionOp::Sum},
+                       {ReductionOp::MinArgMin},
+                       {ReductionOp::MaxArgMax},
+                       {ReductionOp::KMinArgKMin, 3},
+                       {ReductionOp::ArgKMin, 20},
+                       {ReductionOp::LogSumExp},
+                       {ReductionOp::LogSumExp, 0, true},
+                       {ReductionOp::SumSoftMaxWeight}};
+
+}  // namespace
+
+// Every reduction family over j, then over i, against the interpreter with the same ranges:
+// clusters of up to 40 rows (several per CUDA block of 32 rows, some longer than one) and 9 to 70
+// inner rows (intervals inside one tile of 32 and across several), with gaps and empty rows.
+TEST_P(CudaEmulatedKernels, BlockSparseRangesEveryReduction) {
+  SKIP_WITHOUT_COMPILER();
+  const double tol = tol_of(dtype());
+  const CudaPlanOverrides forces[] = {{.block = 32, .rows_per_thread = 1},
+                                      {.block = 32, .rows_per_thread = 2},
+                                      {.block = 64, .rows_per_thread = 4}};
+  int seed = 0;
+  for (const Case& c : kCases)
+    for (int axis : {1, 0})
+      for (bool nan : {false, true}) {
+        const Reduction r = case_reduction(c, axis);
+        const int64_t n_out = 130, n_red = 170;
+        const int64_t ni = n_out, nj = n_red;  // case_inputs' i rows and j rows, either axis
+        ++seed;
+        const auto br = make_ranges(ni, nj, seed % 2 ? 40 : 70, seed, seed % 3 == 0);
+        expect_matches(r, case_inputs(dtype(), axis, n_out, n_red, nan, r.weight().valid()),
+                       forces[seed % 3], tol, tol,
+                       r.str() + " axis " + std::to_string(axis) + (nan ? " with NaN" : ""), br);
+      }
+}
+
+// A gradient of a block-sparse LogSumExp: its computed variable (the forward LogSumExp) and its
+// terms run with the same ranges.
+TEST_P(CudaEmulatedKernels, BlockSparseRangesGradient) {
+  SKIP_WITHOUT_COMPILER();
+  const Formula x = vi(0, 3), y = vj(1, 3), h = vj(2, 1);
+  const Reduction lse(ReductionOp::LogSumExp, h - sqdist(x, y));
+  const Reduction gx = grad(lse, 0);  // inputs: x, y, h, then the cotangent (90, 1)
+  std::vector<Array> in = {random_array(dtype(), {90, 3}, 1), random_array(dtype(), {110, 3}, 2),
+                           random_array(dtype(), {110, 1}, 3), random_array(dtype(), {90, 1}, 4)};
+  const auto br = make_ranges(90, 110, 30, 11, true);
+  const double tol = 10 * tol_of(dtype());
+  expect_matches(gx, in, {.block = 32}, tol, tol, "grad of " + lse.str(), br);
+}
+
+// The table: every row in exactly one CUDA block, blocks within one range and at most
+// rows_per_block rows, each range's non-empty intervals in order, uncovered rows with none.
+TEST(CudaRangeTable, CoversEveryRowOnceWithItsRangesIntervals) {
+  const std::vector<int64_t> iv0 = {0, 5, 7, 7, 9, 12}, iv1 = {}, iv2 = {3, 4};
+  const std::vector<CudaRowRange> ranges = {{30, 75, &iv2}, {2, 10, &iv0}, {10, 11, &iv1}};
+  const CudaRangeTable t = cuda_range_table(ranges, 80, 16);
+  ASSERT_EQ(t.blocks.size() % 4, 0u);
+  std::vector<int> seen(80, 0);
+  for (size_t b = 0; b < t.blocks.size(); b += 4) {
+    const int64_t r0 = t.blocks[b], r1 = t.blocks[b + 1], q0 = t.blocks[b + 2],
+                  q1 = t.blocks[b + 3];
+    ASSERT_LT(r0, r1);
+    EXPECT_LE(r1 - r0, 16);
+    for (int64_t r = r0; r < r1; ++r) ++seen[r];
+    std::vector<int64_t> got(t.ivs.begin() + 2 * q0, t.ivs.begin() + 2 * q1);
+    if (r0 >= 2 && r1 <= 10)
+      EXPECT_EQ(got, (std::vector<int64_t>{0, 5, 9, 12}));  // [7, 7) dropped
+    else if (r0 >= 30 && r1 <= 75)
+      EXPECT_EQ(got, iv2);
+    else
+      EXPECT_TRUE(got.empty()) << "rows " << r0 << ".." << r1;
+  }
+  for (int r = 0; r < 80; ++r) EXPECT_EQ(seen[r], 1) << "row " << r;
+  EXPECT_TRUE(cuda_range_table({}, 0, 16).blocks.empty());
+}
