@@ -123,7 +123,7 @@ sed -n '/The following tests FAILED/,$p' "$out/ctest.log" | grep -E "^\s*[0-9]+ 
 pytest_args=${GPU_CHECK_PYTEST:-tests/python/test_genred_torch.py tests/python/test_genred_numpy.py
   tests/python/test_genred_options.py tests/python/test_errors.py
   tests/python/test_compat_pykeops.py tests/python/test_torch_func.py tests/python/test_ot_cuda.py
-  tests/python/test_block_sparse.py}
+  tests/python/test_block_sparse.py tests/python/test_kernel_solve.py}
 # shellcheck disable=SC2086  # the arguments are words on purpose
 run_step "pytest" "$out/pytest.log" "$py" -m pytest -q -p no:cacheprovider -rfEs $pytest_args
 tail -1 "$out/pytest.log" | sed 's/^/gpu_check: pytest: /' | tee -a "$summary"

@@ -104,6 +104,11 @@ def _check_tensors(args, who):
     return dtype
 
 
+def _host_b(args, var):
+    """The solve's arguments, detached, with b (argument `var`) on the host."""
+    return [a.detach().cpu() if k == var else a.detach() for k, a in enumerate(args)]
+
+
 class _KernelSolveFunction(torch.autograd.Function):
     """x = (alpha I + K(theta))^-1 b, differentiated implicitly (K symmetric): the cotangent G
     gives u = (alpha I + K)^-1 G (one more solve, no stored iterations), grad_b = u,
@@ -114,9 +119,13 @@ class _KernelSolveFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, solver, settings, alpha, *args):
         opts, mode, stats = settings
-        x = torch.empty(args[solver.var].shape, dtype=args[solver.var].dtype)
-        rep = _core.kernel_solve(solver.reduction, solver.var, [a.detach() for a in args], x,
+        # CG's vectors (b, x) live on the host; K's other arguments stay where they are, so
+        # that on CUDA tensors every product runs on the GPU.
+        b = args[solver.var]
+        x = torch.empty(b.shape, dtype=b.dtype)
+        rep = _core.kernel_solve(solver.reduction, solver.var, _host_b(args, solver.var), x,
                                  **dict(opts, alpha=float(alpha)))
+        x = x.to(b.device)
         solver._report(rep, mode, stats)
         ctx.solver, ctx.settings = solver, settings
         if any(ctx.needs_input_grad):
@@ -136,13 +145,14 @@ class _KernelSolveFunction(torch.autograd.Function):
         want = [k for k in range(n) if needs[k] and k in used]
         grad_alpha = None
         if not torch.is_grad_enabled():
-            outs = [torch.zeros_like(args[k]) for k in want]
-            rep = _core.kernel_solve_grad(solver.reduction, var, [a.detach() for a in args],
-                                          x.detach(), g.contiguous(), want, outs,
-                                          **dict(opts, alpha=float(alpha)))
+            outs = [torch.zeros(args[k].shape, dtype=args[k].dtype) if k == var
+                    else torch.zeros_like(args[k]) for k in want]
+            rep = _core.kernel_solve_grad(solver.reduction, var, _host_b(args, var),
+                                          x.detach().cpu(), g.detach().cpu().contiguous(), want,
+                                          outs, **dict(opts, alpha=float(alpha)))
             solver._report(rep, mode, stats, key="backward")
             for k, o in zip(want, outs):
-                grads[k] = o
+                grads[k] = o.to(args[k].device)
             if ctx.needs_input_grad[2]:
                 grad_alpha = torch.full_like(alpha, rep[3])
         else:

@@ -63,7 +63,8 @@ void check_float_view(const ArrayView& v, const char* what, DType dtype,
                       const std::vector<int64_t>& shape) {
   if (v.data == nullptr && v.size() != 0) detail::fail(kWho, what, " has no data");
   if (v.device.kind != DeviceKind::CPU)
-    detail::fail(kWho, what, " is on a CUDA device; kernel_solve runs on the CPU only");
+    detail::fail(kWho, what, " is on a CUDA device; expected a CPU array (the solver's vectors ",
+                 "live on the host; K's other inputs may be on the GPU)");
   if (v.dtype != dtype)
     detail::fail_type(kWho, what, " has dtype ", dtype_name(v.dtype), "; expected ",
                       dtype_name(dtype), " like b");
@@ -130,7 +131,8 @@ class KernelOperator {
     if (b.dtype != DType::Float32 && b.dtype != DType::Float64)
       detail::fail_type(kWho, "b has dtype ", dtype_name(b.dtype), "; expected float32 or float64");
     if (b.device.kind != DeviceKind::CPU)
-      detail::fail(kWho, "b is on a CUDA device; kernel_solve runs on the CPU only");
+      detail::fail(kWho, "b is on a CUDA device; expected a CPU array (the solver's vectors live ",
+                   "on the host; K's other inputs may be on the GPU)");
     const bool shape_ok =
         (b.shape.size() == 1 && slot->dim == 1) || (b.shape.size() == 2 && b.shape[1] == slot->dim);
     if (!shape_ok)

@@ -1,5 +1,6 @@
-// A backend that computes nothing and records what it was asked to run: with it in a registry slot
-// (tests only, see ScopedBackend), a test checks the engine's binding, planning and dispatch.
+// A backend that records what it was asked to run and computes nothing (or, on request, computes
+// on the CPU): with it in a registry slot (tests only, see ScopedBackend), a test checks the
+// engine's binding, planning and dispatch, and device paths without a GPU.
 #pragma once
 
 #include <cstdint>
@@ -28,8 +29,11 @@ struct NullCall {
 class NullBackend final : public KernelBackend {
  public:
   // `accept` false: the backend declines every problem (run() returns false), as compiled code
-  // does for reductions it has no kernel for.
-  explicit NullBackend(bool accept = true) : accept_(accept) {}
+  // does for reductions it has no kernel for. `compute`: run() computes the problem with the CPU
+  // backends instead of writing call numbers, so that in the CUDA slot it stands in for a GPU
+  // whose "device" memory is host memory (what runs on the device, and on which, is recorded).
+  explicit NullBackend(bool accept = true, bool compute = false)
+      : accept_(accept), compute_(compute) {}
   const char* name() const override { return "null"; }
 
   // Records p and fills every output element with the number of this call (0, 1, ...), so that
@@ -46,7 +50,7 @@ class NullBackend final : public KernelBackend {
   int loads() const;
 
  private:
-  bool accept_;
+  bool accept_, compute_;
   mutable std::mutex mu_;
   std::vector<NullCall> calls_;
   std::vector<int> opened_;

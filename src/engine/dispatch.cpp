@@ -150,11 +150,36 @@ void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> 
       views.push_back(tmp.back().view());
     }
   }
-  const bool interpret =
-      ctx.opt.backend == Backend::Interpreter || reduction_info(r.op).is_indexed();
+  const bool indexed = reduction_info(r.op).is_indexed();
+  const bool interpret = ctx.opt.backend == Backend::Interpreter || indexed;
   p.device = ctx.device;
   const BackendRegistry& reg = BackendRegistry::instance();
-  const BackendChoice choice = choose_backend(ctx.opt.backend, ctx.device, interpret);
+  // Gather/scatter reductions (gradients through Min/Max/KMin) cost O(rows), as the copies do: a
+  // GPU call runs them in the interpreter on host copies of its device inputs.
+  std::vector<Array> host_inputs;
+  if (indexed && ctx.device >= 0) {
+    for (Bound& b : p.vars) {
+      if (b.index >= static_cast<int>(ctx.inputs.size()) ||
+          ctx.inputs[b.index].device.kind != DeviceKind::CUDA)
+        continue;
+      if (b.s_col != 1 && b.dim > 1)
+        detail::fail(fn, "input ", b.index, " is a CUDA array whose rows are not contiguous ",
+                     "(element stride ", b.s_col, "); pass a contiguous array (.contiguous())");
+      const int64_t rows = b.s_row == 0 ? 1 : b.rows;  // a broadcast row is read once
+      ArrayView v;
+      v.data = const_cast<void*>(b.data);
+      v.dtype = b.dtype;
+      v.shape = {rows, b.dim};
+      v.strides = {b.s_row == 0 ? b.dim : b.s_row, 1};
+      v.device = ctx.inputs[b.index].device;
+      host_inputs.push_back(reg.get(BackendId::Cuda).load_rows(v));
+      b.data = host_inputs.back().data();
+      b.s_row = b.s_row == 0 ? 0 : b.dim;
+      b.s_col = 1;
+    }
+    p.device = -1;
+  }
+  const BackendChoice choice = choose_backend(ctx.opt.backend, p.device, interpret);
   if (!reg.get(choice.first).run(p, views)) {
     if (!choice.interpreter_fallback) {
       if (choice.first == BackendId::Compiled && kmin && r.k > kCompiledMaxK)

@@ -9,6 +9,7 @@
 #include "backend/lru_map.hpp"
 #include "backend/null_backend.hpp"
 #include "backend/registry.hpp"
+#include "reduction/reduction_info.hpp"
 #include "reduction_helpers.hpp"
 
 using namespace tessel;
@@ -224,6 +225,36 @@ TEST(NullBackend, CudaSlotGetsDeviceArraysAndOwnsTheirCopies) {
   for (int64_t q = 0; q < out.size(); ++q) EXPECT_EQ(out.at(q), 1.0f);
   expect_error([&] { evaluate(kGauss, in, outs, with(Backend::Compiled)); },
                {"input 0 is on CUDA device 1 but a CPU backend was requested"});
+}
+
+// Gradients through Min/Max/KMin gather and scatter: the engine runs them in the interpreter on
+// host copies of the device inputs (loaded through the CUDA slot), the rest of the call on the
+// device, and stores device outputs back: the same values as on host arrays.
+TEST(NullBackend, GatherReductionsOfDeviceArraysRunOnHostCopies) {
+  NullBackend dev(true, true);
+  ScopedBackend use(BackendId::Cuda, dev);
+  const Formula x = vi(0, 3), y = vj(1, 3);
+  for (const Reduction& r : {Reduction(ReductionOp::Min, sqdist(x, y) * vj(2, 1)),
+                             Reduction(ReductionOp::KMin, sqdist(x, y) * vj(2, 1), 1, 3)}) {
+    const Reduction g = grad(r, 1);  // scatter into y's rows
+    const int64_t n = 9, m = 14;
+    const std::vector<Array> in = {random_array(DType::Float64, {n, 3}, 1),
+                                   random_array(DType::Float64, {m, 3}, 2),
+                                   random_array(DType::Float64, {m, 1}, 3),
+                                   random_array(DType::Float64, {n, r.output_dim(0)}, 4)};
+    const std::vector<Array> want = evaluate(g, in, with(Backend::Interpreter));
+    std::vector<ArrayView> views;
+    for (const Array& a : in) views.push_back(on_cuda(a.view(), 0));
+    Array out(DType::Float64, {m, 3});
+    const ArrayView outs[] = {on_cuda(out.view(), 0)};
+    const int loads = dev.loads(), stores = dev.stores();
+    evaluate(g, views, outs, with(Backend::Auto));
+    // The gradient's gather/scatter part never reached the device backend.
+    for (const NullCall& c : dev.calls()) EXPECT_FALSE(reduction_info(c.op).is_indexed()) << r.str();
+    EXPECT_GT(dev.loads(), loads) << r.str();    // the gather read host copies
+    EXPECT_GT(dev.stores(), stores) << r.str();  // the device output was written back
+    for (int64_t q = 0; q < out.size(); ++q) EXPECT_DOUBLE_EQ(out.at(q), want[0].at(q)) << r.str();
+  }
 }
 
 TEST(CudaBackend, RequestWithoutGpuGivesTheDriverError) {

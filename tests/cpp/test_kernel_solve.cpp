@@ -7,6 +7,8 @@
 #include <random>
 #include <vector>
 
+#include "backend/null_backend.hpp"
+#include "backend/registry.hpp"
 #include "reduction_helpers.hpp"
 #include "tessel/tessel.hpp"
 
@@ -17,10 +19,10 @@ namespace {
 
 constexpr int kN = 120, kD = 2, kC = 3;
 
-struct Problem {
+struct SolveProblem {
   std::vector<double> x, b, g;  // points (kN x kD), right-hand side (kN x kC), kernel scale
   Reduction k;
-  explicit Problem(unsigned seed = 1) {
+  explicit SolveProblem(unsigned seed = 1) {
     std::mt19937 gen(seed);
     std::uniform_real_distribution<double> u(0, 1);
     x.resize(kN * kD);
@@ -82,7 +84,7 @@ struct Solved {
   SolveReport rep;
 };
 
-Solved solve(const Problem& p, const SolveOptions& opt = {}) {
+Solved solve(const SolveProblem& p, const SolveOptions& opt = {}) {
   Solved s;
   const std::vector<Array> in = p.arrays(p.b);
   s.rep = kernel_solve(p.k, 2, views(in), s.x.view(), opt);
@@ -96,7 +98,7 @@ double max_diff(const Array& a, const std::vector<double>& ref) {
 }
 
 TEST(KernelSolve, MatchesDenseSolveFloat64) {
-  const Problem p;
+  const SolveProblem p;
   SolveOptions opt;
   opt.alpha = 0.05;
   opt.tol = 1e-12;
@@ -108,7 +110,7 @@ TEST(KernelSolve, MatchesDenseSolveFloat64) {
 }
 
 TEST(KernelSolve, Float32InputsConvergeToFloat32Accuracy) {
-  const Problem p;
+  const SolveProblem p;
   std::vector<float> xf(p.x.begin(), p.x.end()), bf(p.b.begin(), p.b.end());
   const std::vector<Array> in = {Array::from(xf, {kN, kD}), Array::from(xf, {kN, kD}),
                                  Array::from(bf, {kN, kC}),
@@ -126,7 +128,7 @@ TEST(KernelSolve, Float32InputsConvergeToFloat32Accuracy) {
 }
 
 TEST(KernelSolve, GradientMatchesFiniteDifferences) {
-  const Problem p;
+  const SolveProblem p;
   const double alpha = 0.05, h = 1e-6;
   SolveOptions opt;
   opt.alpha = alpha;
@@ -136,7 +138,7 @@ TEST(KernelSolve, GradientMatchesFiniteDifferences) {
   std::vector<double> gx(kN * kC);
   for (double& v : gx) v = nd(gen);
   // L(x, y, b, g) = <gx, solve(...)>.
-  auto loss = [&](const Problem& q, double a) {
+  auto loss = [&](const SolveProblem& q, double a) {
     SolveOptions o = opt;
     o.alpha = a;
     const Array x = solve(q, o).x;
@@ -156,18 +158,18 @@ TEST(KernelSolve, GradientMatchesFiniteDifferences) {
       kernel_solve_grad(p.k, 2, views(in), x.view(), gxa.view(), wrt, grads, opt, &dalpha);
   EXPECT_TRUE(rep.converged);
   // Central differences on a few coordinates of each input, and on alpha.
-  auto check = [&](std::vector<double> Problem::*field, const Array& got, int idx) {
-    Problem plus = p, minus = p;
+  auto check = [&](std::vector<double> SolveProblem::*field, const Array& got, int idx) {
+    SolveProblem plus = p, minus = p;
     (plus.*field)[idx] += h;
     (minus.*field)[idx] -= h;
     const double fd = (loss(plus, alpha) - loss(minus, alpha)) / (2 * h);
     EXPECT_NEAR(got.at(idx), fd, 1e-6 * (1 + std::abs(fd))) << "index " << idx;
   };
-  for (int idx : {0, 7, 101}) check(&Problem::b, db, idx);
-  check(&Problem::g, dg, 0);
+  for (int idx : {0, 7, 101}) check(&SolveProblem::b, db, idx);
+  check(&SolveProblem::g, dg, 0);
   // x feeds both the i and the j slot: the total derivative is the sum of the two gradients.
   for (int idx : {3, 64}) {
-    Problem plus = p, minus = p;
+    SolveProblem plus = p, minus = p;
     plus.x[idx] += h;
     minus.x[idx] -= h;
     const double fd = (loss(plus, alpha) - loss(minus, alpha)) / (2 * h);
@@ -178,7 +180,7 @@ TEST(KernelSolve, GradientMatchesFiniteDifferences) {
 }
 
 TEST(KernelSolve, ZeroRightHandSideGivesZero) {
-  const Problem p;
+  const SolveProblem p;
   const std::vector<Array> in = p.arrays(std::vector<double>(kN * kC, 0.0));
   Array x(DType::Float64, {kN, kC});
   const SolveReport rep = kernel_solve(p.k, 2, views(in), x.view());
@@ -188,7 +190,7 @@ TEST(KernelSolve, ZeroRightHandSideGivesZero) {
 }
 
 TEST(KernelSolve, BadInputErrors) {
-  const Problem p;
+  const SolveProblem p;
   const std::vector<Array> in = p.arrays(p.b);
   Array x(DType::Float64, {kN, kC});
   const Formula base = exp(-pm(3, 1) * sqdist(vi(0, kD), vj(1, kD)));
@@ -223,7 +225,7 @@ TEST(KernelSolve, BadInputErrors) {
 TEST(KernelSolve, NonConvergenceIsReportedWithoutRaising) {
   SolveOptions few;
   few.maxiter = 2;
-  const SolveReport rep = solve(Problem(), few).rep;
+  const SolveReport rep = solve(SolveProblem(), few).rep;
   EXPECT_FALSE(rep.converged);
   EXPECT_EQ(rep.iterations, 2);
   EXPECT_GT(rep.residual, 1e-6);
@@ -231,3 +233,44 @@ TEST(KernelSolve, NonConvergenceIsReportedWithoutRaising) {
 }
 
 }  // namespace
+
+// K's points on a CUDA device (host memory tagged CUDA, the null backend computing in the CUDA
+// slot): every product runs there, on that device, and the solution and its gradients equal the
+// host solve's; b and x must stay on the host.
+TEST(KernelSolve, PointsOnAGpuRunEveryProductThere) {
+  const SolveProblem p;
+  SolveOptions opt;
+  opt.alpha = 0.05;
+  opt.tol = 1e-12;
+  const Solved host = solve(p, opt);
+  NullBackend dev(true, true);
+  ScopedBackend use(BackendId::Cuda, dev);
+  const std::vector<Array> in = p.arrays(p.b);
+  std::vector<ArrayView> v = views(in);
+  for (int k : {0, 1, 3}) v[k].device = Device{DeviceKind::CUDA, 1};
+  Array x(DType::Float64, {kN, kC});
+  const SolveReport rep = kernel_solve(p.k, 2, v, x.view(), opt);
+  EXPECT_EQ(rep.iterations, host.rep.iterations);
+  for (int64_t q = 0; q < x.size(); ++q) EXPECT_EQ(x.at(q), host.x.at(q));
+  const size_t products = dev.calls().size();
+  EXPECT_GE(products, static_cast<size_t>(rep.iterations));
+  for (const NullCall& c : dev.calls()) EXPECT_EQ(c.device, 1);
+
+  // The gradient: one more solve and one gradient reduction per variable, all on the device.
+  const Array gx = tessel::testing::random_array(DType::Float64, {kN, kC}, 5);
+  Array d0(DType::Float64, {kN, kD}), db(DType::Float64, {kN, kC});
+  const int wrt[2] = {0, 2};
+  const ArrayView grads[2] = {d0.view(), db.view()};
+  kernel_solve_grad(p.k, 2, v, x.view(), gx.view(), wrt, grads, opt, nullptr);
+  EXPECT_GT(dev.calls().size(), products);
+  for (const NullCall& c : dev.calls()) EXPECT_EQ(c.device, 1);
+  Array h0(DType::Float64, {kN, kD}), hb(DType::Float64, {kN, kC});
+  const ArrayView hgrads[2] = {h0.view(), hb.view()};
+  kernel_solve_grad(p.k, 2, views(in), host.x.view(), gx.view(), wrt, hgrads, opt, nullptr);
+  for (int64_t q = 0; q < d0.size(); ++q) EXPECT_EQ(d0.at(q), h0.at(q));
+  for (int64_t q = 0; q < db.size(); ++q) EXPECT_EQ(db.at(q), hb.at(q));
+
+  v[2].device = Device{DeviceKind::CUDA, 1};
+  expect_error([&] { kernel_solve(p.k, 2, v, x.view(), opt); },
+               {"kernel_solve", "b is on a CUDA device; expected a CPU array"});
+}

@@ -1,13 +1,13 @@
-// The Sinkhorn loop with its points on a CUDA device, checked without a GPU: a backend in the
-// CUDA registry slot that computes on host memory (the test's "device" arrays are host memory
-// tagged CUDA) shows that every reduction goes to the GPU backend, on the points' device, and that
+// The Sinkhorn loop with its points on a CUDA device, checked without a GPU: the null backend in
+// the CUDA registry slot, computing on host memory (the test's "device" arrays are host memory
+// tagged CUDA), shows that every reduction goes to the GPU backend, on the points' device, and that
 // the potentials and their gradient equal the CPU loop's.
 #include <gtest/gtest.h>
 
-#include <mutex>
 #include <random>
 #include <vector>
 
+#include "backend/null_backend.hpp"
 #include "backend/registry.hpp"
 #include "reduction_helpers.hpp"
 #include "tessel/tessel.hpp"
@@ -17,35 +17,12 @@ using tessel::testing::expect_error;
 
 namespace {
 
-// Runs what the CUDA slot is given on the compiled CPU backend (interpreter where it declines)
-// and records the devices of the calls.
-class HostAsCudaBackend final : public KernelBackend {
- public:
-  const char* name() const override { return "host-as-cuda"; }
-  bool run(const Problem& p, std::span<const ArrayView> outs) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      devices_.push_back(p.device);
-    }
-    return compiled_backend().run(p, outs) || interpreter_backend().run(p, outs);
-  }
-  void open_device(int device) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    opened_.push_back(device);
-  }
-  std::vector<int> devices() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return devices_;
-  }
-  std::vector<int> opened() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return opened_;
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::vector<int> devices_, opened_;
-};
+// The devices the CUDA slot ran each call on.
+std::vector<int> devices_of(const NullBackend& b) {
+  std::vector<int> d;
+  for (const NullCall& c : b.calls()) d.push_back(c.device);
+  return d;
+}
 
 ArrayView on_cuda(ArrayView v, int device) {
   v.device = Device{DeviceKind::CUDA, device};
@@ -94,7 +71,7 @@ TEST(SinkhornDevice, PointsOnAGpuRunEveryReductionThereAndGiveTheCpuPotentials) 
   const SinkhornResult cpu = sinkhorn(pb.a.view(), pb.x.view(), pb.b.view(), pb.y.view(), o);
   ASSERT_TRUE(cpu.converged) << cpu.str();
 
-  HostAsCudaBackend dev;
+  NullBackend dev(true, true);
   ScopedBackend use(BackendId::Cuda, dev);
   o.diameter = cpu.diameter;
   const ArrayView xd = on_cuda(pb.x.view(), 1), yd = on_cuda(pb.y.view(), 1);
@@ -107,7 +84,7 @@ TEST(SinkhornDevice, PointsOnAGpuRunEveryReductionThereAndGiveTheCpuPotentials) 
   expect_same(gpu.q, cpu.q, "q");
   // Initialisation (4 softmins), 3 or 4 per iteration (alternating: f, g; debias: p, q), the
   // last extrapolation (4): all on device 1.
-  const std::vector<int> devices = dev.devices();
+  const std::vector<int> devices = devices_of(dev);
   EXPECT_EQ(devices.size(), 8 + 4 * cpu.history.size());
   for (int d : devices) EXPECT_EQ(d, 1);
 
@@ -121,10 +98,10 @@ TEST(SinkhornDevice, PointsOnAGpuRunEveryReductionThereAndGiveTheCpuPotentials) 
   const size_t before = devices.size();
   sinkhorn_potentials_vjp(pb.a.view(), xd, pb.b.view(), yd, o, gpu, cf.view(), {}, {}, cq.view(),
                           gx_gpu.view(), gy_gpu.view());
-  EXPECT_EQ(dev.devices().size(), before + 2);
+  EXPECT_EQ(devices_of(dev).size(), before + 2);
   sinkhorn_potentials_vjp(pb.a.view(), pb.x.view(), pb.b.view(), pb.y.view(), o, cpu, cf.view(), {},
                           {}, cq.view(), gx_cpu.view(), gy_cpu.view());
-  EXPECT_EQ(dev.devices().size(), before + 2);  // host points: the CPU backends
+  EXPECT_EQ(devices_of(dev).size(), before + 2);  // host points: the CPU backends
   expect_same(gx_gpu, gx_cpu, "grad_x");
   expect_same(gy_gpu, gy_cpu, "grad_y");
 }
@@ -134,14 +111,14 @@ TEST(SinkhornDevice, HostPointsWithTheCudaBackendRunOnTheRequestedDevice) {
   SinkhornOptions o = options();
   o.debias = false;
   const SinkhornResult cpu = sinkhorn(pb.a.view(), pb.x.view(), pb.b.view(), pb.y.view(), o);
-  HostAsCudaBackend dev;
+  NullBackend dev(true, true);
   ScopedBackend use(BackendId::Cuda, dev);
   o.eval.backend = Backend::Cuda;
   o.eval.device = 2;
   const SinkhornResult gpu = sinkhorn(pb.a.view(), pb.x.view(), pb.b.view(), pb.y.view(), o);
   expect_same(gpu.f, cpu.f, "f");
   expect_same(gpu.g, cpu.g, "g");
-  const std::vector<int> devices = dev.devices();
+  const std::vector<int> devices = devices_of(dev);
   EXPECT_EQ(devices.size(), 4 + 2 * cpu.history.size());
   for (int d : devices) EXPECT_EQ(d, 2);
   for (int d : dev.opened()) EXPECT_EQ(d, 2);
@@ -149,7 +126,7 @@ TEST(SinkhornDevice, HostPointsWithTheCudaBackendRunOnTheRequestedDevice) {
 
 TEST(SinkhornDevice, ClearErrorsForWhatTheLoopCannotReadOnADevice) {
   const Clouds pb = make_problem(5, 6, 2);
-  HostAsCudaBackend dev;
+  NullBackend dev(true, true);
   ScopedBackend use(BackendId::Cuda, dev);
   SinkhornOptions o = options();
   const ArrayView xd = on_cuda(pb.x.view(), 0), yd = on_cuda(pb.y.view(), 0);
@@ -162,5 +139,5 @@ TEST(SinkhornDevice, ClearErrorsForWhatTheLoopCannotReadOnADevice) {
                {"sinkhorn", "x and y must be on the same device"});
   expect_error([&] { sinkhorn(pb.a.view(), xd, pb.b.view(), on_cuda(pb.y.view(), 1), o); },
                {"sinkhorn", "x and y must be on the same device"});
-  EXPECT_TRUE(dev.devices().empty());
+  EXPECT_TRUE(devices_of(dev).empty());
 }

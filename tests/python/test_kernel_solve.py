@@ -233,3 +233,24 @@ def test_bad_input_errors():
 def test_exported_from_front_ends():
     assert tt.KernelSolve is KernelSolve
     assert "KernelSolve" in tt.__all__ and "KernelSolve" in tn.__all__
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (or a CPU-only PyTorch)")
+@pytest.mark.parametrize("create_graph", [False, True])
+def test_cuda_tensors_solve_and_differentiate_on_their_device(create_graph):
+    """The products run on the GPU (CG's vectors on the host); solution and gradients come back
+    on the device and equal the CPU's, first order and under create_graph."""
+    x, b, g = problem()
+    w = torch.randn(len(x), 3, dtype=F64)
+    outs = []
+    for device in ("cpu", "cuda"):
+        xd, bd, gd = (t.to(device).requires_grad_() for t in (x, b, g))
+        alpha = torch.tensor(0.2, dtype=F64, device=device, requires_grad=True)
+        sol = KernelSolve(FORMULA, ALIASES, "B")(xd, xd, bd, gd, alpha=alpha, tol=1e-13)
+        assert sol.device.type == device
+        grads = torch.autograd.grad((sol * w.to(device)).sum(), [xd, bd, gd, alpha],
+                                    create_graph=create_graph)
+        assert all(t.device.type == device for t in grads)
+        outs.append([t.detach().cpu() for t in (sol,) + grads])
+    for got, want in zip(outs[1], outs[0]):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)

@@ -128,8 +128,9 @@ bool CudaBackend::run(const Problem& p, std::span<const ArrayView> outs) {
   const CudaDevice& dev = cuda_device(device, kWho);
   const ReductionImpl& r = *p.r;
   if (reduction_info(r.op).is_indexed())
-    detail::fail(kWho, "gradients through Min/Max/KMin (", reduction_name(r.op),
-                 ") do not run on CUDA yet; evaluate them on CPU arrays");
+    detail::fail(kWho, "internal: ", reduction_name(r.op),
+                 " (a gather/scatter reduction) reached the CUDA backend; the engine runs those "
+                 "on host copies");
   if (reduction_info(r.op).family == ReductionFamily::KSelect && r.k > kCompiledMaxK)
     detail::fail(kWho, reduction_name(r.op), " with K = ", r.k,
                  " exceeds the CUDA limit K <= ", kCompiledMaxK, "; evaluate it on CPU arrays");
