@@ -68,10 +68,23 @@ def test_solve_sample_plan_and_potentials_stay_on_the_device():
 
 
 @needs_gpu
+@pytest.mark.parametrize("case", [dict(), dict(reach=0.5)])
+def test_multiscale_on_cuda_equals_cpu(case):
+    """Clusters, coarse solve and block-sparse iterations on the GPU: the CPU's values and
+    gradients (the same clusters: farthest-point sampling is deterministic)."""
+    a, x, b, y = weighted_clouds(600, 500, d=3, seed=10)
+    loss = SamplesLoss("sinkhorn", blur=0.05, backend="multiscale", **case)
+    v_cpu, g_cpu, _ = _grads(loss, a, x, b, y, "cpu")
+    v_gpu, g_gpu, devices = _grads(loss, a, x, b, y, "cuda")
+    assert all(d.type == "cuda" for d in devices)
+    assert torch.allclose(v_gpu, v_cpu, rtol=1e-9, atol=1e-12)
+    for name, gg, gc in zip("xy", g_gpu[1::2], g_cpu[1::2]):
+        assert torch.allclose(gg, gc, rtol=1e-8, atol=1e-11), name
+
+
+@needs_gpu
 def test_errors_name_what_does_not_run_on_cuda():
     a, x, b, y = weighted_clouds(50, 40, d=3, seed=7)
-    with pytest.raises(NotImplementedError, match="multiscale.*CPU tensors only"):
-        SamplesLoss("sinkhorn", backend="multiscale")(x.cuda(), y.cuda())
     with pytest.raises(ValueError, match="x is on cuda:0 but y on cpu"):
         SamplesLoss("sinkhorn")(x.cuda(), y)
     bad = x.clone()
@@ -92,6 +105,17 @@ def gpu_branch(monkeypatch):
 def test_the_gpu_branch_equals_the_host_loop(case, request):
     a, x, b, y = weighted_clouds(60, 45, d=3, seed=8)
     loss = SamplesLoss("sinkhorn", blur=0.1, **case)
+    v_host, g_host, _ = _grads(loss, a, x, b, y, "cpu")
+    request.getfixturevalue("gpu_branch")
+    v_branch, g_branch, _ = _grads(loss, a, x, b, y, "cpu")
+    assert torch.allclose(v_branch, v_host, rtol=1e-12, atol=0)
+    for name, gb, gh in zip("axby", g_branch, g_host):
+        assert torch.allclose(gb, gh, rtol=1e-10, atol=1e-14), name
+
+
+def test_the_gpu_branch_of_the_multiscale_coarse_solve(request):
+    a, x, b, y = weighted_clouds(200, 150, d=3, seed=12)
+    loss = SamplesLoss("sinkhorn", blur=0.05, backend="multiscale")
     v_host, g_host, _ = _grads(loss, a, x, b, y, "cpu")
     request.getfixturevalue("gpu_branch")
     v_branch, g_branch, _ = _grads(loss, a, x, b, y, "cpu")

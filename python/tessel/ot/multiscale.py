@@ -28,6 +28,7 @@ from .. import _core
 from ..compat.pykeops.torch.cluster import cluster_ranges, from_matrix
 from ..torch import Genred
 from ._implicit import damping
+from ._potentials import core_sinkhorn
 
 _LOG_ZERO = -1e5
 
@@ -39,7 +40,7 @@ def farthest_point_clusters(x, k_max, radius=None):
     n = xd.shape[0]
     centres = [0]
     dist = ((xd - xd[0]) ** 2).sum(1)
-    labels = torch.zeros(n, dtype=torch.int64)
+    labels = torch.zeros(n, dtype=torch.int64, device=xd.device)
     while len(centres) < min(k_max, n):
         far = int(dist.argmax())
         if radius is not None and float(dist[far]) <= radius * radius:
@@ -67,9 +68,10 @@ class _Side:
         self.ranges = cluster_ranges(self.lab, counts)
         xd = self.x.detach()
         wd = self.w.detach()
-        self.mass = torch.zeros(k, dtype=wd.dtype).index_add_(0, self.lab, wd)
+        self.mass = torch.zeros(k, dtype=wd.dtype, device=wd.device).index_add_(0, self.lab, wd)
         cnt = counts.to(xd.dtype)[:, None]
-        self.centre = torch.zeros(k, xd.shape[1], dtype=xd.dtype).index_add_(0, self.lab, xd) / cnt
+        self.centre = torch.zeros(k, xd.shape[1], dtype=xd.dtype, device=xd.device).index_add_(
+            0, self.lab, xd) / cnt
         d = ((xd - self.centre[self.lab]) ** 2).sum(1).sqrt()
         self.radius = _segment_max(d, self.lab, k)
         self.logw = torch.log(self.w.detach()).clamp_min(_LOG_ZERO)
@@ -79,7 +81,7 @@ def _segment_max(values, labels, k):
     """max of values over each label 0..k-1 (labels sorted)."""
     with warnings.catch_warnings():  # scatter_reduce is "beta" in PyTorch 1.13, stable since
         warnings.simplefilter("ignore", UserWarning)
-        return torch.full((k,), -math.inf, dtype=values.dtype).scatter_reduce(
+        return torch.full((k,), -math.inf, dtype=values.dtype, device=values.device).scatter_reduce(
             0, labels, values, "amax")
 
 
@@ -111,7 +113,7 @@ class MultiscaleProblem:
         at the least distance between the clusters: f_c[I] + g_c[J] - Cmin_IJ >= -truncate eps.
         What this drops is measured exactly afterwards (dropped_mass)."""
         if self.truncate is None:  # GeomLoss's truncate=None: no truncation
-            keep = torch.ones(self.cmin.shape, dtype=torch.bool)
+            keep = torch.ones(self.cmin.shape, dtype=torch.bool, device=self.cmin.device)
         else:
             keep = (f_c[:, None] + g_c[None, :] - self.cmin) >= -self.truncate * eps
         keep |= ~keep.any(1, keepdim=True)  # no cluster is left without a partner
@@ -125,14 +127,14 @@ class MultiscaleProblem:
     def softmin_rows(self, g, eps):
         """-eps log sum_j b_j exp((g_j - C_ij) / eps) over the kept blocks, for every x_i."""
         h = (self.v.logw + g / eps)[:, None]
-        ieps = torch.tensor([1 / eps], dtype=self.u.x.dtype)
+        ieps = torch.tensor([1 / eps], dtype=self.u.x.dtype, device=self.u.x.device)
         # The columns' points held constant: each potential is differentiated through its own
         # points only, as the envelope theorem asks (GeomLoss's C(x, y.detach())).
         return -eps * self.lse(self.u.x, self.v.x.detach(), h, ieps, ranges=self.ranges)[:, 0]
 
     def softmin_cols(self, f, eps):
         h = (self.u.logw + f / eps)[:, None]
-        ieps = torch.tensor([1 / eps], dtype=self.u.x.dtype)
+        ieps = torch.tensor([1 / eps], dtype=self.u.x.dtype, device=self.u.x.device)
         return -eps * self.lse(self.v.x, self.u.x.detach(), h, ieps, ranges=self.ranges_t)[:, 0]
 
     def dropped_mass(self, f, g, eps):
@@ -142,7 +144,7 @@ class MultiscaleProblem:
             return 0.0
         hu = (self.u.logw + f.detach() / eps)[:, None]
         hv = (self.v.logw + g.detach() / eps)[:, None]
-        ieps = torch.tensor([1 / eps], dtype=self.u.x.dtype)
+        ieps = torch.tensor([1 / eps], dtype=self.u.x.dtype, device=self.u.x.device)
         rows = self.mass_sum(self.u.x.detach(), self.v.x.detach(), hu, hv, ieps,
                              ranges=self.ranges_drop)
         return float(rows.sum())
@@ -166,10 +168,6 @@ def multiscale_potentials(a, x, b, y, settings, truncate=5.0, cluster_scale=None
     if pw not in (1.0, 2.0) or settings["cost"] is not None:
         raise NotImplementedError("tessel.ot multiscale: the p = 1 and p = 2 costs only (its "
                                   "truncation needs the cost of a distance between clusters)")
-    if x.device.type != "cpu" or y.device.type != "cpu":
-        raise NotImplementedError("tessel.ot multiscale: runs on CPU tensors only for now (its "
-                                  "clustering builds host tensors); on a GPU use "
-                                  "backend='online', whose reductions all run there")
     blur, scaling, debias = settings["blur"], settings["scaling"], settings["debias"]
     rho_x = None if settings["reach_x"] is None else settings["reach_x"] ** pw
     rho_y = None if settings["reach_y"] is None else settings["reach_y"] ** pw
@@ -187,12 +185,13 @@ def multiscale_potentials(a, x, b, y, settings, truncate=5.0, cluster_scale=None
     eps_c = blur_c ** pw
     fine = [e for e in schedule if e < eps_c * (1 - 1e-12)]
     # Coarse: the core's loop on the weighted centroids, down to eps_c.
-    res = _core.sinkhorn(u.mass, u.centre, v.mass, v.centre, p=pw, blur=blur_c,
-                         reach_x=settings["reach_x"], reach_y=settings["reach_y"],
-                         diameter=diameter, scaling=scaling, debias=debias)
+    res = core_sinkhorn(u.mass, u.centre, v.mass, v.centre,
+                        dict(p=pw, blur=blur_c, reach_x=settings["reach_x"],
+                             reach_y=settings["reach_y"], diameter=diameter, scaling=scaling,
+                             debias=debias))
     lu, lv = torch.log(u.mass), torch.log(v.mass)
     dx, dy = damping(eps_c, rho_x), damping(eps_c, rho_y)
-    t = lambda arr: torch.from_numpy(arr).to(torch.float64)  # noqa: E731
+    t = lambda arr: torch.from_numpy(arr).to(dtype=torch.float64, device=x.device)  # noqa: E731
     f = _carry(u.x, v.centre, lv, t(res.g), eps_c, dx, pw)
     g = _carry(v.x, u.centre, lu, t(res.f), eps_c, dy, pw)
     probs = [MultiscaleProblem(u, v, pw, dim, truncate)]
