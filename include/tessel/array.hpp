@@ -12,7 +12,9 @@
 
 namespace tessel {
 
-enum class DType : uint8_t { Float32, Float64, Int64 };
+// Float16 and BFloat16: inputs and outputs only; reductions run on float32 copies (tessel/half.hpp).
+enum class DType : uint8_t { Float32, Float64, Int64, Float16, BFloat16 };
+inline bool is_half(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
 enum class DeviceKind : uint8_t { CPU, CUDA };
 
 struct Device {

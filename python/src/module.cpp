@@ -35,8 +35,13 @@ DType dtype_of(const A& a, const char* what, size_t k) {
   if (t == nb::dtype<float>()) return DType::Float32;
   if (t == nb::dtype<double>()) return DType::Float64;
   if (t == nb::dtype<int64_t>()) return DType::Int64;
+  if (t.bits == 16 && t.lanes == 1) {
+    if (t.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Float)) return DType::Float16;
+    if (t.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat)) return DType::BFloat16;
+  }
   throw nb::type_error(("tessel: " + std::string(what) + " " + std::to_string(k) +
-                        " has an unsupported dtype; expected float32 or float64")
+                        " has an unsupported dtype; expected float32, float64, float16 or "
+                        "bfloat16")
                            .c_str());
 }
 
@@ -111,6 +116,13 @@ nb::object to_numpy(const Array& a) {
     case DType::Int64:
       return nb::cast(
           nb::ndarray<nb::numpy, int64_t>(keep->as<int64_t>(), shape.size(), shape.data(), owner));
+    case DType::Float16:
+      return nb::cast(nb::ndarray<nb::numpy>(
+          keep->data(), shape.size(), shape.data(), owner, nullptr,
+          nb::dlpack::dtype{static_cast<uint8_t>(nb::dlpack::dtype_code::Float), 16, 1}));
+    case DType::BFloat16:  // NumPy has no bfloat16: the bits as int16, viewed as bfloat16 by torch
+      return nb::cast(
+          nb::ndarray<nb::numpy, int16_t>(keep->as<int16_t>(), shape.size(), shape.data(), owner));
   }
   return nb::none();
 }

@@ -129,8 +129,8 @@ def check_array(x, who):
         raise TypeError(f"{who}: expected an array ({', '.join(d.name for d in _adapters)}), got "
                         f"{type(x).__name__}")
     if x.dtype not in a.dtypes and x.dtype not in a.complex_dtypes:
-        raise TypeError(f"{who}: arrays of dtype {x.dtype} are not supported; expected float32 "
-                        "or float64 (or complex64 / complex128)")
+        raise TypeError(f"{who}: arrays of dtype {x.dtype} are not supported; expected float32, "
+                        "float64, float16 or bfloat16 (or complex64 / complex128)")
     return a
 
 

@@ -25,11 +25,18 @@ def run(reduction, options, args):
     device = next((a.device for a in args if a.device.type == "cuda"), None)
     if device is None:
         outs = _core.evaluate(reduction, [a.detach() for a in args], **options)
-        return [torch.from_numpy(o) for o in outs]
+        return [_tensor(o) for o in outs]
     stream = torch.cuda.current_stream(device).cuda_stream
     outs = _core.evaluate(reduction, [a.detach() for a in args], stream=stream,
                           device=device.index or 0, **options)
-    return [torch.from_numpy(o).to(device) for o in outs]
+    return [_tensor(o).to(device) for o in outs]
+
+
+def _tensor(o):
+    """A core result as a tensor; bfloat16 results come as their bits in int16 (NumPy has no
+    bfloat16)."""
+    t = torch.from_numpy(o)
+    return t.view(torch.bfloat16) if t.dtype == torch.int16 else t
 
 
 # torch never frees the Python side of an autograd graph that is still alive when the interpreter

@@ -8,7 +8,8 @@ from ._solve import KernelSolveBase
 
 __all__ = ["Genred", "KernelSolve", "LazyTensor", "Vi", "Vj", "Pm"]
 
-_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+# float16: reductions run on float32 copies and their results are rounded back.
+_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16))
 
 
 class Genred(GenredBase):
@@ -30,8 +31,8 @@ class Genred(GenredBase):
                 raise TypeError(f"Genred: argument {k} is a {type(a).__name__}; expected a "
                                 "numpy.ndarray")
             if a.dtype not in _DTYPES:
-                raise TypeError(f"Genred: argument {k} has dtype {a.dtype}; expected float32 or "
-                                "float64")
+                raise TypeError(f"Genred: argument {k} has dtype {a.dtype}; expected float32, "
+                                "float64 or float16")
         out = _core.evaluate(spec.reduction, arrays, **opts)
         if not arrays and args:  # a formula that reads no array: the call's dtype
             dtype = _one_dtype({np.asarray(a).dtype for a in args}, "Genred")
@@ -44,7 +45,7 @@ def _one_dtype(dtypes, who):
     if len(dtypes) > 1 or not dtypes <= set(_DTYPES):
         raise TypeError(f"{who}: the arrays have dtypes "
                         f"{', '.join(sorted(str(d) for d in dtypes))}; expected one of "
-                        "float32 or float64")
+                        "float32, float64 or float16")
     return next(iter(dtypes), None)
 
 

@@ -26,7 +26,8 @@ __all__ = ["Genred", "KernelSolve", "LazyTensor", "Vi", "Vj", "Pm", "checkpoint_
            "cg_solve", "fixed_point", "ConvergenceError", "odeint_reversible",
            "ReversibleCoupling", "SnapshotLevels"]
 
-_DTYPES = (torch.float32, torch.float64)
+# Half precision: reductions run on float32 copies and their results are rounded back.
+_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _OP = _torch_op.AVAILABLE  # torch >= 2.4
 _is_compiling = torch.compiler.is_compiling if _OP else None
 
@@ -95,7 +96,7 @@ def _check_tensors(args, who):
             device = a.device
         if a.dtype not in _DTYPES:
             raise TypeError(f"{who}: argument {k} has dtype {a.dtype}; expected "
-                            "torch.float32 or torch.float64")
+                            "torch.float32, torch.float64, torch.float16 or torch.bfloat16")
         if dtype is None:
             dtype = a.dtype
         elif a.dtype != dtype:

@@ -29,6 +29,8 @@ struct Bound {
         return static_cast<const double*>(data)[off];
       case DType::Int64:
         return static_cast<double>(static_cast<const int64_t*>(data)[off]);
+      default:  // half inputs reach backends as float32 copies
+        break;
     }
     return 0;
   }

@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "engine/engine_impl.hpp"
+#include "engine/half_io.hpp"
 #include "tessel/runtime.hpp"
 
 namespace tessel {
@@ -185,13 +186,39 @@ std::vector<Array> evaluate_unguarded(const Reduction& r, std::span<const ArrayV
 void evaluate(const Reduction& r, std::span<const ArrayView> inputs,
               std::span<const ArrayView> outputs, const Options& opt, Sizes sizes) {
   check_sizes(sizes);
-  guard_sizes([&] { evaluate_unguarded(r, inputs, outputs, opt, sizes); });
+  guard_sizes([&] {
+    if (!engine::any_half(inputs, outputs))
+      return evaluate_unguarded(r, inputs, outputs, opt, sizes);
+    // Half arrays: float32 copies in, float32 results rounded into the half outputs.
+    engine::HalfInputs h =
+        engine::convert_half_inputs(inputs, opt, pick_device(inputs, outputs, opt));
+    if (!h.have_dtype)  // no float input (a formula reading no array): the outputs' dtype
+      for (const ArrayView& o : outputs)
+        if (is_half(o.dtype)) h.dtype = o.dtype;
+    engine::check_half_outputs(outputs, h.dtype);
+    std::vector<Array> tmp;
+    std::vector<ArrayView> outs(outputs.begin(), outputs.end());
+    for (size_t k = 0; k < outs.size(); ++k)
+      if (is_half(outs[k].dtype)) outs[k] = tmp.emplace_back(DType::Float32, outs[k].shape).view();
+    evaluate_unguarded(r, h.views, outs, h.opt, sizes);
+    size_t t = 0;
+    for (size_t k = 0; k < outputs.size(); ++k)
+      if (is_half(outputs[k].dtype))
+        engine::store_half(tmp[t++], outputs[k], "output " + std::to_string(k));
+  });
 }
 
 std::vector<Array> evaluate(const Reduction& r, std::span<const ArrayView> inputs,
                             const Options& opt, Sizes sizes) {
   check_sizes(sizes);
-  return guard_sizes([&] { return evaluate_unguarded(r, inputs, opt, sizes); });
+  return guard_sizes([&] {
+    if (!engine::any_half(inputs, {})) return evaluate_unguarded(r, inputs, opt, sizes);
+    const engine::HalfInputs h =
+        engine::convert_half_inputs(inputs, opt, pick_device(inputs, {}, opt));
+    std::vector<Array> outs = evaluate_unguarded(r, h.views, h.opt, sizes);
+    for (Array& o : outs) o = engine::round_to_half(o, h.dtype);
+    return outs;
+  });
 }
 
 std::vector<Array> evaluate(const Reduction& r, const std::vector<Array>& inputs,

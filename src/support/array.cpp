@@ -4,7 +4,9 @@
 #include <string>
 
 #include "tessel/array.hpp"
+
 #include "tessel/error.hpp"
+#include "tessel/half.hpp"
 
 namespace tessel {
 
@@ -13,11 +15,20 @@ const char* dtype_name(DType t) {
     case DType::Float32: return "float32";
     case DType::Float64: return "float64";
     case DType::Int64: return "int64";
+    case DType::Float16: return "float16";
+    case DType::BFloat16: return "bfloat16";
   }
   return "?";
 }
 
-size_t dtype_size(DType t) { return t == DType::Float32 ? 4 : 8; }
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::Float32: return 4;
+    case DType::Float16:
+    case DType::BFloat16: return 2;
+    default: return 8;
+  }
+}
 
 namespace {
 
@@ -74,6 +85,8 @@ double Array::at(int64_t k) const {
     case DType::Float32: return as<float>()[k];
     case DType::Float64: return as<double>()[k];
     case DType::Int64: return static_cast<double>(as<int64_t>()[k]);
+    case DType::Float16: return half_to_float(as<uint16_t>()[k]);
+    case DType::BFloat16: return bfloat16_to_float(as<uint16_t>()[k]);
   }
   return 0;
 }

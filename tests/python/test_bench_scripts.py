@@ -76,3 +76,25 @@ def test_ot_bench_smoke_and_table(tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert t.returncode == 0, t.stderr
     assert "| 200 | 3 | tessel |" in t.stdout and "1.0x" in t.stdout
+
+
+def test_half_accuracy_smoke_and_table(tmp_path):
+    out = subprocess.run([sys.executable, str(BENCH / "half_accuracy.py"), "--n", "300"],
+                         capture_output=True, text=True, env=dict(os.environ), timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = [json.loads(line) for line in out.stdout.splitlines() if '"case"' in line]
+    assert {(r["case"], r["dtype"]) for r in rows} == {
+        (c, d) for c in ("gauss-sum", "lse", "gauss-grad")
+        for d in ("float32", "float16", "bfloat16")}
+    for r in rows:
+        # Half dtypes: the float32 reduction's error (~1e-7) is far below the output's rounding,
+        # at most half an eps. float32: the reduction's own error, a few eps (exp's and the
+        # blocked sum's rounding).
+        bound = 0.6 if r["dtype"] != "float32" else 8
+        assert 0 < r["compute_max"] <= bound * r["eps"], r
+    path = tmp_path / "half.jsonl"
+    path.write_text(out.stdout)
+    t = subprocess.run([sys.executable, str(BENCH / "half_accuracy.py"), "--table", str(path)],
+                       capture_output=True, text=True, env=dict(os.environ), timeout=60)
+    assert t.returncode == 0, t.stderr
+    assert "| lse | bfloat16 |" in t.stdout

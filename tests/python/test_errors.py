@@ -72,8 +72,8 @@ def test_k_must_fit_in_an_int(front, lib):
 def test_object_and_integer_arrays_are_type_errors():
     g = tn.Genred(FORMULA, ALIASES, axis=1)
     x, y, b = args()
-    with pytest.raises(TypeError, match="Genred: argument 0 has dtype object; expected float32 or "
-                                        "float64"):
+    with pytest.raises(TypeError, match="Genred: argument 0 has dtype object; expected float32, "
+                                        "float64 or float16"):
         g(x.astype(object), y, b)
     with pytest.raises(TypeError, match="Genred: argument 2 has dtype int32"):
         g(x, y, b.astype(np.int32))

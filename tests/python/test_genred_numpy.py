@@ -332,7 +332,7 @@ def test_bad_dtypes_and_types():
     g = gauss_genred()
     with pytest.raises(TypeError, match="dtype float64 but input 0 has float32"):
         g(x.astype(np.float32), y, b, gam)
-    with pytest.raises(TypeError, match="argument 0 has dtype int64; expected float32 or float64"):
+    with pytest.raises(TypeError, match="argument 0 has dtype int64; expected float32, float64 or float16"):
         g(x.astype(np.int64), y, b, gam)
     with pytest.raises((TypeError, ValueError)):
         g(x.astype(np.int32), y, b, gam)

@@ -372,7 +372,7 @@ def test_errors():
         Vj(y).exp().logsumexp(axis=0)
     with pytest.raises(ValueError, match="rows"):
         Vi(x) + Vi(y)  # N = 25 and 30 rows
-    with pytest.raises(TypeError, match="float32 or float64"):
+    with pytest.raises(TypeError, match="float32, float64, float16 or bfloat16"):
         Vi(np.ones((3, 2), dtype=np.int64))
     with pytest.raises(TypeError, match="dtypes"):
         Vi(x).sqdist(Vj(y.astype(np.float32))).sum(axis=1)
