@@ -147,4 +147,14 @@ std::vector<Array> evaluate(const Reduction& r, std::span<const ArrayView> input
 std::vector<Array> evaluate(const Reduction& r, const std::vector<Array>& inputs,
                             const Options& opt = {}, Sizes sizes = {});
 
+// The outputs the allocating evaluate() returns for these inputs, without evaluating: their
+// shapes and dtypes, so that a caller can allocate them itself (on a GPU, say) and evaluate into
+// them.
+struct OutputSpec {
+  std::vector<int64_t> shape;
+  DType dtype = DType::Float32;
+};
+std::vector<OutputSpec> output_specs(const Reduction& r, std::span<const ArrayView> inputs,
+                                     Sizes sizes = {});
+
 }  // namespace tessel

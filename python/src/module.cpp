@@ -425,6 +425,18 @@ NB_MODULE(_core, m) {
       "Evaluate into caller-allocated outputs (any DLPack arrays, e.g. torch tensors, CPU or "
       "CUDA); `stream`: the CUDA stream (an integer handle) to run on.");
 
+  m.def(
+      "output_specs",
+      [](const Reduction& r, const std::vector<InArray>& inputs, int64_t ni, int64_t nj) {
+        const std::vector<ArrayView> in = views(inputs, "input");
+        nb::list res;
+        for (const OutputSpec& s : output_specs(r, std::span<const ArrayView>(in), Sizes{ni, nj}))
+          res.append(nb::make_tuple(nb::tuple(nb::cast(s.shape)), std::string(dtype_name(s.dtype))));
+        return res;
+      },
+      nb::arg("reduction"), nb::arg("inputs"), nb::arg("ni") = -1, nb::arg("nj") = -1,
+      "The (shape, dtype name) of each output `evaluate` would return for these inputs.");
+
   // Kernel CG solves and their gradient, driven by tessel's KernelSolve and LazyTensor.solve.
   auto solve_options = [](double alpha, double tol, double atol, int64_t maxiter, bool raise,
                           const std::string& backend, const std::string& sum_scheme, bool acc_f64,

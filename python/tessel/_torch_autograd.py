@@ -18,18 +18,26 @@ from ._genred import fused_grads_of, grad_of, jvp_of
 TORCH2 = int(torch.__version__.split(".")[0]) >= 2
 
 
+_TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "int64": torch.int64,
+                 "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
 def run(reduction, options, args):
     """Evaluates on the tensors' memory; the results are NumPy-allocated and shared, not copied.
-    CUDA tensors are reduced on their GPU, on PyTorch's current stream; the results come back
-    through host memory (the CUDA backend stages its outputs there) and are moved to the GPU."""
+    CUDA tensors are reduced on their GPU, on PyTorch's current stream, into outputs allocated on
+    that device: the results never pass through host memory."""
     device = next((a.device for a in args if a.device.type == "cuda"), None)
+    inputs = [a.detach() for a in args]
     if device is None:
-        outs = _core.evaluate(reduction, [a.detach() for a in args], **options)
+        outs = _core.evaluate(reduction, inputs, **options)
         return [_tensor(o) for o in outs]
+    sizes = {k: options[k] for k in ("ni", "nj") if k in options}
+    outs = [torch.empty(shape, dtype=_TORCH_DTYPES[dtype], device=device)
+            for shape, dtype in _core.output_specs(reduction, inputs, **sizes)]
     stream = torch.cuda.current_stream(device).cuda_stream
-    outs = _core.evaluate(reduction, [a.detach() for a in args], stream=stream,
-                          device=device.index or 0, **options)
-    return [_tensor(o).to(device) for o in outs]
+    _core.evaluate_into(reduction, inputs, outs, stream=stream, device=device.index or 0,
+                        **options)
+    return outs
 
 
 def _tensor(o):

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "backend/problem.hpp"
@@ -14,6 +15,13 @@ namespace tessel {
 // backend has no id of its own: tests put it into a slot (BackendRegistry::replace).
 enum class BackendId : uint8_t { Compiled, Interpreter, Cuda };
 constexpr int kBackendSlots = 3;
+
+// Device memory a backend allocated for the engine: a contiguous (rows, cols) array on a device,
+// freed with the last copy of `owner`.
+struct DeviceRows {
+  std::shared_ptr<void> owner;
+  ArrayView view;
+};
 
 class KernelBackend {
  public:
@@ -37,6 +45,14 @@ class KernelBackend {
   // Drops the kernels held in memory (the disk cache stays), so that the next call loads from
   // disk: lets tests measure disk hits and the bench measure first calls.
   virtual void forget_loaded() {}
+
+  // Results that stay on the device (no host round trip): a backend that says so is given its
+  // device's contiguous CUDA outputs by run() and writes them there; it allocates the device
+  // memory of computed variables and gradient terms, and adds such terms into outputs there.
+  virtual bool writes_device_outputs() const { return false; }
+  virtual DeviceRows alloc_rows(DType dtype, int64_t rows, int64_t cols, int device);
+  // dst += src: src a contiguous (rows, cols) device array, dst the same shape, rows strided.
+  virtual void add_rows_device(const ArrayView& src, const ArrayView& dst);
 };
 
 // The built-in backends, one object each for the life of the process.

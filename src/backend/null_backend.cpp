@@ -93,6 +93,41 @@ Array NullBackend::load_rows(const ArrayView& src) {
   return host;
 }
 
+DeviceRows NullBackend::alloc_rows(DType dtype, int64_t rows, int64_t cols, int device) {
+  auto a = std::make_shared<Array>(dtype, std::vector<int64_t>{rows, cols});
+  DeviceRows d{a, a->view()};
+  d.view.device = Device{DeviceKind::CUDA, device};
+  std::lock_guard lk(mu_);
+  ++allocs_;
+  return d;
+}
+
+void NullBackend::add_rows_device(const ArrayView& src, const ArrayView& dst) {
+  int64_t rows = 0, cols = 0;
+  output_rows(dst, rows, cols);
+  const int64_t pitch = dst.shape.size() == 2 || cols == 1 ? dst.stride(0) : 1;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t s = r * cols + c, d = r * pitch + c;
+      if (dst.dtype == DType::Float32)
+        static_cast<float*>(dst.data)[d] += static_cast<const float*>(src.data)[s];
+      else
+        static_cast<double*>(dst.data)[d] += static_cast<const double*>(src.data)[s];
+    }
+  std::lock_guard lk(mu_);
+  ++adds_;
+}
+
+int NullBackend::allocs() const {
+  std::lock_guard lk(mu_);
+  return allocs_;
+}
+
+int NullBackend::adds() const {
+  std::lock_guard lk(mu_);
+  return adds_;
+}
+
 std::vector<NullCall> NullBackend::calls() const {
   std::lock_guard lk(mu_);
   return calls_;

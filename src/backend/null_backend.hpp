@@ -44,17 +44,25 @@ class NullBackend final : public KernelBackend {
   void store_rows(const Array& src, const ArrayView& dst) override;
   Array load_rows(const ArrayView& src) override;
 
+  // In compute mode, results stay on the "device" as on a GPU: outputs written in place, device
+  // scratch memory (host memory tagged CUDA) and adds there, each counted.
+  bool writes_device_outputs() const override { return compute_; }
+  DeviceRows alloc_rows(DType dtype, int64_t rows, int64_t cols, int device) override;
+  void add_rows_device(const ArrayView& src, const ArrayView& dst) override;
+
   std::vector<NullCall> calls() const;
   std::vector<int> opened() const;  // open_device arguments, in order
   int stores() const;
   int loads() const;
+  int allocs() const;
+  int adds() const;
 
  private:
   bool accept_, compute_;
   mutable std::mutex mu_;
   std::vector<NullCall> calls_;
   std::vector<int> opened_;
-  int stores_ = 0, loads_ = 0;
+  int stores_ = 0, loads_ = 0, allocs_ = 0, adds_ = 0;
 };
 
 }  // namespace tessel

@@ -13,6 +13,14 @@ Array KernelBackend::load_rows(const ArrayView&) {
   detail::fail("evaluate", "internal: the ", name(), " backend was given a device output");
 }
 
+DeviceRows KernelBackend::alloc_rows(DType, int64_t, int64_t, int) {
+  detail::fail("evaluate", "internal: the ", name(), " backend has no device memory");
+}
+
+void KernelBackend::add_rows_device(const ArrayView&, const ArrayView&) {
+  detail::fail("evaluate", "internal: the ", name(), " backend has no device memory");
+}
+
 BackendChoice choose_backend(Backend requested, int device, bool interpreter_only) {
   if (device >= 0) return {BackendId::Cuda, false};
   if (requested == Backend::Interpreter || interpreter_only) return {BackendId::Interpreter, false};

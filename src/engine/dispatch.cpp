@@ -103,21 +103,42 @@ void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> 
   if (kmin && r.k > p.n_inner)
     detail::fail(fn, reduction_name(r.op), ": K = ", r.k, " is larger than the number of ",
                  r.axis == 1 ? "j" : "i", " rows (", p.n_inner, ")");
-  // Computed variables: sub-reductions on the same inputs, each evaluated once per call.
+  // Computed variables: sub-reductions on the same inputs, each evaluated once per call; on a GPU
+  // whose backend keeps results there, into device memory (no round trip through the host).
+  p.device = ctx.device;
+  const BackendRegistry& reg = BackendRegistry::instance();
+  KernelBackend& dev = reg.get(BackendId::Cuda);  // owns the memory of device arrays
+  const bool keep_on_device = ctx.device >= 0 && dev.writes_device_outputs();
+  std::vector<int> device_vars;  // computed variables whose results are device memory
   for (const ComputedVar& c : r.computed) {
     const auto key = std::make_pair(c.source->hash.lo, c.source->hash.hi);
     auto it = ctx.computed.find(key);
-    if (it == ctx.computed.end())
-      it = ctx.computed.emplace(key, eval_impl(*c.source, ctx, false)).first;
-    const Array& a = it->second.at(c.output);
+    if (it == ctx.computed.end()) {
+      ComputedResult res;
+      if (keep_on_device) {
+        const auto [dtype, rows] = result_rows(*c.source, ctx);
+        for (int k = 0; k < c.source->num_outputs(); ++k) {
+          res.device.push_back(dev.alloc_rows(c.source->output_is_index(k) ? DType::Int64 : dtype,
+                                              rows, c.source->output_dim(k), ctx.device));
+          res.views.push_back(res.device.back().view);
+        }
+        eval_into(*c.source, ctx, res.views, false);
+      } else {
+        res.host = eval_impl(*c.source, ctx, false);
+        for (const Array& a : res.host) res.views.push_back(a.view());
+      }
+      it = ctx.computed.emplace(key, std::move(res)).first;
+    }
+    const ArrayView& a = it->second.views.at(c.output);
+    if (a.device.kind == DeviceKind::CUDA) device_vars.push_back(c.index);
     const VarSlot* v = r.find_var(c.index);
     Bound b;
     b.index = c.index;
     b.cat = v->cat;
     b.dim = v->dim;
-    b.dtype = a.dtype();
-    b.data = a.data();
-    b.rows = c.source->full_sum ? 1 : a.shape()[0];
+    b.dtype = a.dtype;
+    b.data = a.data;
+    b.rows = c.source->full_sum ? 1 : a.shape[0];
     b.s_row = c.source->full_sum ? 0 : v->dim;
     b.s_col = 1;
     p.vars.push_back(b);
@@ -131,9 +152,39 @@ void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> 
                  outputs.size());
   for (int k = 0; k < r.num_outputs(); ++k)
     check_output(r, k, outputs[k], out_rows, p.dtype, ctx.device >= 0);
-  // Device outputs are filled from host staging buffers (see launch.cpp).
+  // Gather/scatter reductions (gradients through Min/Max/KMin) cost O(rows), as the copies do: a
+  // GPU call runs them in the interpreter on host copies of its device inputs.
+  const bool indexed = reduction_info(r.op).is_indexed();
+  std::vector<Array> host_inputs;
+  if (indexed && ctx.device >= 0) {
+    for (Bound& b : p.vars) {
+      const bool user = b.index < static_cast<int>(ctx.inputs.size()) &&
+                        ctx.inputs[b.index].device.kind == DeviceKind::CUDA;
+      if (!user && std::find(device_vars.begin(), device_vars.end(), b.index) == device_vars.end())
+        continue;
+      if (b.s_col != 1 && b.dim > 1)
+        detail::fail(fn, "input ", b.index, " is a CUDA array whose rows are not contiguous ",
+                     "(element stride ", b.s_col, "); pass a contiguous array (.contiguous())");
+      const int64_t rows = b.s_row == 0 ? 1 : b.rows;  // a broadcast row is read once
+      ArrayView v;
+      v.data = const_cast<void*>(b.data);
+      v.dtype = b.dtype;
+      v.shape = {rows, b.dim};
+      v.strides = {b.s_row == 0 ? b.dim : b.s_row, 1};
+      v.device = Device{DeviceKind::CUDA, ctx.device};
+      host_inputs.push_back(dev.load_rows(v));
+      b.data = host_inputs.back().data();
+      b.s_row = b.s_row == 0 ? 0 : b.dim;
+      b.s_col = 1;
+    }
+    p.device = -1;
+  }
+  // Outputs written in place: host ones that are contiguous, and device ones when the GPU's
+  // backend writes its device's memory; the others go through host buffers (copied back below).
+  const bool device_direct = p.device >= 0 && dev.writes_device_outputs();
   auto direct = [&](int k) {
-    return !r.full_sum && contiguous(outputs[k]) && outputs[k].device.kind == DeviceKind::CPU;
+    if (r.full_sum || !contiguous(outputs[k])) return false;
+    return outputs[k].device.kind == DeviceKind::CPU || device_direct;
   };
 
   std::vector<Array> tmp;
@@ -150,35 +201,7 @@ void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> 
       views.push_back(tmp.back().view());
     }
   }
-  const bool indexed = reduction_info(r.op).is_indexed();
   const bool interpret = ctx.opt.backend == Backend::Interpreter || indexed;
-  p.device = ctx.device;
-  const BackendRegistry& reg = BackendRegistry::instance();
-  // Gather/scatter reductions (gradients through Min/Max/KMin) cost O(rows), as the copies do: a
-  // GPU call runs them in the interpreter on host copies of its device inputs.
-  std::vector<Array> host_inputs;
-  if (indexed && ctx.device >= 0) {
-    for (Bound& b : p.vars) {
-      if (b.index >= static_cast<int>(ctx.inputs.size()) ||
-          ctx.inputs[b.index].device.kind != DeviceKind::CUDA)
-        continue;
-      if (b.s_col != 1 && b.dim > 1)
-        detail::fail(fn, "input ", b.index, " is a CUDA array whose rows are not contiguous ",
-                     "(element stride ", b.s_col, "); pass a contiguous array (.contiguous())");
-      const int64_t rows = b.s_row == 0 ? 1 : b.rows;  // a broadcast row is read once
-      ArrayView v;
-      v.data = const_cast<void*>(b.data);
-      v.dtype = b.dtype;
-      v.shape = {rows, b.dim};
-      v.strides = {b.s_row == 0 ? b.dim : b.s_row, 1};
-      v.device = ctx.inputs[b.index].device;
-      host_inputs.push_back(reg.get(BackendId::Cuda).load_rows(v));
-      b.data = host_inputs.back().data();
-      b.s_row = b.s_row == 0 ? 0 : b.dim;
-      b.s_col = 1;
-    }
-    p.device = -1;
-  }
   const BackendChoice choice = choose_backend(ctx.opt.backend, p.device, interpret);
   if (!reg.get(choice.first).run(p, views)) {
     if (!choice.interpreter_fallback) {
@@ -191,7 +214,6 @@ void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> 
     }
     reg.get(BackendId::Interpreter).run(p, views);
   }
-  KernelBackend& dev = reg.get(BackendId::Cuda);  // owns the memory of device outputs
   // Copy back what went through temporaries (strided outputs, and sums over all rows).
   size_t t = 0;
   for (int k = 0; k < r.num_outputs(); ++k) {
@@ -213,11 +235,37 @@ void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> 
       copy_rows(src, outputs[k], dev);
     }
   }
-  for (const auto& a : r.addends) add_rows(eval_impl(*a, ctx, false).at(0), outputs[0], dev);
+  for (const auto& a : r.addends) {
+    if (outputs[0].device.kind == DeviceKind::CUDA && direct(0)) {
+      // A gradient term into a device output: evaluated into device memory, added there.
+      DeviceRows term = dev.alloc_rows(p.dtype, out_rows, r.output_dim(0), p.device);
+      const ArrayView term_out[1] = {term.view};
+      eval_into(*a, ctx, term_out, false);
+      ArrayView dst = outputs[0];  // contiguous (direct)
+      dst.shape = {out_rows, r.output_dim(0)};
+      dst.strides.clear();
+      dev.add_rows_device(term.view, dst);
+    } else {
+      add_rows(eval_impl(*a, ctx, false).at(0), outputs[0], dev);
+    }
+  }
 }
 
 std::vector<Array> eval_impl(const ReductionImpl& r, Context& ctx, bool top) {
-  // Learn the dtype and row counts from the inputs, allocate, and evaluate.
+  const auto [dtype, n] = result_rows(r, ctx);
+  std::vector<Array> outs;
+  std::vector<ArrayView> views;
+  for (int k = 0; k < r.num_outputs(); ++k) {
+    outs.emplace_back(r.output_is_index(k) ? DType::Int64 : dtype,
+                      std::vector<int64_t>{n, r.output_dim(k)});
+    views.push_back(outs.back().view());
+  }
+  eval_into(r, ctx, views, top);
+  return outs;
+}
+
+std::pair<DType, int64_t> result_rows(const ReductionImpl& r, const Context& ctx) {
+  // The dtype and row counts from the inputs.
   DType dtype = DType::Float32;
   int64_t rows[2] = {ctx.sizes.ni, ctx.sizes.nj};
   for (const VarSlot& v : r.vars) {
@@ -229,16 +277,7 @@ std::vector<Array> eval_impl(const ReductionImpl& r, Context& ctx, bool top) {
           a.shape.size() >= 2 ? a.shape[a.shape.size() - 2] : a.shape[0];
   }
   if (dtype == DType::Int64) dtype = DType::Float32;
-  const int64_t n = r.full_sum ? 1 : std::max<int64_t>(0, rows[static_cast<int>(r.outer())]);
-  std::vector<Array> outs;
-  std::vector<ArrayView> views;
-  for (int k = 0; k < r.num_outputs(); ++k) {
-    outs.emplace_back(r.output_is_index(k) ? DType::Int64 : dtype,
-                      std::vector<int64_t>{n, r.output_dim(k)});
-    views.push_back(outs.back().view());
-  }
-  eval_into(r, ctx, views, top);
-  return outs;
+  return {dtype, r.full_sum ? 1 : std::max<int64_t>(0, rows[static_cast<int>(r.outer())])};
 }
 
 int pick_device(std::span<const ArrayView> inputs, std::span<const ArrayView> outputs,

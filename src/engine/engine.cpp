@@ -152,6 +152,28 @@ void evaluate_unguarded(const Reduction& r, std::span<const ArrayView> inputs,
   eval_into(r.impl(), ctx, outputs, true);
 }
 
+// The allocating evaluate's outputs: (n, dim) unbatched ((1, dim) for a sum over all rows),
+// (B..., n, dim) or (B..., dim) batched; the inputs' float dtype, int64 for indices.
+std::vector<OutputSpec> specs_of(const ReductionImpl& R, std::span<const ArrayView> inputs,
+                                 Sizes sizes, const BatchPlan& plan) {
+  DType dtype = DType::Float32;
+  for (const VarSlot& v : R.vars)
+    if (!v.computed && v.index < static_cast<int>(inputs.size())) dtype = inputs[v.index].dtype;
+  if (dtype == DType::Int64) dtype = DType::Float32;
+  const int64_t n = std::max<int64_t>(0, rows_of(R, inputs, R.outer(), sizes));
+  std::vector<OutputSpec> specs;
+  for (int k = 0; k < R.num_outputs(); ++k) {
+    OutputSpec s{plan.shape, R.output_is_index(k) ? DType::Int64 : dtype};
+    if (!plan.batched)
+      s.shape = {R.full_sum ? 1 : n};
+    else if (!R.full_sum)
+      s.shape.push_back(n);
+    s.shape.push_back(R.output_dim(k));
+    specs.push_back(s);
+  }
+  return specs;
+}
+
 std::vector<Array> evaluate_unguarded(const Reduction& r, std::span<const ArrayView> inputs,
                                       const Options& opt, Sizes sizes) {
   const ReductionImpl& R = r.impl();
@@ -163,18 +185,10 @@ std::vector<Array> evaluate_unguarded(const Reduction& r, std::span<const ArrayV
     Context ctx{inputs, opt, sizes, {}, pick_device(inputs, {}, opt)};
     return eval_impl(R, ctx, true);
   }
-  DType dtype = DType::Float32;
-  for (const VarSlot& v : R.vars)
-    if (!v.computed && v.index < static_cast<int>(inputs.size())) dtype = inputs[v.index].dtype;
-  if (dtype == DType::Int64) dtype = DType::Float32;
-  const int64_t n = std::max<int64_t>(0, rows_of(R, inputs, R.outer(), sizes));
   std::vector<Array> outs;
   std::vector<ArrayView> views;
-  for (int k = 0; k < R.num_outputs(); ++k) {
-    std::vector<int64_t> shape = plan.shape;
-    if (!R.full_sum) shape.push_back(n);
-    shape.push_back(R.output_dim(k));
-    outs.emplace_back(R.output_is_index(k) ? DType::Int64 : dtype, shape);
+  for (const OutputSpec& s : specs_of(R, inputs, sizes, plan)) {
+    outs.emplace_back(s.dtype, s.shape);
     views.push_back(outs.back().view());
   }
   evaluate_batched(R, inputs, views, opt, sizes, plan);
@@ -219,6 +233,12 @@ std::vector<Array> evaluate(const Reduction& r, std::span<const ArrayView> input
     for (Array& o : outs) o = engine::round_to_half(o, h.dtype);
     return outs;
   });
+}
+
+std::vector<OutputSpec> output_specs(const Reduction& r, std::span<const ArrayView> inputs,
+                                     Sizes sizes) {
+  check_sizes(sizes);
+  return specs_of(r.impl(), inputs, sizes, plan_batch(r.impl(), inputs));
 }
 
 std::vector<Array> evaluate(const Reduction& r, const std::vector<Array>& inputs,

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/backend.hpp"
 #include "backend/problem.hpp"
 #include "tessel/reduction.hpp"
 
@@ -30,11 +31,19 @@ bool contiguous(const ArrayView& a);
 std::vector<RowBlock> row_blocks(const ReductionImpl& r, const Options& opt, int64_t n_outer,
                                  int64_t n_inner);
 
+// A computed variable's results: host arrays, or device memory the CUDA slot allocated (a call
+// on a GPU whose backend keeps results there), seen through `views` either way.
+struct ComputedResult {
+  std::vector<Array> host;
+  std::vector<DeviceRows> device;
+  std::vector<ArrayView> views;
+};
+
 struct Context {
   std::span<const ArrayView> inputs;
   Options opt;
   Sizes sizes;
-  std::map<std::pair<uint64_t, uint64_t>, std::vector<Array>> computed;  // by source hash
+  std::map<std::pair<uint64_t, uint64_t>, ComputedResult> computed;  // by source hash
   int device = -1;  // the CUDA device evaluating, or -1 for the CPU
 };
 
@@ -47,5 +56,7 @@ int pick_device(std::span<const ArrayView> inputs, std::span<const ArrayView> ou
 void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> outputs, bool top);
 // As eval_into, into host arrays allocated here.
 std::vector<Array> eval_impl(const ReductionImpl& r, Context& ctx, bool top);
+// The dtype and number of rows of r's results on ctx's inputs (1 row for a sum over all rows).
+std::pair<DType, int64_t> result_rows(const ReductionImpl& r, const Context& ctx);
 
 }  // namespace tessel::engine

@@ -250,10 +250,46 @@ TEST(NullBackend, GatherReductionsOfDeviceArraysRunOnHostCopies) {
     const int loads = dev.loads(), stores = dev.stores();
     evaluate(g, views, outs, with(Backend::Auto));
     // The gradient's gather/scatter part never reached the device backend.
-    for (const NullCall& c : dev.calls()) EXPECT_FALSE(reduction_info(c.op).is_indexed()) << r.str();
+    for (const NullCall& c : dev.calls())
+      EXPECT_FALSE(reduction_info(c.op).is_indexed()) << r.str();
     EXPECT_GT(dev.loads(), loads) << r.str();    // the gather read host copies
     EXPECT_GT(dev.stores(), stores) << r.str();  // the device output was written back
     for (int64_t q = 0; q < out.size(); ++q) EXPECT_DOUBLE_EQ(out.at(q), want[0].at(q)) << r.str();
+  }
+}
+
+// A call on a GPU whose backend keeps results there makes no host round trip: outputs written in
+// place, computed variables (LogSumExp's forward value inside its gradient) in device memory, the
+// chain rule's extra terms (second derivatives) added on the device. Same values as on the host.
+TEST(NullBackend, DeviceResultsStayOnTheDevice) {
+  const Formula x = vi(0, 3), y = vj(1, 3);
+  const Reduction lse(ReductionOp::LogSumExp, -sqdist(x, y) * 2.0);
+  const Reduction g1 = grad(lse, 0), g2 = grad(g1, 0);
+  ASSERT_FALSE(g1.impl().computed.empty());
+  ASSERT_FALSE(g2.impl().addends.empty());
+  const int64_t n = 17, m = 23;
+  const std::vector<Array> in = {
+      random_array(DType::Float64, {n, 3}, 1), random_array(DType::Float64, {m, 3}, 2),
+      random_array(DType::Float64, {n, 1}, 3), random_array(DType::Float64, {n, 3}, 4)};
+  for (const auto& [r, n_in] : {std::pair{lse, 2}, std::pair{g1, 3}, std::pair{g2, 4}}) {
+    const std::vector<Array> args(in.begin(), in.begin() + n_in);
+    const std::vector<Array> want = evaluate(r, args, with(Backend::Interpreter));
+    NullBackend dev(true, true);
+    ScopedBackend use(BackendId::Cuda, dev);
+    std::vector<ArrayView> views;
+    for (const Array& a : args) views.push_back(on_cuda(a.view(), 0));
+    Array out(DType::Float64, want[0].shape());
+    const ArrayView outs[] = {on_cuda(out.view(), 0)};
+    evaluate(r, views, outs, with(Backend::Auto));
+    EXPECT_EQ(dev.loads(), 0) << r.str();
+    EXPECT_EQ(dev.stores(), 0) << r.str();
+    EXPECT_EQ(dev.allocs(),
+              static_cast<int>(r.impl().computed.size() + 2 * r.impl().addends.size()))
+        << r.str();
+    EXPECT_EQ(dev.adds(), static_cast<int>(r.impl().addends.size())) << r.str();
+    for (const NullCall& c : dev.calls()) EXPECT_EQ(c.device, 0);
+    for (int64_t q = 0; q < out.size(); ++q)
+      EXPECT_NEAR(out.at(q), want[0].at(q), 1e-12 * (1 + std::abs(want[0].at(q)))) << r.str();
   }
 }
 

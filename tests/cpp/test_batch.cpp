@@ -67,3 +67,31 @@ TEST(Batch, GradientsAndIncompatibleBatches) {
     EXPECT_NE(std::string(err.what()).find("batch"), std::string::npos) << err.what();
   }
 }
+
+// output_specs says what the allocating evaluate returns (so a caller can allocate it on a GPU).
+TEST(Batch, OutputSpecsAreTheAllocatedOutputs) {
+  const Formula x = vi(0, 2), y = vj(1, 2);
+  Reduction full(ReductionOp::Sum, sqdist(x, y));
+  {
+    auto impl = std::make_shared<ReductionImpl>(full.impl());
+    impl->full_sum = true;
+    full = Reduction(std::shared_ptr<const ReductionImpl>(impl));
+  }
+  const Reduction rs[] = {Reduction(ReductionOp::MinArgMin, sqdist(x, y)),
+                          Reduction(ReductionOp::KMinArgKMin, sqdist(x, y), 0, 3), full};
+  const std::vector<std::vector<Array>> inputs = {
+      {random_array(DType::Float32, {5, 2}, 1), random_array(DType::Float32, {7, 2}, 2)},
+      {random_array(DType::Float64, {3, 1, 5, 2}, 1), random_array(DType::Float64, {4, 7, 2}, 2)}};
+  for (const Reduction& r : rs)
+    for (const std::vector<Array>& in : inputs) {
+      std::vector<ArrayView> v;
+      for (const Array& a : in) v.push_back(a.view());
+      const std::vector<OutputSpec> specs = output_specs(r, v);
+      const std::vector<Array> outs = evaluate(r, v);
+      ASSERT_EQ(specs.size(), outs.size()) << r.str();
+      for (size_t k = 0; k < outs.size(); ++k) {
+        EXPECT_EQ(specs[k].shape, outs[k].shape()) << r.str() << " output " << k;
+        EXPECT_EQ(specs[k].dtype, outs[k].dtype()) << r.str() << " output " << k;
+      }
+    }
+}

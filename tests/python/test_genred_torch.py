@@ -503,3 +503,26 @@ def test_formula_reading_no_array_keeps_the_arrays_dtype(dtype):
     assert out.dtype == dtype and out.shape == (5, 3) and not out.any()
     (g,) = torch.autograd.grad(out.sum(), [x])
     assert g.dtype == dtype and not g.any()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_output_specs_let_callers_allocate_what_evaluate_returns(dtype):
+    """What CUDA calls do (outputs allocated on the device, then evaluate_into), on the CPU:
+    the same shapes, dtypes and values as the allocating evaluate, batched and index outputs
+    included."""
+    from tessel import _core
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.rand(2, 1, 6, 3, generator=g), torch.rand(3, 8, 3, generator=g)
+    for op in ("Sum", "ArgKMin", "Min_ArgMin"):
+        kw = dict(opt_arg=2) if op == "ArgKMin" else {}
+        red = Genred("SqDist(X,Y)", ["X = Vi(3)", "Y = Vj(3)"], reduction_op=op, **kw)._spec
+        for args in ((x, y), (x[0, 0], y[0])):
+            args = [a.to(dtype) for a in args]
+            want = _core.evaluate(red.reduction, args)
+            specs = _core.output_specs(red.reduction, args)
+            outs = [torch.empty(s, dtype=getattr(torch, d)) for s, d in specs]
+            _core.evaluate_into(red.reduction, args, outs)
+            assert len(outs) == len(want)
+            for o, w in zip(outs, want):
+                assert tuple(o.shape) == w.shape and str(o.dtype) == "torch." + str(w.dtype)
+                assert torch.equal(o, torch.from_numpy(w))

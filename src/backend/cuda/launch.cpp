@@ -81,6 +81,9 @@ class CudaBackend final : public KernelBackend {
     plans_.clear();
     cuda_ptx_forget_loaded();
   }
+  bool writes_device_outputs() const override { return true; }
+  DeviceRows alloc_rows(DType dtype, int64_t rows, int64_t cols, int device) override;
+  void add_rows_device(const ArrayView& src, const ArrayView& dst) override;
 
  private:
   Workspace& workspace(int device) {
@@ -121,6 +124,38 @@ Array CudaBackend::load_rows(const ArrayView& src) {
   cuda_copy_2d(host.data(), row, src.data, pitch, row, static_cast<size_t>(rows), nullptr);
   cuda_synchronize(nullptr);
   return host;
+}
+
+DeviceRows CudaBackend::alloc_rows(DType dtype, int64_t rows, int64_t cols, int device) {
+  auto buf = std::make_shared<CudaBuffer>(
+      device, std::max<size_t>(1, static_cast<size_t>(rows * cols) * dtype_size(dtype)));
+  DeviceRows d;
+  d.view.data = reinterpret_cast<void*>(buf->ptr());
+  d.view.dtype = dtype;
+  d.view.shape = {rows, cols};
+  d.view.device = Device{DeviceKind::CUDA, device};
+  d.owner = std::move(buf);
+  return d;
+}
+
+void CudaBackend::add_rows_device(const ArrayView& src, const ArrayView& dst) {
+  int64_t rows = 0, cols = 0;
+  output_rows(dst, rows, cols);
+  if (rows * cols == 0) return;
+  const int device = dst.device.index;
+  const bool f64 = dst.dtype == DType::Float64;
+  const CudaDevice& dev = cuda_device(device, kWho);
+  CuFunction add =
+      cuda_function(device, cuda_ptx(cuda_add_rows_source(f64), dev.arch()), "tessel_add_rows");
+  CuDevicePtr d = reinterpret_cast<CuDevicePtr>(dst.data),
+              s = reinterpret_cast<CuDevicePtr>(src.data);
+  long long pitch = device_pitch(dst, cols) / dtype_size(dst.dtype), r = rows, c = cols;
+  void* args[] = {&d, &pitch, &s, &r, &c};
+  constexpr unsigned kBlock = 256;
+  cuda_set_device(device);
+  cuda_launch(add, static_cast<unsigned>((rows * cols + kBlock - 1) / kBlock), 1, kBlock, 0,
+              nullptr, args);
+  cuda_synchronize(nullptr);
 }
 
 bool CudaBackend::run(const Problem& p, std::span<const ArrayView> outs) {
