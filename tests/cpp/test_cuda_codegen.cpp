@@ -4,10 +4,10 @@
 
 #include "backend/cuda/nvrtc.hpp"
 #include "codegen/cuda_codegen.hpp"
-#include "reduction/reduction_impl.hpp"
-#include "ops/op.hpp"
-#include "tessel/tessel.hpp"
 #include "complex_sample.hpp"
+#include "ops/op.hpp"
+#include "reduction/reduction_impl.hpp"
+#include "tessel/tessel.hpp"
 
 using namespace tessel;
 using tessel::testing::complex_ops_sample;
@@ -75,6 +75,14 @@ TEST(CudaCodegen, EveryReductionCompiles) {
     // gradients are reductions too
     expect_compiles(grad(Reduction(ReductionOp::Sum, exp(f) * b), 0), f64);
     expect_compiles(grad(Reduction(ReductionOp::LogSumExp, f), 1), f64);
+  }
+}
+
+TEST(CudaCodegen, AddRowsKernelCompiles) {
+  if (!have_nvrtc()) GTEST_SKIP() << nvrtc_info().problem;
+  for (bool f64 : {false, true}) {
+    const std::string ptx = nvrtc_compile(cuda_add_rows_source(f64), "tessel_add.cu", "compute_90");
+    EXPECT_NE(ptx.find(".entry tessel_add_rows"), std::string::npos);
   }
 }
 

@@ -150,3 +150,30 @@ TEST(CudaRangeTable, CoversEveryRowOnceWithItsRangesIntervals) {
   for (int r = 0; r < 80; ++r) EXPECT_EQ(seen[r], 1) << "row " << r;
   EXPECT_TRUE(cuda_range_table({}, 0, 16).blocks.empty());
 }
+
+// The add kernel that puts gradient terms into device outputs in place: a strided destination
+// (pitch past the row), a partial last block, both dtypes.
+TEST_P(CudaEmulatedKernels, AddRowsKernelAddsIntoAPitchedDestination) {
+  SKIP_WITHOUT_COMPILER();
+  const bool f64 = GetParam();
+  const int64_t rows = 37, cols = 3, pitch = 5;
+  const emu::Module& m = module_for(cuda_add_rows_source(f64));
+  auto run = [&](auto zero) {
+    using T = decltype(zero);
+    std::vector<T> dst(rows * pitch), src(rows * cols);
+    for (size_t q = 0; q < dst.size(); ++q) dst[q] = static_cast<T>(q);
+    for (size_t q = 0; q < src.size(); ++q) src[q] = static_cast<T>(0.5 * q + 0.25);
+    using Fn = void(T*, long long, const T*, long long, long long);
+    Fn* add = m.kernel<Fn>("tessel_add_rows");
+    emu::LaunchConfig cfg;
+    cfg.block.x = 32;
+    cfg.grid.x = static_cast<unsigned>((rows * cols + 31) / 32);
+    m.launch(cfg, [&] { add(dst.data(), pitch, src.data(), rows, cols); });
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < pitch; ++c) {
+        const double want = r * pitch + c + (c < cols ? 0.5 * (r * cols + c) + 0.25 : 0.0);
+        EXPECT_EQ(dst[r * pitch + c], static_cast<T>(want)) << r << ", " << c;
+      }
+  };
+  f64 ? run(0.0) : run(0.0f);
+}
