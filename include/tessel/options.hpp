@@ -50,7 +50,7 @@ struct NormalizedOptions {
   std::optional<Backend> backend;
   std::optional<SumScheme> sum_scheme;
   std::optional<bool> accumulate_f64;
-  std::optional<int64_t> ni, nj, maxiter;
+  std::optional<int64_t> ni, nj, maxiter, gpu_memory_budget;
   std::optional<double> alpha, tol, atol, eps;
   std::optional<std::string> on_nonconvergence;  // "raise", "warn" or "ignore"
   std::vector<std::string> passed;   // keys whose values the caller converts (ranges, out, stats)

@@ -81,6 +81,9 @@ struct Options {
   // Backend::Cuda with host arrays only, the GPU. The call returns when the results are written.
   void* stream = nullptr;
   int device = 0;
+  // CUDA with host arrays: the most device memory (bytes) a call may use; past it the call runs
+  // block by block, copies overlapped with kernels (0: no limit).
+  int64_t gpu_memory_budget = 0;
 };
 
 struct ReductionImpl;  // defined in the library

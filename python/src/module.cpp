@@ -68,10 +68,12 @@ ArrayView view_of(const A& a, const char* what, size_t k) {
 using RangesArg = std::optional<std::vector<std::vector<int64_t>>>;
 
 Options options(const std::string& backend, const std::string& sum_scheme, bool acc_f64,
-                int threads, const RangesArg& ranges, uintptr_t stream = 0, int device = 0) {
+                int threads, const RangesArg& ranges, uintptr_t stream = 0, int device = 0,
+                int64_t gpu_memory_budget = 0) {
   Options o;
   o.stream = reinterpret_cast<void*>(stream);
   o.device = device;
+  o.gpu_memory_budget = gpu_memory_budget;
   if (ranges) {
     if (ranges->size() != 6)
       throw nb::value_error(("tessel: ranges must hold 6 arrays (ranges_i, slices_i, redranges_j, "
@@ -387,9 +389,10 @@ NB_MODULE(_core, m) {
       "evaluate",
       [](const Reduction& r, const std::vector<InArray>& inputs, const std::string& backend,
          const std::string& sum_scheme, bool acc_f64, int threads, int64_t ni, int64_t nj,
-         const RangesArg& ranges, uintptr_t stream, int device) {
+         const RangesArg& ranges, uintptr_t stream, int device, int64_t budget) {
         const std::vector<ArrayView> in = views(inputs, "input");
-        const Options o = options(backend, sum_scheme, acc_f64, threads, ranges, stream, device);
+        const Options o =
+            options(backend, sum_scheme, acc_f64, threads, ranges, stream, device, budget);
         std::vector<Array> out;
         {
           nb::gil_scoped_release release;
@@ -402,7 +405,7 @@ NB_MODULE(_core, m) {
       nb::arg("reduction"), nb::arg("inputs"), nb::arg("backend") = "auto",
       nb::arg("sum_scheme") = "block", nb::arg("accumulate_f64") = false, nb::arg("threads") = 0,
       nb::arg("ni") = -1, nb::arg("nj") = -1, nb::arg("ranges") = nb::none(), nb::arg("stream") = 0,
-      nb::arg("device") = 0,
+      nb::arg("device") = 0, nb::arg("gpu_memory_budget") = 0,
       "Evaluate; returns freshly allocated NumPy arrays. `ranges`: KeOps block-sparse ranges.");
 
   m.def(
@@ -410,10 +413,11 @@ NB_MODULE(_core, m) {
       [](const Reduction& r, const std::vector<InArray>& inputs,
          const std::vector<OutArray>& outputs, const std::string& backend,
          const std::string& sum_scheme, bool acc_f64, int threads, int64_t ni, int64_t nj,
-         const RangesArg& ranges, uintptr_t stream, int device) {
+         const RangesArg& ranges, uintptr_t stream, int device, int64_t budget) {
         const std::vector<ArrayView> in = views(inputs, "input");
         const std::vector<ArrayView> out = views(outputs, "output");
-        const Options o = options(backend, sum_scheme, acc_f64, threads, ranges, stream, device);
+        const Options o =
+            options(backend, sum_scheme, acc_f64, threads, ranges, stream, device, budget);
         nb::gil_scoped_release release;
         evaluate(r, std::span<const ArrayView>(in), std::span<const ArrayView>(out), o,
                  Sizes{ni, nj});
@@ -421,7 +425,7 @@ NB_MODULE(_core, m) {
       nb::arg("reduction"), nb::arg("inputs"), nb::arg("outputs"), nb::arg("backend") = "auto",
       nb::arg("sum_scheme") = "block", nb::arg("accumulate_f64") = false, nb::arg("threads") = 0,
       nb::arg("ni") = -1, nb::arg("nj") = -1, nb::arg("ranges") = nb::none(), nb::arg("stream") = 0,
-      nb::arg("device") = 0,
+      nb::arg("device") = 0, nb::arg("gpu_memory_budget") = 0,
       "Evaluate into caller-allocated outputs (any DLPack arrays, e.g. torch tensors, CPU or "
       "CUDA); `stream`: the CUDA stream (an integer handle) to run on.");
 
@@ -431,7 +435,8 @@ NB_MODULE(_core, m) {
         const std::vector<ArrayView> in = views(inputs, "input");
         nb::list res;
         for (const OutputSpec& s : output_specs(r, std::span<const ArrayView>(in), Sizes{ni, nj}))
-          res.append(nb::make_tuple(nb::tuple(nb::cast(s.shape)), std::string(dtype_name(s.dtype))));
+          res.append(
+              nb::make_tuple(nb::tuple(nb::cast(s.shape)), std::string(dtype_name(s.dtype))));
         return res;
       },
       nb::arg("reduction"), nb::arg("inputs"), nb::arg("ni") = -1, nb::arg("nj") = -1,
@@ -440,14 +445,14 @@ NB_MODULE(_core, m) {
   // Kernel CG solves and their gradient, driven by tessel's KernelSolve and LazyTensor.solve.
   auto solve_options = [](double alpha, double tol, double atol, int64_t maxiter, bool raise,
                           const std::string& backend, const std::string& sum_scheme, bool acc_f64,
-                          int threads, const RangesArg& ranges) {
+                          int threads, const RangesArg& ranges, int64_t budget) {
     SolveOptions s;
     s.alpha = alpha;
     s.tol = tol;
     s.atol = atol;
     s.maxiter = maxiter;
     s.raise_on_nonconvergence = raise;
-    s.eval = options(backend, sum_scheme, acc_f64, threads, ranges);
+    s.eval = options(backend, sum_scheme, acc_f64, threads, ranges, 0, 0, budget);
     return s;
   };
   m.def(
@@ -455,11 +460,11 @@ NB_MODULE(_core, m) {
       [solve_options](const Reduction& r, int var, const std::vector<InArray>& inputs, OutArray x,
                       double alpha, double tol, double atol, int64_t maxiter, bool raise,
                       const std::string& backend, const std::string& sum_scheme, bool acc_f64,
-                      int threads, const RangesArg& ranges) {
+                      int threads, const RangesArg& ranges, int64_t budget) {
         const std::vector<ArrayView> in = views(inputs, "input");
         const ArrayView xv = view_of(x, "output", 0);
         const SolveOptions s = solve_options(alpha, tol, atol, maxiter, raise, backend, sum_scheme,
-                                             acc_f64, threads, ranges);
+                                             acc_f64, threads, ranges, budget);
         nb::gil_scoped_release release;
         const SolveReport rep = kernel_solve(r, var, std::span<const ArrayView>(in), xv, s);
         return std::make_tuple(rep.iterations, rep.residual, rep.converged);
@@ -468,7 +473,7 @@ NB_MODULE(_core, m) {
       nb::arg("tol") = 1e-6, nb::arg("atol") = 0.0, nb::arg("maxiter") = 0,
       nb::arg("raise_on_nonconvergence") = false, nb::arg("backend") = "auto",
       nb::arg("sum_scheme") = "block", nb::arg("accumulate_f64") = false, nb::arg("threads") = 0,
-      nb::arg("ranges") = nb::none(),
+      nb::arg("ranges") = nb::none(), nb::arg("gpu_memory_budget") = 0,
       "Solve (alpha I + K) x = b (b = inputs[var]) into x; returns (iterations, residual, "
       "converged).");
   m.def(
@@ -478,12 +483,12 @@ NB_MODULE(_core, m) {
                       const std::vector<OutArray>& grads, double alpha, double tol, double atol,
                       int64_t maxiter, bool raise, const std::string& backend,
                       const std::string& sum_scheme, bool acc_f64, int threads,
-                      const RangesArg& ranges) {
+                      const RangesArg& ranges, int64_t budget) {
         const std::vector<ArrayView> in = views(inputs, "input");
         const std::vector<ArrayView> out = views(grads, "gradient");
         const ArrayView xv = view_of(x, "x", 0), gv = view_of(grad_x, "grad_x", 0);
         const SolveOptions s = solve_options(alpha, tol, atol, maxiter, raise, backend, sum_scheme,
-                                             acc_f64, threads, ranges);
+                                             acc_f64, threads, ranges, budget);
         double grad_alpha = 0;
         nb::gil_scoped_release release;
         const SolveReport rep = kernel_solve_grad(r, var, std::span<const ArrayView>(in), xv, gv,
@@ -496,6 +501,7 @@ NB_MODULE(_core, m) {
       nb::arg("atol") = 0.0, nb::arg("maxiter") = 0, nb::arg("raise_on_nonconvergence") = false,
       nb::arg("backend") = "auto", nb::arg("sum_scheme") = "block",
       nb::arg("accumulate_f64") = false, nb::arg("threads") = 0, nb::arg("ranges") = nb::none(),
+      nb::arg("gpu_memory_budget") = 0,
       "Gradient of a kernel solve: grads[m] for variable wrt[m]; returns (iterations, residual, "
       "converged, grad_alpha).");
 
@@ -535,8 +541,8 @@ NB_MODULE(_core, m) {
       .def_prop_ro("slot_steps", &OnlineCheckpointer::slot_steps);
   m.def("online_recomputations", &online_recomputations, nb::arg("n"), nb::arg("s"),
         "Untaped step evaluations of the online schedule for a loop that stops at n steps.");
-  m.def("online_recomputations_table", &online_recomputations_table, nb::arg("max_n"),
-        nb::arg("s"), "online_recomputations(n, s) for n = 0 .. max_n.");
+  m.def("online_recomputations_table", &online_recomputations_table, nb::arg("max_n"), nb::arg("s"),
+        "online_recomputations(n, s) for n = 0 .. max_n.");
 
   m.def("simd_level", &simd_level);
   m.def("cuda_status", &cuda_status);
@@ -577,6 +583,7 @@ NB_MODULE(_core, m) {
         if (n.backend) out["backend"] = backend_name(*n.backend);
         if (n.sum_scheme) out["sum_scheme"] = sum_scheme_name(*n.sum_scheme);
         if (n.accumulate_f64) out["accumulate_f64"] = *n.accumulate_f64;
+        if (n.gpu_memory_budget) out["gpu_memory_budget"] = *n.gpu_memory_budget;
         if (n.ni) out["ni"] = *n.ni;
         if (n.nj) out["nj"] = *n.nj;
         if (n.maxiter) out["maxiter"] = *n.maxiter;

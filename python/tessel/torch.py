@@ -188,7 +188,7 @@ class _KernelSolveFunction(torch.autograd.Function):
 
 
 def _eval_options(opts):
-    keep = ("backend", "sum_scheme", "accumulate_f64", "ranges")
+    keep = ("backend", "sum_scheme", "accumulate_f64", "ranges", "gpu_memory_budget")
     return {k: v for k, v in opts.items() if k in keep}
 
 

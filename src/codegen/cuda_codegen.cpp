@@ -158,7 +158,8 @@ string kernel_source(const ReductionImpl& r, bool f64, const KernelLayout& lay, 
        "    const T* __restrict__ X, const T* __restrict__ Y, const T* __restrict__ P, i64 "
        "n_outer,\n"
        "    i64 n_inner, T* __restrict__ out0, i64* __restrict__ outi, void* __restrict__ work,\n"
-       "    i64 chunk, const i64* __restrict__ tab, const i64* __restrict__ ivs) {\n";
+       "    i64 chunk, const i64* __restrict__ tab, const i64* __restrict__ ivs, int flags,\n"
+       "    i64 j_offset) {\n";
   s += "  extern __shared__ __align__(16) unsigned char smem_[];\n  T* ys = (T*)smem_;\n";
   s += "  (void)X; (void)Y; (void)P; (void)out0; (void)outi; (void)ys;\n";
   s += "  const int tid = threadIdx.x, nb = blockDim.x;\n";
@@ -186,6 +187,14 @@ string kernel_source(const ReductionImpl& r, bool f64, const KernelLayout& lay, 
       for (int c = 0; c < e.dim; ++c)
         s += "  const V " + var_name(e, 0, c) + " = P[" + to_string(e.offset + c) + "];\n";
   for (int row = 0; row < R; ++row) s += red.declare(sfx(row));
+  // Streamed inner blocks (flags & 1): each row resumes from the state the previous block left
+  // in `work` (row i at slot i, one block row), so the folds see every inner row in order.
+  s += "  if ((flags & 1) && live) {\n    const double* wv = (const double*)work; const i64* wi = "
+       "(const i64*)work;\n    const i64 ws = n_outer; (void)wv; (void)wi; (void)ws;\n";
+  for (int row = 0; row < R; ++row)
+    s += "    if (i0 + " + to_string(row) + " < oe) {\n" +
+         red.load(sfx(row), "(i0 + " + to_string(row) + ")") + "    }\n";
+  s += "  }\n";
 
   // The body for one inner row jj of the tile: shared loads, then R formulas and their folds.
   string body;
@@ -228,17 +237,18 @@ string kernel_source(const ReductionImpl& r, bool f64, const KernelLayout& lay, 
   s += "    __syncthreads();\n    if (live) {\n";
   s += "#pragma unroll " + to_string(unroll) + "\n";
   s += "      for (int jj = 0; jj < nj; ++jj) {\n";
-  if (red.needs_index()) s += "        const i64 j = j0 + jj;\n";
+  if (red.needs_index()) s += "        const i64 j = j0 + jj + j_offset;\n";
   s += body + "      }\n";
   for (int row = 0; row < R; ++row) s += red.flush(sfx(row));
   s += "    }\n    __syncthreads();  // the tile is read before the next one overwrites it\n  }\n"
        "  }\n";
   s += "  if (!live) return;\n";
   // A row whose candidates were all NaN takes the first index it reduced over (the CPU's rule).
-  s += "  const i64 jc = tb_ ? (q0 < q1 ? ivs[2 * q0] : 0) : jb, "
-       "jd = tb_ ? (q0 < q1 ? ivs[2 * q0 + 1] : 0) : je;  (void)jc; (void)jd;\n";
+  s += "  const i64 jc = (tb_ ? (q0 < q1 ? ivs[2 * q0] : 0) : jb) + j_offset, "
+       "jd = (tb_ ? (q0 < q1 ? ivs[2 * q0 + 1] : 0) : je) + j_offset;  (void)jc; (void)jd;\n";
   for (int row = 0; row < R; ++row) s += red.close(sfx(row), "jc", "jd");
-  s += "  if (gridDim.y == 1) {\n";
+  // flags & 2: leave the states in `work` for the next inner block instead of finishing.
+  s += "  if (gridDim.y == 1 && !(flags & 2)) {\n";
   for (int row = 0; row < R; ++row)
     s += "    if (i0 + " + to_string(row) + " < oe) {\n" +
          red.finish(sfx(row), "(i0 + " + to_string(row) + ")") + "    }\n";

@@ -45,7 +45,7 @@ struct CudaDeviceCaps {
 // Parameter types (T: float, or double for float64):
 //   tessel_kernel(const T* X, const T* Y, const T* P, long long n_outer, long long n_inner,
 //                 T* out0, long long* outi, void* work, long long chunk,
-//                 const long long* tab, const long long* ivs)
+//                 const long long* tab, const long long* ivs, int flags, long long j_offset)
 //   tessel_combine(const void* work, long long n_outer, int split_j, T* out0, long long* outi)
 // X holds the outer rows (n_outer × layout.outer_dim), Y the inner rows (n_inner ×
 // layout.inner_dim), P the parameters, all packed row-major; index outputs (ArgMin, ArgKMin, ...)
@@ -53,6 +53,12 @@ struct CudaDeviceCaps {
 // compiled for at most 256 threads per block (__launch_bounds__). Shared memory above 48 KiB
 // needs cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) before the launch. tab and ivs are
 // null for a dense reduction; block-sparse ones pass a CudaRangeTable's arrays instead (below).
+// flags (0 normally): inner rows streamed in blocks, one launch per block with split_j 1 and Y
+// holding that block only; bit 0 resumes each row from the state in `work` (row i's state at
+// slot i, as tessel_combine reads split states with split_j 1), bit 1 leaves the state there
+// instead of finishing: the first block passes 2, the middle ones 3, the last one 1. `work` then
+// holds n_outer states (workspace_bytes of split_j 1: state_bytes(r) * n_outer). j_offset (0
+// normally): the first inner row's index in the whole problem, added to every index output.
 struct CudaKernelPlan {
   std::string source;  // empty: no CUDA kernel for this reduction
   KernelLayout layout;

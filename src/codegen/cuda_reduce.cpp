@@ -252,7 +252,9 @@ string ReduceCode::load(const string& s, const string& at) const {
          "[q] = (T)wv[2 * q * ws + " + at + "]; ki" + s + "[q] = wi[(2 * q + 1) * ws + " + at +
          "]; }\n";
   } else {
-    o += "    m" + s + " = (T)wv" + slot(0, at) + ";\n";
+    // ml (m log2 e) is what push() scales by: resumed with m (0 while there is no term yet).
+    o += "    m" + s + " = (T)wv" + slot(0, at) + "; ml" + s + " = m" + s + " == -INF ? (T)0 : m" +
+         s + " * LOG2E_T;\n";
     int k = 1;
     for (const string& n : sums()) o += "    " + n + "d" + s + " = wv" + slot(k++, at) + ";\n";
   }

@@ -108,7 +108,11 @@ void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> 
   p.device = ctx.device;
   const BackendRegistry& reg = BackendRegistry::instance();
   KernelBackend& dev = reg.get(BackendId::Cuda);  // owns the memory of device arrays
-  const bool keep_on_device = ctx.device >= 0 && dev.writes_device_outputs();
+  // (A GPU call on host arrays keeps them on the host: it may be streamed block by block.)
+  const bool keep_on_device =
+      ctx.device >= 0 && dev.writes_device_outputs() &&
+      std::any_of(ctx.inputs.begin(), ctx.inputs.end(),
+                  [](const ArrayView& a) { return a.device.kind == DeviceKind::CUDA; });
   std::vector<int> device_vars;  // computed variables whose results are device memory
   for (const ComputedVar& c : r.computed) {
     const auto key = std::make_pair(c.source->hash.lo, c.source->hash.hi);

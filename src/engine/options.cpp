@@ -33,6 +33,7 @@ constexpr Spec kOptions[] = {
     {"sum_scheme", kBuildOptions, Type::Str, nullptr},
     {"ranges", kCallOptions | kSolveOptions, Type::Object, nullptr},
     {"out", kCallOptions, Type::Object, nullptr},
+    {"gpu_memory_budget", kBuildOptions | kCallOptions, Type::Int, nullptr},
     {"ni", kCallOptions, Type::Int, nullptr},
     {"nj", kCallOptions, Type::Int, nullptr},
     {"alpha", kSolveOptions, Type::Number, nullptr},
@@ -283,6 +284,9 @@ NormalizedOptions normalize_options(std::string_view who, unsigned scope,
       dtype_acc = &v;
     } else if (name == "use_double_acc") {
       use_double_acc = &v;
+    } else if (name == "gpu_memory_budget") {
+      out.gpu_memory_budget =
+          in_range(who, s->name, v, 0, INT64_MAX, "a number of bytes >= 0 (0: no limit)");
     } else if (name == "ni" || name == "nj") {
       (name == "ni" ? out.ni : out.nj) = in_range(who, s->name, v, 0, INT64_MAX);
     } else if (name == "maxiter") {

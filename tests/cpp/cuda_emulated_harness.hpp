@@ -21,7 +21,7 @@ namespace tessel::testing {
 
 using KernelFn = void(const void* X, const void* Y, const void* P, long long n_outer,
                       long long n_inner, void* out0, long long* outi, void* work, long long chunk,
-                      const long long* tab, const long long* ivs);
+                      const long long* tab, const long long* ivs, int flags, long long j_offset);
 using CombineFn = void(const void* work, long long n_outer, int split_j, void* out0,
                        long long* outi);
 
@@ -147,7 +147,7 @@ std::vector<Array> launch(const ReductionImpl& r, const std::vector<Array>& in,
     void* wp = work ? work->data() : nullptr;
     m.launch(cfg, [&] {
       fn(X.data(), Y.data(), P.data(), n_outer, n_inner, out0.data(), outi.as<long long>(), wp,
-         chunk, tab ? tab->as<long long>() : nullptr, ivs ? ivs->as<long long>() : nullptr);
+         chunk, tab ? tab->as<long long>() : nullptr, ivs ? ivs->as<long long>() : nullptr, 0, 0);
     });
     if (split > 1) {
       CombineFn* comb = m.kernel<CombineFn>("tessel_combine");

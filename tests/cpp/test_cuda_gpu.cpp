@@ -163,6 +163,22 @@ TEST_P(CudaGpu, BlockSparseRangesMatchTheInterpreter) {
   }
 }
 
+// Host arrays larger than a small gpu_memory_budget: streamed block by block (outer blocks only,
+// then both sides), the same results as one launch.
+TEST_P(CudaGpu, MemoryBudgetStreamsBlocks) {
+  const double tol = tol_for(1e-11, 2e-5);
+  const std::vector<Array> in = with_dtype(inputs(t, 20000, 30000), t);
+  for (const GpuCase& c : cases()) {
+    if (c.r.axis() != 1) continue;
+    const std::vector<Array> want = evaluate(c.r, in, gpu);
+    for (int64_t budget : {int64_t{2} << 20, int64_t{256} << 10}) {
+      Options o = gpu;
+      o.gpu_memory_budget = budget;
+      expect_same(evaluate(c.r, in, o), want, tol, c.name + " budget " + std::to_string(budget));
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaGpu, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& i) {
                            return std::string(i.param ? "f64" : "f32");

@@ -59,6 +59,16 @@ struct Api {
   int (*error_name)(int, const char**) = nullptr;
   int (*error_string)(int, const char**) = nullptr;
   int (*pointer_attribute)(void*, int, CuDevicePtr) = nullptr;
+  // Streamed launches (stream_plan.hpp): pinned host memory, streams, events.
+  int (*mem_host_alloc)(void**, size_t, unsigned) = nullptr;
+  int (*mem_free_host)(void*) = nullptr;
+  int (*stream_create)(void**, unsigned) = nullptr;
+  int (*stream_destroy)(void*) = nullptr;
+  int (*event_create)(void**, unsigned) = nullptr;
+  int (*event_record)(void*, void*) = nullptr;
+  int (*event_sync)(void*) = nullptr;
+  int (*event_destroy)(void*) = nullptr;
+  int (*stream_wait_event)(void*, void*, unsigned) = nullptr;
 };
 
 struct Loaded {
@@ -99,7 +109,15 @@ bool bind_all(void* lib, Api& a) {
          bind(lib, "cuStreamSynchronize", a.stream_sync) &&
          bind(lib, "cuGetErrorName", a.error_name) &&
          bind(lib, "cuGetErrorString", a.error_string) &&
-         bind(lib, "cuPointerGetAttribute", a.pointer_attribute);
+         bind(lib, "cuPointerGetAttribute", a.pointer_attribute) &&
+         bind(lib, "cuMemHostAlloc", a.mem_host_alloc) &&
+         bind(lib, "cuMemFreeHost", a.mem_free_host) &&
+         bind(lib, "cuStreamCreate", a.stream_create) &&
+         bind(lib, "cuStreamDestroy_v2", a.stream_destroy) &&
+         bind(lib, "cuEventCreate", a.event_create) && bind(lib, "cuEventRecord", a.event_record) &&
+         bind(lib, "cuEventSynchronize", a.event_sync) &&
+         bind(lib, "cuEventDestroy_v2", a.event_destroy) &&
+         bind(lib, "cuStreamWaitEvent", a.stream_wait_event);
 }
 
 Loaded* load() {
@@ -331,6 +349,52 @@ void cuda_memset(CuDevicePtr dst, size_t bytes, CuStream stream) {
 
 void cuda_synchronize(CuStream stream) {
   check(api("cuda_synchronize").stream_sync(stream), "cuStreamSynchronize");
+}
+
+}  // namespace tessel
+
+namespace tessel {
+
+void* cuda_host_alloc(size_t bytes) {
+  void* p = nullptr;
+  check(api("cuda_host_alloc").mem_host_alloc(&p, std::max<size_t>(1, bytes), 0), "cuMemHostAlloc");
+  return p;
+}
+
+void cuda_host_free(void* p) {
+  if (p) api("cuda_host_free").mem_free_host(p);
+}
+
+CuStream cuda_stream_create() {
+  void* s = nullptr;
+  constexpr unsigned kNonBlocking = 1;  // no implicit ordering with the legacy default stream
+  check(api("cuda_stream_create").stream_create(&s, kNonBlocking), "cuStreamCreate");
+  return s;
+}
+
+void cuda_stream_destroy(CuStream s) {
+  if (s) api("cuda_stream_destroy").stream_destroy(s);
+}
+
+CuEvent cuda_event_record(CuStream stream) {
+  const Api& a = api("cuda_event_record");
+  void* e = nullptr;
+  constexpr unsigned kDisableTiming = 2;
+  check(a.event_create(&e, kDisableTiming), "cuEventCreate");
+  check(a.event_record(e, stream), "cuEventRecord");
+  return e;
+}
+
+void cuda_stream_wait(CuStream stream, CuEvent event) {
+  check(api("cuda_stream_wait").stream_wait_event(stream, event, 0), "cuStreamWaitEvent");
+}
+
+void cuda_event_sync(CuEvent event) {
+  check(api("cuda_event_sync").event_sync(event), "cuEventSynchronize");
+}
+
+void cuda_event_destroy(CuEvent event) {
+  if (event) api("cuda_event_destroy").event_destroy(event);
 }
 
 }  // namespace tessel

@@ -78,6 +78,18 @@ void cuda_copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch
 void cuda_memset(CuDevicePtr dst, size_t bytes, CuStream stream);
 void cuda_synchronize(CuStream stream);
 
+// Pinned host memory (copies from it run asynchronously), streams and events, for launches that
+// overlap copies with kernels (stream_plan.hpp).
+using CuEvent = void*;
+void* cuda_host_alloc(size_t bytes);
+void cuda_host_free(void* p);
+CuStream cuda_stream_create();
+void cuda_stream_destroy(CuStream s);
+CuEvent cuda_event_record(CuStream stream);  // a new event, recorded on the stream
+void cuda_stream_wait(CuStream stream, CuEvent event);
+void cuda_event_sync(CuEvent event);
+void cuda_event_destroy(CuEvent event);
+
 // The device a pointer lives on, or -1 for host memory (pageable or pinned).
 int cuda_pointer_device(const void* p);
 

@@ -20,6 +20,7 @@
 #include "backend/cuda/driver.hpp"
 #include "backend/cuda/plan_table.hpp"
 #include "backend/cuda/ptx_cache.hpp"
+#include "backend/cuda/stream_plan.hpp"
 #include "codegen/cuda_codegen.hpp"
 #include "tessel/error.hpp"
 
@@ -70,6 +71,63 @@ void pack(const Bound& b, int64_t rows, int offset, int width, CuDevicePtr dst, 
                b.dim * elem, static_cast<size_t>(rows), stream);
 }
 
+// The pipeline's device (stream_plan.hpp) on the driver: buffers, pinned staging, streams and
+// events of one streamed call, all released with it.
+class DriverStreamDevice final : public StreamDevice {
+ public:
+  DriverStreamDevice(int device, CuFunction kernel, const CudaKernelPlan& plan)
+      : device_(device), kernel_(kernel), plan_(plan) {}
+  ~DriverStreamDevice() override {
+    for (CuStream s : streams_) cuda_synchronize(s);
+    for (CuEvent e : events_) cuda_event_destroy(e);
+    for (CuStream s : streams_) cuda_stream_destroy(s);
+    for (void* h : host_) cuda_host_free(h);
+  }
+  void* alloc(size_t bytes) override {
+    buffers_.emplace_back(device_, bytes);
+    return reinterpret_cast<void*>(buffers_.back().ptr());
+  }
+  void* alloc_host(size_t bytes) override { return host_.emplace_back(cuda_host_alloc(bytes)); }
+  int stream() override {
+    streams_.push_back(cuda_stream_create());
+    return static_cast<int>(streams_.size()) - 1;
+  }
+  void copy(void* dst, const void* src, size_t bytes, int stream) override {
+    cuda_copy_2d(dst, bytes, src, bytes, bytes, 1, streams_[stream]);
+  }
+  int record(int stream) override {
+    events_.push_back(cuda_event_record(streams_[stream]));
+    return static_cast<int>(events_.size()) - 1;
+  }
+  void wait(int stream, int event) override { cuda_stream_wait(streams_[stream], events_[event]); }
+  void host_wait(int event) override { cuda_event_sync(events_[event]); }
+  void launch(const StreamLaunch& l, int stream) override {
+    long long n_outer = l.n_outer, n_inner = l.n_inner, chunk = l.n_inner;
+    const void* null = nullptr;
+    int flags = l.flags;
+    long long j_offset = l.j_offset;
+    void* args[] = {(void*)&l.X,    (void*)&l.Y,    (void*)&l.P,    &n_outer, &n_inner,
+                    (void*)&l.out0, (void*)&l.outi, (void*)&l.work, &chunk,   (void*)&null,
+                    (void*)&null,   &flags,         &j_offset};
+    const int64_t per_block = int64_t{plan_.block} * plan_.rows_per_thread;
+    cuda_launch(kernel_, static_cast<unsigned>((l.n_outer + per_block - 1) / per_block), 1,
+                static_cast<unsigned>(plan_.block), static_cast<unsigned>(plan_.shared_bytes),
+                streams_[stream], args);
+  }
+  void finish() override {
+    for (CuStream s : streams_) cuda_synchronize(s);
+  }
+
+ private:
+  int device_;
+  CuFunction kernel_;
+  const CudaKernelPlan& plan_;
+  std::vector<CudaBuffer> buffers_;
+  std::vector<void*> host_;
+  std::vector<CuStream> streams_;
+  std::vector<CuEvent> events_;
+};
+
 class CudaBackend final : public KernelBackend {
  public:
   const char* name() const override { return "cuda"; }
@@ -92,6 +150,11 @@ class CudaBackend final : public KernelBackend {
     if (!w) w = std::make_unique<Workspace>();
     return *w;
   }
+
+  // Host inputs and outputs whose device footprint exceeds Options::gpu_memory_budget: run
+  // block by block (stream_plan.hpp). False when the call fits, or is not all on the host.
+  bool run_streamed_if_needed(const Problem& p, std::span<const ArrayView> outs,
+                              const CudaKernelPlan& plan, CuFunction kernel);
 
   std::mutex mu_;
   std::map<int, std::unique_ptr<Workspace>> workspaces_;  // one per device used
@@ -124,6 +187,30 @@ Array CudaBackend::load_rows(const ArrayView& src) {
   cuda_copy_2d(host.data(), row, src.data, pitch, row, static_cast<size_t>(rows), nullptr);
   cuda_synchronize(nullptr);
   return host;
+}
+
+bool CudaBackend::run_streamed_if_needed(const Problem& p, std::span<const ArrayView> outs,
+                                         const CudaKernelPlan& plan, CuFunction kernel) {
+  const ReductionImpl& r = *p.r;
+  if (p.opt.ranges) return false;
+  for (const Bound& b : p.vars)
+    if (cuda_pointer_device(b.data) >= 0) return false;  // device data is already resident
+  for (const ArrayView& o : outs)
+    if (cuda_pointer_device(o.data) >= 0) return false;
+  std::vector<PackSource> by_index;
+  for (const Bound& b : p.vars) {
+    if (static_cast<int>(by_index.size()) <= b.index) by_index.resize(b.index + 1);
+    by_index[b.index] = PackSource{b.data, b.s_row, b.s_col};
+  }
+  std::vector<void*> out_ptrs;
+  for (const ArrayView& o : outs) out_ptrs.push_back(o.data);
+  StreamJob job = stream_job(r, plan.layout, p.dtype, p.n_outer, p.n_inner, by_index, out_ptrs);
+  job.plan = plan_stream(stream_sizes(job), static_cast<size_t>(p.opt.gpu_memory_budget),
+                         int64_t{plan.block} * plan.rows_per_thread, plan.block);
+  if (!job.plan.streamed()) return false;
+  DriverStreamDevice dev(p.device, kernel, plan);
+  run_streamed(job, dev);
+  return true;
 }
 
 DeviceRows CudaBackend::alloc_rows(DType dtype, int64_t rows, int64_t cols, int device) {
@@ -182,9 +269,10 @@ bool CudaBackend::run(const Problem& p, std::span<const ArrayView> outs) {
   CuFunction kernel = cuda_function(device, ptx, "tessel_kernel");
   CuFunction combine = plan.split_j > 1 ? cuda_function(device, ptx, "tessel_combine") : nullptr;
 
+  cuda_set_device(device);
+  if (p.opt.gpu_memory_budget > 0 && run_streamed_if_needed(p, outs, plan, kernel)) return true;
   Workspace& ws = workspace(device);
   std::lock_guard lk(ws.mu);
-  cuda_set_device(device);
   auto stream = static_cast<CuStream>(p.opt.stream);
   const int64_t no = p.n_outer, ni = p.n_inner;
   const CuDevicePtr X = ws.get(device, 0, std::max<size_t>(1, no * L.outer_dim * elem));
@@ -233,8 +321,10 @@ bool CudaBackend::run(const Problem& p, std::span<const ArrayView> outs) {
   const CuDevicePtr work = split > 1 ? ws.get(device, 5, plan.workspace_bytes) : 0;
   long long n_outer = no, n_inner = ni;
   long long chunk = split > 1 ? (ni + split - 1) / split : ni;
-  void* args[] = {(void*)&X, (void*)&Y,    (void*)&P, &n_outer,    &n_inner,   &out[0],
-                  &out[1],   (void*)&work, &chunk,    (void*)&tab, (void*)&ivs};
+  int flags = 0;
+  long long j_offset = 0;
+  void* args[] = {(void*)&X,    (void*)&Y, (void*)&P,   &n_outer,    &n_inner, &out[0],  &out[1],
+                  (void*)&work, &chunk,    (void*)&tab, (void*)&ivs, &flags,   &j_offset};
   const auto grid =
       static_cast<unsigned>(sparse ? table.blocks.size() / 4 : (no + per_block - 1) / per_block);
   if (grid > 0) {
