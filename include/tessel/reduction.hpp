@@ -84,6 +84,9 @@ struct Options {
   // CUDA with host arrays: the most device memory (bytes) a call may use; past it the call runs
   // block by block, copies overlapped with kernels (0: no limit).
   int64_t gpu_memory_budget = 0;
+  // CUDA with host arrays: the GPUs that share a call, each reducing a contiguous part of the
+  // outer rows (empty, or one GPU: `device` alone). Block-sparse calls use the first.
+  std::vector<int> gpu_devices;
 };
 
 struct ReductionImpl;  // defined in the library

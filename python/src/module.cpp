@@ -67,13 +67,25 @@ ArrayView view_of(const A& a, const char* what, size_t k) {
 
 using RangesArg = std::optional<std::vector<std::vector<int64_t>>>;
 
+using DevicesArg = std::optional<std::vector<int>>;
+
 Options options(const std::string& backend, const std::string& sum_scheme, bool acc_f64,
                 int threads, const RangesArg& ranges, uintptr_t stream = 0, int device = 0,
-                int64_t gpu_memory_budget = 0) {
+                int64_t gpu_memory_budget = 0, const DevicesArg& gpu_devices = std::nullopt) {
   Options o;
   o.stream = reinterpret_cast<void*>(stream);
   o.device = device;
   o.gpu_memory_budget = gpu_memory_budget;
+  if (gpu_devices) {
+    for (size_t k = 0; k < gpu_devices->size(); ++k) {
+      const int d = (*gpu_devices)[k];
+      if (d < 0 || std::count(gpu_devices->begin(), gpu_devices->begin() + k, d))
+        throw nb::value_error(("tessel: gpu_devices must list distinct GPU indices >= 0, got " +
+                               std::to_string(d) + " at position " + std::to_string(k))
+                                  .c_str());
+    }
+    o.gpu_devices = *gpu_devices;
+  }
   if (ranges) {
     if (ranges->size() != 6)
       throw nb::value_error(("tessel: ranges must hold 6 arrays (ranges_i, slices_i, redranges_j, "
@@ -389,10 +401,11 @@ NB_MODULE(_core, m) {
       "evaluate",
       [](const Reduction& r, const std::vector<InArray>& inputs, const std::string& backend,
          const std::string& sum_scheme, bool acc_f64, int threads, int64_t ni, int64_t nj,
-         const RangesArg& ranges, uintptr_t stream, int device, int64_t budget) {
+         const RangesArg& ranges, uintptr_t stream, int device, int64_t budget,
+         const DevicesArg& gpus) {
         const std::vector<ArrayView> in = views(inputs, "input");
         const Options o =
-            options(backend, sum_scheme, acc_f64, threads, ranges, stream, device, budget);
+            options(backend, sum_scheme, acc_f64, threads, ranges, stream, device, budget, gpus);
         std::vector<Array> out;
         {
           nb::gil_scoped_release release;
@@ -405,7 +418,7 @@ NB_MODULE(_core, m) {
       nb::arg("reduction"), nb::arg("inputs"), nb::arg("backend") = "auto",
       nb::arg("sum_scheme") = "block", nb::arg("accumulate_f64") = false, nb::arg("threads") = 0,
       nb::arg("ni") = -1, nb::arg("nj") = -1, nb::arg("ranges") = nb::none(), nb::arg("stream") = 0,
-      nb::arg("device") = 0, nb::arg("gpu_memory_budget") = 0,
+      nb::arg("device") = 0, nb::arg("gpu_memory_budget") = 0, nb::arg("gpu_devices") = nb::none(),
       "Evaluate; returns freshly allocated NumPy arrays. `ranges`: KeOps block-sparse ranges.");
 
   m.def(
@@ -413,11 +426,12 @@ NB_MODULE(_core, m) {
       [](const Reduction& r, const std::vector<InArray>& inputs,
          const std::vector<OutArray>& outputs, const std::string& backend,
          const std::string& sum_scheme, bool acc_f64, int threads, int64_t ni, int64_t nj,
-         const RangesArg& ranges, uintptr_t stream, int device, int64_t budget) {
+         const RangesArg& ranges, uintptr_t stream, int device, int64_t budget,
+         const DevicesArg& gpus) {
         const std::vector<ArrayView> in = views(inputs, "input");
         const std::vector<ArrayView> out = views(outputs, "output");
         const Options o =
-            options(backend, sum_scheme, acc_f64, threads, ranges, stream, device, budget);
+            options(backend, sum_scheme, acc_f64, threads, ranges, stream, device, budget, gpus);
         nb::gil_scoped_release release;
         evaluate(r, std::span<const ArrayView>(in), std::span<const ArrayView>(out), o,
                  Sizes{ni, nj});
@@ -425,7 +439,7 @@ NB_MODULE(_core, m) {
       nb::arg("reduction"), nb::arg("inputs"), nb::arg("outputs"), nb::arg("backend") = "auto",
       nb::arg("sum_scheme") = "block", nb::arg("accumulate_f64") = false, nb::arg("threads") = 0,
       nb::arg("ni") = -1, nb::arg("nj") = -1, nb::arg("ranges") = nb::none(), nb::arg("stream") = 0,
-      nb::arg("device") = 0, nb::arg("gpu_memory_budget") = 0,
+      nb::arg("device") = 0, nb::arg("gpu_memory_budget") = 0, nb::arg("gpu_devices") = nb::none(),
       "Evaluate into caller-allocated outputs (any DLPack arrays, e.g. torch tensors, CPU or "
       "CUDA); `stream`: the CUDA stream (an integer handle) to run on.");
 
@@ -445,14 +459,15 @@ NB_MODULE(_core, m) {
   // Kernel CG solves and their gradient, driven by tessel's KernelSolve and LazyTensor.solve.
   auto solve_options = [](double alpha, double tol, double atol, int64_t maxiter, bool raise,
                           const std::string& backend, const std::string& sum_scheme, bool acc_f64,
-                          int threads, const RangesArg& ranges, int64_t budget) {
+                          int threads, const RangesArg& ranges, int64_t budget,
+                          const DevicesArg& gpus) {
     SolveOptions s;
     s.alpha = alpha;
     s.tol = tol;
     s.atol = atol;
     s.maxiter = maxiter;
     s.raise_on_nonconvergence = raise;
-    s.eval = options(backend, sum_scheme, acc_f64, threads, ranges, 0, 0, budget);
+    s.eval = options(backend, sum_scheme, acc_f64, threads, ranges, 0, 0, budget, gpus);
     return s;
   };
   m.def(
@@ -460,11 +475,12 @@ NB_MODULE(_core, m) {
       [solve_options](const Reduction& r, int var, const std::vector<InArray>& inputs, OutArray x,
                       double alpha, double tol, double atol, int64_t maxiter, bool raise,
                       const std::string& backend, const std::string& sum_scheme, bool acc_f64,
-                      int threads, const RangesArg& ranges, int64_t budget) {
+                      int threads, const RangesArg& ranges, int64_t budget,
+                      const DevicesArg& gpus) {
         const std::vector<ArrayView> in = views(inputs, "input");
         const ArrayView xv = view_of(x, "output", 0);
         const SolveOptions s = solve_options(alpha, tol, atol, maxiter, raise, backend, sum_scheme,
-                                             acc_f64, threads, ranges, budget);
+                                             acc_f64, threads, ranges, budget, gpus);
         nb::gil_scoped_release release;
         const SolveReport rep = kernel_solve(r, var, std::span<const ArrayView>(in), xv, s);
         return std::make_tuple(rep.iterations, rep.residual, rep.converged);
@@ -474,6 +490,7 @@ NB_MODULE(_core, m) {
       nb::arg("raise_on_nonconvergence") = false, nb::arg("backend") = "auto",
       nb::arg("sum_scheme") = "block", nb::arg("accumulate_f64") = false, nb::arg("threads") = 0,
       nb::arg("ranges") = nb::none(), nb::arg("gpu_memory_budget") = 0,
+      nb::arg("gpu_devices") = nb::none(),
       "Solve (alpha I + K) x = b (b = inputs[var]) into x; returns (iterations, residual, "
       "converged).");
   m.def(
@@ -483,12 +500,12 @@ NB_MODULE(_core, m) {
                       const std::vector<OutArray>& grads, double alpha, double tol, double atol,
                       int64_t maxiter, bool raise, const std::string& backend,
                       const std::string& sum_scheme, bool acc_f64, int threads,
-                      const RangesArg& ranges, int64_t budget) {
+                      const RangesArg& ranges, int64_t budget, const DevicesArg& gpus) {
         const std::vector<ArrayView> in = views(inputs, "input");
         const std::vector<ArrayView> out = views(grads, "gradient");
         const ArrayView xv = view_of(x, "x", 0), gv = view_of(grad_x, "grad_x", 0);
         const SolveOptions s = solve_options(alpha, tol, atol, maxiter, raise, backend, sum_scheme,
-                                             acc_f64, threads, ranges, budget);
+                                             acc_f64, threads, ranges, budget, gpus);
         double grad_alpha = 0;
         nb::gil_scoped_release release;
         const SolveReport rep = kernel_solve_grad(r, var, std::span<const ArrayView>(in), xv, gv,
@@ -501,7 +518,7 @@ NB_MODULE(_core, m) {
       nb::arg("atol") = 0.0, nb::arg("maxiter") = 0, nb::arg("raise_on_nonconvergence") = false,
       nb::arg("backend") = "auto", nb::arg("sum_scheme") = "block",
       nb::arg("accumulate_f64") = false, nb::arg("threads") = 0, nb::arg("ranges") = nb::none(),
-      nb::arg("gpu_memory_budget") = 0,
+      nb::arg("gpu_memory_budget") = 0, nb::arg("gpu_devices") = nb::none(),
       "Gradient of a kernel solve: grads[m] for variable wrt[m]; returns (iterations, residual, "
       "converged, grad_alpha).");
 

@@ -2,6 +2,8 @@
 // picks, with device outputs moved through the backend that owns their memory.
 #include <algorithm>
 #include <cstring>
+#include <exception>
+#include <thread>
 
 #include "backend/registry.hpp"
 #include "codegen/layout.hpp"
@@ -49,7 +51,62 @@ void add_rows(const Array& src, const ArrayView& dst, KernelBackend& dev) {
   });
 }
 
+// Runs p on several GPUs, each on a contiguous share of the outer rows (its outer variables and
+// output rows offset to the share), in parallel host threads; the first error is rethrown.
+void run_on_gpus(const Problem& p, std::span<const ArrayView> outs, const std::vector<int>& gpus,
+                 KernelBackend& dev) {
+  const Category outer = p.r->outer();
+  const auto shares = split_rows(p.n_outer, static_cast<int>(gpus.size()), 256);
+  for (size_t k = 0; k < shares.size(); ++k) dev.open_device(gpus[k]);
+  std::vector<std::exception_ptr> errors(shares.size());
+  std::vector<std::thread> threads;
+  for (size_t k = 0; k < shares.size(); ++k) {
+    const auto [b, e] = shares[k];
+    Problem q = p;
+    q.device = gpus[k];
+    q.opt.stream = nullptr;  // a stream belongs to one device: each share runs on its default
+    q.n_outer = e - b;
+    q.blocks = {RowBlock{0, e - b, {0, p.n_inner}}};
+    for (Bound& v : q.vars)
+      if (v.cat == outer && v.s_row != 0) {
+        v.data = static_cast<const uint8_t*>(v.data) + b * v.s_row * dtype_size(v.dtype);
+        v.rows = e - b;
+      }
+    std::vector<ArrayView> o(outs.begin(), outs.end());
+    for (ArrayView& a : o) {
+      a.data = static_cast<uint8_t*>(a.data) + b * a.shape[1] * dtype_size(a.dtype);
+      a.shape[0] = e - b;
+    }
+    threads.emplace_back([&dev, &errors, k, q = std::move(q), o = std::move(o)] {
+      try {
+        dev.run(q, o);
+      } catch (...) {
+        errors[k] = std::current_exception();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
 }  // namespace
+
+std::vector<std::pair<int64_t, int64_t>> split_rows(int64_t n, int parts, int64_t granule) {
+  // Whole granules dealt out as evenly as they go: k gets g / parts, one more for the first
+  // g % parts.
+  const int64_t g = (n + granule - 1) / granule, np = std::max(1, parts);
+  std::vector<std::pair<int64_t, int64_t>> out;
+  int64_t begin = 0;
+  for (int64_t k = 0; k < np && begin < n; ++k) {
+    const int64_t count = g / np + (k < g % np ? 1 : 0);
+    const int64_t end = std::min(n, begin + count * granule);
+    if (end > begin) out.emplace_back(begin, end);
+    begin = end;
+  }
+  if (out.empty()) out.emplace_back(0, n);
+  return out;
+}
 
 void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> outputs, bool top) {
   const char* fn = "evaluate";
@@ -207,7 +264,16 @@ void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> 
   }
   const bool interpret = ctx.opt.backend == Backend::Interpreter || indexed;
   const BackendChoice choice = choose_backend(ctx.opt.backend, p.device, interpret);
-  if (!reg.get(choice.first).run(p, views)) {
+  // Several GPUs (Options::gpu_devices) share a call on host arrays by its outer rows.
+  const bool host_call =
+      std::all_of(ctx.inputs.begin(), ctx.inputs.end(),
+                  [](const ArrayView& a) { return a.device.kind == DeviceKind::CPU; }) &&
+      std::all_of(views.begin(), views.end(),
+                  [](const ArrayView& a) { return a.device.kind == DeviceKind::CPU; });
+  if (choice.first == BackendId::Cuda && ctx.opt.gpu_devices.size() > 1 && !ctx.opt.ranges &&
+      host_call && device_vars.empty()) {
+    run_on_gpus(p, views, ctx.opt.gpu_devices, dev);
+  } else if (!reg.get(choice.first).run(p, views)) {
     if (!choice.interpreter_fallback) {
       if (choice.first == BackendId::Compiled && kmin && r.k > kCompiledMaxK)
         detail::fail(fn, "the compiled backend was requested but ", reduction_name(r.op),

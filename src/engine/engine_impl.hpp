@@ -51,6 +51,9 @@ struct Context {
 // with Backend::Cuda, or the CPU (-1); a clear error when that device cannot run kernels.
 int pick_device(std::span<const ArrayView> inputs, std::span<const ArrayView> outputs,
                 const Options& opt);
+// Contiguous shares [begin, end) of n rows for `parts` devices: equal, in whole granules, none
+// empty (fewer shares when n is small); one share [0, n) for n = 0.
+std::vector<std::pair<int64_t, int64_t>> split_rows(int64_t n, int parts, int64_t granule);
 // Binds r's inputs from ctx, checks `outputs` and evaluates r into them (`top`: r is the call's
 // own reduction, not a computed variable or an addend).
 void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> outputs, bool top);

@@ -34,6 +34,7 @@ constexpr Spec kOptions[] = {
     {"ranges", kCallOptions | kSolveOptions, Type::Object, nullptr},
     {"out", kCallOptions, Type::Object, nullptr},
     {"gpu_memory_budget", kBuildOptions | kCallOptions, Type::Int, nullptr},
+    {"gpu_devices", kBuildOptions, Type::Object, nullptr},
     {"ni", kCallOptions, Type::Int, nullptr},
     {"nj", kCallOptions, Type::Int, nullptr},
     {"alpha", kSolveOptions, Type::Number, nullptr},

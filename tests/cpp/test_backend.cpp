@@ -9,6 +9,7 @@
 #include "backend/lru_map.hpp"
 #include "backend/null_backend.hpp"
 #include "backend/registry.hpp"
+#include "engine/engine_impl.hpp"
 #include "reduction/reduction_info.hpp"
 #include "reduction_helpers.hpp"
 
@@ -290,6 +291,70 @@ TEST(NullBackend, DeviceResultsStayOnTheDevice) {
     for (const NullCall& c : dev.calls()) EXPECT_EQ(c.device, 0);
     for (int64_t q = 0; q < out.size(); ++q)
       EXPECT_NEAR(out.at(q), want[0].at(q), 1e-12 * (1 + std::abs(want[0].at(q)))) << r.str();
+  }
+}
+
+TEST(MultiGpu, SplitRowsDealsWholeGranulesEvenly) {
+  using Shares = std::vector<std::pair<int64_t, int64_t>>;
+  EXPECT_EQ(engine::split_rows(1000, 3, 256), (Shares{{0, 512}, {512, 768}, {768, 1000}}));
+  EXPECT_EQ(engine::split_rows(1024, 4, 256),
+            (Shares{{0, 256}, {256, 512}, {512, 768}, {768, 1024}}));
+  EXPECT_EQ(engine::split_rows(100, 4, 256), (Shares{{0, 100}}));  // one granule: one device
+  EXPECT_EQ(engine::split_rows(0, 2, 256), (Shares{{0, 0}}));
+  for (int64_t n : {1, 255, 257, 5000, 100003})
+    for (int parts : {1, 2, 3, 8}) {
+      const Shares s = engine::split_rows(n, parts, 256);
+      EXPECT_LE(static_cast<int>(s.size()), parts);
+      int64_t at = 0, lo = INT64_MAX, hi = 0;
+      for (const auto& [b, e] : s) {
+        EXPECT_EQ(b, at);
+        EXPECT_GT(e, b);
+        at = e;
+        lo = std::min(lo, e - b), hi = std::max(hi, e - b);
+      }
+      EXPECT_EQ(at, n);
+      // One granule more or fewer, plus the last share's partial granule.
+      EXPECT_LT(hi - lo, 2 * 256) << n << " rows on " << parts;
+    }
+}
+
+// gpu_devices: a host-array call on the GPU shares its outer rows between the devices (the null
+// backend computing in the CUDA slot), with the same results; a gradient whose sub-reduction runs
+// over all rows (LogSumExp's, inside its y-gradient) too.
+TEST(MultiGpu, HostCallsShareOuterRowsBetweenDevices) {
+  NullBackend dev(true, true);
+  ScopedBackend use(BackendId::Cuda, dev);
+  const Formula x = vi(0, 3), y = vj(1, 3);
+  const Reduction lse(ReductionOp::LogSumExp, -sqdist(x, y) * 2.0);
+  const Reduction gauss(ReductionOp::Sum, exp(-sqdist(x, y)) * vj(2, 2));
+  const int64_t n = 1000, m = 700;
+  const std::vector<Array> in = {random_array(DType::Float64, {n, 3}, 1),
+                                 random_array(DType::Float64, {m, 3}, 2),
+                                 random_array(DType::Float64, {m, 2}, 3)};
+  Options gpus = with(Backend::Cuda);
+  gpus.gpu_devices = {3, 1, 2};
+  for (const auto& [r, n_in, rows] :
+       {std::tuple{gauss, 3, n}, std::tuple{lse, 2, n}, std::tuple{grad(lse, 1), 3, m}}) {
+    std::vector<Array> args(in.begin(), in.begin() + std::min<int>(n_in, 2));
+    if (n_in == 3)
+      args.push_back(r.op() == ReductionOp::Sum && rows == n
+                         ? in[2]
+                         : random_array(DType::Float64, {n, 1}, 4));
+    const std::vector<Array> want = evaluate(r, args, with(Backend::Interpreter));
+    const size_t before = dev.calls().size();
+    const std::vector<Array> got = evaluate(r, args, gpus);
+    for (int64_t q = 0; q < want[0].size(); ++q)
+      EXPECT_NEAR(got[0].at(q), want[0].at(q), 1e-12 * (1 + std::abs(want[0].at(q)))) << r.str();
+    // The last calls are the shares of r itself: the devices in order, their rows adding up.
+    const std::vector<NullCall> calls = dev.calls();
+    ASSERT_GE(calls.size(), before + 3);
+    int64_t total = 0;
+    for (size_t k = calls.size() - 3; k < calls.size(); ++k) total += calls[k].n_outer;
+    EXPECT_EQ(total, rows) << r.str();
+    std::vector<int> devices;
+    for (size_t k = calls.size() - 3; k < calls.size(); ++k) devices.push_back(calls[k].device);
+    std::sort(devices.begin(), devices.end());
+    EXPECT_EQ(devices, (std::vector<int>{1, 2, 3})) << r.str();
   }
 }
 
