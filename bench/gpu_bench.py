@@ -100,6 +100,8 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dense-max-bytes", type=float, default=20e9)
+    ap.add_argument("--host-budget", action="store_true",
+                    help="also time host tensors on the GPU, whole and streamed under a budget")
     args = ap.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -139,6 +141,30 @@ def main(argv=None):
                 for lib, t in results.items():
                     if lib != "tessel":
                         emit(case=case, n=n, ratio=f"{lib}/tessel", value=t / results["tessel"])
+    if args.host_budget:
+        host_budget(args, device, name)
+
+
+def host_budget(args, device, name):
+    """Host tensors reduced on the GPU, whole and under a gpu_memory_budget a quarter of their
+    device footprint (streamed block by block, copies overlapping kernels): the cost of
+    streaming data larger than the budget."""
+    formula, op, _ = FORMULAS["gauss-sum"]
+    for n in args.n:
+        x, y, b, g = data(n, torch.device("cpu"))
+        footprint = 4 * (3 * n + 4 * n + n)  # X, Y with b, one output column, float32
+        for budget in (0, footprint // 4):
+            red = Genred(formula, ALIASES, reduction_op=op, axis=1, backend="cuda",
+                         gpu_memory_budget=budget)
+            row = dict(case="gauss-sum-host", n=n, m=n, d=3, dtype="float32", lib="tessel",
+                       device=name, gpu_memory_budget=budget, footprint_bytes=footprint)
+            try:
+                median, first = timed(lambda: red(x, y, b, g), device, args.reps)
+            except (RuntimeError, ValueError) as e:
+                emit(**row, status="error", reason=str(e).splitlines()[0][:200])
+                continue
+            emit(**row, status="ok", median_s=median, first_call_s=first,
+                 pairs_per_s=n * n / median)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@
 #             (installed into build-gpu/site; without them pykeops is left out of the bench)
 #   PYTHON    the Python that holds PyTorch with CUDA (default python3)
 #   GPU_CHECK_PYTEST  pytest arguments (default: the test files with CUDA paths)
-#   GPU_CHECK_BENCH   gpu_bench.py arguments (default: --n 10000 100000 1000000)
+#   GPU_CHECK_BENCH   gpu_bench.py arguments (default: --n 10000 100000 1000000 --host-budget)
 #   GPU_CHECK_OT_BENCH  ot_bench.py arguments (default: CUDA, N = 1e4 .. 1e6, D = 3 and 64)
 # Writes to OUT_DIR: machine.txt, build.log, ctest.log, pytest.log, gpu_bench.jsonl,
 # gpu_bench.log, ot_bench.jsonl, ot_bench.log, summary.txt (also printed last). Exit status: 0 all passed; 1 a step failed;
@@ -123,18 +123,26 @@ sed -n '/The following tests FAILED/,$p' "$out/ctest.log" | grep -E "^\s*[0-9]+ 
 pytest_args=${GPU_CHECK_PYTEST:-tests/python/test_genred_torch.py tests/python/test_genred_numpy.py
   tests/python/test_genred_options.py tests/python/test_errors.py
   tests/python/test_compat_pykeops.py tests/python/test_torch_func.py tests/python/test_ot_cuda.py
-  tests/python/test_block_sparse.py tests/python/test_kernel_solve.py}
+  tests/python/test_block_sparse.py tests/python/test_kernel_solve.py tests/python/test_half.py}
 # shellcheck disable=SC2086  # the arguments are words on purpose
 run_step "pytest" "$out/pytest.log" "$py" -m pytest -q -p no:cacheprovider -rfEs $pytest_args
 tail -1 "$out/pytest.log" | sed 's/^/gpu_check: pytest: /' | tee -a "$summary"
 
-bench_args=${GPU_CHECK_BENCH:---n 10000 100000 1000000}
+bench_args=${GPU_CHECK_BENCH:---n 10000 100000 1000000 --host-budget}
 # shellcheck disable=SC2086
 if PYTHONUNBUFFERED=1 "$py" bench/gpu_bench.py $bench_args > "$out/gpu_bench.jsonl" \
   2> "$out/gpu_bench.log"; then
   note "gpu_bench: ok ($(wc -l < "$out/gpu_bench.jsonl") JSON lines)"
 else
   note "gpu_bench: FAILED (see gpu_bench.log)"
+  failed=1
+fi
+# Half precision against float64 on the GPU (the table bench/RESULTS.md has for the CPU).
+if PYTHONUNBUFFERED=1 "$py" bench/half_accuracy.py --n 100000 --device cuda \
+  > "$out/half_accuracy.jsonl" 2> "$out/half_accuracy.log"; then
+  note "half_accuracy: ok"
+else
+  note "half_accuracy: FAILED (see half_accuracy.log)"
   failed=1
 fi
 # Sinkhorn divergences: tessel.ot against GeomLoss (pykeops GPU) and flash-sinkhorn, one run.
