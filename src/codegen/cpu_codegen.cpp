@@ -189,37 +189,56 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
   // Each interval [js, je) of inner indices: a masked head tile, full tiles, a masked tail tile.
   const string tile_setup = "    const T* yt = Y + t * " + to_string(lay.inner_dim * g.W) +
                             "; (void)yt;\n    const VI tv = (VI){} + (TI)t; (void)tv;\n";
+  // A block holds up to blk_tiles tiles of one row group, whatever intervals they come from, so
+  // that short block-sparse intervals do not pay a block's end (a rescale, a float64 flush)
+  // each: nq_ counts the tiles in the open block. SoftMax masked tiles are applied at once, so
+  // the buffered tiles go first.
+  const bool softmax = fam == ReductionFamily::SoftMax;
+  string end_block;
+  if (softmax) {
+    end_block += g.block_end();
+    for (int row = 0; row < g.R; ++row)
+      end_block += "      bm_" + to_string(row) + " = " + g.acc("mv", row, 0) + ";\n";
+  }
+  if (g.block_sum())
+    for (int row = 0; row < g.R; ++row)
+      for (int c = 0; c < g.D; ++c)
+        end_block += "      " + g.acc("acc", row, c) + " += __builtin_convertvector(" +
+                     g.acc("blk", row, c) + ", VD); " + g.acc("blk", row, c) + " = (V){};\n";
+  end_block += "      nq_ = 0;\n";
+  const string flush_before_masked = softmax ? "    if (nq_) {\n" + end_block + "    }\n" : "";
+  const string count_masked = g.block_sum() ? "    if (++nq_ == " + to_string(blk_tiles) +
+                                                  ") {\n" + end_block + "    }\n"
+                                            : "";
+  s += "    i64 nq_ = 0; (void)nq_;\n";
+  if (softmax)
+    for (int row = 0; row < g.R; ++row)
+      s += "    bm_" + to_string(row) + " = " + g.acc("mv", row, 0) + ";\n";
   s += "    for (i64 q = 0; q < a->n_iv; ++q) {\n";
   s += "    const i64 js = a->iv[2 * q] > cs ? a->iv[2 * q] : cs;\n";
   s += "    const i64 je = a->iv[2 * q + 1] < ce ? a->iv[2 * q + 1] : ce;\n    if (js >= je) "
        "continue;\n";
   s += "    i64 ts = js / W; const i64 tl = (je - 1) / W, tf = je / W;\n";
-  s += "    if (js % W || (ts == tl && je % W)) {\n    const i64 t = ts;\n";
+  s += "    if (js % W || (ts == tl && je % W)) {\n" + flush_before_masked + "    const i64 t = ts;\n";
   s += "    const VI valid = (lane_ >= (TI)(js - t * W)) & (lane_ < (TI)(je - t * W));\n";
-  s += tile_setup + g.tile_body(true) + "    ++ts;\n    }\n";
-  s += "    for (i64 tb = ts; tb < tf; tb += " + to_string(blk_tiles) + ") {\n";
-  s += "      const i64 te = tb + " + to_string(blk_tiles) + " < tf ? tb + " +
-       to_string(blk_tiles) + " : tf;\n";
-  if (fam == ReductionFamily::SoftMax)
-    for (int row = 0; row < g.R; ++row)
-      s += "      bm_" + to_string(row) + " = " + g.acc("mv", row, 0) + ";\n";
+  s += tile_setup + g.tile_body(true) + count_masked + "    ++ts;\n    }\n";
+  s += "    for (i64 tb = ts; tb < tf;) {\n";
+  s += "      const i64 q0_ = nq_, te = tb + (" + to_string(blk_tiles) + " - q0_) < tf ? tb + (" +
+       to_string(blk_tiles) + " - q0_) : tf; (void)q0_;\n";
   // One row's tile is a long dependent chain (the exp alone is ~10 deep): with a single row, two
   // tiles per iteration give the core two independent chains, as two rows would (measured equal).
   if (g.R == 1) s += "#pragma GCC unroll 2\n";
   s += "      for (i64 t = tb; t < te; ++t) {\n" + tile_setup;
   s += g.tile_body(false);
   s += "      }\n";
-  if (fam == ReductionFamily::SoftMax) s += g.block_end();
-  if (g.block_sum())
-    for (int row = 0; row < g.R; ++row)
-      for (int c = 0; c < g.D; ++c)
-        s += "      " + g.acc("acc", row, c) + " += __builtin_convertvector(" +
-             g.acc("blk", row, c) + ", VD); " + g.acc("blk", row, c) + " = (V){};\n";
+  s += "      nq_ += te - tb; tb = te;\n";
+  s += "      if (nq_ == " + to_string(blk_tiles) + ") {\n" + end_block + "      }\n";
   s += "    }\n";
-  s += "    if (je % W && tf >= ts) {\n    const i64 t = tf;\n";
+  s += "    if (je % W && tf >= ts) {\n" + flush_before_masked + "    const i64 t = tf;\n";
   s += "    const VI valid = lane_ < (TI)(je - t * W);\n";
-  s += tile_setup + g.tile_body(true);
+  s += tile_setup + g.tile_body(true) + count_masked;
   s += "    }\n    }\n";
+  s += "    if (nq_) {\n" + end_block + "    }\n";
   s += "    if (ch + 1 < n_chunks) {\n" + g.state_copy(true) + "      continue;\n    }\n";
   s += "    if (a->state_out) {\n      BlockState& so = ((BlockState*)a->state_out)[(i0 - "
        "a->o_begin) / " +

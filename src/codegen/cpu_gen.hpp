@@ -218,10 +218,10 @@ struct Gen {
     } else if (fam == ReductionFamily::SoftMax) {
       const string R_ = to_string(row);
       if (!tail) {
-        s += "    fb_" + R_ + "[t - tb] = " + f[0].s + "; bm_" + R_ + " = v_max(bm_" + R_ + ", " +
+        s += "    fb_" + R_ + "[q0_ + t - tb] = " + f[0].s + "; bm_" + R_ + " = v_max(bm_" + R_ + ", " +
              f[0].s + ");\n";
         for (int c = 0; c < WD; ++c)
-          s += "    wb_" + R_ + "_" + to_string(c) + "[t - tb] = " + w[c].s + ";\n";
+          s += "    wb_" + R_ + "_" + to_string(c) + "[q0_ + t - tb] = " + w[c].s + ";\n";
       } else {
         s += "    bm_" + R_ + " = " + acc("mv", row, 0) + ";\n";
         s += "    { const V f_ = " + masked(f[0].s, "bc(-__builtin_inf())") + "; bm_" + R_ +
@@ -258,7 +258,7 @@ struct Gen {
       s += "      " + acc("sv", row, c) + " += " + (WD ? e + " * " + weight(c) : e) + ";\n";
     return s;
   }
-  // After a block of tiles: one rescale, then the exponentials of the stored values.
+  // After a block of nq_ buffered tiles: one rescale, then the exponentials of the stored values.
   string block_end() const {
     string s;
     for (int row = 0; row < R; ++row) {
@@ -269,12 +269,12 @@ struct Gen {
       const string mv = acc("mv", row, 0);
       auto weight = [&](int c) { return "wb_" + R_ + "_" + to_string(c) + "[q]"; };
       s += "      if (!v_any((" + mv + " - " + mv + ") != (" + mv + " - " + mv + "))) {\n";
-      s += "      for (i64 q = 0; q < te - tb; ++q) { const V f_ = fb_" + R_ + "[q];\n";
+      s += "      for (i64 q = 0; q < nq_; ++q) { const V f_ = fb_" + R_ + "[q];\n";
       s += "      const V e_ = v_exp(f_ - " + mv + ");\n";
       s += add_terms(row, "e_", weight);
       s += "      }\n      } else {\n";
       // (Written apart from the loop above so that `tessel bench --asm` counts only that one.)
-      s += "      for (i64 q = 0, qe = te - tb; q < qe; ++q) { const V f_ = fb_" + R_ + "[q];\n";
+      s += "      for (i64 q = 0, qe = nq_; q < qe; ++q) { const V f_ = fb_" + R_ + "[q];\n";
       s += "      const V e_ = " + shifted_exp("f_", mv) + ";\n";
       s += add_terms(row, "e_", weight);
       s += "      }\n      }\n";
