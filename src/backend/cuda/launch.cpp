@@ -2,13 +2,15 @@
 // kernels.
 //
 // Inputs may live in device memory (on the evaluating GPU) or in host memory (copied in, so
-// Backend::Cuda can reduce host arrays); outputs are written to the caller's contiguous host
-// buffers (the engine then copies them to device outputs, sums them over rows or adds gradient
-// terms, as on the CPU). The stream is the caller's (PyTorch's current stream from Python) and
+// Backend::Cuda can reduce host arrays); outputs are written to the caller's contiguous buffers,
+// host or device (the engine keeps device results on the device: computed variables in memory
+// this backend allocates, gradient terms added here). The stream is the caller's (PyTorch's
+// current stream from Python) and
 // the call returns once the results are in place. Device buffers are reused between calls (one
 // workspace per device, grown on demand) so a repeated call allocates nothing on the device. The
 // backend object owns them, with the launch plans; the driver keeps the loaded modules.
-// Block-sparse ranges launch one CUDA block per run of rows of one range (cuda_range_table).
+// Block-sparse ranges launch one CUDA block per run of rows of one range (cuda_range_table);
+// host arrays over Options::gpu_memory_budget run block by block (stream_plan.hpp).
 #include <algorithm>
 #include <cstring>
 #include <map>
