@@ -135,6 +135,25 @@ TEST_P(CudaGpu, GradientsMatchTheInterpreter) {
   }
 }
 
+// Batch dimensions and a second derivative (its sub-reduction and the chain rule's extra term
+// kept in device memory), on device arrays against the interpreter.
+TEST_P(CudaGpu, BatchesAndSecondDerivatives) {
+  const double tol = tol_for(1e-10, 1e-4);
+  const Formula x = vi(0, 3), y = vj(1, 3);
+  const Reduction lse(ReductionOp::LogSumExp, -sqdist(x, y) * 2.0);
+  const std::vector<Array> batched = {random_array(t, {3, 500, 3}, 1),
+                                      random_array(t, {1, 700, 3}, 2)};
+  const OnDevice dev_b(batched);
+  expect_same(evaluate(lse, std::span<const ArrayView>(dev_b.views)), evaluate(lse, batched, cpu),
+              tol, "batched LogSumExp");
+  const Reduction g2 = grad(grad(lse, 0), 0);
+  const std::vector<Array> in = {random_array(t, {500, 3}, 1), random_array(t, {700, 3}, 2),
+                                 random_array(t, {500, 1}, 3), random_array(t, {500, 3}, 4)};
+  const OnDevice dev(in);
+  expect_same(evaluate(g2, std::span<const ArrayView>(dev.views)), evaluate(g2, in, cpu), tol,
+              "second derivative of LogSumExp");
+}
+
 // Block-sparse ranges: clusters of 1 to 300 rows (within and across CUDA blocks), a random
 // keep mask, rows no range covers; every reduction against the interpreter with the same ranges.
 TEST_P(CudaGpu, BlockSparseRangesMatchTheInterpreter) {
