@@ -74,3 +74,12 @@ def test_what_multiscale_does_not_do():
         SamplesLoss(backend="multiscale", cost="SqDist(X,Y)")(a, x, b, y)
     with pytest.raises(NotImplementedError, match="clusters the points itself"):
         SamplesLoss(backend="multiscale")(a, x, b, y, a, b)
+
+
+def test_a_cluster_scale_needing_too_many_clusters_is_a_clear_error():
+    """Each cloud's clusters pair up in a mask: past 8192 a cloud it would not fit, so the solver
+    says so instead of running out of memory."""
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.rand(9000, 3, generator=g), torch.rand(9000, 3, generator=g)
+    with pytest.raises(ValueError, match="cluster_scale=1e-05 needs more than 8192 clusters for x"):
+        SamplesLoss("sinkhorn", backend="multiscale", cluster_scale=1e-5)(x, y)

@@ -31,6 +31,7 @@ from ._implicit import damping
 from ._potentials import core_sinkhorn
 
 _LOG_ZERO = -1e5
+_MAX_CLUSTERS = 8192  # per cloud: the pair mask and the coarse cost stay under ~0.5 GB
 
 
 def farthest_point_clusters(x, k_max, radius=None):
@@ -151,10 +152,17 @@ class MultiscaleProblem:
 
 
 def _carry(pts, centres, logw, pot, eps, damp, p):
-    """A coarse potential carried to points: damp softmin_J (C(x_i, c_J) - pot_J), weights w_J."""
-    d2 = torch.cdist(pts.detach(), centres) ** 2
-    c = d2 / 2 if p == 2 else d2.sqrt()
-    return -damp * eps * torch.logsumexp(logw[None, :] + (pot[None, :] - c) / eps, 1)
+    """A coarse potential carried to points: damp softmin_J (C(x_i, c_J) - pot_J), weights w_J.
+    One float64 LogSumExp reduction: memory O(N + K) however many clusters a small cluster_scale
+    makes (an N x K matrix would not fit)."""
+    dim, f64 = pts.shape[1], torch.float64
+    cost = "SqDist(X,Y) / IntCst(2)" if p == 2 else "Norm2(X-Y)"
+    lse = Genred(f"H - IEps * ({cost})",
+                 [f"X = Vi({dim})", f"Y = Vj({dim})", "H = Vj(1)", "IEps = Pm(1)"],
+                 reduction_op="LogSumExp", axis=1)
+    h = (logw.to(f64) + pot.to(f64) / eps)[:, None]
+    ieps = torch.tensor([1 / eps], dtype=f64, device=pts.device)
+    return -damp * eps * lse(pts.detach().to(f64), centres.to(f64), h, ieps)[:, 0]
 
 
 def multiscale_potentials(a, x, b, y, settings, truncate=5.0, cluster_scale=None,
@@ -177,8 +185,14 @@ def multiscale_potentials(a, x, b, y, settings, truncate=5.0, cluster_scale=None
         pts = torch.cat((x.detach(), y.detach()))
         diameter = float((pts.max(0)[0] - pts.min(0)[0]).norm()) or blur
     k_max = max(16, int(math.sqrt(max(n, m))))
-    u = _Side(a, x, k_max if cluster_scale is None else n, cluster_scale)
-    v = _Side(b, y, k_max if cluster_scale is None else m, cluster_scale)
+    u = _Side(a, x, k_max if cluster_scale is None else min(n, _MAX_CLUSTERS + 1), cluster_scale)
+    v = _Side(b, y, k_max if cluster_scale is None else min(m, _MAX_CLUSTERS + 1), cluster_scale)
+    for side, name in ((u, "x"), (v, "y")):
+        # The truncation keeps a mask per pair of clusters: past that many, it would not fit.
+        if side.mass.shape[0] > _MAX_CLUSTERS:
+            raise ValueError(f"tessel.ot multiscale: cluster_scale={cluster_scale:g} needs more "
+                             f"than {_MAX_CLUSTERS} clusters for {name}; raise cluster_scale (or "
+                             "leave it None: about sqrt(N) clusters)")
     r_max = float(torch.cat((u.radius, v.radius)).max())
     blur_c = max(blur, 2 * r_max)
     schedule = _core.epsilon_schedule(pw, diameter, blur, scaling)
