@@ -265,13 +265,10 @@ void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> 
   const bool interpret = ctx.opt.backend == Backend::Interpreter || indexed;
   const BackendChoice choice = choose_backend(ctx.opt.backend, p.device, interpret);
   // Several GPUs (Options::gpu_devices) share a call on host arrays by its outer rows.
-  const bool host_call =
-      std::all_of(ctx.inputs.begin(), ctx.inputs.end(),
-                  [](const ArrayView& a) { return a.device.kind == DeviceKind::CPU; }) &&
-      std::all_of(views.begin(), views.end(),
-                  [](const ArrayView& a) { return a.device.kind == DeviceKind::CPU; });
+  auto on_host = [](const ArrayView& a) { return a.device.kind == DeviceKind::CPU; };
   if (choice.first == BackendId::Cuda && ctx.opt.gpu_devices.size() > 1 && !ctx.opt.ranges &&
-      host_call && device_vars.empty()) {
+      device_vars.empty() && std::all_of(ctx.inputs.begin(), ctx.inputs.end(), on_host) &&
+      std::all_of(views.begin(), views.end(), on_host)) {
     run_on_gpus(p, views, ctx.opt.gpu_devices, dev);
   } else if (!reg.get(choice.first).run(p, views)) {
     if (!choice.interpreter_fallback) {

@@ -6,21 +6,12 @@
 #include <cstring>
 
 #include "backend/registry.hpp"
+#include "engine/engine_impl.hpp"
 #include "tessel/half.hpp"
 
 namespace tessel::engine {
 
 namespace {
-
-bool c_contiguous(const ArrayView& a) {
-  if (a.strides.empty()) return true;
-  int64_t want = 1;
-  for (int k = static_cast<int>(a.shape.size()) - 1; k >= 0; --k) {
-    if (a.shape[k] != 1 && a.strides[k] != want) return false;
-    want *= a.shape[k];
-  }
-  return true;
-}
 
 // Calls f(q, off) for every element of `a` in C order: q its position, off its element offset.
 template <class F>
@@ -45,7 +36,7 @@ void for_each_element(const ArrayView& a, F&& f) {
 
 // A device array's elements as one host row (contiguous arrays only: one copy).
 Array load_device(const ArrayView& a, const std::string& who) {
-  if (!c_contiguous(a))
+  if (!contiguous(a))
     detail::fail("evaluate", who, " is a non-contiguous ", dtype_name(a.dtype),
                  " CUDA array; pass a contiguous one (.contiguous())");
   ArrayView flat = a;
@@ -127,7 +118,7 @@ void check_half_outputs(std::span<const ArrayView> outputs, DType half) {
 void store_half(const Array& src, const ArrayView& dst, const std::string& who) {
   if (dst.size() == 0) return;
   if (dst.device.kind == DeviceKind::CUDA) {
-    if (!c_contiguous(dst))
+    if (!contiguous(dst))
       detail::fail("evaluate", who, " is a non-contiguous ", dtype_name(dst.dtype),
                    " CUDA array; pass a contiguous one");
     Array bits(dst.dtype, {1, dst.size()});

@@ -38,9 +38,8 @@ uint16_t nearest(const std::vector<double>& vals, double x, uint16_t inf) {
   const size_t hi = static_cast<size_t>(it - vals.begin());
   if (hi == vals.size()) {
     const double top = vals.back(), step = top - vals[vals.size() - 2];
-    return x < top + step / 2    ? static_cast<uint16_t>(vals.size() - 1)
-           : x == top + step / 2 ? inf  // the tie goes to the even encoding: infinity
-                                 : inf;
+    // A tie goes to the even encoding, infinity, as does anything above it.
+    return x < top + step / 2 ? static_cast<uint16_t>(vals.size() - 1) : inf;
   }
   if (vals[hi] == x || hi == 0) return static_cast<uint16_t>(hi);
   const double dlo = x - vals[hi - 1], dhi = vals[hi] - x;

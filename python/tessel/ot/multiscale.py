@@ -19,6 +19,7 @@ and the exact transport mass the truncation drops.
 The last extrapolation runs through the same block-sparse reductions with autograd, so the
 points get envelope gradients (unbalanced ones as in tessel.ot's envelope mode).
 """
+import functools
 import math
 import warnings
 
@@ -86,6 +87,18 @@ def _segment_max(values, labels, k):
             0, labels, values, "amax")
 
 
+def _cost_text(p):
+    return "SqDist(X,Y) / IntCst(2)" if p == 2 else "Norm2(X-Y)"
+
+
+@functools.lru_cache(maxsize=16)
+def _softmin_lse(p, dim):
+    """log sum_j exp(H_j - IEps C(X_i, Y_j)): every softmin of the solver, fine or coarse."""
+    return Genred(f"H - IEps * ({_cost_text(p)})",
+                  [f"X = Vi({dim})", f"Y = Vj({dim})", "H = Vj(1)", "IEps = Pm(1)"],
+                  reduction_op="LogSumExp", axis=1)
+
+
 def _cmin(u, v, p):
     """The least cost between the balls of clusters u (centres, radii) and v: (Ku, Kv)."""
     gap = (torch.cdist(u.centre, v.centre) - u.radius[:, None] - v.radius[None, :]).clamp_min(0)
@@ -98,11 +111,9 @@ class MultiscaleProblem:
     def __init__(self, u, v, p, dim, truncate):
         self.u, self.v, self.p, self.truncate = u, v, p, truncate
         self.cmin = _cmin(u, v, p)
-        cost = "SqDist(X,Y) / IntCst(2)" if p == 2 else "Norm2(X-Y)"
-        formula = f"H - IEps * ({cost})"
-        aliases = [f"X = Vi({dim})", f"Y = Vj({dim})", "H = Vj(1)", "IEps = Pm(1)"]
+        cost = _cost_text(p)
         # The cost is symmetric: the columns' softmin is the same reduction, sides swapped.
-        self.lse = Genred(formula, aliases, reduction_op="LogSumExp", axis=1)
+        self.lse = _softmin_lse(p, dim)
         self.mass_sum = Genred(f"Exp(G + H - IEps * ({cost}))",
                                [f"X = Vi({dim})", f"Y = Vj({dim})", "G = Vi(1)", "H = Vj(1)",
                                 "IEps = Pm(1)"], reduction_op="Sum", axis=1)
@@ -155,11 +166,8 @@ def _carry(pts, centres, logw, pot, eps, damp, p):
     """A coarse potential carried to points: damp softmin_J (C(x_i, c_J) - pot_J), weights w_J.
     One float64 LogSumExp reduction: memory O(N + K) however many clusters a small cluster_scale
     makes (an N x K matrix would not fit)."""
-    dim, f64 = pts.shape[1], torch.float64
-    cost = "SqDist(X,Y) / IntCst(2)" if p == 2 else "Norm2(X-Y)"
-    lse = Genred(f"H - IEps * ({cost})",
-                 [f"X = Vi({dim})", f"Y = Vj({dim})", "H = Vj(1)", "IEps = Pm(1)"],
-                 reduction_op="LogSumExp", axis=1)
+    f64 = torch.float64
+    lse = _softmin_lse(p, pts.shape[1])
     h = (logw.to(f64) + pot.to(f64) / eps)[:, None]
     ieps = torch.tensor([1 / eps], dtype=f64, device=pts.device)
     return -damp * eps * lse(pts.detach().to(f64), centres.to(f64), h, ieps)[:, 0]
