@@ -14,7 +14,8 @@ FORMULA, ALIASES = "Exp(-SqDist(X,Y))*B", ["X = Vi(3)", "Y = Vj(3)", "B = Vj(2)"
 
 def clouds(dtype, n=90, m=110, seed=0):
     g = torch.Generator().manual_seed(seed)
-    x, y, b = torch.rand(n, 3, generator=g), torch.rand(m, 3, generator=g), torch.rand(m, 2, generator=g)
+    x, y = torch.rand(n, 3, generator=g), torch.rand(m, 3, generator=g)
+    b = torch.rand(m, 2, generator=g)
     return tuple(t.to(dtype) for t in (x, y, b))
 
 

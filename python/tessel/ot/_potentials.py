@@ -49,10 +49,10 @@ class SinkhornPotentials(torch.autograd.Function):
     """(f, g, p, q) = the potentials after the last extrapolation of the core's Sinkhorn loop.
 
     Forward: the core's loop (core_sinkhorn) on detached inputs. Backward: the envelope theorem,
-    as GeomLoss differentiates its last extrapolation: each potential is one softmin of x (or y) against the
-    other cloud, the potentials it started from and the weights held constant; the gradients in
-    x and y come from one Sum reduction per potential (_core.sinkhorn_potentials_vjp). The
-    weights a, b get no gradient here: the loss uses them outside this function.
+    as GeomLoss differentiates its last extrapolation: each potential is one softmin of x (or y)
+    against the other cloud, the potentials it started from and the weights held constant; the
+    gradients in x and y come from one Sum reduction per potential (core_vjp). The weights a, b
+    get no gradient here: the loss uses them outside this function.
     """
 
     @staticmethod
