@@ -98,3 +98,12 @@ def test_half_accuracy_smoke_and_table(tmp_path):
                        capture_output=True, text=True, env=dict(os.environ), timeout=60)
     assert t.returncode == 0, t.stderr
     assert "| lse | bfloat16 |" in t.stdout
+
+
+def test_block_sparse_bench_smoke():
+    out = subprocess.run([sys.executable, str(BENCH / "block_sparse_bench.py"), "--n", "512",
+                          "--sizes", "32", "--reps", "1"], capture_output=True, text=True,
+                         env=dict(os.environ), timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (row,) = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert row["cluster"] == 32 and row["n"] == 512 and row["ratio"] > 0
