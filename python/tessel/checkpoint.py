@@ -13,10 +13,13 @@ Step evaluations. The last step is evaluated with a graph during the forward pas
 `n_steps + revolve_optimal_recomputations(n_steps, snapshots)` times, forward and backward
 together; that graph, of one step, is the only one kept between forward and backward.
 """
+import operator
+
 import torch
 
 from . import _core
 from ._captured import Captured, grad_once
+from ._rng import RngStates
 from .snapshot_levels import check_storage
 
 __all__ = ["checkpoint_loop", "revolve_schedule", "revolve_optimal_recomputations"]
@@ -32,8 +35,16 @@ def revolve_optimal_recomputations(n_steps, snapshots):
     return _core.revolve_optimal_recomputations(n_steps, snapshots)
 
 
-def _is_int(v):
-    return isinstance(v, int) and not isinstance(v, bool)
+def _as_int(v):
+    """v as a Python int when it is an integer (int, NumPy integer, integer tensor of one
+    element), else None: a bool is not one."""
+    if isinstance(v, bool) or (isinstance(v, torch.Tensor) and
+                               (v.numel() != 1 or v.is_floating_point() or v.dtype == torch.bool)):
+        return None
+    try:
+        return operator.index(v)
+    except TypeError:
+        return None
 
 
 def _differentiable(x):
@@ -68,8 +79,11 @@ class _Revolve:
     """One loop's schedule, snapshots and counters, shared by the forward and the backward."""
 
     def __init__(self, step, n_steps, snapshots, is_tuple, states, params, stats,
-                 name="checkpoint_loop", storage=None):
+                 name="checkpoint_loop", storage=None, preserve_rng_state=True):
         self.step, self.n_steps, self.is_tuple, self.stats = step, n_steps, is_tuple, stats
+        self.rng = RngStates(preserve_rng_state, tuple(states) + tuple(params))
+        self.rng_slots = {}  # slot -> the random-number state of its snapshot
+        self.rng_start = None  # the state the loop started from (the full recomputation's)
         self.name = name  # the public function, for error messages
         # What step reads besides the state: params= first, then what the first sweep finds.
         self.captured = Captured(name, params)
@@ -136,8 +150,11 @@ class _Revolve:
             for k in range(a, b):
                 self.cur = self.call(self.cur, k)
 
-    def _store(self, slot):
+    def _store(self, slot, rng=None):
+        """Stores self.cur in `slot` with the random-number state its next step starts from
+        (`rng`, or the current one)."""
         self.snaps.put(slot, self.cur)
+        self.rng_slots[slot] = self.rng.get() if rng is None else rng
         self.stats["max_stored"] = max(self.stats["max_stored"], len(self.snaps))
 
     def _tape(self, k):
@@ -154,6 +171,7 @@ class _Revolve:
     def forward(self, states):
         """The first sweep, finding the tensors step reads (self.captured) on the way."""
         self.cur = tuple(s.detach() for s in states)
+        self.rng_start = self.rng.get()
         self.discovering = True
         try:
             for i, (action, a, b, slot) in enumerate(self.schedule):
@@ -169,32 +187,39 @@ class _Revolve:
                 else:  # the schedule's first sweep holds nothing else
                     raise RuntimeError(f"checkpoint_loop: unexpected {action} in the first sweep")
             raise RuntimeError("checkpoint_loop: the schedule has no first reverse")
+        except BaseException:
+            self.release()  # a failed step: its snapshots (files on disk too) go now
+            raise
         finally:
             self.discovering = False
 
     def release(self):
         """Drops the snapshots and the taped step: nothing will differentiate this loop."""
         self.snaps.clear()
+        self.rng_slots.clear()
         self.taped = self.cur = None
 
     def backward(self, grads, params):
         param_grads = [None] * len(params)
         inp, out = self.taped
         self.taped = None
-        grads = self._reverse(inp, out, grads, params, param_grads)
-        for action, a, b, slot in self.schedule[self.pos:]:
-            if action == "advance":
-                self._advance(a, b)
-            elif action == "snapshot":
-                self._store(slot)
-            elif action == "restore":
-                self.cur = self.snaps.get(slot)
-            elif action == "reverse":
-                inp, out = self._tape(a)
-                self.cur = None  # the reverse consumes the state; a restore follows
-                grads = self._reverse(inp, out, grads, params, param_grads)
-        self.snaps.clear()
-        self.cur = None
+        try:
+            grads = self._reverse(inp, out, grads, params, param_grads)
+            with self.rng.fork():
+                for action, a, b, slot in self.schedule[self.pos:]:
+                    if action == "advance":
+                        self._advance(a, b)
+                    elif action == "snapshot":
+                        self._store(slot)
+                    elif action == "restore":
+                        self.cur = self.snaps.get(slot)
+                        self.rng.set(self.rng_slots[slot])
+                    elif action == "reverse":
+                        inp, out = self._tape(a)
+                        self.cur = None  # the reverse consumes the state; a restore follows
+                        grads = self._reverse(inp, out, grads, params, param_grads)
+        finally:
+            self.release()
         return grads, param_grads
 
     def backward_full(self, grads, states, params, create_graph):
@@ -203,12 +228,11 @@ class _Revolve:
         backward (the schedule's snapshots are consumed by the first). The loop is recomputed
         from the saved initial state with a full graph, so this backward has the memory of
         unrolled autograd."""
-        self.taped = None
-        self.snaps.clear()
-        self.cur = None
+        self.release()
         self.stats["double_backward_fallback"] = True
         cur = tuple(states)
-        with torch.enable_grad():
+        with torch.enable_grad(), self.rng.fork():
+            self.rng.set(self.rng_start)
             for k in range(self.n_steps):
                 cur = self.call(cur, k)
         self.captured.check(cur, states)
@@ -281,9 +305,10 @@ class _RevolveFunction(torch.autograd.Function):
 
 
 def _check_inputs(name, state, snapshots, params, stats):
-    """The arguments both loops share, checked: (is_tuple, states, params, stats)."""
-    if not _is_int(snapshots) or snapshots < 1:
+    """The arguments both loops share, checked: (is_tuple, states, snapshots, params, stats)."""
+    if _as_int(snapshots) is None or _as_int(snapshots) < 1:
         raise ValueError(f"{name}: snapshots must be an integer >= 1, got {snapshots!r}")
+    snapshots = _as_int(snapshots)
     is_tuple = isinstance(state, (tuple, list))
     states = tuple(state) if is_tuple else (state,)
     for j, s in enumerate(states):
@@ -296,15 +321,17 @@ def _check_inputs(name, state, snapshots, params, stats):
                             "torch.Tensor")
     if stats is not None and not isinstance(stats, dict):
         raise TypeError(f"{name}: stats must be a dict or None, got {type(stats).__name__}")
-    return is_tuple, states, params, ({} if stats is None else stats)
+    return is_tuple, states, snapshots, params, ({} if stats is None else stats)
 
 
-def checkpoint_loop(step, state, n_steps, snapshots, params=(), stats=None, storage=None):
+def checkpoint_loop(step, state, n_steps, snapshots, params=(), stats=None, storage=None,
+                    preserve_rng_state=True):
     """Runs `state = step(state, k)` for k = 0 .. n_steps-1 and returns the final state, with a
     backward that stores at most `snapshots` states (Revolve's optimal binomial checkpointing).
 
-    step:      a function (state, k) -> new state of the same structure, shapes and dtypes. It
-               must be deterministic: the backward re-runs it.
+    step:      a function (state, k) -> new state of the same structure, shapes and dtypes. The
+               backward re-runs it: it must compute the same again, random draws aside (see
+               preserve_rng_state).
     state:     a tensor or a tuple of tensors (the result has the same structure).
     n_steps:   the number of steps, >= 0.
     snapshots: how many states may be stored at once (>= 1; the initial state counts as one).
@@ -319,6 +346,11 @@ def checkpoint_loop(step, state, n_steps, snapshots, params=(), stats=None, stor
                `snapshots` of them on the device. The slots the schedule restores most often get
                the fastest level; stats gets `storage` (per level: capacity in states, puts,
                gets, most held at once).
+    preserve_rng_state: True (the default, as in torch.utils.checkpoint): each snapshot keeps
+               the random-number state (CPU, and the CUDA devices of the state and params) its
+               next step starts from, and the backward restores it, so that a step using dropout
+               or noise draws the same numbers when it is recomputed; the caller's random stream
+               is left as the forward pass left it. False skips that for steps that draw nothing.
 
     Tensors that step reads besides the state (closure variables, an nn.Module's parameters, a
     weight computed from a parameter before the loop) are found by themselves: each step of the
@@ -333,15 +365,17 @@ def checkpoint_loop(step, state, n_steps, snapshots, params=(), stats=None, stor
     recomputing the loop with a full graph from the initial state: correct to any order, with the
     memory of unrolled autograd for that backward (stats gets `double_backward_fallback`).
     """
-    if not _is_int(n_steps) or n_steps < 0:
+    if _as_int(n_steps) is None or _as_int(n_steps) < 0:
         raise ValueError(f"checkpoint_loop: n_steps must be an integer >= 0, got {n_steps!r}")
-    is_tuple, states, params, stats = _check_inputs("checkpoint_loop", state, snapshots, params,
-                                                    stats)
+    n_steps = _as_int(n_steps)
+    is_tuple, states, snapshots, params, stats = _check_inputs("checkpoint_loop", state,
+                                                               snapshots, params, stats)
     check_storage("checkpoint_loop", storage)
     if n_steps == 0:
         stats.update(step_calls=0, max_stored=0, snapshots=snapshots)
         return tuple(states) if is_tuple else states[0]
-    run = _Revolve(step, n_steps, snapshots, is_tuple, states, params, stats, storage=storage)
+    run = _Revolve(step, n_steps, snapshots, is_tuple, states, params, stats, storage=storage,
+                   preserve_rng_state=preserve_rng_state)
     if not torch.is_grad_enabled():
         # Nothing to differentiate: the plain loop, with no snapshot at all.
         cur = states

@@ -15,7 +15,7 @@ Step evaluations: n in the forward pass, then the reversal's; stats["step_calls"
 import torch
 
 from . import _core
-from .checkpoint import _attach, _check_inputs, _is_int, _Revolve
+from .checkpoint import _as_int, _attach, _check_inputs, _Revolve
 from .snapshot_levels import check_storage
 
 __all__ = ["checkpoint_while", "online_recomputations"]
@@ -31,6 +31,9 @@ def online_recomputations(n_steps, snapshots):
 
 def _truth(value, k):
     """cond's answer as a bool: a Python/NumPy bool or a one-element tensor."""
+    if value is None:  # most often a cond without a return: not "stop at once", an error
+        raise TypeError(f"{_NAME}: cond returned None at step {k} (a missing return?); expected "
+                        "a bool or a one-element tensor")
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
             raise ValueError(f"{_NAME}: cond returned a tensor of shape {tuple(value.shape)} at "
@@ -47,9 +50,9 @@ class _Online(_Revolve):
     """_Revolve whose schedule comes from the online placement, once the loop has stopped."""
 
     def __init__(self, cond, step, max_steps, snapshots, is_tuple, states, params, stats,
-                 storage):
+                 storage, preserve_rng_state):
         super().__init__(step, None, snapshots, is_tuple, states, params, stats, name=_NAME,
-                         storage=storage)
+                         storage=storage, preserve_rng_state=preserve_rng_state)
         self.cond, self.max_steps, self.snapshots = cond, max_steps, snapshots
         stats.update(n_steps=0, recomputations=0, max_steps_reached=False)
 
@@ -78,24 +81,38 @@ class _Online(_Revolve):
         if not self.goes_on(self.cur, 0):
             return None
         placement = _core.OnlineCheckpointer(self.snapshots)
+        self.rng_start = self.rng.get()
         self._store(0)
         self.discovering = True
         try:
             k = 0
             while True:
+                rng_k = self.rng.get()  # what step k draws from, kept with x_k if it is stored
                 self.taped = self._tape(k)
                 nxt = tuple(o.detach() for o in self.taped[1])
+                rng_after = self.rng.get()
                 if not self.goes_on(nxt, k + 1):
                     break
+                if not self.rng.same(rng_after, self.rng.get()):
+                    # Replayed steps follow each other without cond between them: their draws
+                    # would shift, and the gradient would be silently wrong.
+                    raise RuntimeError(
+                        f"{_NAME}: cond drew random numbers (after step {k}); the backward "
+                        "replays the steps' random draws from the snapshots, which needs cond to "
+                        "draw none: draw them in step, or pass preserve_rng_state=False if step "
+                        "draws none")
                 # x_k is not the last step's input: keep it if the placement says so.
                 if k >= 1:
                     slot = placement.observe(k)
                     if slot >= 0:
                         self.cur = tuple(x.detach() for x in self.taped[0])
-                        self._store(slot)
+                        self._store(slot, rng_k)
                 self.cur = nxt
                 self.taped = None  # freed before the next step runs, not after
                 k += 1
+        except BaseException:
+            self.release()  # a failed step or cond: its snapshots (files on disk too) go now
+            raise
         finally:
             self.discovering = False
         n = k + 1
@@ -109,7 +126,7 @@ class _Online(_Revolve):
 
 
 def checkpoint_while(cond, step, state, snapshots, max_steps=None, params=(), stats=None,
-                     storage=None):
+                     storage=None, preserve_rng_state=True):
     """Runs `state = step(state, k)` while `cond(state, k)` is true (k = 0, 1, ...) and returns the
     final state, with a backward through every step taken that stores at most `snapshots`
     states: the loop's length need not be known in advance (online checkpointing).
@@ -117,8 +134,9 @@ def checkpoint_while(cond, step, state, snapshots, max_steps=None, params=(), st
     cond:      a function (state, k) -> bool or one-element tensor, evaluated under no_grad on
                each state before the step that would start from it (also on the initial state:
                cond false at once gives back `state` and no step runs).
-    step:      a function (state, k) -> new state of the same structure, shapes and dtypes. It
-               must be deterministic: the backward re-runs it.
+    step:      a function (state, k) -> new state of the same structure, shapes and dtypes. The
+               backward re-runs it: it must compute the same again, random draws aside (see
+               preserve_rng_state).
     state:     a tensor or a tuple of tensors (the result has the same structure).
     snapshots: how many states may be stored at once (>= 1; the initial state counts as one). The
                graph of the latest step (its input state included) is held besides them, as in
@@ -134,6 +152,9 @@ def checkpoint_while(cond, step, state, snapshots, max_steps=None, params=(), st
                checkpoint_loop. The schedule being unknown until the loop stops, the forward
                sweep puts each snapshot in the fastest level with room; then the held snapshots
                move to the levels the reversal's accesses ask for (stats["storage"]["moves"]).
+    preserve_rng_state: as in checkpoint_loop (default True: a recomputed step draws the random
+               numbers it drew in the forward pass). cond must then draw none (a RuntimeError
+               says so), since the replayed steps run one after another without it.
 
     Tensors that step reads besides the state (closures, nn.Module parameters) get gradients
     without being listed, as with checkpoint_loop; `autograd.grad`, `.backward()`, tuple states
@@ -144,12 +165,15 @@ def checkpoint_while(cond, step, state, snapshots, max_steps=None, params=(), st
         raise TypeError(f"{_NAME}: cond must be callable, got {type(cond).__name__}")
     if not callable(step):
         raise TypeError(f"{_NAME}: step must be callable, got {type(step).__name__}")
-    if max_steps is not None and (not _is_int(max_steps) or max_steps < 0):
+    if max_steps is not None and (_as_int(max_steps) is None or _as_int(max_steps) < 0):
         raise ValueError(f"{_NAME}: max_steps must be None or an integer >= 0, got "
                          f"{max_steps!r}")
-    is_tuple, states, params, stats = _check_inputs(_NAME, state, snapshots, params, stats)
+    max_steps = None if max_steps is None else _as_int(max_steps)
+    is_tuple, states, snapshots, params, stats = _check_inputs(_NAME, state, snapshots, params,
+                                                               stats)
     check_storage(_NAME, storage)
-    run = _Online(cond, step, max_steps, snapshots, is_tuple, states, params, stats, storage)
+    run = _Online(cond, step, max_steps, snapshots, is_tuple, states, params, stats, storage,
+                  preserve_rng_state)
     if not torch.is_grad_enabled():
         cur = run.run_plain(states)
         return cur if is_tuple else cur[0]

@@ -36,16 +36,13 @@ import math
 import torch
 
 from ._captured import Captured, grad_once
+from .checkpoint import _as_int
 from ._odeint_adaptive import Controller, Field, dopri5, march
 from ._odeint_adaptive import grid as _grid
 
 __all__ = ["odeint_reversible"]
 
 _NAME = "odeint_reversible"
-
-
-def _is_int(v):
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _even(counts, t):
@@ -299,10 +296,10 @@ def _step_counts(d, step_size, steps_per_interval):
     if step_size is not None and steps_per_interval is not None:
         raise ValueError(f"{_NAME}: give step_size or steps_per_interval, not both")
     if steps_per_interval is not None:
-        if not _is_int(steps_per_interval) or steps_per_interval < 1:
+        if _as_int(steps_per_interval) is None or _as_int(steps_per_interval) < 1:
             raise ValueError(f"{_NAME}: steps_per_interval must be an integer >= 1, got "
                              f"{steps_per_interval!r}")
-        return [steps_per_interval] * d.numel()
+        return [_as_int(steps_per_interval)] * d.numel()
     if step_size is not None:
         h = float(step_size)
         if not math.isfinite(h) or h <= 0:
@@ -332,9 +329,9 @@ def _plan(d, method, rtol, atol, options, step_size, steps_per_interval, snapsho
         if method != "dopri5":
             raise ValueError(f"{_NAME}: snapshots applies to method='dopri5' only (reversible "
                              "Heun stores no state)")
-        if not _is_int(snapshots) or snapshots < 1:
+        if _as_int(snapshots) is None or _as_int(snapshots) < 1:
             raise ValueError(f"{_NAME}: snapshots must be an integer >= 1, got {snapshots!r}")
-    snapshots = 16 if snapshots is None else snapshots
+    snapshots = 16 if snapshots is None else _as_int(snapshots)
     if fixed or not (tol or method == "dopri5"):
         return method, _step_counts(d, step_size, steps_per_interval), None, snapshots
     # torchdiffeq's defaults.

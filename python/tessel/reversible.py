@@ -39,8 +39,12 @@ recomputes the chain of couplings from the first saved input with a graph (once,
 per block until used) and differentiates that, so higher-order gradients are exact and
 memory is that of plain autograd.
 
-F and G must be deterministic (no dropout, no batch norm in training mode): they run again in
-backward. `reversible=False` runs the same computation with plain autograd, for comparison.
+F and G run again in backward, so they must compute the same again: no batch norm in training
+mode (its running statistics would be updated twice). Random draws (dropout) are replayed: each
+block keeps the random-number states F and G started from and restores them when it runs them
+again (`preserve_rng_state=True`, as torch.utils.checkpoint; the caller's stream is left as the
+forward pass left it). `reversible=False` runs the same computation with plain autograd, for
+comparison.
 """
 import math
 
@@ -48,6 +52,7 @@ import torch
 from torch import nn
 
 from ._captured import Captured, grad_once
+from ._rng import RngStates
 
 __all__ = ["ReversibleCoupling"]
 
@@ -70,6 +75,7 @@ class ReversibleCoupling(nn.Module):
     mode: "additive" or "affine". scale, log_scale_bound: the affine scale (see the module doc).
     free_inputs: take and free an input produced by another coupling (see the module doc).
     reversible: False runs plain autograd (stores every activation) instead.
+    preserve_rng_state: True (default) replays F's and G's random draws (dropout) in backward.
 
     Gradients reach F's and G's parameters and every other tensor requiring grad they read (a
     tensor captured by their forward, a weight computed before the block): each forward runs F
@@ -79,7 +85,7 @@ class ReversibleCoupling(nn.Module):
     """
 
     def __init__(self, F, G, mode="additive", *, scale="exp", log_scale_bound=2.0,
-                 free_inputs=True, reversible=True):
+                 free_inputs=True, reversible=True, preserve_rng_state=True):
         super().__init__()
         for name, fn in (("F", F), ("G", G)):
             if not isinstance(fn, nn.Module):
@@ -99,6 +105,7 @@ class ReversibleCoupling(nn.Module):
         self.F, self.G = F, G
         self.mode, self.scale, self.log_scale_bound = mode, scale, bound
         self.free_inputs, self.reversible = bool(free_inputs), bool(reversible)
+        self.preserve_rng_state = bool(preserve_rng_state)
 
     def extra_repr(self):
         aff = f", scale={self.scale!r}, log_scale_bound={self.log_scale_bound}" \
@@ -166,9 +173,14 @@ class ReversibleCoupling(nn.Module):
         scale, shift = h
         return (y - shift) / scale
 
-    def _forward_plain(self, x):
+    def _forward_plain(self, x, rng=None, marks=None):
+        """The block; with `rng`, the random-number states before F and before G go to marks."""
         x1, x2 = x.chunk(2, dim=1)
+        if rng is not None:
+            marks.append(rng.get())
         y1 = self._combine(x1, self._branch("F", x2, x1))
+        if rng is not None:
+            marks.append(rng.get())
         y2 = self._combine(x2, self._branch("G", y1, x2))
         return torch.cat([y1, y2], dim=1)
 
@@ -202,14 +214,15 @@ class ReversibleCoupling(nn.Module):
         # forward, a weight computed outside); then the graph is dropped.
         captured = Captured("ReversibleCoupling", self.parameters())
         xd = x.detach()
-        y = captured.run(self._forward_plain, xd, inputs=(xd,))
+        rng, marks = RngStates(self.preserve_rng_state, (x,)), []
+        y = captured.run(lambda t: self._forward_plain(t, rng, marks), xd, inputs=(xd,))
         # In place: a detached copy would be a view, which the taking of outputs (x.data = ...)
         # may not touch; the concatenation that makes y is never a view itself.
         y.detach_()
         params = tuple(captured.tensors)
         if not (x.requires_grad or params):
             return y
-        return _CouplingFunction.apply(self, captured, x, [y], *params)
+        return _CouplingFunction.apply(self, (captured, rng, marks), x, [y], *params)
 
     def inverse(self, y):
         """The x with forward(x) == y, with ordinary (differentiable) torch ops."""
@@ -234,9 +247,10 @@ class _CouplingFunction(torch.autograd.Function):
     taken (own output taken by the next block), x_graph (create_graph path cache)."""
 
     @staticmethod
-    def forward(ctx, coupling, captured, x, y, *params):
+    def forward(ctx, coupling, recorded, x, y, *params):
         y, = y  # in a list: a tensor input returned as the output would become a view of it
-        ctx.coupling, ctx.captured = coupling, captured
+        # What F and G read, and the random-number states they started from (before F, before G).
+        ctx.coupling, (ctx.captured, ctx.rng, ctx.marks) = coupling, recorded
         in_f = {id(p) for p in coupling.F.parameters()}
         in_g = {id(p) for p in coupling.G.parameters()}
         # A tensor neither branch registers may be read by either: both differentiate it.
@@ -278,8 +292,9 @@ def _reversible_backward(ctx, gy):
     saved = ctx.saved_tensors
     params = saved[1:] if ctx.has_x else saved
     if ctx.has_x:
-        with torch.enable_grad():
+        with torch.enable_grad(), ctx.rng.fork():
             xl = saved[0].detach().requires_grad_()
+            ctx.rng.set(ctx.marks[0])
             y = c._forward_plain(xl)
             ctx.captured.check(y, (xl,))
             return tuple(grad_once(y, (xl,) + tuple(params), gy))
@@ -292,9 +307,11 @@ def _reversible_backward(ctx, gy):
     y1, y2 = y.chunk(2, dim=1)
     g1, g2 = gy.chunk(2, dim=1)
     gp = [None] * len(params)
-    with torch.enable_grad():
+    with torch.enable_grad(), ctx.rng.fork():
         # y2 = x2 (*) G(y1), then y1 = x1 (*) F(x2) with the total gradient reaching y1.
+        ctx.rng.set(ctx.marks[1])
         x2, gx2, gy1 = _undo_half(ctx, "G", y1.detach().requires_grad_(), y2, g2, params, gp)
+        ctx.rng.set(ctx.marks[0])
         x1, gx1, gx2_f = _undo_half(ctx, "F", x2, y1, _add(g1, gy1), params, gp)
     gx = torch.cat([gx1, _add(gx2, gx2_f)], dim=1)
     producer = ctx.producer
@@ -332,7 +349,9 @@ def _graph_input(ctx):
     x = path[-1].x_graph if path[-1].x_graph is not None else path[-1].saved_tensors[0]
     for below, above in zip(reversed(path[1:]), reversed(path[:-1])):
         _ = below.saved_tensors  # raises if its parameters were changed in place
-        x = below.coupling._forward_plain(x)
+        with below.rng.fork():
+            below.rng.set(below.marks[0])
+            x = below.coupling._forward_plain(x)
         above.x_graph = x
     return x
 
@@ -344,7 +363,9 @@ def _stored_backward(ctx, gy):
     saved = ctx.saved_tensors
     params = tuple(saved[1:] if ctx.has_x else saved)
     with_x = x.requires_grad
-    y = ctx.coupling._forward_plain(x)
+    with ctx.rng.fork():
+        ctx.rng.set(ctx.marks[0])
+        y = ctx.coupling._forward_plain(x)
     ctx.captured.check(y, (x,))
     grads = tuple(grad_once(y, ((x,) if with_x else ()) + params, gy, create_graph=True))
     return grads if with_x else (None,) + grads
