@@ -1,6 +1,8 @@
 """tessel.ot's implicit gradient mode: first derivatives and Hessian-vector products of Sinkhorn
 losses (balanced, unbalanced, semi-unbalanced, debiased or not) against dense float64 autograd
 through the same iterations run to convergence, and against the envelope mode at convergence."""
+import warnings
+
 import pytest
 import torch
 
@@ -151,3 +153,36 @@ def test_zero_weights_potentials_and_gradients():
     (g1,) = torch.autograd.grad(SamplesLoss(gradient="implicit", **kw)(a, x1, b, y), x1)
     assert float(g0[-1].abs().max()) == 0.0
     assert torch.allclose(g0[:-1], g1, atol=1e-10)
+
+
+def test_small_blur_that_newton_cannot_refine_is_a_clear_error():
+    # At blur 0.005 the loop stops at max_iter far from the fixed point, and Newton steps from
+    # there diverge: a clear error, never a value (it used to return 7.6e7 or crash in CG).
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(200, 3, dtype=torch.float64, generator=gen)
+    y = torch.rand(150, 3, dtype=torch.float64, generator=gen) + 0.2
+    a = torch.rand(200, dtype=torch.float64, generator=gen) + 0.1
+    b = torch.rand(150, dtype=torch.float64, generator=gen) + 0.1
+    a, b = a / a.sum(), b / b.sum()
+    with warnings.catch_warnings():  # CG's own non-convergence warnings, on the way
+        warnings.simplefilter("ignore")
+        with pytest.raises(RuntimeError, match="stopped at max_iter"):
+            SamplesLoss(gradient="implicit", blur=0.005, debias=False)(a, x, b, y)
+    # Converged to its tolerance but Newton steps still diverging (tol=0: the schedule only, a
+    # start far from the fixed point): the Newton error itself.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(RuntimeError, match="could not refine"):
+            solve_sample(a, x, b, y, blur=0.005, debias=False, gradient="implicit")
+
+
+def test_envelope_mode_refuses_create_graph():
+    # First derivatives only: a gradient penalty or a Hessian-vector product through the default
+    # mode raises instead of silently missing the second-order terms.
+    a, x, b, y = clouds()
+    x = x.clone().requires_grad_()
+    value = SamplesLoss(blur=EPS_BLUR)(a, x, b, y)
+    with pytest.raises(RuntimeError, match="first derivatives only"):
+        torch.autograd.grad(value, x, create_graph=True)
+    (g,) = torch.autograd.grad(SamplesLoss(blur=EPS_BLUR)(a, x, b, y), x)  # first order works
+    assert torch.isfinite(g).all()

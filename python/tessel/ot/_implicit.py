@@ -17,6 +17,8 @@ first and second derivatives are exact: Hessian-vector products of any loss buil
 H^{-1} is a conjugate-gradient solve (tessel.implicit.cg_solve, differentiable to second order)
 whose products with pi are tessel reductions: memory O(N + M), the plan is never stored.
 """
+import math
+
 import torch
 
 from .. import _core
@@ -52,14 +54,22 @@ def plan_lazy(a, x, b, y, f, g, eps, cost):
             + Vi(torch.log(a)[..., None]) + Vj(torch.log(b)[..., None])).exp()
 
 
-def _newton_step(a, x, b, y, z, eps, rho_x, rho_y, cost, tol, stats):
+def _residual(a, x, b, y, z, eps, rho_x, rho_y, cost):
+    """(plan, row sums, column sums, the masses the marginals ask for, r(f, g)) at z = (f, g)."""
     n = x.shape[0]
     f, g = z[:n], z[n:]
     plan = plan_lazy(a, x, b, y, f, g, eps, cost)
     row, col = plan.sum(1)[:, 0], plan.sum(0)[:, 0]
     mass_x = a if rho_x is None else a * torch.exp(-f / rho_x)
     mass_y = b if rho_y is None else b * torch.exp(-g / rho_y)
-    r = torch.cat((mass_x - row, mass_y - col))
+    return plan, row, col, mass_x, mass_y, torch.cat((mass_x - row, mass_y - col))
+
+
+def _newton_step(a, x, b, y, z, eps, rho_x, rho_y, cost, tol, stats):
+    n = x.shape[0]
+    f, g = z[:n], z[n:]
+    plan, row, col, mass_x, mass_y, r = _residual(a, x, b, y, z, eps, rho_x, rho_y, cost)
+    stats.setdefault("residuals", []).append(float(r.detach().abs().sum()))
     diag = torch.cat((row / eps + (0 if rho_x is None else mass_x / rho_x),
                       col / eps + (0 if rho_y is None else mass_y / rho_y)))
     zero = torch.cat((a == 0, b == 0))
@@ -92,8 +102,28 @@ def newton_potentials(a, x, b, y, f0, g0, eps, rho_x, rho_y, cost, steps=2, tol=
     b (M), f0 (N), g0 (M); x (N, D), y (M, D); rho None for a hard marginal."""
     z = torch.cat((f0, g0)).detach()
     stats = {}
-    for _ in range(steps):
-        z = _newton_step(a, x, b, y, z, eps, rho_x, rho_y, cost, tol, stats)
+    why = None
+    try:
+        for _ in range(steps):
+            z = _newton_step(a, x, b, y, z, eps, rho_x, rho_y, cost, tol, stats)
+    except ValueError as e:  # CG met a non-finite or indefinite product: z was far from the point
+        why = str(e)
+    if why is None:
+        with torch.no_grad():
+            final = float(_residual(a, x, b, y, z.detach(), eps, rho_x, rho_y, cost)[-1]
+                          .abs().sum())
+        # Newton converges from a start close enough to the fixed point; from too far it may
+        # jump away (steps that did not lower the marginals' error), or overflow.
+        floor = 100 * torch.finfo(z.dtype).eps * float(a.detach().sum() + b.detach().sum())
+        if not (math.isfinite(final) and final <= max(stats["residuals"][0], floor)):
+            why = (f"the marginal error went from {stats['residuals'][0]:.3g} to {final:.3g} "
+                   "instead of down")
+    if why is not None:
+        raise RuntimeError(
+            f"tessel.ot: gradient='implicit' could not refine the Sinkhorn potentials by Newton "
+            f"steps at eps = {eps:.3g} ({why}): the plan operator they invert gets ill-"
+            "conditioned as eps shrinks (about 1/eps). Raise blur, or use gradient='envelope' "
+            "or 'unrolled'")
     n = x.shape[0]
     f, g = z[:n], z[n:]
     # The potential of a zero-weight point is not pinned by the dual's stationarity (its mass
@@ -133,12 +163,22 @@ def implicit_potentials(a, x, b, y, solve, settings, report=None):
         return torch.from_numpy(t).to(dtype=x.dtype, device=x.device)
 
     tol = 1e-11 if x.dtype == torch.float64 else 1e-5
-    f, g = newton_potentials(a, x, b, y, pot(res.f), pot(res.g), eps, rho_x, rho_y, cost,
-                             tol=tol)
-    if not settings["debias"]:
-        return f, g, x.new_zeros(0), x.new_zeros(0)
-    p1, p2 = newton_potentials(a, x, a, x, pot(res.p), pot(res.p), eps, rho_x, rho_x, cost,
-                               tol=tol)
-    q1, q2 = newton_potentials(b, y, b, y, pot(res.q), pot(res.q), eps, rho_y, rho_y, cost,
-                               tol=tol)
+    try:
+        f, g = newton_potentials(a, x, b, y, pot(res.f), pot(res.g), eps, rho_x, rho_y, cost,
+                                 tol=tol)
+        if not settings["debias"]:
+            return f, g, x.new_zeros(0), x.new_zeros(0)
+        p1, p2 = newton_potentials(a, x, a, x, pot(res.p), pot(res.p), eps, rho_x, rho_x, cost,
+                                   tol=tol)
+        q1, q2 = newton_potentials(b, y, b, y, pot(res.q), pot(res.q), eps, rho_y, rho_y, cost,
+                                   tol=tol)
+    except RuntimeError as e:
+        if solve["tol"] > 0 and not res.converged:  # the likely cause: say it first
+            worst = max(res.history[-1][1:]) if len(res.history) else math.nan
+            raise RuntimeError(
+                f"tessel.ot: the Sinkhorn loop stopped at max_iter={solve['max_iter']} with a "
+                f"marginal error of {worst:.3g} > tol={solve['tol']:g} (a small blur slows each "
+                f"iteration down), too far from the fixed point for the implicit gradient. {e}. "
+                "Raising max_iter may do") from None
+        raise
     return f, g, (p1 + p2) / 2, (q1 + q2) / 2

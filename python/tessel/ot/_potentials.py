@@ -79,6 +79,11 @@ class SinkhornPotentials(torch.autograd.Function):
     def backward(ctx, cf, cg, cp, cq):
         if not (ctx.needs_input_grad[0] or ctx.needs_input_grad[1]):
             return None, None, None, None, None, None, None
+        if torch.is_grad_enabled():  # create_graph=True: a gradient to be differentiated again
+            raise RuntimeError(
+                "tessel.ot: gradient='envelope' (the default) gives first derivatives only; for "
+                "a gradient that is differentiated again (create_graph=True: Hessian-vector "
+                "products, gradient penalties) pass gradient='implicit' (exact) or 'unrolled'")
         x, y, a, b, *pots = ctx.saved_tensors
         debias = ctx.vjp["debias"]
         f, g, p, q, *ins = pots
