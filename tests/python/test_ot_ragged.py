@@ -1,6 +1,7 @@
 """tessel.ot.SamplesLoss on batches of clouds of different sizes (lists): each pair's value and
 gradients equal those of the same clouds padded to one size with zero weights, and of the pair
-alone with the batch's diameter; bad lists are refused."""
+alone with the batch's diameter; bad lists are refused. solve_sample on lists: one result per
+pair, equal to that pair's own solve at the batch's diameter."""
 import pytest
 import torch
 
@@ -80,3 +81,39 @@ def test_bad_lists():
         SamplesLoss()([x[0], torch.rand(4, 3, dtype=torch.float64)], y[:2])
     with pytest.raises(ValueError, match=r"x\[1\] must be an \(N, D\) tensor"):
         SamplesLoss()([x[0], [1.0, 2.0]], y[:2])
+
+
+@pytest.mark.parametrize("weights", [True, False])
+def test_solve_sample_lists_give_one_result_per_pair(weights):
+    from tessel.ot import solve_sample
+    a, x, b, y = ragged(3)
+    x = [t.clone().requires_grad_() for t in x]
+    every = torch.cat([t.detach() for t in x + y])
+    diameter = float((every.max(0)[0] - every.min(0)[0]).norm())
+    kw = dict(blur=0.2, reach=0.7, debias=True, tol=1e-10)
+    res = solve_sample(a if weights else None, x, b if weights else None, y, **kw)
+    assert isinstance(res, list) and len(res) == len(SIZES)
+    for k, r in enumerate(res):
+        alone = solve_sample(a[k] if weights else None, x[k], b[k] if weights else None, y[k],
+                             diameter=diameter, **kw)
+        assert r.diameter == pytest.approx(diameter)
+        torch.testing.assert_close(r.value, alone.value, rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(r.f, alone.f, rtol=1e-12, atol=1e-14)
+        (g1,) = torch.autograd.grad(r.value, x[k])
+        (g2,) = torch.autograd.grad(alone.value, x[k])
+        torch.testing.assert_close(g1, g2, rtol=1e-12, atol=1e-14)
+        assert r.f.shape == (SIZES[k][0],) and r.plan.shape[:2] == SIZES[k]
+        assert r.marginal_error < 1e-9
+
+
+def test_solve_sample_bad_lists():
+    from tessel.ot import solve_sample
+    a, x, b, y = ragged(4)
+    with pytest.raises(ValueError, match="same non-zero length"):
+        solve_sample(None, x, None, y[:2])
+    with pytest.raises(ValueError, match="both as lists"):
+        solve_sample(None, x, None, y[0])
+    with pytest.raises(ValueError, match="a must be None or a list"):
+        solve_sample(a[0], x, None, y)
+    with pytest.raises(ValueError, match=r"x\[1\] must be an \(N, D\) tensor"):
+        solve_sample(None, [x[0], x[1][0]], None, y[:2])

@@ -31,6 +31,25 @@ def _check_number(name, v, allow_none=False):
     return float(v)
 
 
+def common_diameter(xs, ys, who):
+    """The bounding-box diagonal of every cloud of a batch given as lists (None if all points
+    coincide): one epsilon schedule for all, as for a batch of equal sizes."""
+    pts = []
+    for name, clouds in (("x", xs), ("y", ys)):
+        for k, t in enumerate(clouds):
+            if not isinstance(t, torch.Tensor) or t.dim() != 2:
+                raise ValueError(f"{who}: in a batch of lists, {name}[{k}] must be an (N, D) "
+                                 f"tensor, got {type(t).__name__} "
+                                 f"{tuple(getattr(t, 'shape', ()))}")
+            pts.append(t.detach())
+    if len({t.shape[-1] for t in pts}) != 1:
+        raise ValueError(f"{who}: every cloud of a batch must have the same dimension D, got "
+                         f"{sorted({t.shape[-1] for t in pts})}")
+    pts = torch.cat([t.to(pts[0].dtype) for t in pts])
+    d = float((pts.max(0)[0] - pts.min(0)[0]).norm())
+    return d if d > 0 else None
+
+
 class SamplesLoss(torch.nn.Module):
     """Distances between weighted point clouds, as geomloss.SamplesLoss.
 
@@ -138,21 +157,8 @@ class SamplesLoss(torch.nn.Module):
         pairs = [tuple(t[k] for t in args) for k in range(n)]
         diameter = self.diameter
         if diameter is None and self.loss not in KERNELS:
-            pts = []
-            for k, pair in enumerate(pairs):
-                x, y = pair[-3] if len(pair) == 4 else pair[0], pair[-1]
-                for name, t in (("x", x), ("y", y)):
-                    if not isinstance(t, torch.Tensor) or t.dim() != 2:
-                        raise ValueError(f"{_WHO}: in a batch of lists, {name}[{k}] must be an "
-                                         f"(N, D) tensor, got {type(t).__name__} "
-                                         f"{tuple(getattr(t, 'shape', ()))}")
-                    pts.append(t.detach().reshape(-1, t.shape[-1]))
-            if len({t.shape[-1] for t in pts}) != 1:
-                raise ValueError(f"{_WHO}: every cloud of a batch must have the same dimension D, "
-                                 f"got {sorted({t.shape[-1] for t in pts})}")
-            pts = torch.cat([t.to(pts[0].dtype) for t in pts])
-            d = float((pts.max(0)[0] - pts.min(0)[0]).norm())
-            diameter = d if d > 0 else None
+            diameter = common_diameter([p[-3] if len(p) == 4 else p[0] for p in pairs],
+                                       [p[-1] for p in pairs], _WHO)
         outs = [self._forward(pair, diameter) for pair in pairs]
         if self.potentials:
             return [o[0][0] for o in outs], [o[1][0] for o in outs]

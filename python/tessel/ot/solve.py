@@ -10,7 +10,7 @@ import numbers
 
 from ._implicit import cost_lazy, plan_lazy
 from .samples_loss import (SamplesLoss, _check_number, check_gradient, check_snapshots,
-                           dual_side, solve_potentials)
+                           common_diameter, dual_side, solve_potentials)
 
 _WHO = "tessel.ot.solve_sample"
 _UPDATES = ("symmetric", "alternating")
@@ -70,7 +70,9 @@ def solve_sample(a, x, b, y, *, p=2, blur=0.05, reach=None, reach_x=None, reach_
     """Entropic OT between (a, x) and (b, y): the solver, its potentials and its plan.
 
     a: (N,), (N, 1) or None (uniform weights 1/N); x: (N, D); b, y likewise; batched inputs
-    (B, N, D) solve B problems. p, blur, reach, diameter, scaling, cost, debias and backend as
+    (B, N, D) solve B problems; lists of clouds of different sizes (x = [x1, x2], y = [y1, y2],
+    a and b None or lists of weights) give a list of OTResult, one per pair, their schedules
+    starting at one diameter for all (as SamplesLoss's). p, blur, reach, diameter, scaling, cost, debias and backend as
     in SamplesLoss (eps = blur^p; backend="multiscale" runs the multiscale solver with
     `truncate` and `cluster_scale`, envelope gradients only; any other the online solver);
     reach_x / reach_y set the two marginal penalties apart
@@ -87,6 +89,12 @@ def solve_sample(a, x, b, y, *, p=2, blur=0.05, reach=None, reach_x=None, reach_
     differentiates through the iterations the loop ran (snapshots=s: at most s kept). The
     global grad mode is not touched. Returns an OTResult.
     """
+    if isinstance(x, (list, tuple)) or isinstance(y, (list, tuple)):
+        return _solve_ragged(a, x, b, y, dict(
+            p=p, blur=blur, reach=reach, reach_x=reach_x, reach_y=reach_y, diameter=diameter,
+            scaling=scaling, cost=cost, debias=debias, tol=tol, max_iter=max_iter,
+            update=update, backend=backend, gradient=gradient, snapshots=snapshots,
+            truncate=truncate, cluster_scale=cluster_scale))
     gradient = check_gradient(_WHO, gradient)
     snapshots = check_snapshots(_WHO, snapshots)
     if update not in _UPDATES:
@@ -140,6 +148,30 @@ def solve_sample(a, x, b, y, *, p=2, blur=0.05, reach=None, reach_x=None, reach_
     plan = plan_lazy(a_.detach(), x_, b_.detach(), y_, f, g, eps,
                      lambda u, v: cost_lazy(formula, u, v, loss.p))
     return OTResult(value, f, g, pp, qq, plan, reports)
+
+
+def _solve_ragged(a, x, b, y, opts):
+    """Clouds of different sizes as lists: one OTResult per pair, every schedule starting at the
+    diameter of all the clouds together (as SamplesLoss does for such a batch)."""
+    if not (isinstance(x, (list, tuple)) and isinstance(y, (list, tuple))):
+        raise ValueError(f"{_WHO}: give x and y both as lists (clouds of different sizes) or "
+                         "both as tensors")
+    n = len(x)
+    lists = {"x": x, "y": y}
+    for name, w in (("a", a), ("b", b)):
+        if w is not None:
+            if not isinstance(w, (list, tuple)):
+                raise ValueError(f"{_WHO}: with lists of clouds, {name} must be None or a list "
+                                 f"of weight vectors, got {type(w).__name__}")
+            lists[name] = w
+    if n == 0 or any(len(t) != n for t in lists.values()):
+        raise ValueError(f"{_WHO}: a batch of clouds of different sizes takes lists of the same "
+                         f"non-zero length, got lengths "
+                         f"{ {k: len(t) for k, t in lists.items()} }")
+    if opts["diameter"] is None:
+        opts = dict(opts, diameter=common_diameter(x, y, _WHO))
+    return [solve_sample(None if a is None else a[k], x[k], None if b is None else b[k], y[k],
+                         **opts) for k in range(n)]
 
 
 __all__ = ["solve_sample", "OTResult"]
