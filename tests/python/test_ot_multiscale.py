@@ -53,6 +53,23 @@ def test_values_and_gradients_equal_the_online_solver(d, reach):
     assert torch.allclose(gm, go, atol=1e-7)
 
 
+@pytest.mark.parametrize("reach,tol", [(None, 1e-9), (0.5, 1e-9), (None, 0.0)])
+def test_marginal_error_is_measured(reach, tol):
+    # The multiscale result reports its plan's marginal error as the online one does: L1, mass
+    # units, at the returned potentials; here against the full (untruncated) plan's marginals.
+    a, x, b, y = weighted_clouds(300, 250, 3, seed=5, shift=0.2)
+    r = solve_sample(a, x, b, y, blur=0.15, reach=reach, tol=tol, max_iter=5000,
+                     backend="multiscale", cluster_scale=0.3)
+    rho = None if reach is None else reach ** 2
+    want_x = a if rho is None else a * torch.exp(-r.f / rho)
+    want_y = b if rho is None else b * torch.exp(-r.g / rho)
+    mx, my = r.marginals
+    dense = max(float((want_x - mx).abs().sum()), float((want_y - my).abs().sum()))
+    assert r.marginal_error == pytest.approx(dense, rel=1e-6, abs=1e-12 + 2 * r.dropped_mass)
+    if tol > 0:
+        assert r.marginal_error < 1e-6
+
+
 def test_samples_loss_multiscale_batched_and_high_dimensional():
     a, x, b, y = weighted_clouds(200, 150, 4, seed=3)
     xb = torch.stack([x, x * 0.9]).requires_grad_()

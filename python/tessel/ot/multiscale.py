@@ -173,13 +173,31 @@ def _carry(pts, centres, logw, pot, eps, damp, p):
     return -damp * eps * lse(pts.detach().to(f64), centres.to(f64), h, ieps)[:, 0]
 
 
+def _marginal_errors(prob, f, g, eps, rho_x, rho_y):
+    """L1 errors of the plan's marginals at (f, g) over the kept blocks: row_i = a_i exp((f_i -
+    S_i) / eps), S_i = -eps log sum_j b_j exp((g_j - C_ij) / eps), against a_i exp(-f_i / rho_x)
+    (a_i for a hard marginal); the columns likewise."""
+    with torch.no_grad():
+        errs = []
+        for side, pot, other, rho, softmin in ((prob.u, f, g, rho_x, prob.softmin_rows),
+                                               (prob.v, g, f, rho_y, prob.softmin_cols)):
+            w = side.w.detach()
+            row = w * torch.exp((pot - softmin(other, eps)) / eps)
+            want = w if rho is None else w * torch.exp(-pot / rho)
+            errs.append(float((want - row).abs().sum()))
+    return tuple(errs)
+
+
 def multiscale_potentials(a, x, b, y, settings, truncate=5.0, cluster_scale=None,
-                          report=None, tol_dropped=1e-5, tol=0.0, max_iter=1000):
+                          report=None, tol_dropped=1e-5, tol=0.0, max_iter=1000,
+                          marginal_error=False):
     """(f, g, p, q) of one problem by the multiscale solver (see the module docstring), with
     envelope gradients in x and y. tol > 0: after the schedule, the fine iterations go on at
     blur^p until no potential moves by more than tol (max_iter iterations in all). `report`
     receives eps, diameter, n_iter, converged, the clusters, the share of blocks kept and
-    dropped_mass."""
+    dropped_mass; with marginal_error, also the returned x-y potentials' marginal errors (two
+    more block-sparse reductions): marginal_errors = (error_x, error_y), L1 in mass units, as
+    the online solver's history."""
     pw = settings["p"]
     if pw not in (1.0, 2.0) or settings["cost"] is not None:
         raise NotImplementedError("tessel.ot multiscale: the p = 1 and p = 2 costs only (its "
@@ -267,6 +285,9 @@ def multiscale_potentials(a, x, b, y, settings, truncate=5.0, cluster_scale=None
         dropped += (probs[1].dropped_mass(out[2], out[2], eps)
                     + probs[2].dropped_mass(out[3], out[3], eps))
     total = float(a.detach().sum() * b.detach().sum())
+    errors = None
+    if marginal_error:
+        errors = _marginal_errors(probs[0], out[0].detach(), out[1].detach(), eps, rho_x, rho_y)
     if report is not None:
         report.update(eps=eps, diameter=diameter, converged=converged, n_iter=it,
                       history=[], potential_change=move,
@@ -274,7 +295,7 @@ def multiscale_potentials(a, x, b, y, settings, truncate=5.0, cluster_scale=None
                       kept_blocks=float(probs[0].keep.float().mean()),
                       truncation=dict(labels_x=u.lab[u.inv], labels_y=v.lab[v.inv],
                                       keep=probs[0].keep),
-                      dropped_mass=dropped)
+                      dropped_mass=dropped, marginal_errors=errors)
     if tol > 0 and not converged:
         warnings.warn(f"tessel.ot multiscale: stopped after max_iter={max_iter} iterations with "
                       f"potentials still moving by {move:.3g} > tol={tol:g}", RuntimeWarning,

@@ -29,8 +29,9 @@ class OTResult:
     eps, diameter: the final temperature blur^p and the schedule's start; history: one
     (eps, error, error_x, error_y) per iteration (marginal errors in mass units); n_iter;
     converged: the last errors were <= tol (tol > 0 only); marginal_error: the last error.
-    backend="multiscale": history is empty, marginal_error NaN (its stopping test is the largest
-    change of a potential in one iteration), and dropped_mass is the plan's mass in the blocks
+    backend="multiscale": history is empty, marginal_error is measured once at the returned
+    potentials over the kept blocks (its stopping test is the largest change of a potential in
+    one iteration), and dropped_mass is the plan's mass in the blocks
     its truncation left out, computed exactly (mass units; None for the online solver).
     """
 
@@ -47,7 +48,8 @@ class OTResult:
         self.dropped_mass = drop[0] if len(drop) == 1 else drop
         conv = [r["converged"] for r in reports]
         self.converged = conv[0] if len(conv) == 1 else conv
-        errs = [max(h[-1][1:]) if h else math.nan for h in hist]
+        errs = [max(h[-1][1:]) if h else max(r.get("marginal_errors") or (math.nan,))
+                for h, r in zip(hist, reports)]
         self.marginal_error = errs[0] if len(errs) == 1 else errs
         self._marginals = None
         self._reports = reports  # each problem's solver report (tests read the truncation)
@@ -128,7 +130,8 @@ def solve_sample(a, x, b, y, *, p=2, blur=0.05, reach=None, reach_x=None, reach_
         if gradient != "envelope":
             raise NotImplementedError(f"{_WHO}: the multiscale solver gives envelope gradients "
                                       f"only, not gradient={gradient!r}")
-        multiscale = dict(truncate=loss.truncate, cluster_scale=loss.cluster_scale)
+        multiscale = dict(truncate=loss.truncate, cluster_scale=loss.cluster_scale,
+                          marginal_error=True)
     f, g, pp, qq = solve_potentials(gradient, a_, x_, b_, y_, solve, settings, _WHO, reports,
                                     snapshots, multiscale)
     eps = loss.blur ** loss.p
