@@ -11,6 +11,7 @@ import warnings
 import torch
 
 from .. import _core
+from ._dense import dense_potentials
 from ._implicit import implicit_potentials
 from ._potentials import SinkhornPotentials
 from ._unrolled import unrolled_potentials
@@ -58,8 +59,10 @@ class SamplesLoss(torch.nn.Module):
     loss="sinkhorn": the debiased Sinkhorn divergence
     (debias=True) or the entropic OT cost OT_eps (debias=False), eps = blur^p, balanced
     (reach=None) or unbalanced (rho = reach^p; reach_x / reach_y, a tessel option, set the two
-    marginals apart: semi-unbalanced); cost |x-y| (p=1), |x-y|^2/2 (p=2) or a formula
-    string in X and Y (KeOps syntax, as GeomLoss's online backend takes). Call as L(x, y) (uniform
+    marginals apart: semi-unbalanced); cost |x-y| (p=1), |x-y|^2/2 (p=2), a formula
+    string in X and Y (KeOps syntax, as GeomLoss's online backend takes), or a function of dense
+    tensors (x, y) -> (B, N, M) as GeomLoss's tensorized backend takes (the N x M matrices are
+    then stored; envelope gradients; tessel.ot._dense). Call as L(x, y) (uniform
     weights) or L(a, x, b, y); x: (N, D) or batched (B, N, D), a: (N,), (N, 1), (B, N) or
     (B, N, 1); a batch of clouds of different sizes is given as lists ([x1, x2], [y1, y2]) or
     ([a1, a2], [x1, x2], [b1, b2], [y1, y2]).
@@ -107,11 +110,19 @@ class SamplesLoss(torch.nn.Module):
         if cost is None and self.p not in (1.0, 2.0):
             raise ValueError(f"{_WHO}: p={p!r} needs a cost formula; the built-in costs are p=1 "
                              "(|x-y|) and p=2 (|x-y|^2/2)")
-        if cost is not None and not isinstance(cost, (str, _core.Formula)):
+        # A function of dense tensors (GeomLoss's tensorized backend) stores the N x M matrices.
+        self._dense = cost is not None and not isinstance(cost, (str, _core.Formula))
+        if self._dense and not callable(cost):
             raise TypeError(f"{_WHO}: cost must be a formula string in X and Y (e.g. "
-                            "'SqDist(X,Y) / IntCst(2)') or a tessel Formula, got "
-                            f"{type(cost).__name__}: a function of dense tensors would store the "
-                            "N x M matrix")
+                            "'SqDist(X,Y) / IntCst(2)'), a tessel Formula or a function of "
+                            f"dense tensors (x, y) -> (B, N, M), got {type(cost).__name__}")
+        if self._dense and backend in ("online", "multiscale"):
+            raise ValueError(f"{_WHO}: backend={backend!r} needs a cost formula (a string in X "
+                             "and Y); a cost function of dense tensors runs tensorized")
+        if self._dense and gradient != "envelope":
+            raise NotImplementedError(f"{_WHO}: a cost function of dense tensors gives envelope "
+                                      f"gradients only, not gradient={gradient!r}; give the cost "
+                                      "as a formula string for the other modes")
         self.blur = _check_number("blur", blur)
         self.reach = _check_number("reach", reach, allow_none=True)
         # Semi-unbalanced (a tessel option): each marginal's own reach, else `reach`.
@@ -170,6 +181,12 @@ class SamplesLoss(torch.nn.Module):
             out = kernel_loss(self.loss, self.blur, a, x, b, y, self.potentials)
             return out if self.potentials or batched else out[0]
         dim = x.shape[-1]
+        if self._dense:
+            settings = dict(p=self.p, blur=self.blur, reach_x=self.reach_x, reach_y=self.reach_y,
+                            diameter=diameter or self.diameter, scaling=self.scaling,
+                            debias=self.debias)
+            pots = dense_potentials(a, x, b, y, self.cost, settings)
+            return self._finish(pots, a, b, batched)
         settings = dict(p=self.p, cost=self._cost_formula(dim), blur=self.blur,
                         reach_x=self.reach_x, reach_y=self.reach_y,
                         diameter=diameter or self._diameter(x, y, batched),
@@ -184,6 +201,10 @@ class SamplesLoss(torch.nn.Module):
             multiscale = dict(truncate=self.truncate, cluster_scale=self.cluster_scale)
         pots = solve_potentials(self.gradient, a, x, b, y, solve, settings, _WHO,
                                 snapshots=self.snapshots, multiscale=multiscale)
+        return self._finish(pots, a, b, batched)
+
+    def _finish(self, pots, a, b, batched):
+        """The value (or GeomLoss's potentials) from the potentials (f, g, p, q)."""
         f, g, p, q = pots
         if self.potentials:
             F, G = (f - p, g - q) if self.debias else (f, g)

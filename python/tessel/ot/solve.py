@@ -118,6 +118,10 @@ def solve_sample(a, x, b, y, *, p=2, blur=0.05, reach=None, reach_x=None, reach_
         a_, x_, b_, y_, batched = loss._process_args((x, y))
     else:
         a_, x_, b_, y_, batched = loss._process_args((a, x, b, y))
+    if loss._dense:
+        raise TypeError(f"{_WHO}: cost must be a formula (a string in X and Y or a tessel "
+                        "Formula): the plan is a LazyTensor of it; a cost function of dense "
+                        "tensors is for SamplesLoss (GeomLoss's tensorized backend)")
     formula = loss._cost_formula(x_.shape[-1])
     settings = dict(p=loss.p, cost=formula, blur=loss.blur, reach_x=rx, reach_y=ry,
                     diameter=loss._diameter(x_, y_, batched), scaling=loss.scaling,
