@@ -275,3 +275,36 @@ def test_cost_function_errors():
     from tessel.ot import solve_sample
     with pytest.raises(TypeError, match="solve_sample: cost must be a formula"):
         solve_sample(a, x, b, y, cost=anisotropic)
+
+
+def cauchy_kernel(x, y, blur=0.05, **kw):
+    """A kernel function as GeomLoss users write one (its tensorized backend calls it with
+    blur, use_keops and ranges)."""
+    d2 = ((x[:, :, None, :] - y[:, None, :, :]) ** 2).sum(-1)
+    return 1 / (1 + d2 / blur ** 2)
+
+
+@pytest.mark.parametrize("batch,potentials", [(None, False), (2, False), (None, True)])
+def test_kernel_function_matches_geomloss(batch, potentials):
+    args = clouds(12, 9, 3, batch=batch, seed=8)
+    kw = dict(blur=0.3, kernel=cauchy_kernel, potentials=potentials)
+    want = geomloss.SamplesLoss("gaussian", backend="tensorized", **kw)(*args)
+    got = SamplesLoss("gaussian", **kw)(*args)
+    if potentials:
+        for u, v in zip(got, want):
+            assert torch.allclose(u, v, rtol=0, atol=1e-12)
+        want, got = want[0].sum() + want[1].sum(), got[0].sum() + got[1].sum()
+    assert torch.allclose(got, want, rtol=0, atol=1e-12), (got - want).abs().max()
+    compare_grads(got, want, args, 1e-12)
+
+
+def test_kernel_function_errors():
+    with pytest.raises(ValueError, match="kernel= applies to the kernel losses"):
+        SamplesLoss("sinkhorn", kernel=cauchy_kernel)
+    with pytest.raises(ValueError, match="runs tensorized"):
+        SamplesLoss("gaussian", kernel=cauchy_kernel, backend="online")
+    with pytest.raises(TypeError, match="kernel must be a function"):
+        SamplesLoss("gaussian", kernel="Exp(-SqDist(X,Y))")
+    a, x, b, y = clouds(5, 4, 2)
+    with pytest.raises(ValueError, match=r"expected a tensor of shape \(1, 5, 5\)"):
+        SamplesLoss("gaussian", kernel=lambda u, v, **kw: u.sum())(a, x, b, y)

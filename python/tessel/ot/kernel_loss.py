@@ -31,16 +31,36 @@ def _kernel_product(name, blur, u, v, w):
     return (k * wj).sum(1).view(-1)
 
 
-def kernel_loss(name, blur, a, x, b, y, potentials):
-    """Batched (B, N) / (B, N, D) inputs: the (B,) losses, or the potentials ((B, N), (B, M))."""
+def _dense_product(kernel, blur, u, v, w):
+    """(K(u, v) w)_i with K the (1, N, M) matrix of a kernel function of dense tensors, called as
+    GeomLoss's tensorized backend calls it."""
+    k = kernel(u[None], v[None], blur=blur, use_keops=False, ranges=None)
+    want = (1, u.shape[0], v.shape[0])
+    if not isinstance(k, torch.Tensor) or tuple(k.shape) != want:
+        raise ValueError(f"tessel.ot.SamplesLoss: the kernel function returned "
+                         f"{tuple(getattr(k, 'shape', ())) or type(k).__name__} for clouds of "
+                         f"shapes {tuple(u[None].shape)} and {tuple(v[None].shape)}; expected a "
+                         f"tensor of shape {want}")
+    return (k[0] @ w[:, None])[:, 0]
+
+
+def kernel_loss(name, blur, a, x, b, y, potentials, kernel=None):
+    """Batched (B, N) / (B, N, D) inputs: the (B,) losses, or the potentials ((B, N), (B, M)).
+    kernel: None (the named kernel, reductions) or a function of dense tensors."""
+    if kernel is None:
+        def product(u, v, w):
+            return _kernel_product(name, blur, u, v, w)
+    else:
+        def product(u, v, w):
+            return _dense_product(kernel, blur, u, v, w)
     values, fs, gs = [], [], []
     for k in range(x.shape[0]):
         ak, xk, bk, yk = a[k], x[k], b[k], y[k]
-        a_x = _kernel_product(name, blur, _double_grad(xk), xk.detach(), ak.detach())
-        b_y = _kernel_product(name, blur, _double_grad(yk), yk.detach(), bk.detach())
-        b_x = _kernel_product(name, blur, xk, yk, bk)
+        a_x = product(_double_grad(xk), xk.detach(), ak.detach())
+        b_y = product(_double_grad(yk), yk.detach(), bk.detach())
+        b_x = product(xk, yk, bk)
         if potentials:
-            a_y = _kernel_product(name, blur, yk, xk, ak)
+            a_y = product(yk, xk, ak)
             fs.append(a_x - b_x)
             gs.append(b_y - a_y)
         else:

@@ -54,7 +54,9 @@ def common_diameter(xs, ys, who):
 class SamplesLoss(torch.nn.Module):
     """Distances between weighted point clouds, as geomloss.SamplesLoss.
 
-    loss="gaussian", "laplacian" or "energy": half the squared kernel norm of a - b (kernel
+    loss="gaussian", "laplacian" or "energy": half the squared kernel norm of a - b (a kernel
+    function kernel(x, y, blur=..., **kw) -> (B, N, M), as GeomLoss's tensorized backend takes,
+    replaces the built-in one: its matrices are then stored;
     exp(-|x-y|^2 / 2 blur^2), exp(-|x-y| / blur) or -|x-y|); "hausdorff" is not implemented yet.
     loss="sinkhorn": the debiased Sinkhorn divergence
     (debias=True) or the entropic OT cost OT_eps (debias=False), eps = blur^p, balanced
@@ -98,8 +100,15 @@ class SamplesLoss(torch.nn.Module):
                              f"{', '.join(map(repr, KERNELS))} (or 'hausdorff', not implemented "
                              "yet)")
         if kernel is not None:
-            raise NotImplementedError(f"{_WHO}: a custom kernel is not implemented yet in "
-                                      "tessel.ot; use loss='gaussian', 'laplacian' or 'energy'")
+            if loss not in KERNELS:
+                raise ValueError(f"{_WHO}: kernel= applies to the kernel losses "
+                                 f"({', '.join(map(repr, KERNELS))}); loss={loss!r} takes cost=")
+            if not callable(kernel):
+                raise TypeError(f"{_WHO}: kernel must be a function (x, y, blur=..., **kw) -> "
+                                f"the (B, N, M) kernel matrix, got {type(kernel).__name__}")
+            if backend in ("online", "multiscale"):
+                raise ValueError(f"{_WHO}: a kernel function of dense tensors runs tensorized, "
+                                 f"not backend={backend!r}")
         if backend not in _BACKENDS:
             raise ValueError(f"{_WHO}: unknown backend {backend!r}; expected one of "
                              f"{', '.join(_BACKENDS)}")
@@ -178,7 +187,7 @@ class SamplesLoss(torch.nn.Module):
     def _forward(self, args, diameter):
         a, x, b, y, batched = self._process_args(args)
         if self.loss in KERNELS:
-            out = kernel_loss(self.loss, self.blur, a, x, b, y, self.potentials)
+            out = kernel_loss(self.loss, self.blur, a, x, b, y, self.potentials, self.kernel)
             return out if self.potentials or batched else out[0]
         dim = x.shape[-1]
         if self._dense:
