@@ -54,10 +54,11 @@ def common_diameter(xs, ys, who):
 class SamplesLoss(torch.nn.Module):
     """Distances between weighted point clouds, as geomloss.SamplesLoss.
 
-    loss="gaussian", "laplacian" or "energy": half the squared kernel norm of a - b (a kernel
-    function kernel(x, y, blur=..., **kw) -> (B, N, M), as GeomLoss's tensorized backend takes,
-    replaces the built-in one: its matrices are then stored;
-    exp(-|x-y|^2 / 2 blur^2), exp(-|x-y| / blur) or -|x-y|); "hausdorff" is not implemented yet.
+    loss="gaussian", "laplacian" or "energy": half the squared kernel norm of a - b (kernel
+    exp(-|x-y|^2 / 2 blur^2), exp(-|x-y| / blur) or -|x-y|); kernel=, a function of dense tensors
+    kernel(x, y, blur=..., **kw) -> (B, N, M) as GeomLoss's tensorized backend takes, replaces the
+    built-in kernel (its matrices are then stored); "hausdorff" is that norm for a kernel= (as in
+    GeomLoss 0.3, which has no built-in one).
     loss="sinkhorn": the debiased Sinkhorn divergence
     (debias=True) or the entropic OT cost OT_eps (debias=False), eps = blur^p, balanced
     (reach=None) or unbalanced (rho = reach^p; reach_x / reach_y, a tessel option, set the two
@@ -90,17 +91,17 @@ class SamplesLoss(torch.nn.Module):
                  potentials=False, verbose=False, backend="auto", gradient="envelope",
                  snapshots=None, reach_x=None, reach_y=None):
         super().__init__()
-        if loss == "hausdorff":
-            raise NotImplementedError(f"{_WHO}: loss='hausdorff' is not implemented yet in "
-                                      "tessel.ot (GeomLoss 0.3 runs it only with a custom kernel, "
-                                      "a function of dense tensors; without one it raises "
-                                      "KeyError); use 'gaussian', 'laplacian' or 'energy'")
-        if loss != "sinkhorn" and loss not in KERNELS:
+        if loss == "hausdorff" and kernel is None:
+            # GeomLoss 0.3 computes "hausdorff" as the kernel norm of its kernel= function and
+            # has no built-in one (KeyError without it); so does tessel.ot.
+            raise NotImplementedError(f"{_WHO}: loss='hausdorff' needs kernel= (a function of "
+                                      "dense tensors, as in GeomLoss 0.3, which has no built-in "
+                                      "one); or use 'gaussian', 'laplacian' or 'energy'")
+        if loss != "sinkhorn" and loss not in KERNELS + ("hausdorff",):
             raise ValueError(f"{_WHO}: unknown loss {loss!r}; expected 'sinkhorn', "
-                             f"{', '.join(map(repr, KERNELS))} (or 'hausdorff', not implemented "
-                             "yet)")
+                             f"{', '.join(map(repr, KERNELS))} or 'hausdorff' (with kernel=)")
         if kernel is not None:
-            if loss not in KERNELS:
+            if loss == "sinkhorn":
                 raise ValueError(f"{_WHO}: kernel= applies to the kernel losses "
                                  f"({', '.join(map(repr, KERNELS))}); loss={loss!r} takes cost=")
             if not callable(kernel):
@@ -176,7 +177,7 @@ class SamplesLoss(torch.nn.Module):
                              f"same non-zero length, got lengths {[len(t) for t in args]}")
         pairs = [tuple(t[k] for t in args) for k in range(n)]
         diameter = self.diameter
-        if diameter is None and self.loss not in KERNELS:
+        if diameter is None and self.loss == "sinkhorn":
             diameter = common_diameter([p[-3] if len(p) == 4 else p[0] for p in pairs],
                                        [p[-1] for p in pairs], _WHO)
         outs = [self._forward(pair, diameter) for pair in pairs]
@@ -186,7 +187,7 @@ class SamplesLoss(torch.nn.Module):
 
     def _forward(self, args, diameter):
         a, x, b, y, batched = self._process_args(args)
-        if self.loss in KERNELS:
+        if self.loss != "sinkhorn":
             out = kernel_loss(self.loss, self.blur, a, x, b, y, self.potentials, self.kernel)
             return out if self.potentials or batched else out[0]
         dim = x.shape[-1]
