@@ -89,8 +89,6 @@ def test_what_multiscale_does_not_do():
         SamplesLoss(backend="multiscale", gradient="implicit")
     with pytest.raises(NotImplementedError, match="p = 1 and p = 2 costs only"):
         SamplesLoss(backend="multiscale", cost="SqDist(X,Y)")(a, x, b, y)
-    with pytest.raises(NotImplementedError, match="clusters the points itself"):
-        SamplesLoss(backend="multiscale")(a, x, b, y, a, b)
 
 
 def test_a_cluster_scale_needing_too_many_clusters_is_a_clear_error():
@@ -100,3 +98,41 @@ def test_a_cluster_scale_needing_too_many_clusters_is_a_clear_error():
     x, y = torch.rand(9000, 3, generator=g), torch.rand(9000, 3, generator=g)
     with pytest.raises(ValueError, match="cluster_scale=1e-05 needs more than 8192 clusters for x"):
         SamplesLoss("sinkhorn", backend="multiscale", cluster_scale=1e-5)(x, y)
+
+
+def test_cluster_labels_given_by_the_caller():
+    # GeomLoss's six-argument call L(l_x, a, x, l_y, b, y): the caller's clusters replace the
+    # farthest-point ones; with the very clusters the solver would pick, the same result.
+    import math
+    a, x, b, y = weighted_clouds(300, 250, 3, seed=7, shift=0.2)
+    k = max(16, int(math.sqrt(300)))
+    lx = farthest_point_clusters(x, k)[0]
+    ly = farthest_point_clusters(y, k)[0]
+    xs = [x.clone().requires_grad_() for _ in range(2)]
+    loss = SamplesLoss(blur=0.1, backend="multiscale")
+    own = loss(a, xs[0], b, y)
+    given = SamplesLoss(blur=0.1)(lx[:, None], a, xs[1], ly.to(torch.int32), b, y)  # "auto"
+    assert float(given) == float(own)
+    g0, = torch.autograd.grad(own, xs[0])
+    g1, = torch.autograd.grad(given, xs[1])
+    assert torch.equal(g0, g1)
+    # Other clusters (a grid of cells 0.25 wide): the same loss to the truncation's accuracy.
+    cell = lambda p: ((p / 0.25).floor().long() * torch.tensor([1, 16, 256])).sum(1)  # noqa: E731
+    grid = SamplesLoss(blur=0.1, backend="multiscale")(cell(x), a, x, cell(y), b, y)
+    online = SamplesLoss(blur=0.1)(a, x, b, y)
+    assert float(grid) == pytest.approx(float(online), rel=1e-2)
+
+
+def test_cluster_label_errors():
+    a, x, b, y = weighted_clouds(20, 15, 2)
+    lx, ly = torch.zeros(20, dtype=torch.int64), torch.zeros(15, dtype=torch.int64)
+    with pytest.raises(ValueError, match="cluster labels .* are for the multiscale"):
+        SamplesLoss(backend="online")(lx, a, x, ly, b, y)
+    with pytest.raises(ValueError, match="cluster labels .* are for the multiscale"):
+        SamplesLoss("gaussian")(lx, a, x, ly, b, y)
+    with pytest.raises(ValueError, match=r"l_y must be an integer tensor of shape \(N,\)"):
+        SamplesLoss()(lx, a, x, ly[:3], b, y)
+    with pytest.raises(ValueError, match="l_x must be an integer tensor"):
+        SamplesLoss()(lx.double(), a, x, ly, b, y)
+    with pytest.raises(ValueError, match="no batch"):
+        SamplesLoss()(lx, a[None], x[None], ly, b[None], y[None])

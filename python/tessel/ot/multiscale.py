@@ -58,8 +58,9 @@ def farthest_point_clusters(x, k_max, radius=None):
 class _Side:
     """A cloud sorted by cluster: weights, points, labels, ranges, centroids, radii, masses."""
 
-    def __init__(self, w, pts, k_max, radius):
-        labels, _ = farthest_point_clusters(pts, k_max, radius)
+    def __init__(self, w, pts, k_max, radius, labels=None):
+        if labels is None:
+            labels, _ = farthest_point_clusters(pts, k_max, radius)
         # Relabel by first use so that labels are 0..K-1 without gaps, then sort the points.
         uniq, labels = torch.unique(labels, return_inverse=True)
         self.perm = torch.argsort(labels, stable=True)
@@ -190,12 +191,13 @@ def _marginal_errors(prob, f, g, eps, rho_x, rho_y):
 
 def multiscale_potentials(a, x, b, y, settings, truncate=5.0, cluster_scale=None,
                           report=None, tol_dropped=1e-5, tol=0.0, max_iter=1000,
-                          marginal_error=False):
+                          marginal_error=False, labels=None):
     """(f, g, p, q) of one problem by the multiscale solver (see the module docstring), with
     envelope gradients in x and y. tol > 0: after the schedule, the fine iterations go on at
     blur^p until no potential moves by more than tol (max_iter iterations in all). `report`
     receives eps, diameter, n_iter, converged, the clusters, the share of blocks kept and
-    dropped_mass; with marginal_error, also the returned x-y potentials' marginal errors (two
+    dropped_mass; labels: None (clusters by farthest points) or the caller's (l_x, l_y), int64
+    (N,) and (M,) tensors (GeomLoss's six-argument call); with marginal_error, also the returned x-y potentials' marginal errors (two
     more block-sparse reductions): marginal_errors = (error_x, error_y), L1 in mass units, as
     the online solver's history."""
     pw = settings["p"]
@@ -211,11 +213,17 @@ def multiscale_potentials(a, x, b, y, settings, truncate=5.0, cluster_scale=None
         pts = torch.cat((x.detach(), y.detach()))
         diameter = float((pts.max(0)[0] - pts.min(0)[0]).norm()) or blur
     k_max = max(16, int(math.sqrt(max(n, m))))
-    u = _Side(a, x, k_max if cluster_scale is None else min(n, _MAX_CLUSTERS + 1), cluster_scale)
-    v = _Side(b, y, k_max if cluster_scale is None else min(m, _MAX_CLUSTERS + 1), cluster_scale)
+    lx, ly = (None, None) if labels is None else labels
+    u = _Side(a, x, k_max if cluster_scale is None else min(n, _MAX_CLUSTERS + 1), cluster_scale,
+              lx)
+    v = _Side(b, y, k_max if cluster_scale is None else min(m, _MAX_CLUSTERS + 1), cluster_scale,
+              ly)
     for side, name in ((u, "x"), (v, "y")):
         # The truncation keeps a mask per pair of clusters: past that many, it would not fit.
         if side.mass.shape[0] > _MAX_CLUSTERS:
+            if labels is not None:
+                raise ValueError(f"tessel.ot multiscale: the labels of {name} make "
+                                 f"{side.mass.shape[0]} clusters, more than {_MAX_CLUSTERS}")
             raise ValueError(f"tessel.ot multiscale: cluster_scale={cluster_scale:g} needs more "
                              f"than {_MAX_CLUSTERS} clusters for {name}; raise cluster_scale (or "
                              "leave it None: about sqrt(N) clusters)")

@@ -164,7 +164,36 @@ class SamplesLoss(torch.nn.Module):
     def forward(self, *args):
         if len(args) in (2, 4) and all(isinstance(t, (list, tuple)) for t in args):
             return self._ragged(args)
+        if len(args) == 6:
+            return self._labelled(args)
         return self._forward(args, None)
+
+    def _labelled(self, args):
+        """GeomLoss's L(l_x, a, x, l_y, b, y): the caller's cluster labels for the multiscale
+        solver, (N,) or (N, 1) integers, one pair of clouds (no batch, as in GeomLoss)."""
+        lx, a, x, ly, b, y = args
+        if self.backend not in ("auto", "multiscale") or self.loss != "sinkhorn" or self._dense:
+            raise ValueError(f"{_WHO}: cluster labels (six arguments) are for the multiscale "
+                             "Sinkhorn solver: loss='sinkhorn', backend 'auto' or 'multiscale', "
+                             "a cost formula (GeomLoss takes them there only)")
+        if self.gradient != "envelope":
+            raise NotImplementedError(f"{_WHO}: the multiscale solver gives envelope gradients "
+                                      f"only, not gradient={self.gradient!r}")
+        labels = []
+        for name, lab, pts in (("l_x", lx, x), ("l_y", ly, y)):
+            if not isinstance(pts, torch.Tensor) or pts.dim() != 2:
+                raise ValueError(f"{_WHO}: with cluster labels the points are one (N, D) cloud "
+                                 f"each (no batch, as in GeomLoss), got "
+                                 f"{tuple(getattr(pts, 'shape', ()))}")
+            if (not isinstance(lab, torch.Tensor) or lab.is_floating_point() or lab.is_complex()
+                    or lab.dtype == torch.bool or lab.numel() != pts.shape[0]
+                    or lab.dim() not in (1, 2) or (lab.dim() == 2 and lab.shape[1] != 1)):
+                raise ValueError(f"{_WHO}: {name} must be an integer tensor of shape (N,) or "
+                                 f"(N, 1) for the {pts.shape[0]} points, got "
+                                 f"{getattr(lab, 'dtype', type(lab).__name__)} "
+                                 f"{tuple(getattr(lab, 'shape', ()))}")
+            labels.append(lab.reshape(-1).to(device=pts.device, dtype=torch.int64))
+        return self._forward((a, x, b, y), None, labels=tuple(labels))
 
     def _ragged(self, args):
         """A batch of clouds of different sizes, as lists: L([x1, x2], [y1, y2]) or
@@ -185,7 +214,7 @@ class SamplesLoss(torch.nn.Module):
             return [o[0][0] for o in outs], [o[1][0] for o in outs]
         return torch.stack(outs)
 
-    def _forward(self, args, diameter):
+    def _forward(self, args, diameter, labels=None):
         a, x, b, y, batched = self._process_args(args)
         if self.loss != "sinkhorn":
             out = kernel_loss(self.loss, self.blur, a, x, b, y, self.potentials, self.kernel)
@@ -207,8 +236,9 @@ class SamplesLoss(torch.nn.Module):
             solve = dict(settings, alternating=True, max_iter=10000,
                          tol=1e-9 if x.dtype == torch.float64 else 1e-5)
         multiscale = None
-        if self.backend == "multiscale":
-            multiscale = dict(truncate=self.truncate, cluster_scale=self.cluster_scale)
+        if self.backend == "multiscale" or labels is not None:
+            multiscale = dict(truncate=self.truncate, cluster_scale=self.cluster_scale,
+                              labels=labels)
         pots = solve_potentials(self.gradient, a, x, b, y, solve, settings, _WHO,
                                 snapshots=self.snapshots, multiscale=multiscale)
         return self._finish(pots, a, b, batched)
@@ -241,10 +271,6 @@ class SamplesLoss(torch.nn.Module):
         return dual_side(w, pot, rho, self.blur ** self.p, self.gradient == "envelope", semi)
 
     def _process_args(self, args):
-        if len(args) == 6:
-            raise NotImplementedError(f"{_WHO}: cluster labels given by the caller (six "
-                                      "arguments) are not supported: tessel's multiscale solver "
-                                      "clusters the points itself (backend='multiscale')")
         if len(args) == 2:
             x, y = args
             a = b = None
