@@ -136,3 +136,12 @@ def test_cluster_label_errors():
         SamplesLoss()(lx.double(), a, x, ly, b, y)
     with pytest.raises(ValueError, match="no batch"):
         SamplesLoss()(lx, a[None], x[None], ly, b[None], y[None])
+
+
+def test_verbose_prints_the_clusters_and_scales(capsys):
+    a, x, b, y = weighted_clouds(120, 100, 3, seed=2)
+    SamplesLoss(blur=0.1, backend="multiscale", verbose=True)(a, x, b, y)
+    out = capsys.readouterr().out
+    assert "clusters" in out and "Successive scales" in out and "Keep " in out
+    SamplesLoss(blur=0.1, backend="multiscale")(a, x, b, y)
+    assert capsys.readouterr().out == ""

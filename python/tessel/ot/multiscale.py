@@ -191,13 +191,14 @@ def _marginal_errors(prob, f, g, eps, rho_x, rho_y):
 
 def multiscale_potentials(a, x, b, y, settings, truncate=5.0, cluster_scale=None,
                           report=None, tol_dropped=1e-5, tol=0.0, max_iter=1000,
-                          marginal_error=False, labels=None):
+                          marginal_error=False, labels=None, verbose=False):
     """(f, g, p, q) of one problem by the multiscale solver (see the module docstring), with
     envelope gradients in x and y. tol > 0: after the schedule, the fine iterations go on at
     blur^p until no potential moves by more than tol (max_iter iterations in all). `report`
     receives eps, diameter, n_iter, converged, the clusters, the share of blocks kept and
     dropped_mass; labels: None (clusters by farthest points) or the caller's (l_x, l_y), int64
-    (N,) and (M,) tensors (GeomLoss's six-argument call); with marginal_error, also the returned x-y potentials' marginal errors (two
+    (N,) and (M,) tensors (GeomLoss's six-argument call); verbose: print the clusters, the scales
+    and the blocks kept, as GeomLoss's verbose multiscale solver does; with marginal_error, also the returned x-y potentials' marginal errors (two
     more block-sparse reductions): marginal_errors = (error_x, error_y), L1 in mass units, as
     the online solver's history."""
     pw = settings["p"]
@@ -296,6 +297,13 @@ def multiscale_potentials(a, x, b, y, settings, truncate=5.0, cluster_scale=None
     errors = None
     if marginal_error:
         errors = _marginal_errors(probs[0], out[0].detach(), out[1].detach(), eps, rho_x, rho_y)
+    if verbose:
+        keep = probs[0].keep
+        print(f"tessel.ot multiscale: {u.mass.shape[0]}x{v.mass.shape[0]} clusters (largest "
+              f"radius {r_max:.3f}), coarse scale {blur_c:.3f}")
+        print("Successive scales: " + ", ".join(f"{e ** (1 / pw):.3f}" for e in schedule))
+        print(f"Keep {int(keep.sum())}/{keep.numel()} = {100 * float(keep.float().mean()):.1f}% "
+              f"of the cluster pairs; dropped transport mass {dropped:.3g} (of {total:.3g})")
     if report is not None:
         report.update(eps=eps, diameter=diameter, converged=converged, n_iter=it,
                       history=[], potential_change=move,

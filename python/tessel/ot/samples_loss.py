@@ -238,7 +238,7 @@ class SamplesLoss(torch.nn.Module):
         multiscale = None
         if self.backend == "multiscale" or labels is not None:
             multiscale = dict(truncate=self.truncate, cluster_scale=self.cluster_scale,
-                              labels=labels)
+                              labels=labels, verbose=bool(self.verbose))
         pots = solve_potentials(self.gradient, a, x, b, y, solve, settings, _WHO,
                                 snapshots=self.snapshots, multiscale=multiscale)
         return self._finish(pots, a, b, batched)
