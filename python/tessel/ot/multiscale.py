@@ -8,9 +8,15 @@ and the exact transport mass the truncation drops.
    eps_c = max(blur, 2 r)^p, r the largest radius; its potentials are carried to the points by
    one softmin against the other side's clusters.
 3. Fine: the rest of the schedule on the points, each softmin a block-sparse LogSumExp
-   reduction over the cluster pairs kept: (I, J) is kept when the coarse potentials leave it
-   within truncate * eps_c of tightness at the least distance between the two clusters,
-   f_I + g_J - Cmin_IJ >= -truncate eps_c (Cmin: the cost of max(0, |c_I - d_J| - r_I - r_J)).
+   reduction over the cluster pairs kept: (I, J) is kept when the potentials leave it within
+   tau * eps of tightness at the least distance between the two clusters,
+   F_I + G_J - Cmin_IJ >= -tau eps (Cmin: the cost of max(0, |c_I - d_J| - r_I - r_J)), with
+   tau = truncate^2 / 2 for p = 2 and truncate for p = 1 (GeomLoss's truncate is a multiple of
+   the blur: its kernel exp(-C / eps) cut at |x - y| = truncate blur). First with the coarse
+   potentials at eps_c, then after each finer step again with the points' own: F_I, G_J the
+   largest potential in each cluster bound f_i + g_j - C_ij for every pair of the block, so a
+   dropped block holds no pair above exp(-tau) of its tight pairs; as eps shrinks, fewer blocks
+   are kept.
 4. What was dropped: at the returned potentials, the plan's mass in the dropped blocks is
    computed exactly by one block-sparse Sum over them (`dropped_mass`, mass units; the x-y
    problem and, with debias, the x-x and y-y ones); above `tol_dropped` times the total mass
@@ -111,6 +117,7 @@ class MultiscaleProblem:
 
     def __init__(self, u, v, p, dim, truncate):
         self.u, self.v, self.p, self.truncate = u, v, p, truncate
+        self.tau = None if truncate is None else (truncate ** 2 / 2 if p == 2 else truncate)
         self.cmin = _cmin(u, v, p)
         cost = _cost_text(p)
         # The cost is symmetric: the columns' softmin is the same reduction, sides swapped.
@@ -121,14 +128,14 @@ class MultiscaleProblem:
         self.ranges = None
 
     def set_mask(self, f_c, g_c, eps):
-        """Keeps the block (I, J) when the coarse potentials f_c (on x's clusters) and g_c (on
-        y's), at the coarse temperature eps, leave it within truncate * eps of the tight pairs
-        at the least distance between the clusters: f_c[I] + g_c[J] - Cmin_IJ >= -truncate eps.
-        What this drops is measured exactly afterwards (dropped_mass)."""
-        if self.truncate is None:  # GeomLoss's truncate=None: no truncation
+        """Keeps the block (I, J) when the cluster potentials f_c (on x's clusters) and g_c (on
+        y's), at the temperature eps, leave it within tau * eps of the tight pairs at the least
+        distance between the clusters: f_c[I] + g_c[J] - Cmin_IJ >= -tau eps. What this drops
+        is measured exactly afterwards (dropped_mass)."""
+        if self.tau is None:  # GeomLoss's truncate=None: no truncation
             keep = torch.ones(self.cmin.shape, dtype=torch.bool, device=self.cmin.device)
         else:
-            keep = (f_c[:, None] + g_c[None, :] - self.cmin) >= -self.truncate * eps
+            keep = (f_c[:, None] + g_c[None, :] - self.cmin) >= -self.tau * eps
         keep |= ~keep.any(1, keepdim=True)  # no cluster is left without a partner
         keep |= ~keep.any(0, keepdim=True)
         self.keep = keep
@@ -136,6 +143,15 @@ class MultiscaleProblem:
         self.ranges_t = from_matrix(self.v.ranges, self.u.ranges, keep.t())
         drop = ~keep
         self.ranges_drop = from_matrix(self.u.ranges, self.v.ranges, drop) if drop.any() else None
+
+    def retruncate(self, f, g, eps):
+        """The mask again from the points' potentials f (on u) and g (on v) at eps: each
+        cluster's largest potential bounds its points', so F_I + G_J - Cmin_IJ bounds every
+        f_i + g_j - C_ij of the block."""
+        if self.tau is None:
+            return
+        self.set_mask(_segment_max(f.detach(), self.u.lab, self.cmin.shape[0]),
+                      _segment_max(g.detach(), self.v.lab, self.cmin.shape[1]), eps)
 
     def softmin_rows(self, g, eps):
         """-eps log sum_j b_j exp((g_j - C_ij) / eps) over the kept blocks, for every x_i."""
@@ -271,6 +287,10 @@ def multiscale_potentials(a, x, b, y, settings, truncate=5.0, cluster_scale=None
             new = sweep(state, eps)
             state = [(s_ + n_) / 2 for s_, n_ in zip(state, new)]
             it += 1
+            probs[0].retruncate(state[0], state[1], eps)
+            if debias:
+                probs[1].retruncate(state[2], state[2], eps)
+                probs[2].retruncate(state[3], state[3], eps)
         while tol > 0 and it < max_iter:
             # Past the schedule: classic alternating updates for the x-y problem (averaged ones
             # converge slowly at small eps), averaged for the symmetric ones (which oscillate).
