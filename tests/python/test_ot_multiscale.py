@@ -69,8 +69,8 @@ def test_marginal_error_is_measured(reach, tol):
     mx, my = r.marginals
     dense = max(float((want_x - mx).abs().sum()), float((want_y - my).abs().sum()))
     assert r.marginal_error == pytest.approx(dense, rel=1e-6, abs=1e-12 + 2 * r.dropped_mass)
-    if tol > 0:
-        assert r.marginal_error < 1e-6
+    if tol > 0:  # it stops on that error, as the online solver does
+        assert r.converged and r.marginal_error <= tol
 
 
 def test_samples_loss_multiscale_batched_and_high_dimensional():

@@ -190,19 +190,19 @@ def _carry(pts, centres, logw, pot, eps, damp, p):
     return -damp * eps * lse(pts.detach().to(f64), centres.to(f64), h, ieps)[:, 0]
 
 
+def _row_error(w, pot, softmin, eps, rho):
+    """sum_i |w_i e^{-pot_i / rho} - w_i exp((pot_i - softmin_i) / eps)|: a marginal's L1 error,
+    softmin the undamped softmin of the other side's potential (w_i for a hard marginal)."""
+    w = w.detach()
+    want = w if rho is None else w * torch.exp(-pot / rho)
+    return float((want - w * torch.exp((pot - softmin) / eps)).abs().sum())
+
+
 def _marginal_errors(prob, f, g, eps, rho_x, rho_y):
-    """L1 errors of the plan's marginals at (f, g) over the kept blocks: row_i = a_i exp((f_i -
-    S_i) / eps), S_i = -eps log sum_j b_j exp((g_j - C_ij) / eps), against a_i exp(-f_i / rho_x)
-    (a_i for a hard marginal); the columns likewise."""
+    """L1 errors of the plan's marginals at (f, g) over the kept blocks (see _row_error)."""
     with torch.no_grad():
-        errs = []
-        for side, pot, other, rho, softmin in ((prob.u, f, g, rho_x, prob.softmin_rows),
-                                               (prob.v, g, f, rho_y, prob.softmin_cols)):
-            w = side.w.detach()
-            row = w * torch.exp((pot - softmin(other, eps)) / eps)
-            want = w if rho is None else w * torch.exp(-pot / rho)
-            errs.append(float((want - row).abs().sum()))
-    return tuple(errs)
+        return (_row_error(prob.u.w, f, prob.softmin_rows(g, eps), eps, rho_x),
+                _row_error(prob.v.w, g, prob.softmin_cols(f, eps), eps, rho_y))
 
 
 def multiscale_potentials(a, x, b, y, settings, truncate=5.0, cluster_scale=None,
@@ -210,7 +210,9 @@ def multiscale_potentials(a, x, b, y, settings, truncate=5.0, cluster_scale=None
                           marginal_error=False, labels=None, verbose=False):
     """(f, g, p, q) of one problem by the multiscale solver (see the module docstring), with
     envelope gradients in x and y. tol > 0: after the schedule, the fine iterations go on at
-    blur^p until no potential moves by more than tol (max_iter iterations in all). `report`
+    blur^p until the plan's marginal errors (L1, mass units, as the online solver's; of the x-y
+    problem and with debias of the x-x and y-y ones) are <= tol (max_iter iterations in all).
+    `report`
     receives eps, diameter, n_iter, converged, the clusters, the share of blocks kept and
     dropped_mass; labels: None (clusters by farthest points) or the caller's (l_x, l_y), int64
     (N,) and (M,) tensors (GeomLoss's six-argument call); verbose: print the clusters, the scales
@@ -291,21 +293,28 @@ def multiscale_potentials(a, x, b, y, settings, truncate=5.0, cluster_scale=None
             if debias:
                 probs[1].retruncate(state[2], state[2], eps)
                 probs[2].retruncate(state[3], state[3], eps)
+        cols_exact = False
         while tol > 0 and it < max_iter:
             # Past the schedule: classic alternating updates for the x-y problem (averaged ones
             # converge slowly at small eps), averaged for the symmetric ones (which oscillate).
+            # Each update's softmins also give the marginal errors of the state it starts from:
+            # the rows' directly, the columns' being exact once g is the softmin of f.
             e = blur ** pw
             dx, dy = damping(e, rho_x), damping(e, rho_y)
             f1 = dx * probs[0].softmin_rows(state[1], e)
+            errs = [_row_error(u.w, state[0], f1 / dx, e, rho_x) if cols_exact else math.inf]
             new = [f1, dy * probs[0].softmin_cols(f1, e)]
             if debias:
-                new += [(state[2] + dx * probs[1].softmin_rows(state[2], e)) / 2,
-                        (state[3] + dy * probs[2].softmin_rows(state[3], e)) / 2]
-            move = max(float((n_ - s_).abs().max()) for s_, n_ in zip(state, new))
-            state, it = new, it + 1
-            if move <= tol:
+                p1 = dx * probs[1].softmin_rows(state[2], e)
+                q1 = dy * probs[2].softmin_rows(state[3], e)
+                errs += [_row_error(u.w, state[2], p1 / dx, e, rho_x),
+                         _row_error(v.w, state[3], q1 / dy, e, rho_y)]
+                new += [(state[2] + p1) / 2, (state[3] + q1) / 2]
+            move = max(errs)
+            if move <= tol:  # the state these errors are of is the result
                 converged = True
                 break
+            state, it, cols_exact = new, it + 1, True
     # The last extrapolation, differentiable in x and y (the potentials it reads held constant).
     eps = blur ** pw
     out = sweep([s_.detach() for s_ in state], eps)
@@ -326,7 +335,7 @@ def multiscale_potentials(a, x, b, y, settings, truncate=5.0, cluster_scale=None
               f"of the cluster pairs; dropped transport mass {dropped:.3g} (of {total:.3g})")
     if report is not None:
         report.update(eps=eps, diameter=diameter, converged=converged, n_iter=it,
-                      history=[], potential_change=move,
+                      history=[], stop_error=move,
                       clusters=(u.mass.shape[0], v.mass.shape[0]), coarse_blur=blur_c,
                       kept_blocks=float(probs[0].keep.float().mean()),
                       truncation=dict(labels_x=u.lab[u.inv], labels_y=v.lab[v.inv],
@@ -334,7 +343,7 @@ def multiscale_potentials(a, x, b, y, settings, truncate=5.0, cluster_scale=None
                       dropped_mass=dropped, marginal_errors=errors)
     if tol > 0 and not converged:
         warnings.warn(f"tessel.ot multiscale: stopped after max_iter={max_iter} iterations with "
-                      f"potentials still moving by {move:.3g} > tol={tol:g}", RuntimeWarning,
+                      f"a marginal error of {move:.3g} > tol={tol:g}", RuntimeWarning,
                       stacklevel=4)
     if dropped > tol_dropped * total:
         warnings.warn(f"tessel.ot multiscale: the truncated blocks hold {dropped:.3g} of the "

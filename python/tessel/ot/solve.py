@@ -30,8 +30,8 @@ class OTResult:
     (eps, error, error_x, error_y) per iteration (marginal errors in mass units); n_iter;
     converged: the last errors were <= tol (tol > 0 only); marginal_error: the last error.
     backend="multiscale": history is empty, marginal_error is measured once at the returned
-    potentials over the kept blocks (its stopping test is the largest change of a potential in
-    one iteration), and dropped_mass is the plan's mass in the blocks
+    potentials over the kept blocks (its stopping test, with tol, is the same error measured
+    during its iterations), and dropped_mass is the plan's mass in the blocks
     its truncation left out, computed exactly (mass units; None for the online solver).
     """
 
