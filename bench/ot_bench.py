@@ -110,8 +110,14 @@ def measure(impl, n, d, args):
     except Exception as e:  # a failing baseline is a row, not the end of the run
         return dict(row, skipped=f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
     times = [r[0] for r in runs]
-    return dict(row, seconds=statistics.median(times), seconds_all=times, value=runs[0][1],
-                grad_norm=runs[0][2])
+    row = dict(row, seconds=statistics.median(times), seconds_all=times, value=runs[0][1],
+               grad_norm=runs[0][2])
+    if impl == "tessel-multiscale":  # what the truncation kept and dropped (one untimed solve)
+        from tessel.ot import solve_sample
+        r = solve_sample(None, x, None, y, blur=0.05, scaling=0.5, debias=True, tol=0,
+                         update="symmetric", backend="multiscale")
+        row.update(kept_blocks=r.kept_blocks, dropped_mass=r.dropped_mass)
+    return row
 
 
 def table(paths):

@@ -59,14 +59,16 @@ def test_bench_table_groups_levels_and_matches_pykeops(tmp_path):
 
 def test_ot_bench_smoke_and_table(tmp_path):
     out = subprocess.run([sys.executable, str(BENCH / "ot_bench.py"), "--n", "200", "--d", "3",
-                          "--repeats", "1", "--impls", "tessel", "geomloss-tensorized",
-                          "flash-sinkhorn"], capture_output=True, text=True,
+                          "--repeats", "1", "--impls", "tessel", "tessel-multiscale",
+                          "geomloss-tensorized", "flash-sinkhorn"], capture_output=True, text=True,
                          env=dict(os.environ), timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     by = {r["impl"]: r for r in rows}
     assert by["tessel"]["seconds"] > 0 and by["tessel"]["grad_norm"] > 0
     assert "skipped" in by["flash-sinkhorn"]  # CUDA only
+    ms = by["tessel-multiscale"]
+    assert ms["seconds"] > 0 and 0 < ms["kept_blocks"] <= 1 and ms["dropped_mass"] >= 0
     if "seconds" in by["geomloss-tensorized"]:  # geomloss installed: the same value
         assert abs(by["geomloss-tensorized"]["value"] - by["tessel"]["value"]) <= 1e-5 * abs(
             by["tessel"]["value"])

@@ -32,7 +32,8 @@ class OTResult:
     backend="multiscale": history is empty, marginal_error is measured once at the returned
     potentials over the kept blocks (its stopping test, with tol, is the same error measured
     during its iterations), and dropped_mass is the plan's mass in the blocks
-    its truncation left out, computed exactly (mass units; None for the online solver).
+    its truncation left out, computed exactly (mass units; None for the online solver);
+    kept_blocks the share of cluster pairs its last mask kept (None for the online solver).
     """
 
     def __init__(self, value, f, g, p, q, plan, reports):
@@ -46,6 +47,8 @@ class OTResult:
         self.n_iter = its[0] if len(its) == 1 else its
         drop = [r.get("dropped_mass") for r in reports]
         self.dropped_mass = drop[0] if len(drop) == 1 else drop
+        kept = [r.get("kept_blocks") for r in reports]
+        self.kept_blocks = kept[0] if len(kept) == 1 else kept
         conv = [r["converged"] for r in reports]
         self.converged = conv[0] if len(conv) == 1 else conv
         errs = [max(h[-1][1:]) if h else max(r.get("marginal_errors") or (math.nan,))
