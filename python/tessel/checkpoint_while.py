@@ -86,14 +86,15 @@ class _Online(_Revolve):
         self.discovering = True
         try:
             k = 0
+            rng_k = self.rng_start  # what step k draws from, kept with x_k if it is stored
             while True:
-                rng_k = self.rng.get()  # what step k draws from, kept with x_k if it is stored
                 self.taped = self._tape(k)
                 nxt = tuple(o.detach() for o in self.taped[1])
                 rng_after = self.rng.get()
                 if not self.goes_on(nxt, k + 1):
                     break
-                if not self.rng.same(rng_after, self.rng.get()):
+                rng_next = self.rng.get()
+                if not self.rng.same(rng_after, rng_next):
                     # Replayed steps follow each other without cond between them: their draws
                     # would shift, and the gradient would be silently wrong.
                     raise RuntimeError(
@@ -109,6 +110,7 @@ class _Online(_Revolve):
                         self._store(slot, rng_k)
                 self.cur = nxt
                 self.taped = None  # freed before the next step runs, not after
+                rng_k = rng_next
                 k += 1
         except BaseException:
             self.release()  # a failed step or cond: its snapshots (files on disk too) go now

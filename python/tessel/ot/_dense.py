@@ -13,6 +13,7 @@ import torch
 
 from .. import _core
 from ._implicit import damping
+from ._potentials import bounding_diameter
 
 _WHO = "tessel.ot.SamplesLoss"
 
@@ -41,9 +42,7 @@ def dense_potentials(a, x, b, y, cost, settings):
     rho_y = None if settings["reach_y"] is None else settings["reach_y"] ** pw
     diameter = settings["diameter"]
     if diameter is None:
-        dim = x.shape[-1]
-        pts = torch.cat((x.detach().reshape(-1, dim), y.detach().reshape(-1, dim)))
-        diameter = float((pts.max(0)[0] - pts.min(0)[0]).norm()) or blur
+        diameter = bounding_diameter(x, y) or blur
     schedule = _core.epsilon_schedule(pw, diameter, blur, settings["scaling"])
     c_xy, c_yx = _matrix(cost, x, y.detach()), _matrix(cost, y, x.detach())
     c_xx = _matrix(cost, x, x.detach()) if debias else None

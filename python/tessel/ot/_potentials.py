@@ -45,6 +45,15 @@ def core_vjp(a, x, b, y, parts, cots, solve):
     return gx.to(x.device), gy.to(y.device)
 
 
+def bounding_diameter(*clouds):
+    """GeomLoss's diameter estimate: the diagonal of the bounding box of every point of `clouds`
+    ((..., D) tensors); None when all the points coincide."""
+    dim = clouds[0].shape[-1]
+    pts = torch.cat([c.detach().reshape(-1, dim).to(clouds[0].dtype) for c in clouds])
+    d = float((pts.max(0)[0] - pts.min(0)[0]).norm())
+    return d if d > 0 else None
+
+
 class SinkhornPotentials(torch.autograd.Function):
     """(f, g, p, q) = the potentials after the last extrapolation of the core's Sinkhorn loop.
 

@@ -35,7 +35,7 @@ from .. import _core
 from ..compat.pykeops.torch.cluster import cluster_ranges, from_matrix
 from ..torch import Genred
 from ._implicit import damping
-from ._potentials import core_sinkhorn
+from ._potentials import bounding_diameter, core_sinkhorn
 
 _LOG_ZERO = -1e5
 _MAX_CLUSTERS = 8192  # per cloud: the pair mask and the coarse cost stay under ~0.5 GB
@@ -229,8 +229,7 @@ def multiscale_potentials(a, x, b, y, settings, truncate=5.0, cluster_scale=None
     n, m, dim = x.shape[0], y.shape[0], x.shape[1]
     diameter = settings["diameter"]
     if diameter is None:
-        pts = torch.cat((x.detach(), y.detach()))
-        diameter = float((pts.max(0)[0] - pts.min(0)[0]).norm()) or blur
+        diameter = bounding_diameter(x, y) or blur
     k_max = max(16, int(math.sqrt(max(n, m))))
     lx, ly = (None, None) if labels is None else labels
     u = _Side(a, x, k_max if cluster_scale is None else min(n, _MAX_CLUSTERS + 1), cluster_scale,

@@ -13,7 +13,7 @@ import torch
 from .. import _core
 from ._dense import dense_potentials
 from ._implicit import implicit_potentials
-from ._potentials import SinkhornPotentials
+from ._potentials import SinkhornPotentials, bounding_diameter
 from ._unrolled import unrolled_potentials
 from .multiscale import multiscale_potentials
 from .kernel_loss import KERNELS, kernel_loss
@@ -46,9 +46,7 @@ def common_diameter(xs, ys, who):
     if len({t.shape[-1] for t in pts}) != 1:
         raise ValueError(f"{who}: every cloud of a batch must have the same dimension D, got "
                          f"{sorted({t.shape[-1] for t in pts})}")
-    pts = torch.cat([t.to(pts[0].dtype) for t in pts])
-    d = float((pts.max(0)[0] - pts.min(0)[0]).norm())
-    return d if d > 0 else None
+    return bounding_diameter(*pts)
 
 
 class SamplesLoss(torch.nn.Module):
@@ -260,10 +258,7 @@ class SamplesLoss(torch.nn.Module):
         bounding box of every cloud together (None: the core measures one pair of clouds)."""
         if self.diameter is not None or not batched:
             return self.diameter
-        dim = x.shape[-1]
-        pts = torch.cat((x.detach().reshape(-1, dim), y.detach().reshape(-1, dim)))
-        d = float((pts.max(0)[0] - pts.min(0)[0]).norm())
-        return d if d > 0 else None
+        return bounding_diameter(x, y)
 
     def _ot(self, w, pot, reach):
         rho = None if reach is None else reach ** self.p
