@@ -25,15 +25,20 @@
 //    online schedule pays extra for some n.
 //  - C(s+2, 2) < n <= C(s+3, 3) (repetition number 3): the optimum is reached exactly when every
 //    segment j has a length in [s-j+1, C(s-j+2, 2)]; the excess is the sum of the segments'
-//    distances to those intervals. The same search shows an online placement can keep the
-//    excess at most 1 there for s <= 6 (Stumm & Walther's second algorithm is likewise "almost
-//    optimal"); this recursion's excess reaches C(s, 2) (190 at s = 20): the room left.
+//    distances to those intervals. No online placement keeps the excess at 0 there (the same
+//    search, s <= 6), and ours keeps it at most 1 for s <= 21 (tested n by n). It writes the range
+//    as s-1 regions, q = s-1 down to 1: a region starts with a pin (kept to the end), grows at
+//    the bottom, takes the slots of the region above one at a time (that region merging from its
+//    bottom up, its lowest segment exactly full) and ends with q segments at their shortest, which
+//    the next region builds on. How a region grows is precomputed by a search
+//    (scripts/gen_online_rep3_table.py, src/algos/online_rep3_table.cpp). For larger s the
+//    recursion of pins runs on, with an excess reaching C(s, 2) in that range.
 //  - every n: no step is evaluated (untaped) more often than in offline Revolve, i.e. the
 //    repetition number is the offline optimum t = min{t : C(s+t, s) >= n}, the property Wang,
 //    Moin & Iaccarino (2009, "Minimal repetition dynamic checkpointing algorithm for unsteady
 //    adjoint calculation", SIAM J. Sci. Comput. 31(4):2549-2567) prove for their dynamic
 //    placement. So online <= t*n while offline = t*n - C(s+t, t-1). The tests check both
-//    statements for every n <= 10000 and s <= 20 (worst ratio 1.38, mean <= 1.07).
+//    statements for every n <= 10000 and s <= 20.
 //
 // Reversal. Between stored states c_0 = 0 < c_1 < ... < c_{m-1} the segments are reversed from
 // the right, segment j with the s - j slots not needed by the segments left of it, each by
@@ -87,8 +92,8 @@ class OnlineCheckpointer {
     int64_t done;
   };
   struct Decision {
-    enum Kind { Store, Skip, Pin } kind;
-    int64_t base;  // for a pin: the base of the stretch it closes
+    enum Kind { Store, Skip, Pin, Replace } kind;
+    int64_t base;  // for a pin: the base of the stretch it closes; for Replace: the stored_ index
   };
   void check_n(const char* fn, int64_t n) const;
   Decision next_decision(int64_t k);
@@ -99,6 +104,10 @@ class OnlineCheckpointer {
   std::vector<Stored> stored_;  // by increasing step; stored_[0] is x_0
   std::vector<int64_t> slot_step_;
   std::vector<Frame> frames_;  // the recursion's stack, frames_[0] the top
+  // The repetition-3 range when the table covers s: per step, 0 to skip or the position p whose
+  // boundary with p-1 takes x_k; script_pos_ the next move.
+  std::vector<int> script_;
+  size_t script_pos_ = 0;
 };
 
 // online_recomputations for a loop of n steps with s slots (n >= 0: 0 for n <= 1), simulating

@@ -5,8 +5,9 @@ The forward pass runs each step with a graph of that step only (to find the tens
 as checkpoint_loop's first sweep does), keeping the graph of the latest step: when cond stops the
 loop, that graph is the last step's, ready for the first reverse. Which states to keep is asked of
 the C++ placement (tessel._core.OnlineCheckpointer, see tessel/online_checkpoint.hpp): optimal
-(as many step evaluations as offline Revolve knowing n in advance) up to C(s+2, 2) steps, and
-for any n no step evaluated more often than offline Revolve evaluates one. Once n is known the backward replays
+(as many step evaluations as offline Revolve knowing n in advance) up to C(s+2, 2) steps, at most
+one evaluation more up to C(s+3, 3) steps (for s <= 21), and for any n no step evaluated more
+often than offline Revolve evaluates one. Once n is known the backward replays
 the reversal schedule with checkpoint_loop's machinery (tessel.checkpoint._Revolve).
 
 Step evaluations: n in the forward pass, then the reversal's; stats["step_calls"] ends at

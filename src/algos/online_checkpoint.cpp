@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "algos/online_rep3_table.hpp"
 #include "tessel/error.hpp"
 
 namespace tessel {
@@ -12,6 +13,35 @@ namespace tessel {
 namespace {
 
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+
+// The moves of the repetition-3 range for s slots (empty where the table stops): per region
+// q = s-1 .. 1 a skip and the pin (position 2), then the region's moves: from the shortest
+// lengths to Revolve's placement at C(s+3, 3) steps. The first region's skip is Phase(2, s, 0)'s
+// last decision.
+std::vector<int> rep3_script(int s) {
+  std::vector<int> out;
+  if (s < 2 || s - 1 > detail::online_rep3_max_region()) return out;
+  for (int q = s - 1; q >= 1; --q) {
+    if (q < s - 1) out.push_back(0);
+    out.push_back(2);
+    int b = 1;  // the region's positions so far
+    for (const char c : detail::online_rep3_region(q)) {
+      if (c == '.') {
+        out.push_back(0);
+      } else if (c == 'x') {
+        out.push_back(b + 2);  // the region above gives its lowest boundary
+        ++b;
+      } else {
+        out.push_back(c - 'B' + 2);
+      }
+    }
+  }
+  // Fills the newest segment; then one more skip, as Phase(3, s, 0) ends, before the pin that
+  // opens repetition 4.
+  out.push_back(0);
+  out.push_back(0);
+  return out;
+}
 
 }  // namespace
 
@@ -37,6 +67,16 @@ OnlineCheckpointer::Decision OnlineCheckpointer::next_decision(int64_t k) {
         f.done = 1;
         frames_.push_back(Frame{2, s_, 0, 0});
         continue;
+      }
+      if (f.r == 0) {  // Phase(2, s, 0) is over: the repetition-3 range, from the table if it can
+        script_ = rep3_script(s_);
+        if (!script_.empty()) f.r = 4;
+      }
+      if (script_pos_ < script_.size()) {
+        const int p = script_[script_pos_++];
+        if (p == 0) return Decision{Decision::Skip, 0};
+        // All s slots hold states: the one between positions p and p-1 starts position p-1.
+        return Decision{Decision::Replace, s_ - p + 1};
       }
       const int r = f.r == 0 ? 3 : f.r;
       f.r = r + 1;
@@ -92,6 +132,16 @@ int OnlineCheckpointer::observe(int64_t k) {
   if (s_ == 1) return -1;  // x_0 holds the only slot
   const Decision d = next_decision(k);
   if (d.kind == Decision::Skip) return -1;
+  if (d.kind == Decision::Replace) {
+    const auto i = static_cast<size_t>(d.base);
+    if (stored_.size() != static_cast<size_t>(s_) || i == 0 || i >= stored_.size())
+      detail::fail("OnlineCheckpointer::observe", "internal error: no state to replace at ", k);
+    const int slot = stored_[i].slot;
+    stored_.erase(stored_.begin() + static_cast<std::ptrdiff_t>(i));
+    stored_.push_back(Stored{k, slot, false});
+    slot_step_[static_cast<size_t>(slot)] = k;
+    return slot;
+  }
   if (d.kind == Decision::Pin)
     // The stretch the pin closes (after its base) may now give its slots, latest first.
     for (Stored& st : stored_) st.droppable = st.droppable || st.step > d.base;

@@ -1,5 +1,6 @@
 // Online checkpointing: the forward placement and the reversal are valid for every loop length,
-// optimal up to C(s+2, 2) steps (Stumm & Walther 2010) and within the repetition bound beyond.
+// optimal up to C(s+2, 2) steps (Stumm & Walther 2010), within one recomputation of optimal up to
+// C(s+3, 3) and within the repetition bound beyond.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "algos/online_rep3_table.hpp"
 #include "tessel/checkpoint.hpp"
 #include "tessel/error.hpp"
 #include "tessel/online_checkpoint.hpp"
@@ -204,7 +206,7 @@ TEST(OnlineCheckpoint, NoOnlinePlacementIsOptimalMuchPastTwoRepetitions) {
 TEST(OnlineCheckpoint, BestOnlineExcessUpToThreeRepetitions) {
   // What the best online placement can guarantee up to C(s+3, 3) steps (repetition number 3),
   // while staying optimal up to C(s+2, 2): one recomputation above offline Revolve, not zero.
-  // Our recursion reaches C(s, 2) there (the room left; see the header).
+  // Ours reaches that bound (the exhaustive search is small enough for s <= 6 only).
   for (int s = 2; s <= 6; ++s) {
     const int64_t exact = choose(s + 2, 2), last = choose(s + 3, 3);
     EXPECT_TRUE(online_placement_exists(s, last, 1, exact)) << "s=" << s;
@@ -212,8 +214,36 @@ TEST(OnlineCheckpoint, BestOnlineExcessUpToThreeRepetitions) {
     int64_t ours = 0;
     for (int64_t n = exact + 1; n <= last; ++n)
       ours = std::max(ours, online_recomputations(n, s) - revolve_optimal_recomputations(n, s));
-    EXPECT_EQ(ours, choose(s, 2)) << "s=" << s;
+    EXPECT_EQ(ours, 1) << "s=" << s;
   }
+}
+
+TEST(OnlineCheckpoint, WithinOneOfOfflineUpToThreeRepetitions) {
+  // For every s the precomputed regions cover, every n up to C(s+3, 3): at most one
+  // recomputation above offline Revolve told n in advance, and exactly Revolve's placement (so
+  // the same cost) when the range ends. Past the table the recursion of pins takes over.
+  const int covered = detail::online_rep3_max_region() + 1;
+  ASSERT_GE(covered, 20);
+  for (int s = 2; s <= covered; ++s) {
+    const std::vector<int64_t> ours = online_recomputations_table(choose(s + 3, 3), s);
+    for (int64_t n = choose(s + 2, 2) + 1; n <= choose(s + 3, 3); ++n) {
+      const int64_t excess = ours[static_cast<size_t>(n)] - revolve_optimal_recomputations(n, s);
+      ASSERT_GE(excess, 0) << "n=" << n << " s=" << s;
+      ASSERT_LE(excess, 1) << "n=" << n << " s=" << s;
+    }
+    EXPECT_EQ(ours.back(), revolve_optimal_recomputations(choose(s + 3, 3), s)) << "s=" << s;
+  }
+  // Region by region the moves are well formed: q - 1 expansions, merges inside the region.
+  for (int q = 1; q <= detail::online_rep3_max_region(); ++q) {
+    int b = 1;
+    for (const char c : detail::online_rep3_region(q)) {
+      if (c == 'x') ++b;
+      if (c != '.' && c != 'x') ASSERT_LE(c - 'B' + 2, b) << "q=" << q;
+    }
+    EXPECT_EQ(b, q) << "q=" << q;
+  }
+  EXPECT_TRUE(detail::online_rep3_region(0).empty());
+  EXPECT_TRUE(detail::online_rep3_region(covered).empty());
 }
 
 TEST(OnlineCheckpoint, KnownPlacements) {
