@@ -72,6 +72,31 @@ def test_sinkhorn_until_tolerance(s):
     assert not stats["max_steps_reached"]
 
 
+def test_every_length_through_three_repetitions():
+    """snapshots=4, every loop length from 14 to 40 (repetition numbers 2 to 4): the gradient
+    equals unrolled autograd, and up to C(7, 3) = 35 steps the run evaluates step at most once
+    more than offline Revolve told n would."""
+    w = torch.tensor(0.7, dtype=D, requires_grad=True)
+
+    def step(x, k):
+        return torch.sin(w * x) + 0.01 * k * x
+
+    for n in range(14, 41):
+        def cond(x, k, n=n):
+            return k < n
+
+        x0 = torch.tensor([0.3, -1.2], dtype=D, requires_grad=True)
+        stats = {}
+        out = checkpoint_while(cond, step, x0, snapshots=4, stats=stats)
+        got = torch.autograd.grad((out * out).sum(), [x0, w])
+        ref_out = unrolled(cond, step, x0)[0]
+        close(got, torch.autograd.grad((ref_out * ref_out).sum(), [x0, w]))
+        assert stats["n_steps"] == n
+        assert stats["step_calls"] == n + stats["recomputations"]
+        offline = _core.revolve_optimal_recomputations(n, 4)
+        assert offline <= stats["recomputations"] <= offline + (1 if n <= 35 else n), n
+
+
 @pytest.mark.parametrize("s", [1, 2, 4, 9])
 def test_damped_oscillator_until_threshold(s):
     omega = torch.tensor(3.0, dtype=D, requires_grad=True)
