@@ -19,8 +19,9 @@ search: a region with E expansions to go keeps every u_p <= E (a value only grow
 and each expansion lowers it by one: at the end each must be exactly 0), so the values equal to E
 above the others are frozen and drop out of the state. The search runs backwards from the end
 for the last E <= --backward levels (every state that can still finish), then forwards with that
-set as the oracle. Its time grows about 15-fold per region past q = 19 (q = 20: 9 s, q = 21:
-2 minutes), hence the table's q <= 20 (s <= 21).
+set as the oracle. The forward walk's time grows 20- to 50-fold per region at the end (with
+--backward 14: q = 22 takes 17 s, q = 23 five minutes, after a backward pass of about twelve),
+hence the table's q <= 23 (s <= 24). The moves do not depend on --backward, only the time.
 
 Moves per region: '.' skip, 'x' expansion, 'B' + (p - 2) merge p.
 """
@@ -142,8 +143,8 @@ class Search:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--max-q", type=int, default=20)
-    ap.add_argument("--backward", type=int, default=12)
+    ap.add_argument("--max-q", type=int, default=23)
+    ap.add_argument("--backward", type=int, default=14)
     args = ap.parse_args()
     search = Search(args.backward)
     rows = []

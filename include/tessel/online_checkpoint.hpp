@@ -26,7 +26,7 @@
 //  - C(s+2, 2) < n <= C(s+3, 3) (repetition number 3): the optimum is reached exactly when every
 //    segment j has a length in [s-j+1, C(s-j+2, 2)]; the excess is the sum of the segments'
 //    distances to those intervals. No online placement keeps the excess at 0 there (the same
-//    search, s <= 6), and ours keeps it at most 1 for s <= 21 (tested n by n). It writes the range
+//    search, s <= 6), and ours keeps it at most 1 for s <= 24 (tested n by n). It writes the range
 //    as s-1 regions, q = s-1 down to 1: a region starts with a pin (kept to the end), grows at
 //    the bottom, takes the slots of the region above one at a time (that region merging from its
 //    bottom up, its lowest segment exactly full) and ends with q segments at their shortest, which

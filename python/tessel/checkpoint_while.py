@@ -6,7 +6,7 @@ as checkpoint_loop's first sweep does), keeping the graph of the latest step: wh
 loop, that graph is the last step's, ready for the first reverse. Which states to keep is asked of
 the C++ placement (tessel._core.OnlineCheckpointer, see tessel/online_checkpoint.hpp): optimal
 (as many step evaluations as offline Revolve knowing n in advance) up to C(s+2, 2) steps, at most
-one evaluation more up to C(s+3, 3) steps (for s <= 21), and for any n no step evaluated more
+one evaluation more up to C(s+3, 3) steps (for s <= 24), and for any n no step evaluated more
 often than offline Revolve evaluates one. Once n is known the backward replays
 the reversal schedule with checkpoint_loop's machinery (tessel.checkpoint._Revolve).
 

@@ -39,10 +39,22 @@ constexpr std::string_view kRegions[] = {
     "..x..B..x..C..B..x..B..x..B..x..C..B..F.B..F..B..x..C..B..EB..x..B..D..C..B..x.."
     "C..B..H..C.B..x..C..B..H..CB..x..C..B..H..C..B..x..B..H..C.B..G..B..F..CB..E..B."
     ".D..B..x..B..x.B..E..B..xB..E..B..D..C.B..x..CB..x..C..B..x.B..xB..x.",
+    "..x..B..x..C..B..x..CB..x..B..D..C..B..x..B..x..B..x..C..B..E.B..H..B..x..C..B.."
+    "EB..H..B..D..C..B..x..C..B..H..C.B..x..C..B..H..CB..x..C..B..H..C..B..x..B..H..C"
+    ".B..G..B..F..CB..E..B..D..B..x..B..x.B..E..B..xB..E..B..D..C.B..x..CB..x..C..B.."
+    "x.B..xB..x.",
+    "..x..B..x..C..B..x..C.B..x..B..x..C..B..E..CB..x..B..D..C..B..x..B..H..B..x..C.."
+    "B..E.B..H..B..x..C..B..EB..H..B..D..C..B..x..C..B..H..C.B..x..C..B..H..CB..x..C."
+    ".B..H..C..B..x..B..H..C.B..G..B..F..CB..E..B..D..B..x..B..x.B..E..B..xB..E..B..D"
+    "..C.B..x..CB..x..C..B..x.B..xB..x.",
+    "..x..B..x..C..B..x..C..B..x..B..x..C..B..x..C.B..F..B..x..C..B..E..CB..H..B..D.."
+    "C..B..x..B..H..B..x..C..B..E.B..H..B..x..C..B..EB..H..B..D..C..B..x..C..B..H..C."
+    "B..x..C..B..H..CB..x..C..B..H..C..B..x..B..H..C.B..G..B..F..CB..E..B..D..B..x..B"
+    "..x.B..E..B..xB..E..B..D..C.B..x..CB..x..C..B..x.B..xB..x.",
 };
 }  // namespace
 
-int online_rep3_max_region() { return 20; }
+int online_rep3_max_region() { return 23; }
 
 std::string_view online_rep3_region(int q) {
   return q >= 1 && q <= online_rep3_max_region() ? kRegions[q - 1] : std::string_view{};

@@ -223,7 +223,7 @@ TEST(OnlineCheckpoint, WithinOneOfOfflineUpToThreeRepetitions) {
   // recomputation above offline Revolve told n in advance, and exactly Revolve's placement (so
   // the same cost) when the range ends. Past the table the recursion of pins takes over.
   const int covered = detail::online_rep3_max_region() + 1;
-  ASSERT_GE(covered, 20);
+  ASSERT_GE(covered, 24);
   for (int s = 2; s <= covered; ++s) {
     const std::vector<int64_t> ours = online_recomputations_table(choose(s + 3, 3), s);
     for (int64_t n = choose(s + 2, 2) + 1; n <= choose(s + 3, 3); ++n) {
