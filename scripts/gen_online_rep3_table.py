@@ -19,7 +19,7 @@ search: a region with E expansions to go keeps every u_p <= E (a value only grow
 and each expansion lowers it by one: at the end each must be exactly 0), so the values equal to E
 above the others are frozen and drop out of the state. The search runs backwards from the end
 for the last E <= --backward levels (every state that can still finish), then forwards with that
-set as the oracle. The forward walk's time grows 20- to 50-fold per region at the end (with
+set as the oracle. The forward walk's time grows 18- to 55-fold per region at the end (with
 --backward 14: q = 22 takes 17 s, q = 23 five minutes, after a backward pass of about twelve),
 hence the table's q <= 23 (s <= 24). The moves do not depend on --backward, only the time.
 
