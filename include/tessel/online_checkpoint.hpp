@@ -97,7 +97,8 @@ class OnlineCheckpointer {
   };
   void check_n(const char* fn, int64_t n) const;
   Decision next_decision(int64_t k);
-  int store(int64_t k);  // stores x_k in a free slot or the latest droppable state's
+  int store(int64_t k);              // stores x_k in a free slot or the latest droppable state's
+  int replace(size_t i, int64_t k);  // stores x_k in the slot of stored_[i] (i >= 1), dropping it
 
   int s_;
   int64_t last_k_ = 0;

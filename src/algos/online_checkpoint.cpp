@@ -106,19 +106,25 @@ OnlineCheckpointer::Decision OnlineCheckpointer::next_decision(int64_t k) {
 }
 
 int OnlineCheckpointer::store(int64_t k) {
-  int slot = -1;
   if (static_cast<int>(stored_.size()) < s_) {
-    slot = static_cast<int>(std::find(slot_step_.begin(), slot_step_.end(), int64_t{-1}) -
-                            slot_step_.begin());
-  } else {
-    // The latest droppable state gives its slot.
-    size_t i = stored_.size();
-    while (i-- > 1 && !stored_[i].droppable) {
-    }
-    if (i == 0) detail::fail("OnlineCheckpointer::observe", "internal error: no slot for ", k);
-    slot = stored_[i].slot;
-    stored_.erase(stored_.begin() + static_cast<std::ptrdiff_t>(i));
+    const int slot = static_cast<int>(std::find(slot_step_.begin(), slot_step_.end(), int64_t{-1}) -
+                                      slot_step_.begin());
+    stored_.push_back(Stored{k, slot, false});
+    slot_step_[static_cast<size_t>(slot)] = k;
+    return slot;
   }
+  // The latest droppable state gives its slot.
+  size_t i = stored_.size();
+  while (i-- > 1 && !stored_[i].droppable) {
+  }
+  return replace(i, k);
+}
+
+int OnlineCheckpointer::replace(size_t i, int64_t k) {
+  if (i == 0 || i >= stored_.size())
+    detail::fail("OnlineCheckpointer::observe", "internal error: no slot for ", k);
+  const int slot = stored_[i].slot;
+  stored_.erase(stored_.begin() + static_cast<std::ptrdiff_t>(i));
   stored_.push_back(Stored{k, slot, false});
   slot_step_[static_cast<size_t>(slot)] = k;
   return slot;
@@ -133,14 +139,9 @@ int OnlineCheckpointer::observe(int64_t k) {
   const Decision d = next_decision(k);
   if (d.kind == Decision::Skip) return -1;
   if (d.kind == Decision::Replace) {
-    const auto i = static_cast<size_t>(d.base);
-    if (stored_.size() != static_cast<size_t>(s_) || i == 0 || i >= stored_.size())
-      detail::fail("OnlineCheckpointer::observe", "internal error: no state to replace at ", k);
-    const int slot = stored_[i].slot;
-    stored_.erase(stored_.begin() + static_cast<std::ptrdiff_t>(i));
-    stored_.push_back(Stored{k, slot, false});
-    slot_step_[static_cast<size_t>(slot)] = k;
-    return slot;
+    if (stored_.size() != static_cast<size_t>(s_))
+      detail::fail("OnlineCheckpointer::observe", "internal error: a free slot at ", k);
+    return replace(static_cast<size_t>(d.base), k);
   }
   if (d.kind == Decision::Pin)
     // The stretch the pin closes (after its base) may now give its slots, latest first.
