@@ -53,6 +53,12 @@ class KernelBackend {
   virtual DeviceRows alloc_rows(DType dtype, int64_t rows, int64_t cols, int device);
   // dst += src: src a contiguous (rows, cols) device array, dst the same shape, rows strided.
   virtual void add_rows_device(const ArrayView& src, const ArrayView& dst);
+  // dst = the sum over rows of src (a contiguous (rows, cols) device array), accumulated in
+  // double: dst a (1, cols) or (cols) device array, its elements strided (a sum over all rows).
+  virtual void sum_rows_device(const ArrayView& src, const ArrayView& dst);
+  // dst = src converted elementwise: contiguous device arrays of one size, float32 <-> float16
+  // or bfloat16 (half-precision device arrays reduced in float32 without leaving the device).
+  virtual void convert_device(const ArrayView& src, const ArrayView& dst);
 };
 
 // The built-in backends, one object each for the life of the process.

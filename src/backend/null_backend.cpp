@@ -4,6 +4,9 @@
 
 #include <cstring>
 
+#include "tessel/error.hpp"
+#include "tessel/half.hpp"
+
 namespace tessel {
 
 namespace {
@@ -116,6 +119,52 @@ void NullBackend::add_rows_device(const ArrayView& src, const ArrayView& dst) {
     }
   std::lock_guard lk(mu_);
   ++adds_;
+}
+
+void NullBackend::sum_rows_device(const ArrayView& src, const ArrayView& dst) {
+  int64_t rows = 0, cols = 0;
+  output_rows(src, rows, cols);
+  const int64_t stride = dst.shape.empty() ? 1 : dst.stride(static_cast<int>(dst.shape.size()) - 1);
+  for (int64_t c = 0; c < cols; ++c) {
+    double s = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      s += dst.dtype == DType::Float32 ? static_cast<const float*>(src.data)[r * cols + c]
+                                       : static_cast<const double*>(src.data)[r * cols + c];
+    if (dst.dtype == DType::Float32)
+      static_cast<float*>(dst.data)[c * stride] = static_cast<float>(s);
+    else
+      static_cast<double*>(dst.data)[c * stride] = s;
+  }
+  std::lock_guard lk(mu_);
+  ++sums_;
+}
+
+void NullBackend::convert_device(const ArrayView& src, const ArrayView& dst) {
+  if (src.size() != dst.size() || (src.dtype == DType::Float32) == (dst.dtype == DType::Float32))
+    detail::fail("evaluate", "internal: convert_device from ", dtype_name(src.dtype), " to ",
+                 dtype_name(dst.dtype));
+  const auto* h = static_cast<const uint16_t*>(src.data);
+  const auto* f = static_cast<const float*>(src.data);
+  for (int64_t q = 0; q < src.size(); ++q) {
+    if (dst.dtype == DType::Float32)
+      static_cast<float*>(dst.data)[q] =
+          src.dtype == DType::Float16 ? half_to_float(h[q]) : bfloat16_to_float(h[q]);
+    else
+      static_cast<uint16_t*>(dst.data)[q] =
+          dst.dtype == DType::Float16 ? float_to_half(f[q]) : float_to_bfloat16(f[q]);
+  }
+  std::lock_guard lk(mu_);
+  ++converts_;
+}
+
+int NullBackend::sums() const {
+  std::lock_guard lk(mu_);
+  return sums_;
+}
+
+int NullBackend::converts() const {
+  std::lock_guard lk(mu_);
+  return converts_;
 }
 
 int NullBackend::allocs() const {

@@ -49,6 +49,8 @@ class NullBackend final : public KernelBackend {
   bool writes_device_outputs() const override { return compute_; }
   DeviceRows alloc_rows(DType dtype, int64_t rows, int64_t cols, int device) override;
   void add_rows_device(const ArrayView& src, const ArrayView& dst) override;
+  void sum_rows_device(const ArrayView& src, const ArrayView& dst) override;
+  void convert_device(const ArrayView& src, const ArrayView& dst) override;
 
   std::vector<NullCall> calls() const;
   std::vector<int> opened() const;  // open_device arguments, in order
@@ -56,13 +58,15 @@ class NullBackend final : public KernelBackend {
   int loads() const;
   int allocs() const;
   int adds() const;
+  int sums() const;
+  int converts() const;
 
  private:
   bool accept_, compute_;
   mutable std::mutex mu_;
   std::vector<NullCall> calls_;
   std::vector<int> opened_;
-  int stores_ = 0, loads_ = 0, allocs_ = 0, adds_ = 0;
+  int stores_ = 0, loads_ = 0, allocs_ = 0, adds_ = 0, sums_ = 0, converts_ = 0;
 };
 
 }  // namespace tessel

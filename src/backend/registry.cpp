@@ -21,6 +21,14 @@ void KernelBackend::add_rows_device(const ArrayView&, const ArrayView&) {
   detail::fail("evaluate", "internal: the ", name(), " backend has no device memory");
 }
 
+void KernelBackend::sum_rows_device(const ArrayView&, const ArrayView&) {
+  detail::fail("evaluate", "internal: the ", name(), " backend has no device memory");
+}
+
+void KernelBackend::convert_device(const ArrayView&, const ArrayView&) {
+  detail::fail("evaluate", "internal: the ", name(), " backend has no device memory");
+}
+
 BackendChoice choose_backend(Backend requested, int device, bool interpreter_only) {
   if (device >= 0) return {BackendId::Cuda, false};
   if (requested == Backend::Interpreter || interpreter_only) return {BackendId::Interpreter, false};

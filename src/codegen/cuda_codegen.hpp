@@ -93,11 +93,6 @@ struct CudaRangeTable {
 CudaRangeTable cuda_range_table(const std::vector<CudaRowRange>& ranges, int64_t n_outer,
                                 int64_t rows_per_block);
 
-// `tessel_add_rows(T* dst, long long dst_pitch, const T* src, long long rows, long long cols)`:
-// dst[r * dst_pitch + c] += src[r * cols + c], one thread per element (grid of
-// ceil(rows * cols / block) blocks): gradient terms added into device outputs in place.
-std::string cuda_add_rows_source(bool f64);
-
 CudaKernelPlan plan_cuda_kernel(const ReductionImpl& r, bool f64, int64_t n_outer, int64_t n_inner,
                                 const CudaDeviceCaps& caps, const CudaPlanOverrides& force = {},
                                 CudaSumMode sum = {});

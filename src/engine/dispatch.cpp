@@ -247,8 +247,14 @@ void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> 
     if (r.full_sum || !contiguous(outputs[k])) return false;
     return outputs[k].device.kind == DeviceKind::CPU || device_direct;
   };
+  // A sum over all rows into a device output: the rows computed into device memory, summed there.
+  auto device_sum = [&](int k) {
+    return r.full_sum && device_direct && outputs[k].device.kind == DeviceKind::CUDA &&
+           !r.output_is_index(k);
+  };
 
   std::vector<Array> tmp;
+  std::vector<DeviceRows> device_tmp;
   std::vector<ArrayView> views;
   for (int k = 0; k < r.num_outputs(); ++k) {
     const DType t = r.output_is_index(k) ? DType::Int64 : p.dtype;
@@ -257,6 +263,9 @@ void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> 
       v.shape = {p.n_outer, r.output_dim(k)};
       v.strides.clear();
       views.push_back(v);
+    } else if (device_sum(k)) {
+      device_tmp.push_back(dev.alloc_rows(t, p.n_outer, r.output_dim(k), p.device));
+      views.push_back(device_tmp.back().view);
     } else {
       tmp.emplace_back(t, std::vector<int64_t>{p.n_outer, r.output_dim(k)});
       views.push_back(tmp.back().view());
@@ -282,9 +291,13 @@ void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> 
     reg.get(BackendId::Interpreter).run(p, views);
   }
   // Copy back what went through temporaries (strided outputs, and sums over all rows).
-  size_t t = 0;
+  size_t t = 0, dt = 0;
   for (int k = 0; k < r.num_outputs(); ++k) {
     if (direct(k)) continue;
+    if (device_sum(k)) {
+      dev.sum_rows_device(device_tmp[dt++].view, outputs[k]);
+      continue;
+    }
     const Array& src = tmp[t++];
     if (r.full_sum) {
       const int d = r.output_dim(k);
@@ -303,7 +316,7 @@ void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> 
     }
   }
   for (const auto& a : r.addends) {
-    if (outputs[0].device.kind == DeviceKind::CUDA && direct(0)) {
+    if (outputs[0].device.kind == DeviceKind::CUDA && device_direct && contiguous(outputs[0])) {
       // A gradient term into a device output: evaluated into device memory, added there.
       DeviceRows term = dev.alloc_rows(p.dtype, out_rows, r.output_dim(0), p.device);
       const ArrayView term_out[1] = {term.view};

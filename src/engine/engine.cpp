@@ -203,22 +203,17 @@ void evaluate(const Reduction& r, std::span<const ArrayView> inputs,
   guard_sizes([&] {
     if (!engine::any_half(inputs, outputs))
       return evaluate_unguarded(r, inputs, outputs, opt, sizes);
-    // Half arrays: float32 copies in, float32 results rounded into the half outputs.
-    engine::HalfInputs h =
-        engine::convert_half_inputs(inputs, opt, pick_device(inputs, outputs, opt));
+    // Half arrays: float32 copies in, float32 results rounded into the half outputs (on the
+    // device for device arrays when the GPU's backend keeps results there).
+    const int device = pick_device(inputs, outputs, opt);
+    engine::HalfInputs h = engine::convert_half_inputs(inputs, opt, device);
     if (!h.have_dtype)  // no float input (a formula reading no array): the outputs' dtype
       for (const ArrayView& o : outputs)
         if (is_half(o.dtype)) h.dtype = o.dtype;
     engine::check_half_outputs(outputs, h.dtype);
-    std::vector<Array> tmp;
-    std::vector<ArrayView> outs(outputs.begin(), outputs.end());
-    for (size_t k = 0; k < outs.size(); ++k)
-      if (is_half(outs[k].dtype)) outs[k] = tmp.emplace_back(DType::Float32, outs[k].shape).view();
-    evaluate_unguarded(r, h.views, outs, h.opt, sizes);
-    size_t t = 0;
-    for (size_t k = 0; k < outputs.size(); ++k)
-      if (is_half(outputs[k].dtype))
-        engine::store_half(tmp[t++], outputs[k], "output " + std::to_string(k));
+    const engine::HalfOutputs outs(outputs, device);
+    evaluate_unguarded(r, h.views, outs.views(), h.opt, sizes);
+    outs.finish();
   });
 }
 

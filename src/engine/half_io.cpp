@@ -34,11 +34,11 @@ void for_each_element(const ArrayView& a, F&& f) {
   }
 }
 
+void require_contiguous(const ArrayView& a, const std::string& who);
+
 // A device array's elements as one host row (contiguous arrays only: one copy).
 Array load_device(const ArrayView& a, const std::string& who) {
-  if (!contiguous(a))
-    detail::fail("evaluate", who, " is a non-contiguous ", dtype_name(a.dtype),
-                 " CUDA array; pass a contiguous one (.contiguous())");
+  require_contiguous(a, who);
   ArrayView flat = a;
   flat.shape = {1, a.size()};
   flat.strides = {a.size(), 1};
@@ -51,6 +51,26 @@ float decode(DType t, uint16_t bits) {
 
 uint16_t encode(DType t, float v) {
   return t == DType::Float16 ? float_to_half(v) : float_to_bfloat16(v);
+}
+
+// The backend that owns device memory, when it also converts there (keeps results on the device).
+KernelBackend* device_converter() {
+  KernelBackend& dev = BackendRegistry::instance().get(BackendId::Cuda);
+  return dev.writes_device_outputs() ? &dev : nullptr;
+}
+
+// `a` as one contiguous row (the conversion kernels see flat arrays).
+ArrayView flat(const ArrayView& a) {
+  ArrayView f = a;
+  f.shape = {a.size()};
+  f.strides.clear();
+  return f;
+}
+
+void require_contiguous(const ArrayView& a, const std::string& who) {
+  if (!contiguous(a))
+    detail::fail("evaluate", who, " is a non-contiguous ", dtype_name(a.dtype),
+                 " CUDA array; pass a contiguous one (.contiguous())");
 }
 
 }  // namespace
@@ -83,6 +103,16 @@ HalfInputs convert_half_inputs(std::span<const ArrayView> inputs, const Options&
     if (!is_half(a.dtype)) continue;
     const std::string who = "input " + std::to_string(k);
     if (a.data == nullptr && a.size() != 0) detail::fail("evaluate", who, " has no data");
+    KernelBackend* conv = device_converter();
+    if (a.device.kind == DeviceKind::CUDA && conv != nullptr) {
+      require_contiguous(a, who);
+      DeviceRows& d = h.device_arrays.emplace_back(
+          conv->alloc_rows(DType::Float32, 1, a.size(), a.device.index));
+      conv->convert_device(flat(a), flat(d.view));
+      h.views[k] = d.view;
+      h.views[k].shape = a.shape;
+      continue;
+    }
     Array f(DType::Float32, a.shape);
     float* out = f.as<float>();
     if (a.device.kind == DeviceKind::CUDA) {
@@ -133,6 +163,39 @@ void store_half(const Array& src, const ArrayView& dst, const std::string& who) 
   uint16_t* out = static_cast<uint16_t*>(dst.data);
   for_each_element(
       dst, [&](int64_t q, int64_t off) { out[off] = encode(dst.dtype, src.as<float>()[q]); });
+}
+
+HalfOutputs::HalfOutputs(std::span<const ArrayView> outputs, int device) : outputs_(outputs) {
+  KernelBackend* conv = device >= 0 ? device_converter() : nullptr;
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const ArrayView& o = outputs[k];
+    if (!is_half(o.dtype)) {
+      views_.push_back(o);
+      continue;
+    }
+    if (o.device.kind == DeviceKind::CUDA && conv != nullptr && contiguous(o)) {
+      ArrayView v =
+          device_.emplace_back(conv->alloc_rows(DType::Float32, 1, o.size(), o.device.index)).view;
+      v.shape = o.shape;
+      views_.push_back(v);
+    } else {
+      views_.push_back(host_.emplace_back(DType::Float32, o.shape).view());
+    }
+  }
+}
+
+void HalfOutputs::finish() const {
+  size_t h = 0, d = 0;
+  for (size_t k = 0; k < outputs_.size(); ++k) {
+    const ArrayView& o = outputs_[k];
+    if (!is_half(o.dtype)) continue;
+    if (views_[k].device.kind == DeviceKind::CUDA) {
+      if (o.size() > 0) device_converter()->convert_device(flat(device_[d].view), flat(o));
+      ++d;
+    } else {
+      store_half(host_[h++], o, "output " + std::to_string(k));
+    }
+  }
 }
 
 Array round_to_half(const Array& src, DType half) {

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "codegen/cuda_codegen.hpp"
+#include "codegen/cuda_rows.hpp"
 #include "cuda_emulator.hpp"
 #include "reduction/reduction_impl.hpp"
 #include "reduction_helpers.hpp"

@@ -259,6 +259,28 @@ TEST(NullBackend, GatherReductionsOfDeviceArraysRunOnHostCopies) {
   }
 }
 
+namespace {
+
+// Evaluates r on `args` as CUDA arrays on "device" 0 (the null backend computing in the CUDA
+// slot), into a CUDA output; returns it.
+Array eval_on_null_device(const Reduction& r, const std::vector<Array>& args,
+                          const std::vector<int64_t>& shape) {
+  std::vector<ArrayView> views;
+  for (const Array& a : args) views.push_back(on_cuda(a.view(), 0));
+  Array out(DType::Float64, shape);
+  const ArrayView outs[] = {on_cuda(out.view(), 0)};
+  evaluate(r, views, outs, with(Backend::Auto));
+  return out;
+}
+
+void expect_near_all(const Array& got, const Array& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (int64_t q = 0; q < got.size(); ++q)
+    EXPECT_NEAR(got.at(q), want.at(q), 1e-12 * (1 + std::abs(want.at(q)))) << what;
+}
+
+}  // namespace
+
 // A call on a GPU whose backend keeps results there makes no host round trip: outputs written in
 // place, computed variables (LogSumExp's forward value inside its gradient) in device memory, the
 // chain rule's extra terms (second derivatives) added on the device. Same values as on the host.
@@ -277,11 +299,7 @@ TEST(NullBackend, DeviceResultsStayOnTheDevice) {
     const std::vector<Array> want = evaluate(r, args, with(Backend::Interpreter));
     NullBackend dev(true, true);
     ScopedBackend use(BackendId::Cuda, dev);
-    std::vector<ArrayView> views;
-    for (const Array& a : args) views.push_back(on_cuda(a.view(), 0));
-    Array out(DType::Float64, want[0].shape());
-    const ArrayView outs[] = {on_cuda(out.view(), 0)};
-    evaluate(r, views, outs, with(Backend::Auto));
+    const Array out = eval_on_null_device(r, args, want[0].shape());
     EXPECT_EQ(dev.loads(), 0) << r.str();
     EXPECT_EQ(dev.stores(), 0) << r.str();
     EXPECT_EQ(dev.allocs(),
@@ -289,8 +307,34 @@ TEST(NullBackend, DeviceResultsStayOnTheDevice) {
         << r.str();
     EXPECT_EQ(dev.adds(), static_cast<int>(r.impl().addends.size())) << r.str();
     for (const NullCall& c : dev.calls()) EXPECT_EQ(c.device, 0);
-    for (int64_t q = 0; q < out.size(); ++q)
-      EXPECT_NEAR(out.at(q), want[0].at(q), 1e-12 * (1 + std::abs(want[0].at(q)))) << r.str();
+    expect_near_all(out, want[0], r.str());
+  }
+}
+
+// A sum over all rows into a device output (a gradient with respect to a parameter, and its own
+// derivative) is summed on the device: the rows computed into device memory, no host round trip.
+TEST(NullBackend, SumsOverAllRowsStayOnTheDevice) {
+  const Formula x = vi(0, 3), y = vj(1, 3);
+  const Reduction r(ReductionOp::Sum, exp(-sqdist(x, y) * pm(2, 1)) * vj(3, 2));
+  const Reduction g1 = grad(r, 2), g2 = grad(g1, 2);
+  ASSERT_TRUE(g1.full_sum());
+  ASSERT_TRUE(g2.full_sum());
+  const int64_t n = 300, m = 23;
+  const std::vector<Array> in = {
+      random_array(DType::Float64, {n, 3}, 1),      random_array(DType::Float64, {m, 3}, 2),
+      random_array(DType::Float64, {1}, 3, 0.5, 2), random_array(DType::Float64, {m, 2}, 4),
+      random_array(DType::Float64, {n, 2}, 5),      random_array(DType::Float64, {1}, 6)};
+  for (const auto& [g, n_in] : {std::pair{g1, 5}, std::pair{g2, 6}}) {
+    const std::vector<Array> args(in.begin(), in.begin() + n_in);
+    const std::vector<Array> want = evaluate(g, args, with(Backend::Interpreter));
+    NullBackend dev(true, true);
+    ScopedBackend use(BackendId::Cuda, dev);
+    const Array out = eval_on_null_device(g, args, want[0].shape());
+    EXPECT_EQ(dev.loads(), 0) << g.str();
+    EXPECT_EQ(dev.stores(), 0) << g.str();
+    EXPECT_GE(dev.sums(), 1) << g.str();
+    EXPECT_EQ(dev.adds(), static_cast<int>(g.impl().addends.size())) << g.str();
+    expect_near_all(out, want[0], g.str());
   }
 }
 

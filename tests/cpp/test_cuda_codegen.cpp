@@ -4,6 +4,7 @@
 
 #include "backend/cuda/nvrtc.hpp"
 #include "codegen/cuda_codegen.hpp"
+#include "codegen/cuda_rows.hpp"
 #include "complex_sample.hpp"
 #include "ops/op.hpp"
 #include "reduction/reduction_impl.hpp"
@@ -78,12 +79,23 @@ TEST(CudaCodegen, EveryReductionCompiles) {
   }
 }
 
-TEST(CudaCodegen, AddRowsKernelCompiles) {
+// The engine's small device kernels (add, sums over all rows, half conversions) compile.
+TEST(CudaCodegen, RowKernelsCompile) {
   if (!have_nvrtc()) GTEST_SKIP() << nvrtc_info().problem;
   for (bool f64 : {false, true}) {
     const std::string ptx = nvrtc_compile(cuda_add_rows_source(f64), "tessel_add.cu", "compute_90");
     EXPECT_NE(ptx.find(".entry tessel_add_rows"), std::string::npos);
+    const std::string sum = nvrtc_compile(cuda_sum_rows_source(f64), "tessel_sum.cu", "compute_90");
+    EXPECT_NE(sum.find(".entry tessel_sum_rows"), std::string::npos);
   }
+  for (DType h : {DType::Float16, DType::BFloat16})
+    for (bool in : {true, false}) {
+      const std::string src =
+          in ? cuda_convert_source(h, DType::Float32) : cuda_convert_source(DType::Float32, h);
+      EXPECT_NE(nvrtc_compile(src, "tessel_convert.cu", "compute_90").find(".entry tessel_convert"),
+                std::string::npos)
+          << src;
+    }
 }
 
 TEST(CudaCodegen, EveryOpCompiles) {

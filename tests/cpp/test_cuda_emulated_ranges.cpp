@@ -3,9 +3,11 @@
 // by value against the interpreter: every reduction family, both axes, float32 and float64,
 // ranges shorter and longer than a block or a tile, rows no range covers, blocks with nothing to
 // reduce over, NaN; and the range table itself.
+#include <cmath>
 #include <random>
 
 #include "cuda_emulated_harness.hpp"
+#include "tessel/half.hpp"
 
 using namespace tessel;
 using namespace tessel::testing;
@@ -176,4 +178,92 @@ TEST_P(CudaEmulatedKernels, AddRowsKernelAddsIntoAPitchedDestination) {
       }
   };
   f64 ? run(0.0) : run(0.0f);
+}
+
+// Sums over all rows on the device: a column stride in the destination, more rows than threads
+// (and fewer), in double as the host sums them; the fixed order makes two runs agree bit for bit.
+TEST_P(CudaEmulatedKernels, SumRowsKernelSumsEveryColumn) {
+  SKIP_WITHOUT_COMPILER();
+  const bool f64 = GetParam();
+  const emu::Module& m = module_for(cuda_sum_rows_source(f64));
+  auto run = [&](auto zero, int64_t rows) {
+    using T = decltype(zero);
+    const int64_t cols = 3, stride = 2;
+    std::vector<T> src(rows * cols), dst(cols * stride, T(-7));
+    std::mt19937 gen(static_cast<unsigned>(rows));
+    std::uniform_real_distribution<double> u(-1, 1);
+    for (T& v : src) v = static_cast<T>(u(gen));
+    using Fn = void(const T*, long long, long long, T*, long long);
+    Fn* sum = m.kernel<Fn>("tessel_sum_rows");
+    emu::LaunchConfig cfg;
+    cfg.block.x = 32;  // kCudaSumRowsBlock on a GPU; any power of two works
+    cfg.grid.x = static_cast<unsigned>(cols);
+    cfg.dynamic_smem = cfg.block.x * sizeof(double);
+    m.launch(cfg, [&] { sum(src.data(), rows, cols, dst.data(), stride); });
+    for (int64_t c = 0; c < cols; ++c) {
+      double want = 0, mag = 0;
+      for (int64_t r = 0; r < rows; ++r)
+        want += src[r * cols + c], mag += std::abs(src[r * cols + c]);
+      // Both sums are in double: they differ by reassociation, far below T's rounding.
+      EXPECT_NEAR(static_cast<double>(dst[c * stride]), static_cast<T>(want),
+                  1e-14 * mag + std::abs(want) * (f64 ? 1e-15 : 1.2e-7))
+          << rows << " rows, column " << c;
+      EXPECT_EQ(dst[c * stride + 1], T(-7));  // between the strided elements: untouched
+    }
+  };
+  for (int64_t rows : {0, 1, 31, 200}) f64 ? run(0.0, rows) : run(0.0f, rows);
+}
+
+// Half <-> float32 on the device gives tessel/half.hpp's bits for every one of the 65,536
+// encodings (NaNs included) and for float32 values at and around every rounding boundary.
+TEST(CudaEmulatedRows, ConvertKernelMatchesTheHostConversionsBitForBit) {
+  SKIP_WITHOUT_COMPILER();
+  const int64_t n = 65536;
+  std::vector<uint16_t> all(n);
+  for (int64_t q = 0; q < n; ++q) all[q] = static_cast<uint16_t>(q);
+  // float32 inputs: each half value, the midpoints to its neighbours, one ulp either side, and
+  // the specials.
+  std::vector<float> f;
+  for (int64_t q = 0; q < n; ++q) {
+    const float v = half_to_float(static_cast<uint16_t>(q));
+    const float w = half_to_float(static_cast<uint16_t>(q + 1));
+    f.push_back(v);
+    if (std::isfinite(v) && std::isfinite(w) && (q & 0x7fff) != 0x7bff) {
+      const float mid = v + (w - v) / 2;
+      f.insert(f.end(), {mid, std::nextafter(mid, -INFINITY), std::nextafter(mid, INFINITY)});
+    }
+  }
+  f.insert(f.end(), {INFINITY, -INFINITY, NAN, 1e-45f, -1e-45f, 3.4e38f, 65519.f, 65520.f});
+  const int64_t nf = static_cast<int64_t>(f.size());
+  for (DType h : {DType::Float16, DType::BFloat16}) {
+    auto to_float = [&](uint16_t b) {
+      return h == DType::Float16 ? half_to_float(b) : bfloat16_to_float(b);
+    };
+    auto to_half = [&](float v) {
+      return h == DType::Float16 ? float_to_half(v) : float_to_bfloat16(v);
+    };
+    emu::LaunchConfig cfg;  // few threads, each over many elements (a grid-stride loop)
+    cfg.block.x = 32;
+    cfg.grid.x = 3;
+    {
+      const emu::Module& m = module_for(cuda_convert_source(h, DType::Float32));
+      std::vector<float> out(n);
+      using Fn = void(const uint16_t*, float*, long long);
+      Fn* k = m.kernel<Fn>("tessel_convert");
+      m.launch(cfg, [&] { k(all.data(), out.data(), n); });
+      for (int64_t q = 0; q < n; ++q)
+        ASSERT_EQ(std::bit_cast<uint32_t>(out[q]),
+                  std::bit_cast<uint32_t>(to_float(static_cast<uint16_t>(q))))
+            << dtype_name(h) << " encoding " << q;
+    }
+    {
+      const emu::Module& m = module_for(cuda_convert_source(DType::Float32, h));
+      std::vector<uint16_t> out(nf);
+      using Fn = void(const float*, uint16_t*, long long);
+      Fn* k = m.kernel<Fn>("tessel_convert");
+      m.launch(cfg, [&] { k(f.data(), out.data(), nf); });
+      for (int64_t q = 0; q < nf; ++q)
+        ASSERT_EQ(out[q], to_half(f[q])) << dtype_name(h) << " of " << f[q];
+    }
+  }
 }

@@ -8,6 +8,7 @@
 
 #include "backend/cuda/driver.hpp"
 #include "reduction_helpers.hpp"
+#include "tessel/half.hpp"
 #include "tessel/tessel.hpp"
 
 using namespace tessel;
@@ -194,6 +195,57 @@ TEST_P(CudaGpu, MemoryBudgetStreamsBlocks) {
       Options o = gpu;
       o.gpu_memory_budget = budget;
       expect_same(evaluate(c.r, in, o), want, tol, c.name + " budget " + std::to_string(budget));
+    }
+  }
+}
+
+// Device outputs the engine finishes on the device: a gradient with respect to a parameter (a sum
+// over all rows, summed there) and, in float32, half-precision arrays (converted there).
+TEST_P(CudaGpu, SumsOverAllRowsAndHalfArraysOnTheDevice) {
+  const double tol = tol_for(1e-10, 1e-4);
+  const int64_t n = 3000, m = 700;
+  const Reduction gp = grad(cases()[0].r, 3);
+  ASSERT_TRUE(gp.full_sum());
+  std::vector<Array> in = with_dtype(inputs(t, n, m), t);
+  in.push_back(random_array(t, {n, 2}, 9));
+  const OnDevice dev(in);
+  const OnDevice out(std::vector<Array>{Array(t, {1})});
+  evaluate(gp, std::span<const ArrayView>(dev.views), std::span<const ArrayView>(out.views));
+  Array got(t, {1});
+  cuda_copy_2d(got.data(), dtype_size(t), out.views[0].data, dtype_size(t), dtype_size(t), 1,
+               nullptr);
+  cuda_synchronize(nullptr);
+  expect_same({got}, evaluate(gp, in, cpu), tol, "gradient in a parameter, device output");
+  if (t != DType::Float32) return;
+  for (DType h : {DType::Float16, DType::BFloat16}) {
+    // The half inputs' values, in float32, give the reference: rounded once to the half dtype.
+    std::vector<Array> hin, fin;
+    for (int k = 0; k < 3; ++k) {
+      Array a(h, in[k].shape()), f(DType::Float32, in[k].shape());
+      for (int64_t q = 0; q < a.size(); ++q) {
+        const float v = in[k].as<float>()[q];
+        a.as<uint16_t>()[q] = h == DType::Float16 ? float_to_half(v) : float_to_bfloat16(v);
+        f.as<float>()[q] = h == DType::Float16 ? half_to_float(a.as<uint16_t>()[q])
+                                               : bfloat16_to_float(a.as<uint16_t>()[q]);
+      }
+      hin.push_back(a), fin.push_back(f);
+    }
+    hin.push_back(Array(h, {1})), fin.push_back(Array::from(std::vector<float>{4.0f}, {1}));
+    hin[3].as<uint16_t>()[0] = h == DType::Float16 ? float_to_half(4.0f) : float_to_bfloat16(4.0f);
+    const Reduction& r = cases()[0].r;
+    const OnDevice hdev(hin);
+    const OnDevice hout(std::vector<Array>{Array(h, {n, 2})});
+    evaluate(r, std::span<const ArrayView>(hdev.views), std::span<const ArrayView>(hout.views));
+    Array bits(h, {n, 2});
+    cuda_copy_2d(bits.data(), bits.size() * 2, hout.views[0].data, bits.size() * 2, bits.size() * 2,
+                 1, nullptr);
+    cuda_synchronize(nullptr);
+    const Array want = evaluate(r, fin, gpu)[0];
+    for (int64_t q = 0; q < bits.size(); ++q) {
+      const float w = want.as<float>()[q];
+      const uint16_t b = bits.as<uint16_t>()[q];
+      EXPECT_EQ(b, h == DType::Float16 ? float_to_half(w) : float_to_bfloat16(w))
+          << dtype_name(h) << " entry " << q;
     }
   }
 }

@@ -187,30 +187,48 @@ TEST_P(HalfReductions, StridedBatchedInputsAndOutputs) {
   for (int64_t q = 0; q < picked.size(); ++q) EXPECT_EQ(out.as<uint16_t>()[2 * q + 1], 0u);
 }
 
-// On a "device" (the null backend computing in the CUDA slot): inputs loaded and outputs stored
-// through the slot, the reduction itself run on the device, the same bits.
-TEST_P(HalfReductions, DeviceArraysGoThroughTheCudaSlot) {
+// On a "device" (the null backend computing in the CUDA slot, which keeps results there as the
+// CUDA backend does): half inputs converted to float32 on the device and the float32 results
+// rounded into the half outputs there, no host round trip; the same bits as on the host. A
+// gradient (LogSumExp's, its forward value a computed variable) and a sum over all rows too.
+TEST_P(HalfReductions, DeviceArraysAreConvertedOnTheDevice) {
   const DType t = GetParam();
-  const Reduction r(ReductionOp::Sum, exp(-sqdist(vi(0, 3), vj(1, 3))) * vj(2, 2));
+  const Formula x = vi(0, 3), y = vj(1, 3);
+  const Reduction gauss(ReductionOp::Sum, exp(-sqdist(x, y)) * vj(2, 2));
+  const Reduction lse(ReductionOp::LogSumExp, -sqdist(x, y) * 4.0);
+  const Reduction gp = grad(Reduction(ReductionOp::Sum, exp(-sqdist(x, y) * pm(2, 1))), 2);
+  ASSERT_TRUE(gp.full_sum());
   const HalfPair px = half_random(t, {25, 3}, 1), py = half_random(t, {31, 3}, 2),
-                 pb = half_random(t, {31, 2}, 3);
-  const std::vector<Array> want = evaluate(r, std::vector<Array>{px.f, py.f, pb.f});
-  NullBackend dev(true, true);
-  ScopedBackend use(BackendId::Cuda, dev);
-  auto on_cuda = [](ArrayView v) {
-    v.device = Device{DeviceKind::CUDA, 0};
-    return v;
-  };
-  Array out(t, {25, 2});
-  const ArrayView in[] = {on_cuda(px.h.view()), on_cuda(py.h.view()), on_cuda(pb.h.view())};
-  const ArrayView outs[] = {on_cuda(out.view())};
-  evaluate(r, in, outs);
-  expect_rounded(out, want[0], "device");
-  EXPECT_EQ(dev.loads(), 3);
-  EXPECT_EQ(dev.stores(), 1);
-  ASSERT_EQ(dev.calls().size(), 1u);
-  EXPECT_EQ(dev.calls()[0].device, 0);
-  EXPECT_EQ(dev.calls()[0].dtype, DType::Float32);
+                 pb = half_random(t, {31, 2}, 3), pc = half_random(t, {25, 1}, 4),
+                 ps = half_random(t, {1}, 5, 0.5, 2);
+  for (const auto& [r, pairs] :
+       {std::pair{gauss, std::vector<const HalfPair*>{&px, &py, &pb}},
+        std::pair{grad(lse, 0), std::vector<const HalfPair*>{&px, &py, &pc}},
+        std::pair{gp, std::vector<const HalfPair*>{&px, &py, &ps, &pc}}}) {
+    std::vector<Array> fin;
+    for (const HalfPair* p : pairs) fin.push_back(p->f);
+    const std::vector<Array> want = evaluate(r, fin);
+    NullBackend dev(true, true);
+    ScopedBackend use(BackendId::Cuda, dev);
+    auto on_cuda = [](ArrayView v) {
+      v.device = Device{DeviceKind::CUDA, 0};
+      return v;
+    };
+    std::vector<ArrayView> in;
+    for (const HalfPair* p : pairs) in.push_back(on_cuda(p->h.view()));
+    Array out(t, want[0].shape());
+    const ArrayView outs[] = {on_cuda(out.view())};
+    evaluate(r, in, outs);
+    expect_rounded(out, want[0], r.str());
+    EXPECT_EQ(dev.loads(), 0) << r.str();
+    EXPECT_EQ(dev.stores(), 0) << r.str();
+    EXPECT_EQ(dev.converts(), static_cast<int>(pairs.size()) + 1) << r.str();
+    ASSERT_FALSE(dev.calls().empty());
+    for (const NullCall& c : dev.calls()) {
+      EXPECT_EQ(c.device, 0);
+      EXPECT_EQ(c.dtype, DType::Float32);
+    }
+  }
 }
 
 TEST_P(HalfReductions, MixedDtypesAreClearErrors) {

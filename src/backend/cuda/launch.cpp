@@ -24,6 +24,7 @@
 #include "backend/cuda/ptx_cache.hpp"
 #include "backend/cuda/stream_plan.hpp"
 #include "codegen/cuda_codegen.hpp"
+#include "codegen/cuda_rows.hpp"
 #include "tessel/error.hpp"
 
 namespace tessel {
@@ -144,6 +145,8 @@ class CudaBackend final : public KernelBackend {
   bool writes_device_outputs() const override { return true; }
   DeviceRows alloc_rows(DType dtype, int64_t rows, int64_t cols, int device) override;
   void add_rows_device(const ArrayView& src, const ArrayView& dst) override;
+  void sum_rows_device(const ArrayView& src, const ArrayView& dst) override;
+  void convert_device(const ArrayView& src, const ArrayView& dst) override;
 
  private:
   Workspace& workspace(int device) {
@@ -244,6 +247,44 @@ void CudaBackend::add_rows_device(const ArrayView& src, const ArrayView& dst) {
   cuda_set_device(device);
   cuda_launch(add, static_cast<unsigned>((rows * cols + kBlock - 1) / kBlock), 1, kBlock, 0,
               nullptr, args);
+  cuda_synchronize(nullptr);
+}
+
+void CudaBackend::sum_rows_device(const ArrayView& src, const ArrayView& dst) {
+  int64_t rows = 0, cols = 0;
+  output_rows(src, rows, cols);
+  if (cols == 0) return;
+  const int device = dst.device.index;
+  const CudaDevice& dev = cuda_device(device, kWho);
+  CuFunction sum =
+      cuda_function(device, cuda_ptx(cuda_sum_rows_source(dst.dtype == DType::Float64), dev.arch()),
+                    "tessel_sum_rows");
+  CuDevicePtr s = reinterpret_cast<CuDevicePtr>(src.data),
+              d = reinterpret_cast<CuDevicePtr>(dst.data);
+  long long r = rows, c = cols,
+            stride = dst.shape.empty() ? 1 : dst.stride(static_cast<int>(dst.shape.size()) - 1);
+  void* args[] = {&s, &r, &c, &d, &stride};
+  cuda_set_device(device);
+  cuda_launch(sum, static_cast<unsigned>(cols), 1, kCudaSumRowsBlock,
+              kCudaSumRowsBlock * sizeof(double), nullptr, args);
+  cuda_synchronize(nullptr);
+}
+
+void CudaBackend::convert_device(const ArrayView& src, const ArrayView& dst) {
+  const long long n = src.size();
+  if (n == 0) return;
+  const int device = dst.device.index;
+  const CudaDevice& dev = cuda_device(device, kWho);
+  CuFunction conv = cuda_function(
+      device, cuda_ptx(cuda_convert_source(src.dtype, dst.dtype), dev.arch()), "tessel_convert");
+  CuDevicePtr s = reinterpret_cast<CuDevicePtr>(src.data),
+              d = reinterpret_cast<CuDevicePtr>(dst.data);
+  long long count = n;
+  void* args[] = {&s, &d, &count};
+  constexpr unsigned kBlock = 256;
+  cuda_set_device(device);
+  const long long blocks = std::min<long long>((n + kBlock - 1) / kBlock, 1 << 16);
+  cuda_launch(conv, static_cast<unsigned>(blocks), 1, kBlock, 0, nullptr, args);
   cuda_synchronize(nullptr);
 }
 
