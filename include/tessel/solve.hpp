@@ -10,9 +10,11 @@
 // The whole unknown (all rows and columns) is one CG vector, as in KeOps: a formula may mix the
 // columns of v. Vectors are kept in float64 whatever the inputs' dtype; only the matrix-vector
 // products run in the inputs' dtype. Memory: a few vectors of b's size, none per iteration.
-// Devices: b, x, grad_x and the gradient for b are CPU arrays (the CG vectors live on the host);
-// K's other inputs may be CUDA arrays, and then every product runs on that GPU, with only the
-// O(size of b) vectors crossing per iteration.
+// Devices: CG's vectors live where b does. With b a CUDA array (C-contiguous), x, grad_x and the
+// gradient for b must be contiguous arrays on the same device: every CG step and product then
+// runs on that GPU and only scalars (dot products) reach the host. With b on the host, they are
+// host arrays; K's other inputs may still be CUDA arrays, and then every product runs on that GPU
+// with the O(size of b) vectors crossing per iteration.
 #pragma once
 
 #include <cstdint>

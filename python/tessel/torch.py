@@ -105,9 +105,10 @@ def _check_tensors(args, who):
     return dtype
 
 
-def _host_b(args, var):
-    """The solve's arguments, detached, with b (argument `var`) on the host."""
-    return [a.detach().cpu() if k == var else a.detach() for k, a in enumerate(args)]
+def _solve_args(args, var):
+    """The solve's arguments, detached, with b (argument `var`) contiguous: CG's vectors live
+    where b does, on the host or on b's GPU (no round trip)."""
+    return [a.detach().contiguous() if k == var else a.detach() for k, a in enumerate(args)]
 
 
 class _KernelSolveFunction(torch.autograd.Function):
@@ -120,13 +121,12 @@ class _KernelSolveFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, solver, settings, alpha, *args):
         opts, mode, stats = settings
-        # CG's vectors (b, x) live on the host; K's other arguments stay where they are, so
-        # that on CUDA tensors every product runs on the GPU.
+        # CG's vectors (b, x) live on b's device; K's other arguments stay where they are, so
+        # that on CUDA tensors every product and every CG step runs on the GPU.
         b = args[solver.var]
-        x = torch.empty(b.shape, dtype=b.dtype)
-        rep = _core.kernel_solve(solver.reduction, solver.var, _host_b(args, solver.var), x,
+        x = torch.empty(b.shape, dtype=b.dtype, device=b.device)
+        rep = _core.kernel_solve(solver.reduction, solver.var, _solve_args(args, solver.var), x,
                                  **dict(opts, alpha=float(alpha)))
-        x = x.to(b.device)
         solver._report(rep, mode, stats)
         ctx.solver, ctx.settings = solver, settings
         if any(ctx.needs_input_grad):
@@ -146,14 +146,16 @@ class _KernelSolveFunction(torch.autograd.Function):
         want = [k for k in range(n) if needs[k] and k in used]
         grad_alpha = None
         if not torch.is_grad_enabled():
-            outs = [torch.zeros(args[k].shape, dtype=args[k].dtype) if k == var
-                    else torch.zeros_like(args[k]) for k in want]
-            rep = _core.kernel_solve_grad(solver.reduction, var, _host_b(args, var),
-                                          x.detach().cpu(), g.detach().cpu().contiguous(), want,
+            outs = [torch.zeros_like(args[k], memory_format=torch.contiguous_format)
+                    for k in want]
+            dev = args[var].device
+            rep = _core.kernel_solve_grad(solver.reduction, var, _solve_args(args, var),
+                                          x.detach().to(dev).contiguous(),
+                                          g.detach().to(dev).contiguous(), want,
                                           outs, **dict(opts, alpha=float(alpha)))
             solver._report(rep, mode, stats, key="backward")
             for k, o in zip(want, outs):
-                grads[k] = o.to(args[k].device)
+                grads[k] = o
             if ctx.needs_input_grad[2]:
                 grad_alpha = torch.full_like(alpha, rep[3])
         else:

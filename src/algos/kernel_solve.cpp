@@ -1,11 +1,14 @@
 // Conjugate gradient on (alpha I + K) x = b for a kernel Sum reduction K linear in b, and the
-// solve's gradient.
+// solve's gradient. CG's vectors live where b does: host vectors, or device memory when b is a
+// CUDA array (every step then runs on the GPU and only scalars reach the host).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <vector>
 
+#include "backend/registry.hpp"
 #include "ir/node.hpp"
 #include "tessel/error.hpp"
 #include "tessel/solve.hpp"
@@ -53,18 +56,32 @@ struct Flat {
   }
 };
 
-double dot(const std::vector<double>& a, const std::vector<double>& b) {
-  double s = 0;
-  for (size_t k = 0; k < a.size(); ++k) s += a[k] * b[k];
-  return s;
+// C-contiguous (what the device steps need: flat arrays).
+bool contiguous_rows(const ArrayView& v) {
+  int64_t expect = 1;
+  for (int k = static_cast<int>(v.shape.size()) - 1; k >= 0; --k) {
+    if (v.shape[k] != 1 && v.stride(k) != expect) return false;
+    expect *= v.shape[k];
+  }
+  return true;
 }
 
+std::string where(const Device& d) {
+  return d.kind == DeviceKind::CPU ? std::string("the CPU")
+                                   : "CUDA device " + std::to_string(d.index);
+}
+
+// A vector of the solve (x, grad_x, a gradient for b): b's dtype, shape and device; contiguous on
+// a device (CG's device steps read flat arrays).
 void check_float_view(const ArrayView& v, const char* what, DType dtype,
-                      const std::vector<int64_t>& shape) {
+                      const std::vector<int64_t>& shape, const Device& device) {
   if (v.data == nullptr && v.size() != 0) detail::fail(kWho, what, " has no data");
-  if (v.device.kind != DeviceKind::CPU)
-    detail::fail(kWho, what, " is on a CUDA device; expected a CPU array (the solver's vectors ",
-                 "live on the host; K's other inputs may be on the GPU)");
+  if (v.device.kind != device.kind ||
+      (device.kind == DeviceKind::CUDA && v.device.index != device.index))
+    detail::fail(kWho, what, " is on ", where(v.device), " but b is on ", where(device),
+                 "; expected ", what, " on b's device");
+  if (v.device.kind == DeviceKind::CUDA && !contiguous_rows(v))
+    detail::fail(kWho, what, " is a non-contiguous CUDA array; pass a contiguous one");
   if (v.dtype != dtype)
     detail::fail_type(kWho, what, " has dtype ", dtype_name(v.dtype), "; expected ",
                       dtype_name(dtype), " like b");
@@ -85,24 +102,18 @@ class KernelOperator {
     validate();
     b_ = inputs_[var_];
     dtype_ = b_.dtype;
-    // The products read and write contiguous scratch arrays of b's shape and dtype.
-    p_buf_ = Array(dtype_, b_.shape);
-    out_buf_ = Array(dtype_, b_.shape);
-    inputs_[var_] = p_buf_.view();
   }
 
   const ArrayView& b() const { return b_; }
   DType dtype() const { return dtype_; }
-  const std::vector<ArrayView>& inputs() const { return inputs_; }
+  double alpha() const { return opt_.alpha; }
 
-  void apply(const std::vector<double>& p, std::vector<double>& out) {
-    const ArrayView pv = p_buf_.view(), ov = out_buf_.view();
-    Flat(pv).write(p);
-    const ArrayView outs[1] = {ov};
+  // out = K(v): v and out arrays of b's shape and dtype (on b's device).
+  void product(const ArrayView& v, const ArrayView& out) {
+    inputs_[var_] = v;
+    const ArrayView outs[1] = {out};
     evaluate(k_, std::span<const ArrayView>(inputs_), std::span<const ArrayView>(outs), opt_.eval);
-    Flat(ov).read(out);
-    if (opt_.alpha != 0)
-      for (size_t q = 0; q < out.size(); ++q) out[q] += opt_.alpha * p[q];
+    inputs_[var_] = b_;
   }
 
  private:
@@ -130,9 +141,8 @@ class KernelOperator {
     const ArrayView& b = inputs_[var_];
     if (b.dtype != DType::Float32 && b.dtype != DType::Float64)
       detail::fail_type(kWho, "b has dtype ", dtype_name(b.dtype), "; expected float32 or float64");
-    if (b.device.kind != DeviceKind::CPU)
-      detail::fail(kWho, "b is on a CUDA device; expected a CPU array (the solver's vectors live ",
-                   "on the host; K's other inputs may be on the GPU)");
+    if (b.device.kind == DeviceKind::CUDA && !contiguous_rows(b))
+      detail::fail(kWho, "b is a non-contiguous CUDA array; pass a contiguous one");
     const bool shape_ok =
         (b.shape.size() == 1 && slot->dim == 1) || (b.shape.size() == 2 && b.shape[1] == slot->dim);
     if (!shape_ok)
@@ -178,8 +188,111 @@ class KernelOperator {
   std::vector<ArrayView> inputs_;
   ArrayView b_;
   DType dtype_ = DType::Float32;
-  Array p_buf_, out_buf_;
 };
+
+// Where CG's vectors live, as five float64 slots of b's size, and the steps between them.
+class CgSpace {
+ public:
+  enum Slot { B, X, R, P, AP, kSlots };
+  virtual ~CgSpace() = default;
+  virtual void axpby(double a, Slot x, double b, Slot y) = 0;  // y = a x + b y; b = 0: y = a x
+  virtual double dot(Slot x, Slot y) = 0;
+  virtual void apply(Slot from, Slot to) = 0;  // to = alpha from + K(from)
+  // Between a caller's array (b's shape, dtype and device) and a slot: s = scale a, a = scale s.
+  virtual void load(const ArrayView& a, Slot s) = 0;
+  virtual void store(Slot s, const ArrayView& a, double scale = 1) = 0;
+  // A scratch array of b's shape and dtype on b's device, alive as long as the space.
+  virtual ArrayView scratch() = 0;
+};
+
+class HostSpace final : public CgSpace {
+ public:
+  explicit HostSpace(KernelOperator& op)
+      : op_(op), p_buf_(op.dtype(), op.b().shape), out_buf_(op.dtype(), op.b().shape) {
+    for (auto& v : v_) v.assign(static_cast<size_t>(op.b().size()), 0.0);
+  }
+  void axpby(double a, Slot x, double b, Slot y) override {
+    std::vector<double>&out = v_[y], &in = v_[x];
+    for (size_t q = 0; q < out.size(); ++q) out[q] = b == 0 ? a * in[q] : a * in[q] + b * out[q];
+  }
+  double dot(Slot x, Slot y) override {
+    double s = 0;
+    for (size_t q = 0; q < v_[x].size(); ++q) s += v_[x][q] * v_[y][q];
+    return s;
+  }
+  void apply(Slot from, Slot to) override {
+    const ArrayView pv = p_buf_.view(), ov = out_buf_.view();
+    Flat(pv).write(v_[from]);
+    op_.product(pv, ov);
+    Flat(ov).read(v_[to]);
+    if (op_.alpha() != 0) axpby(op_.alpha(), from, 1, to);
+  }
+  void load(const ArrayView& a, Slot s) override { Flat(a).read(v_[s]); }
+  void store(Slot s, const ArrayView& a, double scale) override { Flat(a).write(v_[s], scale); }
+  ArrayView scratch() override { return scratch_.emplace_back(op_.dtype(), op_.b().shape).view(); }
+
+ private:
+  KernelOperator& op_;
+  std::vector<double> v_[kSlots];
+  Array p_buf_, out_buf_;
+  std::vector<Array> scratch_;
+};
+
+// On b's GPU, through the backend that owns its memory: float64 slots, the products reading and
+// writing b-dtype buffers there (the engine keeps device results on the device).
+class DeviceSpace final : public CgSpace {
+ public:
+  explicit DeviceSpace(KernelOperator& op)
+      : op_(op), dev_(BackendRegistry::instance().get(BackendId::Cuda)) {
+    if (!dev_.writes_device_outputs())
+      detail::fail(kWho, "internal: the ", dev_.name(),
+                   " backend cannot keep CG's vectors on "
+                   "the device");
+    for (DeviceRows& v : v_) v = alloc(DType::Float64);
+    p_buf_ = alloc(op.dtype());
+    out_buf_ = alloc(op.dtype());
+  }
+  void axpby(double a, Slot x, double b, Slot y) override {
+    dev_.axpby_device(a, v_[x].view, b, v_[y].view);
+  }
+  double dot(Slot x, Slot y) override { return dev_.dot_device(v_[x].view, v_[y].view); }
+  void apply(Slot from, Slot to) override {
+    dev_.axpby_device(1, v_[from].view, 0, p_buf_.view);
+    op_.product(p_buf_.view, out_buf_.view);
+    dev_.axpby_device(1, out_buf_.view, 0, v_[to].view);
+    if (op_.alpha() != 0) axpby(op_.alpha(), from, 1, to);
+  }
+  void load(const ArrayView& a, Slot s) override { dev_.axpby_device(1, flat(a), 0, v_[s].view); }
+  void store(Slot s, const ArrayView& a, double scale) override {
+    dev_.axpby_device(scale, v_[s].view, 0, flat(a));
+  }
+  ArrayView scratch() override { return scratch_.emplace_back(alloc(op_.dtype())).view; }
+
+ private:
+  // A contiguous array of b's shape in `dtype` on b's device.
+  DeviceRows alloc(DType dtype) {
+    const ArrayView& b = op_.b();
+    DeviceRows d = dev_.alloc_rows(dtype, b.size(), 1, b.device.index);
+    d.view.shape = b.shape;
+    return d;
+  }
+  static ArrayView flat(const ArrayView& a) {
+    ArrayView f = a;
+    f.shape = {a.size()};
+    f.strides.clear();
+    return f;
+  }
+
+  KernelOperator& op_;
+  KernelBackend& dev_;
+  DeviceRows v_[kSlots], p_buf_, out_buf_;
+  std::vector<DeviceRows> scratch_;
+};
+
+std::unique_ptr<CgSpace> space_for(KernelOperator& op) {
+  if (op.b().device.kind == DeviceKind::CUDA) return std::make_unique<DeviceSpace>(op);
+  return std::make_unique<HostSpace>(op);
+}
 
 std::string fmt(double v) {
   char buf[32];
@@ -187,49 +300,45 @@ std::string fmt(double v) {
   return buf;
 }
 
-SolveReport conjugate_gradient(KernelOperator& op, const std::vector<double>& b,
-                               std::vector<double>& x, const SolveOptions& opt) {
-  const size_t n = b.size();
-  const int64_t size = static_cast<int64_t>(n);
+// Solves (alpha I + K) x = B into slot X (R, P, AP are scratch), size: the number of values.
+SolveReport conjugate_gradient(CgSpace& v, int64_t size, const SolveOptions& opt) {
+  using S = CgSpace;
   const int64_t maxiter =
       opt.maxiter > 0 ? opt.maxiter : std::max<int64_t>(100, std::min<int64_t>(2 * size, 1000));
   SolveReport rep;
-  x.assign(n, 0.0);
-  const double bnorm = std::sqrt(dot(b, b));
+  const double bnorm = std::sqrt(v.dot(S::B, S::B));
+  if (!std::isfinite(bnorm)) detail::fail(kWho, "b holds a NaN or an infinity");
+  v.axpby(0, S::B, 0, S::X);  // x = 0 (b is finite)
   if (bnorm == 0) {
     rep.converged = true;
     return rep;
   }
-  if (!std::isfinite(bnorm)) detail::fail(kWho, "b holds a NaN or an infinity");
   const double thresh = std::max(opt.tol * bnorm, opt.atol);
-  std::vector<double> r = b, p = b, ap(n);
-  double rr = dot(r, r);
+  v.axpby(1, S::B, 0, S::R);
+  v.axpby(1, S::B, 0, S::P);
+  double rr = v.dot(S::R, S::R);
   bool done = std::sqrt(rr) <= thresh;
   while (!done && rep.iterations < maxiter) {
-    op.apply(p, ap);
+    v.apply(S::P, S::AP);
     ++rep.iterations;
-    const double pap = dot(p, ap);
+    const double pap = v.dot(S::P, S::AP);
     if (!(pap > 0))
       detail::fail(kWho, "conjugate gradient broke down at iteration ", rep.iterations,
                    ": p^T (alpha I + K) p = ", fmt(pap),
                    "; the system must be symmetric positive definite (a positive definite "
                    "kernel on the same points, or a larger alpha)");
     const double a = rr / pap;
-    for (size_t q = 0; q < n; ++q) {
-      x[q] += a * p[q];
-      r[q] -= a * ap[q];
-    }
-    const double rr_new = dot(r, r);
+    v.axpby(a, S::P, 1, S::X);
+    v.axpby(-a, S::AP, 1, S::R);
+    const double rr_new = v.dot(S::R, S::R);
     done = std::sqrt(rr_new) <= thresh;
-    const double beta = rr_new / rr;
-    for (size_t q = 0; q < n; ++q) p[q] = r[q] + beta * p[q];
+    v.axpby(1, S::R, rr_new / rr, S::P);
     rr = rr_new;
   }
   // The recurrence's residual drifts from the true one in float32: report the true one.
-  op.apply(x, ap);
-  double res = 0;
-  for (size_t q = 0; q < n; ++q) res += (b[q] - ap[q]) * (b[q] - ap[q]);
-  rep.residual = std::sqrt(res) / bnorm;
+  v.apply(S::X, S::AP);
+  v.axpby(1, S::B, -1, S::AP);
+  rep.residual = std::sqrt(v.dot(S::AP, S::AP)) / bnorm;
   rep.converged = done;
   if (!done && opt.raise_on_nonconvergence)
     detail::fail(kWho, "no convergence after ", rep.iterations, " iterations: relative residual ",
@@ -249,11 +358,11 @@ std::string SolveReport::str() const {
 SolveReport kernel_solve(const Reduction& k, int var, std::span<const ArrayView> inputs,
                          const ArrayView& x, const SolveOptions& opt) {
   KernelOperator op(k, var, inputs, opt);
-  check_float_view(x, "x", op.dtype(), op.b().shape);
-  std::vector<double> b, sol;
-  Flat(op.b()).read(b);
-  const SolveReport rep = conjugate_gradient(op, b, sol, opt);
-  Flat(x).write(sol);
+  check_float_view(x, "x", op.dtype(), op.b().shape, op.b().device);
+  const std::unique_ptr<CgSpace> v = space_for(op);
+  v->load(op.b(), CgSpace::B);
+  const SolveReport rep = conjugate_gradient(*v, op.b().size(), opt);
+  v->store(CgSpace::X, x);
   return rep;
 }
 
@@ -262,28 +371,31 @@ SolveReport kernel_solve_grad(const Reduction& k, int var, std::span<const Array
                               std::span<const ArrayView> grads, const SolveOptions& opt,
                               double* grad_alpha) {
   KernelOperator op(k, var, inputs, opt);
-  check_float_view(x, "x", op.dtype(), op.b().shape);
-  check_float_view(grad_x, "grad_x", op.dtype(), op.b().shape);
+  const Device& at = op.b().device;
+  check_float_view(x, "x", op.dtype(), op.b().shape, at);
+  check_float_view(grad_x, "grad_x", op.dtype(), op.b().shape, at);
   if (wrt.size() != grads.size())
     detail::fail(kWho, "wrt names ", wrt.size(), " variables but grads holds ", grads.size(),
                  " arrays");
-  std::vector<double> g, u;
-  Flat(grad_x).read(g);
-  const SolveReport rep = conjugate_gradient(op, g, u, opt);
+  for (size_t m = 0; m < wrt.size(); ++m)
+    if (wrt[m] == var)
+      check_float_view(grads[m], "the gradient for b", op.dtype(), op.b().shape, at);
+  // u = (alpha I + K)^-1 grad_x, into slot X.
+  const std::unique_ptr<CgSpace> v = space_for(op);
+  v->load(grad_x, CgSpace::B);
+  const SolveReport rep = conjugate_gradient(*v, op.b().size(), opt);
   if (grad_alpha != nullptr) {
-    std::vector<double> xs;
-    Flat(x).read(xs);
-    *grad_alpha = -dot(u, xs);
+    v->load(x, CgSpace::R);
+    *grad_alpha = -v->dot(CgSpace::X, CgSpace::R);
   }
   // -u in the inputs' dtype: the cotangent of the gradient reductions.
-  Array neg_u(op.dtype(), op.b().shape);
-  Flat(neg_u.view()).write(u, -1.0);
+  const ArrayView neg_u = v->scratch();
+  v->store(CgSpace::X, neg_u, -1.0);
   std::vector<ArrayView> gin(inputs.begin(), inputs.end());
   gin[var] = x;
   for (size_t m = 0; m < wrt.size(); ++m) {
     if (wrt[m] == var) {
-      check_float_view(grads[m], "the gradient for b", op.dtype(), op.b().shape);
-      Flat(grads[m]).write(u);
+      v->store(CgSpace::X, grads[m]);
       continue;
     }
     const Reduction gk = grad(k, wrt[m]);
@@ -293,7 +405,7 @@ SolveReport kernel_solve_grad(const Reduction& k, int var, std::span<const Array
     for (const VarSlot& s : slots)
       if (!s.computed) cot = std::max(cot, s.index);
     in.resize(std::max<size_t>(in.size(), static_cast<size_t>(cot) + 1));
-    in[cot] = neg_u.view();
+    in[cot] = neg_u;
     const ArrayView outs[1] = {grads[m]};
     evaluate(gk, std::span<const ArrayView>(in), std::span<const ArrayView>(outs), opt.eval);
   }

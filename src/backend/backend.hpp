@@ -59,6 +59,10 @@ class KernelBackend {
   // dst = src converted elementwise: contiguous device arrays of one size, float32 <-> float16
   // or bfloat16 (half-precision device arrays reduced in float32 without leaving the device).
   virtual void convert_device(const ArrayView& src, const ArrayView& dst);
+  // Conjugate gradient's vector steps on device arrays (flat, contiguous, one size, float32 or
+  // float64 each), in double: y = a x + b y (y = a x when b = 0, y not read), and x . y.
+  virtual void axpby_device(double a, const ArrayView& x, double b, const ArrayView& y);
+  virtual double dot_device(const ArrayView& x, const ArrayView& y);
 };
 
 // The built-in backends, one object each for the life of the process.

@@ -157,6 +157,38 @@ void NullBackend::convert_device(const ArrayView& src, const ArrayView& dst) {
   ++converts_;
 }
 
+namespace {
+double element(const ArrayView& a, int64_t q) {
+  return a.dtype == DType::Float32 ? static_cast<const float*>(a.data)[q]
+                                   : static_cast<const double*>(a.data)[q];
+}
+}  // namespace
+
+void NullBackend::axpby_device(double a, const ArrayView& x, double b, const ArrayView& y) {
+  for (int64_t q = 0; q < y.size(); ++q) {
+    const double v = b == 0 ? a * element(x, q) : a * element(x, q) + b * element(y, q);
+    if (y.dtype == DType::Float32)
+      static_cast<float*>(y.data)[q] = static_cast<float>(v);
+    else
+      static_cast<double*>(y.data)[q] = v;
+  }
+  std::lock_guard lk(mu_);
+  ++vector_ops_;
+}
+
+double NullBackend::dot_device(const ArrayView& x, const ArrayView& y) {
+  double s = 0;
+  for (int64_t q = 0; q < x.size(); ++q) s += element(x, q) * element(y, q);
+  std::lock_guard lk(mu_);
+  ++vector_ops_;
+  return s;
+}
+
+int NullBackend::vector_ops() const {
+  std::lock_guard lk(mu_);
+  return vector_ops_;
+}
+
 int NullBackend::sums() const {
   std::lock_guard lk(mu_);
   return sums_;

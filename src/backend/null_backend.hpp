@@ -51,6 +51,8 @@ class NullBackend final : public KernelBackend {
   void add_rows_device(const ArrayView& src, const ArrayView& dst) override;
   void sum_rows_device(const ArrayView& src, const ArrayView& dst) override;
   void convert_device(const ArrayView& src, const ArrayView& dst) override;
+  void axpby_device(double a, const ArrayView& x, double b, const ArrayView& y) override;
+  double dot_device(const ArrayView& x, const ArrayView& y) override;
 
   std::vector<NullCall> calls() const;
   std::vector<int> opened() const;  // open_device arguments, in order
@@ -60,13 +62,14 @@ class NullBackend final : public KernelBackend {
   int adds() const;
   int sums() const;
   int converts() const;
+  int vector_ops() const;  // axpby_device and dot_device calls
 
  private:
   bool accept_, compute_;
   mutable std::mutex mu_;
   std::vector<NullCall> calls_;
   std::vector<int> opened_;
-  int stores_ = 0, loads_ = 0, allocs_ = 0, adds_ = 0, sums_ = 0, converts_ = 0;
+  int stores_ = 0, loads_ = 0, allocs_ = 0, adds_ = 0, sums_ = 0, converts_ = 0, vector_ops_ = 0;
 };
 
 }  // namespace tessel

@@ -29,6 +29,14 @@ void KernelBackend::convert_device(const ArrayView&, const ArrayView&) {
   detail::fail("evaluate", "internal: the ", name(), " backend has no device memory");
 }
 
+void KernelBackend::axpby_device(double, const ArrayView&, double, const ArrayView&) {
+  detail::fail("kernel_solve", "internal: the ", name(), " backend has no device memory");
+}
+
+double KernelBackend::dot_device(const ArrayView&, const ArrayView&) {
+  detail::fail("kernel_solve", "internal: the ", name(), " backend has no device memory");
+}
+
 BackendChoice choose_backend(Backend requested, int device, bool interpreter_only) {
   if (device >= 0) return {BackendId::Cuda, false};
   if (requested == Backend::Interpreter || interpreter_only) return {BackendId::Interpreter, false};

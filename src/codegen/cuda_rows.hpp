@@ -27,4 +27,15 @@ constexpr unsigned kCudaSumRowsBlock = 256;
 // infinity, NaN kept quiet).
 std::string cuda_convert_source(DType from, DType to);
 
+// Conjugate gradient's vector steps on the device (KernelSolve), elementwise over flat contiguous
+// arrays, in double whatever the storage (X, Y: float or double), grid-stride loops:
+// `tessel_axpby(double a, const X* x, double b, Y* y, long long n)`: y = a x + b y, and y = a x
+// when b = 0 (y is not read, so that it may hold anything);
+// `tessel_dot(const X* x, const Y* y, long long n, double* part)`: part[blockIdx.x] = this
+// block's share of sum x y, blockDim.x doubles of dynamic shared memory (a power of two); the
+// partial sums are then added by tessel_sum_rows. Fixed orders: the same bits on every run.
+std::string cuda_axpby_source(DType x, DType y);
+std::string cuda_dot_source(DType x, DType y);
+constexpr unsigned kCudaDotBlocks = 128;
+
 }  // namespace tessel

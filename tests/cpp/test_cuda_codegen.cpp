@@ -88,6 +88,15 @@ TEST(CudaCodegen, RowKernelsCompile) {
     const std::string sum = nvrtc_compile(cuda_sum_rows_source(f64), "tessel_sum.cu", "compute_90");
     EXPECT_NE(sum.find(".entry tessel_sum_rows"), std::string::npos);
   }
+  for (DType x : {DType::Float32, DType::Float64})
+    for (DType y : {DType::Float32, DType::Float64}) {
+      EXPECT_NE(nvrtc_compile(cuda_axpby_source(x, y), "tessel_axpby.cu", "compute_90")
+                    .find(".entry tessel_axpby"),
+                std::string::npos);
+      EXPECT_NE(nvrtc_compile(cuda_dot_source(x, y), "tessel_dot.cu", "compute_90")
+                    .find(".entry tessel_dot"),
+                std::string::npos);
+    }
   for (DType h : {DType::Float16, DType::BFloat16})
     for (bool in : {true, false}) {
       const std::string src =

@@ -267,3 +267,60 @@ TEST(CudaEmulatedRows, ConvertKernelMatchesTheHostConversionsBitForBit) {
     }
   }
 }
+
+// CG's vector steps on the device: y = a x + b y in double over mixed float32/float64 storage
+// (b = 0 never reads y, which may hold NaN), and dot products as block partial sums that the
+// sum kernel adds, against the host's double arithmetic.
+TEST(CudaEmulatedRows, AxpbyAndDotKernelsComputeInDouble) {
+  SKIP_WITHOUT_COMPILER();
+  const int64_t n = 1000;
+  std::vector<double> xd(n), yd(n);
+  std::mt19937 gen(3);
+  std::uniform_real_distribution<double> u(-1, 1);
+  for (int64_t q = 0; q < n; ++q) xd[q] = u(gen), yd[q] = u(gen);
+  emu::LaunchConfig cfg;
+  cfg.block.x = 32;
+  cfg.grid.x = 3;
+  {
+    // float32 x into float64 y: y = 0.5 x - 2 y, then y = 3 x over a NaN-filled y.
+    std::vector<float> xf(xd.begin(), xd.end());
+    std::vector<double> y = yd;
+    const emu::Module& m = module_for(cuda_axpby_source(DType::Float32, DType::Float64));
+    using Fn = void(double, const float*, double, double*, long long);
+    Fn* k = m.kernel<Fn>("tessel_axpby");
+    m.launch(cfg, [&] { k(0.5, xf.data(), -2.0, y.data(), n); });
+    for (int64_t q = 0; q < n; ++q)
+      ASSERT_DOUBLE_EQ(y[q], 0.5 * static_cast<double>(xf[q]) - 2.0 * yd[q]) << q;
+    std::fill(y.begin(), y.end(), NAN);
+    m.launch(cfg, [&] { k(3.0, xf.data(), 0.0, y.data(), n); });
+    for (int64_t q = 0; q < n; ++q) ASSERT_EQ(y[q], 3.0 * static_cast<double>(xf[q])) << q;
+  }
+  {
+    // float64 x into float32 y: rounded once.
+    std::vector<float> y(n);
+    const emu::Module& m = module_for(cuda_axpby_source(DType::Float64, DType::Float32));
+    using Fn = void(double, const double*, double, float*, long long);
+    Fn* k = m.kernel<Fn>("tessel_axpby");
+    m.launch(cfg, [&] { k(1.0, xd.data(), 0.0, y.data(), n); });
+    for (int64_t q = 0; q < n; ++q) ASSERT_EQ(y[q], static_cast<float>(xd[q])) << q;
+  }
+  {
+    const emu::Module& dm = module_for(cuda_dot_source(DType::Float64, DType::Float64));
+    const emu::Module& sm = module_for(cuda_sum_rows_source(true));
+    using Dot = void(const double*, const double*, long long, double*);
+    using Sum = void(const double*, long long, long long, double*, long long);
+    Dot* dot = dm.kernel<Dot>("tessel_dot");
+    Sum* sum = sm.kernel<Sum>("tessel_sum_rows");
+    std::vector<double> part(cfg.grid.x);
+    double got = 0, want = 0, mag = 0;
+    emu::LaunchConfig dc = cfg;
+    dc.dynamic_smem = dc.block.x * sizeof(double);
+    dm.launch(dc, [&] { dot(xd.data(), yd.data(), n, part.data()); });
+    emu::LaunchConfig sc;
+    sc.block.x = 4;
+    sc.dynamic_smem = sc.block.x * sizeof(double);
+    sm.launch(sc, [&] { sum(part.data(), static_cast<long long>(part.size()), 1, &got, 1); });
+    for (int64_t q = 0; q < n; ++q) want += xd[q] * yd[q], mag += std::abs(xd[q] * yd[q]);
+    EXPECT_NEAR(got, want, 4e-16 * mag);
+  }
+}

@@ -250,6 +250,45 @@ TEST_P(CudaGpu, SumsOverAllRowsAndHalfArraysOnTheDevice) {
   }
 }
 
+// KernelSolve with every array on the GPU: CG's vectors and steps there, the solution and the
+// gradient in the points as on the host (same tolerance: CG's order of sums differs).
+TEST_P(CudaGpu, KernelSolveKeepsItsVectorsOnTheDevice) {
+  const int64_t n = 2000;
+  const Reduction k(ReductionOp::Sum, exp(-pm(3, 1) * sqdist(vi(0, 3), vj(1, 3))) * vj(2, 2));
+  std::vector<Array> in = with_dtype(inputs(t, n, n), t);
+  in[1] = in[0];
+  SolveOptions opt;
+  opt.alpha = 0.1;
+  opt.tol = t == DType::Float64 ? 1e-10 : 1e-5;
+  Array hx(t, {n, 2});
+  std::vector<ArrayView> hin;
+  for (const Array& a : in) hin.push_back(a.view());
+  const SolveReport hrep = kernel_solve(k, 2, hin, hx.view(), opt);
+  const OnDevice dev(in);
+  const OnDevice out(std::vector<Array>{Array(t, {n, 2}), Array(t, {n, 3})});
+  const SolveReport rep = kernel_solve(k, 2, dev.views, out.views[0], opt);
+  EXPECT_TRUE(rep.converged) << rep.str();
+  EXPECT_NEAR(rep.iterations, hrep.iterations, 2 + hrep.iterations / 5);
+  Array x(t, {n, 2});
+  const size_t bytes = static_cast<size_t>(x.size()) * dtype_size(t);
+  cuda_copy_2d(x.data(), bytes, out.views[0].data, bytes, bytes, 1, nullptr);
+  cuda_synchronize(nullptr);
+  expect_same({x}, {hx}, t == DType::Float64 ? 1e-8 : 1e-3, "device solve");
+  // The gradient in the points, its cotangent on the device too.
+  const OnDevice gx(std::vector<Array>{random_array(t, {n, 2}, 7)});
+  const int wrt[1] = {0};
+  const ArrayView grads[1] = {out.views[1]};
+  kernel_solve_grad(k, 2, dev.views, out.views[0], gx.views[0], wrt, grads, opt, nullptr);
+  Array hd(t, {n, 3}), d(t, {n, 3});
+  const ArrayView hgrads[1] = {hd.view()};
+  const Array hgx = random_array(t, {n, 2}, 7);
+  kernel_solve_grad(k, 2, hin, hx.view(), hgx.view(), wrt, hgrads, opt, nullptr);
+  const size_t gb = static_cast<size_t>(d.size()) * dtype_size(t);
+  cuda_copy_2d(d.data(), gb, out.views[1].data, gb, gb, 1, nullptr);
+  cuda_synchronize(nullptr);
+  expect_same({d}, {hd}, t == DType::Float64 ? 1e-7 : 1e-2, "device solve's gradient");
+}
+
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaGpu, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& i) {
                            return std::string(i.param ? "f64" : "f32");

@@ -269,8 +269,62 @@ TEST(KernelSolve, PointsOnAGpuRunEveryProductThere) {
   kernel_solve_grad(p.k, 2, views(in), host.x.view(), gx.view(), wrt, hgrads, opt, nullptr);
   for (int64_t q = 0; q < d0.size(); ++q) EXPECT_EQ(d0.at(q), h0.at(q));
   for (int64_t q = 0; q < db.size(); ++q) EXPECT_EQ(db.at(q), hb.at(q));
+}
 
-  v[2].device = Device{DeviceKind::CUDA, 1};
+// Everything on a CUDA device (b, x, the cotangent and the gradients too): CG's vectors stay
+// there, each step a device operation, no array crossing to the host; the same solution and
+// gradients as on the host. A vector on the wrong device is a clear error.
+TEST(KernelSolve, CgVectorsStayOnTheDevice) {
+  const SolveProblem p;
+  SolveOptions opt;
+  opt.alpha = 0.05;
+  opt.tol = 1e-12;
+  const Solved host = solve(p, opt);
+  const std::vector<Array> in = p.arrays(p.b);
+  const Array gx = tessel::testing::random_array(DType::Float64, {kN, kC}, 5);
+  const int wrt[3] = {0, 2, 3};
+  Array h0(DType::Float64, {kN, kD}), hb(DType::Float64, {kN, kC}), hg(DType::Float64, {1});
+  const ArrayView hgrads[3] = {h0.view(), hb.view(), hg.view()};
+  double host_alpha = 0;
+  kernel_solve_grad(p.k, 2, views(in), host.x.view(), gx.view(), wrt, hgrads, opt, &host_alpha);
+
+  NullBackend dev(true, true);
+  ScopedBackend use(BackendId::Cuda, dev);
+  auto on_gpu = [](ArrayView a) {
+    a.device = Device{DeviceKind::CUDA, 1};
+    return a;
+  };
+  std::vector<ArrayView> v = views(in);
+  for (ArrayView& a : v) a = on_gpu(a);
+  Array x(DType::Float64, {kN, kC});
+  const SolveReport rep = kernel_solve(p.k, 2, v, on_gpu(x.view()), opt);
+  EXPECT_TRUE(rep.converged);
+  EXPECT_NEAR(rep.iterations, host.rep.iterations, 1);
+  auto expect_close = [](const Array& got, const Array& want, const char* what) {
+    for (int64_t q = 0; q < got.size(); ++q)
+      EXPECT_NEAR(got.at(q), want.at(q), 1e-9 * (1 + std::abs(want.at(q)))) << what << " " << q;
+  };
+  expect_close(x, host.x, "x");
+  Array d0(DType::Float64, {kN, kD}), db(DType::Float64, {kN, kC}), dg(DType::Float64, {1});
+  const ArrayView grads[3] = {on_gpu(d0.view()), on_gpu(db.view()), on_gpu(dg.view())};
+  double alpha = 0;
+  kernel_solve_grad(p.k, 2, v, on_gpu(x.view()), on_gpu(gx.view()), wrt, grads, opt, &alpha);
+  expect_close(d0, h0, "gradient in the points");
+  expect_close(db, hb, "gradient in b");
+  expect_close(dg, hg, "gradient in the scale (a sum over all rows)");
+  EXPECT_NEAR(alpha, host_alpha, 1e-9 * (1 + std::abs(host_alpha)));
+  EXPECT_EQ(dev.loads(), 0);
+  EXPECT_EQ(dev.stores(), 0);
+  EXPECT_GT(dev.vector_ops(), 4 * rep.iterations);
+  for (const NullCall& c : dev.calls()) EXPECT_EQ(c.device, 1);
+
   expect_error([&] { kernel_solve(p.k, 2, v, x.view(), opt); },
-               {"kernel_solve", "b is on a CUDA device; expected a CPU array"});
+               {"kernel_solve", "x is on the CPU but b is on CUDA device 1"});
+  ArrayView strided = on_gpu(x.view());
+  strided.shape = {kN / 2, kC};
+  strided.strides = {2 * kC, 1};
+  std::vector<ArrayView> half_b = v;
+  half_b[2] = strided;
+  expect_error([&] { kernel_solve(p.k, 2, half_b, strided, opt); },
+               {"kernel_solve", "b is a non-contiguous CUDA array"});
 }

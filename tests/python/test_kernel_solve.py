@@ -238,7 +238,7 @@ def test_exported_from_front_ends():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (or a CPU-only PyTorch)")
 @pytest.mark.parametrize("create_graph", [False, True])
 def test_cuda_tensors_solve_and_differentiate_on_their_device(create_graph):
-    """The products run on the GPU (CG's vectors on the host); solution and gradients come back
+    """The products and CG's steps run on the GPU; solution and gradients come back
     on the device and equal the CPU's, first order and under create_graph."""
     x, b, g = problem()
     w = torch.randn(len(x), 3, dtype=F64)

@@ -147,6 +147,8 @@ class CudaBackend final : public KernelBackend {
   void add_rows_device(const ArrayView& src, const ArrayView& dst) override;
   void sum_rows_device(const ArrayView& src, const ArrayView& dst) override;
   void convert_device(const ArrayView& src, const ArrayView& dst) override;
+  void axpby_device(double a, const ArrayView& x, double b, const ArrayView& y) override;
+  double dot_device(const ArrayView& x, const ArrayView& y) override;
 
  private:
   Workspace& workspace(int device) {
@@ -286,6 +288,55 @@ void CudaBackend::convert_device(const ArrayView& src, const ArrayView& dst) {
   const long long blocks = std::min<long long>((n + kBlock - 1) / kBlock, 1 << 16);
   cuda_launch(conv, static_cast<unsigned>(blocks), 1, kBlock, 0, nullptr, args);
   cuda_synchronize(nullptr);
+}
+
+void CudaBackend::axpby_device(double a, const ArrayView& x, double b, const ArrayView& y) {
+  const long long n = y.size();
+  if (n == 0) return;
+  const int device = y.device.index;
+  const CudaDevice& dev = cuda_device(device, "kernel_solve");
+  CuFunction k = cuda_function(device, cuda_ptx(cuda_axpby_source(x.dtype, y.dtype), dev.arch()),
+                               "tessel_axpby");
+  CuDevicePtr xp = reinterpret_cast<CuDevicePtr>(x.data),
+              yp = reinterpret_cast<CuDevicePtr>(y.data);
+  long long count = n;
+  void* args[] = {&a, &xp, &b, &yp, &count};
+  constexpr unsigned kBlock = 256;
+  const long long blocks = std::min<long long>((n + kBlock - 1) / kBlock, 1 << 16);
+  cuda_set_device(device);
+  cuda_launch(k, static_cast<unsigned>(blocks), 1, kBlock, 0, nullptr, args);
+  cuda_synchronize(nullptr);
+}
+
+double CudaBackend::dot_device(const ArrayView& x, const ArrayView& y) {
+  const long long n = x.size();
+  if (n == 0) return 0;
+  const int device = x.device.index;
+  const CudaDevice& dev = cuda_device(device, "kernel_solve");
+  CuFunction dot =
+      cuda_function(device, cuda_ptx(cuda_dot_source(x.dtype, y.dtype), dev.arch()), "tessel_dot");
+  CuFunction sum =
+      cuda_function(device, cuda_ptx(cuda_sum_rows_source(true), dev.arch()), "tessel_sum_rows");
+  Workspace& ws = workspace(device);
+  std::lock_guard lk(ws.mu);
+  // A fixed number of blocks, whatever n: the partial sums, and so the result, are the same
+  // on every run.
+  const CuDevicePtr part = ws.get(device, 8, (kCudaDotBlocks + 1) * sizeof(double));
+  CuDevicePtr xp = reinterpret_cast<CuDevicePtr>(x.data),
+              yp = reinterpret_cast<CuDevicePtr>(y.data),
+              out = part + kCudaDotBlocks * sizeof(double);
+  long long count = n, rows = kCudaDotBlocks, cols = 1, stride = 1;
+  void* dargs[] = {&xp, &yp, &count, const_cast<CuDevicePtr*>(&part)};
+  void* sargs[] = {const_cast<CuDevicePtr*>(&part), &rows, &cols, &out, &stride};
+  cuda_set_device(device);
+  cuda_launch(dot, kCudaDotBlocks, 1, kCudaSumRowsBlock, kCudaSumRowsBlock * sizeof(double),
+              nullptr, dargs);
+  cuda_launch(sum, 1, 1, kCudaSumRowsBlock, kCudaSumRowsBlock * sizeof(double), nullptr, sargs);
+  double result = 0;
+  cuda_copy_2d(&result, sizeof(double), reinterpret_cast<const void*>(out), sizeof(double),
+               sizeof(double), 1, nullptr);
+  cuda_synchronize(nullptr);
+  return result;
 }
 
 bool CudaBackend::run(const Problem& p, std::span<const ArrayView> outs) {
