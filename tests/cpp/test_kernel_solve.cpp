@@ -236,7 +236,7 @@ TEST(KernelSolve, NonConvergenceIsReportedWithoutRaising) {
 
 // K's points on a CUDA device (host memory tagged CUDA, the null backend computing in the CUDA
 // slot): every product runs there, on that device, and the solution and its gradients equal the
-// host solve's; b and x must stay on the host.
+// host solve's (b and x on the host: CG's vectors there, each product on the device).
 TEST(KernelSolve, PointsOnAGpuRunEveryProductThere) {
   const SolveProblem p;
   SolveOptions opt;
