@@ -75,6 +75,8 @@ DEV V v_floor(V a) { return floor(a); }
 DEV V v_round(V a) { return round(a); }  // halves away from zero, like the CPU kernels
 )PRELUDE";
 
+}  // namespace
+
 // The prelude, with the libm primitives (ops/op.hpp) as CUDA's math functions.
 const string& cuda_prelude() {
   static const string s = [] {
@@ -88,6 +90,8 @@ const string& cuda_prelude() {
   }();
   return s;
 }
+
+namespace {
 
 const char* kLanes = "xyzw";
 

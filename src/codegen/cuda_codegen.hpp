@@ -26,6 +26,10 @@ std::string generate_cuda_kernel(const ReductionImpl& r, bool f64, KernelLayout&
 // The rows per thread plan_cuda_kernel picks for r.
 int cuda_rows_per_thread(const ReductionImpl& r, bool f64, CudaSumMode sum = {});
 
+// The scalar prelude every generated CUDA kernel starts with (after `#define TESSEL_F64 0|1`):
+// the types T and V and the ops' device functions.
+const std::string& cuda_prelude();
+
 // What the launcher needs to know about the device.
 struct CudaDeviceCaps {
   int sm_count = 132;

@@ -213,16 +213,21 @@ void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> 
                  outputs.size());
   for (int k = 0; k < r.num_outputs(); ++k)
     check_output(r, k, outputs[k], out_rows, p.dtype, ctx.device >= 0);
-  // Gather/scatter reductions (gradients through Min/Max/KMin) cost O(rows), as the copies do: a
-  // GPU call runs them in the interpreter on host copies of its device inputs.
+  // Gather/scatter reductions (gradients through Min/Max/KMin) of device data run on the device;
+  // when some of their data is on the host (a GPU call mixing host and device arrays) they run
+  // in the interpreter on host copies instead: O(rows) work, as the copies are.
   const bool indexed = reduction_info(r.op).is_indexed();
+  auto on_device = [&](const Bound& b) {
+    const bool user = b.index < static_cast<int>(ctx.inputs.size()) &&
+                      ctx.inputs[b.index].device.kind == DeviceKind::CUDA;
+    return user || std::find(device_vars.begin(), device_vars.end(), b.index) != device_vars.end();
+  };
+  const bool all_on_device =
+      dev.writes_device_outputs() && std::all_of(p.vars.begin(), p.vars.end(), on_device);
   std::vector<Array> host_inputs;
-  if (indexed && ctx.device >= 0) {
+  if (indexed && ctx.device >= 0 && !all_on_device) {
     for (Bound& b : p.vars) {
-      const bool user = b.index < static_cast<int>(ctx.inputs.size()) &&
-                        ctx.inputs[b.index].device.kind == DeviceKind::CUDA;
-      if (!user && std::find(device_vars.begin(), device_vars.end(), b.index) == device_vars.end())
-        continue;
+      if (!on_device(b)) continue;
       if (b.s_col != 1 && b.dim > 1)
         detail::fail(fn, "input ", b.index, " is a CUDA array whose rows are not contiguous ",
                      "(element stride ", b.s_col, "); pass a contiguous array (.contiguous())");

@@ -4,6 +4,7 @@
 
 #include "backend/cuda/nvrtc.hpp"
 #include "codegen/cuda_codegen.hpp"
+#include "codegen/cuda_indexed.hpp"
 #include "codegen/cuda_rows.hpp"
 #include "complex_sample.hpp"
 #include "ops/op.hpp"
@@ -105,6 +106,31 @@ TEST(CudaCodegen, RowKernelsCompile) {
                 std::string::npos)
           << src;
     }
+}
+
+// The gather/scatter kernels of gradients through Min and KMin (and a second derivative, whose
+// slots are one-hot) compile.
+TEST(CudaCodegen, IndexedKernelsCompile) {
+  if (!have_nvrtc()) GTEST_SKIP() << nvrtc_info().problem;
+  const Formula d = sqdist(vi(0, 3), vj(1, 3)) * vj(2, 1);
+  const Reduction g1 = grad(Reduction(ReductionOp::Min, d), 1);
+  const Reduction g2 = grad(grad(Reduction(ReductionOp::KMin, d, 1, 3), 0), 3);
+  std::vector<const ReductionImpl*> todo = {&g1.impl(), &g2.impl()};
+  int compiled = 0;
+  for (size_t q = 0; q < todo.size(); ++q) {
+    const ReductionImpl& r = *todo[q];
+    for (const ComputedVar& c : r.computed) todo.push_back(c.source.get());
+    for (const auto& a : r.addends) todo.push_back(a.get());
+    if (!reduction_info(r.op).is_indexed()) continue;
+    for (bool f64 : {false, true}) {
+      const std::string src = cuda_indexed_source(r, f64);
+      EXPECT_NE(nvrtc_compile(src, "tessel_indexed.cu", "compute_90").find(".entry tessel_indexed"),
+                std::string::npos)
+          << src;
+      ++compiled;
+    }
+  }
+  EXPECT_GE(compiled, 4);
 }
 
 TEST(CudaCodegen, EveryOpCompiles) {

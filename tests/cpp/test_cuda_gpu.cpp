@@ -136,6 +136,34 @@ TEST_P(CudaGpu, GradientsMatchTheInterpreter) {
   }
 }
 
+// Gradients through Min, Max and KMin (gathers and scatters, and a second derivative) of device
+// arrays, on the device, against the interpreter.
+TEST_P(CudaGpu, SelectionGradientsOfDeviceArrays) {
+  const double tol = tol_for(1e-10, 1e-4);
+  const int64_t n = 700, m = 900;
+  for (const GpuCase& c : cases()) {
+    if (c.name != "Min" && c.name != "KMinArgKMin" && c.name != "MinArgMin") continue;
+    const Reduction r = c.name == "KMinArgKMin"
+                            ? Reduction(ReductionOp::KMin, sqdist(vi(0, 3), vj(1, 3)), 1, 7)
+                        : c.name == "Min" ? c.r
+                                          : Reduction(ReductionOp::Min, c.r.formula());
+    for (int var : {0, 1}) {
+      const Reduction g = grad(r, var);
+      std::vector<Array> in = {random_array(t, {n, 3}, 1), random_array(t, {m, 3}, 2),
+                               random_array(t, {n, r.output_dim(0)}, 9)};
+      const OnDevice dev(in);
+      const std::string what = c.name + " gradient in var " + std::to_string(var);
+      expect_same(evaluate(g, std::span<const ArrayView>(dev.views)), evaluate(g, in, cpu), tol,
+                  what);
+      const Reduction g2 = grad(g, 2);  // in the cotangent: one-hot slots
+      in.push_back(random_array(t, {var == 0 ? n : m, 3}, 11));
+      const OnDevice dev2(in);
+      expect_same(evaluate(g2, std::span<const ArrayView>(dev2.views)), evaluate(g2, in, cpu), tol,
+                  what + ", then in the cotangent");
+    }
+  }
+}
+
 // Batch dimensions and a second derivative (its sub-reduction and the chain rule's extra term
 // kept in device memory), on device arrays against the interpreter.
 TEST_P(CudaGpu, BatchesAndSecondDerivatives) {

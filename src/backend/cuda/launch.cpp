@@ -24,6 +24,7 @@
 #include "backend/cuda/ptx_cache.hpp"
 #include "backend/cuda/stream_plan.hpp"
 #include "codegen/cuda_codegen.hpp"
+#include "codegen/cuda_indexed.hpp"
 #include "codegen/cuda_rows.hpp"
 #include "tessel/error.hpp"
 
@@ -157,6 +158,9 @@ class CudaBackend final : public KernelBackend {
     if (!w) w = std::make_unique<Workspace>();
     return *w;
   }
+
+  // Gather/scatter reductions (gradients through Min/Max/KMin) of device arrays.
+  bool run_indexed(const Problem& p, std::span<const ArrayView> outs);
 
   // Host inputs and outputs whose device footprint exceeds Options::gpu_memory_budget: run
   // block by block (stream_plan.hpp). False when the call fits, or is not all on the host.
@@ -339,14 +343,75 @@ double CudaBackend::dot_device(const ArrayView& x, const ArrayView& y) {
   return result;
 }
 
+bool CudaBackend::run_indexed(const Problem& p, std::span<const ArrayView> outs) {
+  const ReductionImpl& r = *p.r;
+  const int device = p.device;
+  const CudaDevice& dev = cuda_device(device, kWho);
+  const bool f64 = p.dtype == DType::Float64, gather = r.op == ReductionOp::GatherSum;
+  // The table of pointers and strides; the engine sends only problems whose data is all here.
+  std::vector<unsigned long long> table;
+  for (const int index : cuda_indexed_vars(r)) {
+    const Bound& b = p.var(index);
+    if (cuda_pointer_device(b.data) != device && b.rows > 0)
+      detail::fail(kWho, "internal: ", reduction_name(r.op), " variable ", index,
+                   " is not in device ", device, "'s memory");
+    if ((index == r.index_var) != (b.dtype == DType::Int64) ||
+        (b.dtype != DType::Int64 && b.dtype != p.dtype))
+      detail::fail(kWho, "internal: ", reduction_name(r.op), " variable ", index, " has dtype ",
+                   dtype_name(b.dtype));
+    table.insert(table.end(), {reinterpret_cast<unsigned long long>(b.data),
+                               static_cast<unsigned long long>(b.s_row),
+                               static_cast<unsigned long long>(b.s_col)});
+  }
+  const std::string ptx = cuda_ptx(cuda_indexed_source(r, f64), dev.arch());
+  CuFunction kernel = cuda_function(device, ptx, "tessel_indexed");
+  const int D = r.f.dim();
+  const int64_t n_anchor = gather ? p.n_outer : p.n_inner;
+  const int64_t n_partner = gather ? p.n_inner : p.n_outer;
+  const size_t elem = f64 ? 8 : 4, values = static_cast<size_t>(p.n_outer) * D;
+  cuda_set_device(device);
+  Workspace& ws = workspace(device);
+  std::lock_guard lk(ws.mu);
+  auto stream = static_cast<CuStream>(p.opt.stream);
+  const size_t tb = std::max<size_t>(8, table.size() * 8);
+  const CuDevicePtr vt = ws.get(device, 9, tb);
+  const CuDevicePtr out = ws.get(device, 3, std::max<size_t>(1, values * elem));
+  const CuDevicePtr acc = gather ? 0 : ws.get(device, 10, std::max<size_t>(8, values * 8));
+  if (!table.empty())
+    cuda_copy_2d(reinterpret_cast<void*>(vt), tb, table.data(), tb, table.size() * 8, 1, stream);
+  if (!gather && values > 0) cuda_memset(acc, values * 8, stream);
+  long long na = n_anchor, np = n_partner;
+  void* args[] = {const_cast<CuDevicePtr*>(&vt), &na, &np, const_cast<CuDevicePtr*>(&out),
+                  const_cast<CuDevicePtr*>(&acc)};
+  constexpr unsigned kBlock = 128;
+  if (n_anchor > 0)
+    cuda_launch(kernel, static_cast<unsigned>((n_anchor + kBlock - 1) / kBlock), 1, kBlock, 0,
+                stream, args);
+  cuda_synchronize(stream);
+  if (!gather) {  // the double sums rounded into the output's dtype
+    ArrayView a, o;
+    a.data = reinterpret_cast<void*>(acc);
+    a.dtype = DType::Float64;
+    a.shape = {static_cast<int64_t>(values)};
+    a.device = o.device = Device{DeviceKind::CUDA, device};
+    o = a;
+    o.data = reinterpret_cast<void*>(out);
+    o.dtype = p.dtype;
+    axpby_device(1, a, 0, o);
+  }
+  const size_t row = D * elem;
+  if (values > 0)
+    cuda_copy_2d(outs[0].data, row, reinterpret_cast<const void*>(out), row, row,
+                 static_cast<size_t>(p.n_outer), nullptr);
+  cuda_synchronize(nullptr);
+  return true;
+}
+
 bool CudaBackend::run(const Problem& p, std::span<const ArrayView> outs) {
   const int device = p.device;
   const CudaDevice& dev = cuda_device(device, kWho);
   const ReductionImpl& r = *p.r;
-  if (reduction_info(r.op).is_indexed())
-    detail::fail(kWho, "internal: ", reduction_name(r.op),
-                 " (a gather/scatter reduction) reached the CUDA backend; the engine runs those "
-                 "on host copies");
+  if (reduction_info(r.op).is_indexed()) return run_indexed(p, outs);
   if (reduction_info(r.op).family == ReductionFamily::KSelect && r.k > kCompiledMaxK)
     detail::fail(kWho, reduction_name(r.op), " with K = ", r.k,
                  " exceeds the CUDA limit K <= ", kCompiledMaxK, "; evaluate it on CPU arrays");
