@@ -10,8 +10,15 @@
 #             (installed into build-gpu/site; without them pykeops is left out of the bench)
 #   PYTHON    the Python that holds PyTorch with CUDA (default python3)
 #   GPU_CHECK_PYTEST  pytest arguments (default: the test files with CUDA paths)
+#   GPU_CHECK_PYTEST_K  their tests to run, as pytest -k (default "cuda or gpu"; empty: all)
 #   GPU_CHECK_BENCH   gpu_bench.py arguments (default: --n 10000 100000 1000000 --host-budget)
 #   GPU_CHECK_OT_BENCH  ot_bench.py arguments (default: CUDA, N = 1e4 .. 1e6, D = 3 and 64)
+#   GPU_CHECK_DEADLINE  seconds the whole check may take (default 540: one call of a lent machine
+#             is 10 minutes at most). Each step after the build gets what is left, in this order
+#             of priority: the GPU's C++ tests, the Python CUDA tests, gpu_bench.py, the half
+#             accuracy table, ot_bench.py; a step with under 30 s left is skipped and named so.
+#   GPU_CHECK_CTEST  ctest arguments (default: the tests that need a GPU or NVRTC: the CPU ones
+#             run in CI; "-E ^$" runs the whole suite)
 # Writes to OUT_DIR: machine.txt, build.log, ctest.log, pytest.log, gpu_bench.jsonl,
 # gpu_bench.log, ot_bench.jsonl, ot_bench.log, summary.txt (also printed last). Exit status: 0 all passed; 1 a step failed;
 # 3 no usable GPU: everything before the GPU steps ran, and summary.txt says why it stopped.
@@ -30,7 +37,16 @@ summary=$out/summary.txt
 failed=0
 start=$SECONDS
 
+deadline=${GPU_CHECK_DEADLINE:-540}
 note() { echo "gpu_check: $*" | tee -a "$summary"; }
+left() { echo $((deadline - (SECONDS - start))); }
+# has_time NAME: whether a step may start (30 s or more left); notes the skip otherwise.
+has_time() {
+  if (($(left) >= 30)); then return 0; fi
+  note "$1: SKIPPED (out of time: $(left) s of GPU_CHECK_DEADLINE=$deadline left)"
+  failed=1
+  return 1
+}
 finish() {
   note "done in $((SECONDS - start)) s, exit $1"
   echo "----- summary -----"
@@ -113,47 +129,52 @@ if [[ $usable != 1 || $torch_cuda != 1 ]]; then
   finish 3
 fi
 
-run_step "ctest (whole C++ suite, CUDA tests included)" "$out/ctest.log" \
-  ctest --test-dir "$build" -j "$jobs" --output-on-failure --timeout 300
-grep -E "tests passed|tests failed" "$out/ctest.log" | tail -1 | sed 's/^/gpu_check: ctest: /' |
-  tee -a "$summary"
-sed -n '/The following tests FAILED/,$p' "$out/ctest.log" | grep -E "^\s*[0-9]+ - " | head -30 |
-  sed 's/^ */gpu_check: ctest failure: /' | tee -a "$summary"
+# The tests that need a GPU (or NVRTC) first: the CPU ones run in CI on every submission.
+ctest_args=${GPU_CHECK_CTEST:--R ^(Cuda/CudaGpu|CudaDriver|CudaEvaluate|PtxCache|CudaCodegen)}
+if has_time "ctest"; then
+  # shellcheck disable=SC2086
+  run_step "ctest ($ctest_args)" "$out/ctest.log" timeout "$(left)" \
+    ctest --test-dir "$build" -j "$jobs" --output-on-failure --timeout 300 $ctest_args
+  grep -E "tests passed|tests failed" "$out/ctest.log" | tail -1 |
+    sed 's/^/gpu_check: ctest: /' | tee -a "$summary"
+  sed -n '/The following tests FAILED/,$p' "$out/ctest.log" | grep -E "^\s*[0-9]+ - " | head -30 |
+    sed 's/^ */gpu_check: ctest failure: /' | tee -a "$summary"
+fi
 
-pytest_args=${GPU_CHECK_PYTEST:-tests/python/test_genred_torch.py tests/python/test_genred_numpy.py
-  tests/python/test_genred_options.py tests/python/test_errors.py
-  tests/python/test_compat_pykeops.py tests/python/test_torch_func.py tests/python/test_ot_cuda.py
-  tests/python/test_block_sparse.py tests/python/test_kernel_solve.py tests/python/test_half.py}
-# shellcheck disable=SC2086  # the arguments are words on purpose
-run_step "pytest" "$out/pytest.log" "$py" -m pytest -q -p no:cacheprovider -rfEs $pytest_args
-tail -1 "$out/pytest.log" | sed 's/^/gpu_check: pytest: /' | tee -a "$summary"
+# The Python tests with CUDA paths (their CPU tests run in CI): those files, the tests whose
+# names match GPU_CHECK_PYTEST_K (empty: all of them).
+pytest_args=${GPU_CHECK_PYTEST:-tests/python/test_genred_torch.py tests/python/test_ot_cuda.py
+  tests/python/test_block_sparse.py tests/python/test_kernel_solve.py tests/python/test_half.py
+  tests/python/test_errors.py}
+pytest_k=${GPU_CHECK_PYTEST_K-cuda or gpu}
+if has_time "pytest"; then
+  # shellcheck disable=SC2086  # the arguments are words on purpose
+  run_step "pytest" "$out/pytest.log" timeout "$(left)" \
+    "$py" -m pytest -q -p no:cacheprovider -rfEs $pytest_args ${pytest_k:+-k "$pytest_k"}
+  tail -1 "$out/pytest.log" | sed 's/^/gpu_check: pytest: /' | tee -a "$summary"
+fi
 
+# bench_step NAME OUT_BASE COMMAND...: a benchmark with what is left of the deadline; its JSON
+# lines so far are kept when it runs out of time.
+bench_step() {
+  local name=$1 base=$2
+  shift 2
+  has_time "$name" || return 0
+  if PYTHONUNBUFFERED=1 timeout "$(left)" "$@" > "$out/$base.jsonl" 2> "$out/$base.log"; then
+    note "$name: ok ($(grep -c '^{' "$out/$base.jsonl") JSON lines)"
+  else
+    note "$name: FAILED or out of time (see $base.log; the lines so far are in $base.jsonl)"
+    failed=1
+  fi
+}
 bench_args=${GPU_CHECK_BENCH:---n 10000 100000 1000000 --host-budget}
 # shellcheck disable=SC2086
-if PYTHONUNBUFFERED=1 "$py" bench/gpu_bench.py $bench_args > "$out/gpu_bench.jsonl" \
-  2> "$out/gpu_bench.log"; then
-  note "gpu_bench: ok ($(wc -l < "$out/gpu_bench.jsonl") JSON lines)"
-else
-  note "gpu_bench: FAILED (see gpu_bench.log)"
-  failed=1
-fi
+bench_step gpu_bench gpu_bench "$py" bench/gpu_bench.py $bench_args
 # Half precision against float64 on the GPU (the table bench/RESULTS.md has for the CPU).
-if PYTHONUNBUFFERED=1 "$py" bench/half_accuracy.py --n 100000 --device cuda \
-  > "$out/half_accuracy.jsonl" 2> "$out/half_accuracy.log"; then
-  note "half_accuracy: ok"
-else
-  note "half_accuracy: FAILED (see half_accuracy.log)"
-  failed=1
-fi
+bench_step half_accuracy half_accuracy "$py" bench/half_accuracy.py --n 100000 --device cuda
 # Sinkhorn divergences: tessel.ot against GeomLoss (pykeops GPU) and flash-sinkhorn, one run.
 ot_args=${GPU_CHECK_OT_BENCH:---device cuda --n 10000 100000 1000000 --d 3 64 --repeats 1
   --max-pykeops 1000000}
 # shellcheck disable=SC2086
-if PYTHONUNBUFFERED=1 timeout 900 "$py" bench/ot_bench.py $ot_args > "$out/ot_bench.jsonl" \
-  2> "$out/ot_bench.log"; then
-  note "ot_bench: ok ($(grep -c '^{' "$out/ot_bench.jsonl") rows)"
-else
-  note "ot_bench: FAILED or timed out (see ot_bench.log; the rows so far are in ot_bench.jsonl)"
-  failed=1
-fi
+bench_step ot_bench ot_bench "$py" bench/ot_bench.py $ot_args
 finish "$failed"

@@ -399,6 +399,26 @@ def test_cuda_tensors_match_the_cpu():
     torch.testing.assert_close(g.cpu(), gref, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (or a CPU-only PyTorch)")
+@pytest.mark.parametrize("name", ["Min", "Max", "KMin"])
+def test_cuda_selection_gradients_match_the_cpu(name):
+    """Gradients through Min, Max and KMin (gathers and scatters over the selected partners),
+    first and second order, on CUDA tensors equal the CPU's (float64)."""
+    x, y, b, gam = to_torch(GAUSS.data(N, M))
+    k = make(name)
+    outs = []
+    for device in ("cpu", "cuda"):
+        xd, yd = (t.to(device).requires_grad_() for t in (x, y))
+        out = k(xd, yd, b.to(device), gam.to(device))
+        w = torch.linspace(-1, 1, out.numel(), dtype=out.dtype, device=device).view_as(out)
+        gx, gy = torch.autograd.grad((out * w).sum(), [xd, yd], create_graph=True)
+        (gxx,) = torch.autograd.grad((gx * gx).sum() + gy.sum(), xd)
+        assert gx.device.type == device and gxx.device.type == device
+        outs.append([t.detach().cpu() for t in (out, gx, gy, gxx)])
+    for got, want in zip(outs[1], outs[0]):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
+
+
 # ---- pickling, options ----------------------------------------------------------------------------
 @pytest.mark.parametrize("name,kw", [("Sum", {}), ("KMin_ArgKMin", dict(axis=0)),
                                      ("SumSoftMaxWeight", dict(sum_scheme="kahan_scheme")),
