@@ -107,8 +107,13 @@ def _check_tensors(args, who):
 
 def _solve_args(args, var):
     """The solve's arguments, detached, with b (argument `var`) contiguous: CG's vectors live
-    where b does, on the host or on b's GPU (no round trip)."""
-    return [a.detach().contiguous() if k == var else a.detach() for k, a in enumerate(args)]
+    where b does, on the host or on b's GPU (no round trip). The core's solve runs on each
+    device's default stream and returns when done: the caller's current streams are drained first
+    so that it reads what they wrote."""
+    out = [a.detach().contiguous() if k == var else a.detach() for k, a in enumerate(args)]
+    for dev in {a.device for a in out if a.is_cuda}:
+        torch.cuda.current_stream(dev).synchronize()
+    return out
 
 
 class _KernelSolveFunction(torch.autograd.Function):
@@ -149,10 +154,9 @@ class _KernelSolveFunction(torch.autograd.Function):
             outs = [torch.zeros_like(args[k], memory_format=torch.contiguous_format)
                     for k in want]
             dev = args[var].device
-            rep = _core.kernel_solve_grad(solver.reduction, var, _solve_args(args, var),
-                                          x.detach().to(dev).contiguous(),
-                                          g.detach().to(dev).contiguous(), want,
-                                          outs, **dict(opts, alpha=float(alpha)))
+            xg = x.detach().to(dev).contiguous(), g.detach().to(dev).contiguous()
+            rep = _core.kernel_solve_grad(solver.reduction, var, _solve_args(args, var), *xg,
+                                          want, outs, **dict(opts, alpha=float(alpha)))
             solver._report(rep, mode, stats, key="backward")
             for k, o in zip(want, outs):
                 grads[k] = o

@@ -35,6 +35,9 @@ class KernelBackend {
 
   // Throws a clear error unless `device` can run kernels (called before any output is touched).
   virtual void open_device(int device) {}
+  // Returns once the work queued on the caller's `stream` of `device` is done: the small device
+  // steps run on the device's default stream, which does not wait for the caller's own streams.
+  virtual void wait_for_stream(int device, void* stream) {}
 
   // Device outputs: the engine computes into host rows and these move them in and out of the
   // backend's memory. `dst`/`src` are (rows, cols) or (rows) arrays with contiguous rows; host

@@ -80,6 +80,16 @@ void NullBackend::open_device(int device) {
   opened_.push_back(device);
 }
 
+void NullBackend::wait_for_stream(int device, void* stream) {
+  std::lock_guard lk(mu_);
+  waits_.emplace_back(device, stream);
+}
+
+std::vector<std::pair<int, void*>> NullBackend::waits() const {
+  std::lock_guard lk(mu_);
+  return waits_;
+}
+
 void NullBackend::store_rows(const Array& src, const ArrayView& dst) {
   copy_rows(dst, const_cast<void*>(src.data()), true);
   std::lock_guard lk(mu_);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -41,6 +42,7 @@ class NullBackend final : public KernelBackend {
   bool run(const Problem& p, std::span<const ArrayView> outs) override;
   // "Device" outputs of a test are host memory: copied as such, and counted.
   void open_device(int device) override;
+  void wait_for_stream(int device, void* stream) override;
   void store_rows(const Array& src, const ArrayView& dst) override;
   Array load_rows(const ArrayView& src) override;
 
@@ -55,7 +57,8 @@ class NullBackend final : public KernelBackend {
   double dot_device(const ArrayView& x, const ArrayView& y) override;
 
   std::vector<NullCall> calls() const;
-  std::vector<int> opened() const;  // open_device arguments, in order
+  std::vector<int> opened() const;                   // open_device arguments, in order
+  std::vector<std::pair<int, void*>> waits() const;  // wait_for_stream arguments, in order
   int stores() const;
   int loads() const;
   int allocs() const;
@@ -69,6 +72,7 @@ class NullBackend final : public KernelBackend {
   mutable std::mutex mu_;
   std::vector<NullCall> calls_;
   std::vector<int> opened_;
+  std::vector<std::pair<int, void*>> waits_;
   int stores_ = 0, loads_ = 0, allocs_ = 0, adds_ = 0, sums_ = 0, converts_ = 0, vector_ops_ = 0;
 };
 

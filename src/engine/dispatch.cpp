@@ -382,8 +382,13 @@ int pick_device(std::span<const ArrayView> inputs, std::span<const ArrayView> ou
   for (size_t k = 0; k < inputs.size(); ++k) visit(inputs[k], "input " + std::to_string(k));
   for (size_t k = 0; k < outputs.size(); ++k) visit(outputs[k], "output " + std::to_string(k));
   if (device < 0 && opt.backend == Backend::Cuda) device = opt.device;
-  // A clear error without a usable GPU, before any output is touched.
-  if (device >= 0) BackendRegistry::instance().get(BackendId::Cuda).open_device(device);
+  // A clear error without a usable GPU, before any output is touched; then the caller's stream
+  // drained, so that steps on the device's default stream see what it wrote.
+  if (device >= 0) {
+    KernelBackend& dev = BackendRegistry::instance().get(BackendId::Cuda);
+    dev.open_device(device);
+    if (opt.stream != nullptr) dev.wait_for_stream(device, opt.stream);
+  }
   return device;
 }
 

@@ -226,6 +226,15 @@ TEST(NullBackend, CudaSlotGetsDeviceArraysAndOwnsTheirCopies) {
   for (int64_t q = 0; q < out.size(); ++q) EXPECT_EQ(out.at(q), 1.0f);
   expect_error([&] { evaluate(kGauss, in, outs, with(Backend::Compiled)); },
                {"input 0 is on CUDA device 1 but a CPU backend was requested"});
+  // The caller's stream is drained before anything runs (the default stream is not waited for:
+  // the device's own steps run on it, in order).
+  EXPECT_TRUE(null.waits().empty());
+  Options on_stream = with(Backend::Auto);
+  int token = 0;
+  on_stream.stream = &token;
+  evaluate(kGauss, in, outs, on_stream);
+  ASSERT_EQ(null.waits().size(), 1u);
+  EXPECT_EQ(null.waits()[0], (std::pair<int, void*>{1, &token}));
 }
 
 // Gradients through Min/Max/KMin gather and scatter. On device arrays the whole call stays on the

@@ -57,6 +57,7 @@ struct OnDevice {
   std::vector<CudaBuffer> buffers;
   std::vector<ArrayView> views;
   explicit OnDevice(const std::vector<Array>& host) {
+    cuda_set_device(0);  // the test's own copies need a current context; tessel's calls keep it
     for (const Array& a : host) {
       const size_t bytes = static_cast<size_t>(a.size()) * dtype_size(a.dtype());
       buffers.emplace_back(0, bytes);

@@ -46,6 +46,7 @@ struct Api {
   int (*device_total_mem)(size_t*, int) = nullptr;
   int (*primary_ctx_retain)(void**, int) = nullptr;
   int (*ctx_set_current)(void*) = nullptr;
+  int (*ctx_get_current)(void**) = nullptr;
   int (*module_load)(void**, const void*, unsigned, int*, void**) = nullptr;
   int (*module_function)(void**, void*, const char*) = nullptr;
   int (*func_set_attribute)(void*, int, int) = nullptr;
@@ -54,6 +55,7 @@ struct Api {
   int (*mem_alloc)(CuDevicePtr*, size_t) = nullptr;
   int (*mem_free)(CuDevicePtr) = nullptr;
   int (*memcpy_2d)(const Memcpy2D*, void*) = nullptr;
+  int (*memcpy)(CuDevicePtr, CuDevicePtr, size_t, void*) = nullptr;  // unified addresses
   int (*memset_d8)(CuDevicePtr, unsigned char, size_t, void*) = nullptr;
   int (*stream_sync)(void*) = nullptr;
   int (*error_name)(int, const char**) = nullptr;
@@ -100,12 +102,13 @@ bool bind_all(void* lib, Api& a) {
          bind(lib, "cuDeviceTotalMem_v2", a.device_total_mem) &&
          bind(lib, "cuDevicePrimaryCtxRetain", a.primary_ctx_retain) &&
          bind(lib, "cuCtxSetCurrent", a.ctx_set_current) &&
+         bind(lib, "cuCtxGetCurrent", a.ctx_get_current) &&
          bind(lib, "cuModuleLoadDataEx", a.module_load) &&
          bind(lib, "cuModuleGetFunction", a.module_function) &&
          bind(lib, "cuFuncSetAttribute", a.func_set_attribute) &&
          bind(lib, "cuLaunchKernel", a.launch) && bind(lib, "cuMemAlloc_v2", a.mem_alloc) &&
          bind(lib, "cuMemFree_v2", a.mem_free) && bind(lib, "cuMemcpy2DAsync_v2", a.memcpy_2d) &&
-         bind(lib, "cuMemsetD8Async", a.memset_d8) &&
+         bind(lib, "cuMemcpyAsync", a.memcpy) && bind(lib, "cuMemsetD8Async", a.memset_d8) &&
          bind(lib, "cuStreamSynchronize", a.stream_sync) &&
          bind(lib, "cuGetErrorName", a.error_name) &&
          bind(lib, "cuGetErrorString", a.error_string) &&
@@ -229,21 +232,37 @@ const CudaDevice& cuda_device(int device, const char* who) {
   return i.devices[static_cast<size_t>(device)];
 }
 
-void cuda_set_device(int device) {
+namespace {
+
+void* primary_context(int device) {
   cuda_device(device, "cuda_set_device");
   Loaded& l = loaded();
-  void* ctx = nullptr;
-  {
-    std::lock_guard lk(mutex());
-    void*& slot = l.contexts[static_cast<size_t>(device)];
-    if (!slot) {
-      int dev = 0;
-      check(l.api.device_get(&dev, device), "cuDeviceGet");
-      check(l.api.primary_ctx_retain(&slot, dev), "cuDevicePrimaryCtxRetain");
-    }
-    ctx = slot;
+  std::lock_guard lk(mutex());
+  void*& slot = l.contexts[static_cast<size_t>(device)];
+  if (!slot) {
+    int dev = 0;
+    check(l.api.device_get(&dev, device), "cuDeviceGet");
+    check(l.api.primary_ctx_retain(&slot, dev), "cuDevicePrimaryCtxRetain");
   }
-  check(l.api.ctx_set_current(ctx), "cuCtxSetCurrent");
+  return slot;
+}
+
+}  // namespace
+
+void cuda_set_device(int device) {
+  check(loaded().api.ctx_set_current(primary_context(device)), "cuCtxSetCurrent");
+}
+
+CudaContextScope::CudaContextScope(int device) {
+  const Api& a = api("cuda_set_device");
+  check(a.ctx_get_current(&previous_), "cuCtxGetCurrent");
+  void* ctx = primary_context(device);
+  if (ctx != previous_) check(a.ctx_set_current(ctx), "cuCtxSetCurrent");
+  changed_ = ctx != previous_;
+}
+
+CudaContextScope::~CudaContextScope() {
+  if (changed_) loaded().api.ctx_set_current(previous_);  // cannot fail on a valid context
 }
 
 CuFunction cuda_function(int device, const std::string& ptx, const std::string& name) {
@@ -254,7 +273,7 @@ CuFunction cuda_function(int device, const std::string& ptx, const std::string& 
     std::lock_guard lk(mutex());
     if (auto it = functions.find(key); it != functions.end()) return it->second;
   }
-  cuda_set_device(device);
+  const CudaContextScope scope(device);
   void* module = nullptr;
   // The JIT's error log says why a module does not load (e.g. PTX newer than the driver).
   char log[4096] = {0};
@@ -282,17 +301,19 @@ void cuda_launch(CuFunction f, unsigned grid_x, unsigned grid_y, unsigned block_
 
 CudaBuffer::CudaBuffer(int device, size_t bytes) : device_(device), bytes_(bytes) {
   const Api& a = api("CudaBuffer");
-  cuda_set_device(device);
   if (bytes == 0) return;
+  const CudaContextScope scope(device);
   if (int rc = a.mem_alloc(&ptr_, bytes); rc != 0)
     detail::fail("cuda", "cuMemAlloc of ", bytes >> 20, " MiB on GPU ", device,
                  " failed: ", describe(a, rc));
 }
 
 CudaBuffer::~CudaBuffer() {
-  if (ptr_) {
-    cuda_set_device(device_);
-    loaded().api.mem_free(ptr_);  // a failure here cannot be reported from a destructor
+  if (!ptr_) return;
+  try {  // nothing can be reported from a destructor: a failure leaks the buffer
+    const CudaContextScope scope(device_);
+    loaded().api.mem_free(ptr_);
+  } catch (...) {
   }
 }
 
@@ -313,8 +334,14 @@ int cuda_pointer_device(const void* p) {
   const Api& a = api("cuda_pointer_device");
   unsigned type = 0;
   const auto ptr = reinterpret_cast<CuDevicePtr>(p);
-  // Pageable host memory is unknown to the driver: that error means "host".
-  if (a.pointer_attribute(&type, kPointerMemoryType, ptr) != 0 || type != kMemDevice) return -1;
+  // Pageable host memory is unknown to the driver: CUDA_ERROR_INVALID_VALUE means "host". Any
+  // other error (no current context, a sticky error) must not pass a device pointer off as host
+  // memory.
+  constexpr int kInvalidValue = 1;
+  const int rc = a.pointer_attribute(&type, kPointerMemoryType, ptr);
+  if (rc == kInvalidValue) return -1;
+  check(rc, "cuPointerGetAttribute");
+  if (type != kMemDevice) return -1;
   int ordinal = -1;
   check(a.pointer_attribute(&ordinal, kPointerDeviceOrdinal, ptr), "cuPointerGetAttribute");
   return ordinal;
@@ -324,6 +351,14 @@ void cuda_copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch
                   size_t rows, CuStream stream) {
   const Api& a = api("cuda_copy_2d");
   if (rows == 0 || row_bytes == 0) return;
+  // Contiguous data (one row, or rows without gaps) as one linear copy: cuMemcpy2D caps pitches at
+  // 2^31 - 1 bytes, which a flat array passes, and one linear copy is the faster path anyway.
+  if (rows == 1 || (src_pitch == row_bytes && dst_pitch == row_bytes)) {
+    check(a.memcpy(reinterpret_cast<CuDevicePtr>(dst), reinterpret_cast<CuDevicePtr>(src),
+                   row_bytes * rows, stream),
+          "cuMemcpyAsync");
+    return;
+  }
   Memcpy2D c{};
   const bool src_dev = cuda_pointer_device(src) >= 0, dst_dev = cuda_pointer_device(dst) >= 0;
   c.src_type = src_dev ? kMemDevice : kMemHost;

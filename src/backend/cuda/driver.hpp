@@ -46,6 +46,21 @@ const CudaDevice& cuda_device(int device, const char* who);
 // pointers and streams from PyTorch are valid in it).
 void cuda_set_device(int device);
 
+// The device's primary context current on this thread for the scope's life, the previous one
+// restored after: the CUDA runtime (PyTorch's current device) follows the driver's current
+// context, so a call on cuda:1 must not leave a caller on cuda:0 switched.
+class CudaContextScope {
+ public:
+  explicit CudaContextScope(int device);
+  ~CudaContextScope();
+  CudaContextScope(const CudaContextScope&) = delete;
+  CudaContextScope& operator=(const CudaContextScope&) = delete;
+
+ private:
+  void* previous_ = nullptr;
+  bool changed_ = false;
+};
+
 // The kernel `name` of `ptx`, loaded once per (device, PTX) and kept for the process.
 CuFunction cuda_function(int device, const std::string& ptx, const std::string& name);
 

@@ -56,24 +56,52 @@ void pack(const Bound& b, int64_t rows, int offset, int width, CuDevicePtr dst, 
           CuStream stream, std::vector<std::vector<unsigned char>>& staging) {
   if (rows == 0) return;
   const void* src = b.data;
-  size_t src_pitch = static_cast<size_t>(b.s_row) * elem;
-  if (b.s_col != 1 || (b.s_row == 0 && b.rows == 1 && rows > 1)) {
-    // Strided columns cannot be a 2-D copy: gather them on the host first.
-    if (cuda_pointer_device(b.data) >= 0)
+  const size_t row_bytes = static_cast<size_t>(b.dim) * elem;
+  // One row (a parameter) has no pitch of its own: the driver wants one no smaller than the row.
+  size_t src_pitch = rows == 1 ? row_bytes : static_cast<size_t>(b.s_row) * elem;
+  const bool broadcast = b.s_row == 0 && rows > 1;  // one row read by every row
+  const bool strided = b.s_col != 1 && b.dim > 1;
+  if (strided || broadcast) {
+    // Strided columns or a repeated row cannot be a 2-D copy: gather them on the host first (a
+    // repeated row of device memory is fetched once: it is a single row).
+    const bool on_device = cuda_pointer_device(b.data) >= 0;
+    if (on_device && strided)
       detail::fail(kWho, "input ", b.index, " is a CUDA array whose rows are not contiguous ",
                    "(element stride ", b.s_col, "); pass a contiguous array (.contiguous())");
-    auto& tmp = staging.emplace_back(static_cast<size_t>(b.rows) * b.dim * elem);
-    for (int64_t r = 0; r < b.rows; ++r)
-      for (int c = 0; c < b.dim; ++c)
-        std::memcpy(tmp.data() + (r * b.dim + c) * elem,
-                    static_cast<const unsigned char*>(b.data) + (r * b.s_row + c * b.s_col) * elem,
-                    elem);
+    std::vector<unsigned char> row(row_bytes);
+    auto& tmp = staging.emplace_back(static_cast<size_t>(rows) * row_bytes);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (r == 0 || !broadcast) {
+        const auto* at =
+            static_cast<const unsigned char*>(b.data) + (broadcast ? 0 : r * b.s_row) * elem;
+        if (on_device) {
+          cuda_copy_2d(row.data(), row_bytes, at, row_bytes, row_bytes, 1, stream);
+          cuda_synchronize(stream);
+        } else {
+          for (int c = 0; c < b.dim; ++c)
+            std::memcpy(row.data() + c * elem, at + c * b.s_col * elem, elem);
+        }
+      }
+      std::memcpy(tmp.data() + r * row_bytes, row.data(), row_bytes);
+    }
     src = tmp.data();
-    src_pitch = static_cast<size_t>(b.dim) * elem;
+    src_pitch = row_bytes;
   }
   cuda_copy_2d(reinterpret_cast<void*>(dst + offset * elem), width * elem, src, src_pitch,
-               b.dim * elem, static_cast<size_t>(rows), stream);
+               row_bytes, static_cast<size_t>(rows), stream);
 }
+
+// Waits for a stream when leaving a scope, an error's included, without throwing: work queued on
+// the workspace must end before the next call may reuse it.
+struct StreamDrain {
+  CuStream stream;
+  ~StreamDrain() {
+    try {
+      cuda_synchronize(stream);
+    } catch (...) {
+    }
+  }
+};
 
 // The pipeline's device (stream_plan.hpp) on the driver: buffers, pinned staging, streams and
 // events of one streamed call, all released with it.
@@ -82,7 +110,12 @@ class DriverStreamDevice final : public StreamDevice {
   DriverStreamDevice(int device, CuFunction kernel, const CudaKernelPlan& plan)
       : device_(device), kernel_(kernel), plan_(plan) {}
   ~DriverStreamDevice() override {
-    for (CuStream s : streams_) cuda_synchronize(s);
+    for (CuStream s : streams_) {
+      try {  // a failed call already threw; the rest is released regardless
+        cuda_synchronize(s);
+      } catch (...) {
+      }
+    }
     for (CuEvent e : events_) cuda_event_destroy(e);
     for (CuStream s : streams_) cuda_stream_destroy(s);
     for (void* h : host_) cuda_host_free(h);
@@ -137,6 +170,10 @@ class CudaBackend final : public KernelBackend {
   const char* name() const override { return "cuda"; }
   bool run(const Problem& p, std::span<const ArrayView> outs) override;
   void open_device(int device) override { cuda_device(device, kWho); }
+  void wait_for_stream(int device, void* stream) override {
+    const CudaContextScope scope(device);
+    cuda_synchronize(static_cast<CuStream>(stream));
+  }
   void store_rows(const Array& src, const ArrayView& dst) override;
   Array load_rows(const ArrayView& src) override;
   void forget_loaded() override {
@@ -181,6 +218,7 @@ size_t device_pitch(const ArrayView& a, int64_t cols) {
 }
 
 void CudaBackend::store_rows(const Array& src, const ArrayView& dst) {
+  const CudaContextScope scope(dst.device.index);
   int64_t rows = 0, cols = 0;
   output_rows(dst, rows, cols);
   const size_t pitch = device_pitch(dst, cols);
@@ -190,6 +228,7 @@ void CudaBackend::store_rows(const Array& src, const ArrayView& dst) {
 }
 
 Array CudaBackend::load_rows(const ArrayView& src) {
+  const CudaContextScope scope(src.device.index);
   int64_t rows = 0, cols = 0;
   output_rows(src, rows, cols);
   const size_t pitch = device_pitch(src, cols);
@@ -243,6 +282,7 @@ void CudaBackend::add_rows_device(const ArrayView& src, const ArrayView& dst) {
   const int device = dst.device.index;
   const bool f64 = dst.dtype == DType::Float64;
   const CudaDevice& dev = cuda_device(device, kWho);
+  const CudaContextScope scope(device);
   CuFunction add =
       cuda_function(device, cuda_ptx(cuda_add_rows_source(f64), dev.arch()), "tessel_add_rows");
   CuDevicePtr d = reinterpret_cast<CuDevicePtr>(dst.data),
@@ -250,7 +290,6 @@ void CudaBackend::add_rows_device(const ArrayView& src, const ArrayView& dst) {
   long long pitch = device_pitch(dst, cols) / dtype_size(dst.dtype), r = rows, c = cols;
   void* args[] = {&d, &pitch, &s, &r, &c};
   constexpr unsigned kBlock = 256;
-  cuda_set_device(device);
   cuda_launch(add, static_cast<unsigned>((rows * cols + kBlock - 1) / kBlock), 1, kBlock, 0,
               nullptr, args);
   cuda_synchronize(nullptr);
@@ -262,6 +301,7 @@ void CudaBackend::sum_rows_device(const ArrayView& src, const ArrayView& dst) {
   if (cols == 0) return;
   const int device = dst.device.index;
   const CudaDevice& dev = cuda_device(device, kWho);
+  const CudaContextScope scope(device);
   CuFunction sum =
       cuda_function(device, cuda_ptx(cuda_sum_rows_source(dst.dtype == DType::Float64), dev.arch()),
                     "tessel_sum_rows");
@@ -270,7 +310,6 @@ void CudaBackend::sum_rows_device(const ArrayView& src, const ArrayView& dst) {
   long long r = rows, c = cols,
             stride = dst.shape.empty() ? 1 : dst.stride(static_cast<int>(dst.shape.size()) - 1);
   void* args[] = {&s, &r, &c, &d, &stride};
-  cuda_set_device(device);
   cuda_launch(sum, static_cast<unsigned>(cols), 1, kCudaSumRowsBlock,
               kCudaSumRowsBlock * sizeof(double), nullptr, args);
   cuda_synchronize(nullptr);
@@ -281,6 +320,7 @@ void CudaBackend::convert_device(const ArrayView& src, const ArrayView& dst) {
   if (n == 0) return;
   const int device = dst.device.index;
   const CudaDevice& dev = cuda_device(device, kWho);
+  const CudaContextScope scope(device);
   CuFunction conv = cuda_function(
       device, cuda_ptx(cuda_convert_source(src.dtype, dst.dtype), dev.arch()), "tessel_convert");
   CuDevicePtr s = reinterpret_cast<CuDevicePtr>(src.data),
@@ -288,7 +328,6 @@ void CudaBackend::convert_device(const ArrayView& src, const ArrayView& dst) {
   long long count = n;
   void* args[] = {&s, &d, &count};
   constexpr unsigned kBlock = 256;
-  cuda_set_device(device);
   const long long blocks = std::min<long long>((n + kBlock - 1) / kBlock, 1 << 16);
   cuda_launch(conv, static_cast<unsigned>(blocks), 1, kBlock, 0, nullptr, args);
   cuda_synchronize(nullptr);
@@ -299,6 +338,7 @@ void CudaBackend::axpby_device(double a, const ArrayView& x, double b, const Arr
   if (n == 0) return;
   const int device = y.device.index;
   const CudaDevice& dev = cuda_device(device, "kernel_solve");
+  const CudaContextScope scope(device);
   CuFunction k = cuda_function(device, cuda_ptx(cuda_axpby_source(x.dtype, y.dtype), dev.arch()),
                                "tessel_axpby");
   CuDevicePtr xp = reinterpret_cast<CuDevicePtr>(x.data),
@@ -307,7 +347,6 @@ void CudaBackend::axpby_device(double a, const ArrayView& x, double b, const Arr
   void* args[] = {&a, &xp, &b, &yp, &count};
   constexpr unsigned kBlock = 256;
   const long long blocks = std::min<long long>((n + kBlock - 1) / kBlock, 1 << 16);
-  cuda_set_device(device);
   cuda_launch(k, static_cast<unsigned>(blocks), 1, kBlock, 0, nullptr, args);
   cuda_synchronize(nullptr);
 }
@@ -317,6 +356,7 @@ double CudaBackend::dot_device(const ArrayView& x, const ArrayView& y) {
   if (n == 0) return 0;
   const int device = x.device.index;
   const CudaDevice& dev = cuda_device(device, "kernel_solve");
+  const CudaContextScope scope(device);
   CuFunction dot =
       cuda_function(device, cuda_ptx(cuda_dot_source(x.dtype, y.dtype), dev.arch()), "tessel_dot");
   CuFunction sum =
@@ -332,7 +372,6 @@ double CudaBackend::dot_device(const ArrayView& x, const ArrayView& y) {
   long long count = n, rows = kCudaDotBlocks, cols = 1, stride = 1;
   void* dargs[] = {&xp, &yp, &count, const_cast<CuDevicePtr*>(&part)};
   void* sargs[] = {const_cast<CuDevicePtr*>(&part), &rows, &cols, &out, &stride};
-  cuda_set_device(device);
   cuda_launch(dot, kCudaDotBlocks, 1, kCudaSumRowsBlock, kCudaSumRowsBlock * sizeof(double),
               nullptr, dargs);
   cuda_launch(sum, 1, 1, kCudaSumRowsBlock, kCudaSumRowsBlock * sizeof(double), nullptr, sargs);
@@ -347,6 +386,7 @@ bool CudaBackend::run_indexed(const Problem& p, std::span<const ArrayView> outs)
   const ReductionImpl& r = *p.r;
   const int device = p.device;
   const CudaDevice& dev = cuda_device(device, kWho);
+  const CudaContextScope scope(device);
   const bool f64 = p.dtype == DType::Float64, gather = r.op == ReductionOp::GatherSum;
   // The table of pointers and strides; the engine sends only problems whose data is all here.
   std::vector<unsigned long long> table;
@@ -369,10 +409,10 @@ bool CudaBackend::run_indexed(const Problem& p, std::span<const ArrayView> outs)
   const int64_t n_anchor = gather ? p.n_outer : p.n_inner;
   const int64_t n_partner = gather ? p.n_inner : p.n_outer;
   const size_t elem = f64 ? 8 : 4, values = static_cast<size_t>(p.n_outer) * D;
-  cuda_set_device(device);
   Workspace& ws = workspace(device);
   std::lock_guard lk(ws.mu);
   auto stream = static_cast<CuStream>(p.opt.stream);
+  const StreamDrain drain{stream};  // the workspace is free again only once the stream is idle
   const size_t tb = std::max<size_t>(8, table.size() * 8);
   const CuDevicePtr vt = ws.get(device, 9, tb);
   const CuDevicePtr out = ws.get(device, 3, std::max<size_t>(1, values * elem));
@@ -410,6 +450,7 @@ bool CudaBackend::run_indexed(const Problem& p, std::span<const ArrayView> outs)
 bool CudaBackend::run(const Problem& p, std::span<const ArrayView> outs) {
   const int device = p.device;
   const CudaDevice& dev = cuda_device(device, kWho);
+  const CudaContextScope scope(device);
   const ReductionImpl& r = *p.r;
   if (reduction_info(r.op).is_indexed()) return run_indexed(p, outs);
   if (reduction_info(r.op).family == ReductionFamily::KSelect && r.k > kCompiledMaxK)
@@ -428,11 +469,11 @@ bool CudaBackend::run(const Problem& p, std::span<const ArrayView> outs) {
   CuFunction kernel = cuda_function(device, ptx, "tessel_kernel");
   CuFunction combine = plan.split_j > 1 ? cuda_function(device, ptx, "tessel_combine") : nullptr;
 
-  cuda_set_device(device);
   if (p.opt.gpu_memory_budget > 0 && run_streamed_if_needed(p, outs, plan, kernel)) return true;
   Workspace& ws = workspace(device);
   std::lock_guard lk(ws.mu);
   auto stream = static_cast<CuStream>(p.opt.stream);
+  const StreamDrain drain{stream};  // the workspace is free again only once the stream is idle
   const int64_t no = p.n_outer, ni = p.n_inner;
   const CuDevicePtr X = ws.get(device, 0, std::max<size_t>(1, no * L.outer_dim * elem));
   const CuDevicePtr Y = ws.get(device, 1, std::max<size_t>(1, ni * L.inner_dim * elem));
