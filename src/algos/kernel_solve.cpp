@@ -56,16 +56,6 @@ struct Flat {
   }
 };
 
-// C-contiguous (what the device steps need: flat arrays).
-bool contiguous_rows(const ArrayView& v) {
-  int64_t expect = 1;
-  for (int k = static_cast<int>(v.shape.size()) - 1; k >= 0; --k) {
-    if (v.shape[k] != 1 && v.stride(k) != expect) return false;
-    expect *= v.shape[k];
-  }
-  return true;
-}
-
 std::string where(const Device& d) {
   return d.kind == DeviceKind::CPU ? std::string("the CPU")
                                    : "CUDA device " + std::to_string(d.index);
@@ -80,7 +70,7 @@ void check_float_view(const ArrayView& v, const char* what, DType dtype,
       (device.kind == DeviceKind::CUDA && v.device.index != device.index))
     detail::fail(kWho, what, " is on ", where(v.device), " but b is on ", where(device),
                  "; expected ", what, " on b's device");
-  if (v.device.kind == DeviceKind::CUDA && !contiguous_rows(v))
+  if (v.device.kind == DeviceKind::CUDA && !contiguous(v))
     detail::fail(kWho, what, " is a non-contiguous CUDA array; pass a contiguous one");
   if (v.dtype != dtype)
     detail::fail_type(kWho, what, " has dtype ", dtype_name(v.dtype), "; expected ",
@@ -141,7 +131,7 @@ class KernelOperator {
     const ArrayView& b = inputs_[var_];
     if (b.dtype != DType::Float32 && b.dtype != DType::Float64)
       detail::fail_type(kWho, "b has dtype ", dtype_name(b.dtype), "; expected float32 or float64");
-    if (b.device.kind == DeviceKind::CUDA && !contiguous_rows(b))
+    if (b.device.kind == DeviceKind::CUDA && !contiguous(b))
       detail::fail(kWho, "b is a non-contiguous CUDA array; pass a contiguous one");
     const bool shape_ok =
         (b.shape.size() == 1 && slot->dim == 1) || (b.shape.size() == 2 && b.shape[1] == slot->dim);
@@ -262,9 +252,11 @@ class DeviceSpace final : public CgSpace {
     dev_.axpby_device(1, out_buf_.view, 0, v_[to].view);
     if (op_.alpha() != 0) axpby(op_.alpha(), from, 1, to);
   }
-  void load(const ArrayView& a, Slot s) override { dev_.axpby_device(1, flat(a), 0, v_[s].view); }
+  void load(const ArrayView& a, Slot s) override {
+    dev_.axpby_device(1, flat_view(a), 0, v_[s].view);
+  }
   void store(Slot s, const ArrayView& a, double scale) override {
-    dev_.axpby_device(scale, v_[s].view, 0, flat(a));
+    dev_.axpby_device(scale, v_[s].view, 0, flat_view(a));
   }
   ArrayView scratch() override { return scratch_.emplace_back(alloc(op_.dtype())).view; }
 
@@ -275,12 +267,6 @@ class DeviceSpace final : public CgSpace {
     DeviceRows d = dev_.alloc_rows(dtype, b.size(), 1, b.device.index);
     d.view.shape = b.shape;
     return d;
-  }
-  static ArrayView flat(const ArrayView& a) {
-    ArrayView f = a;
-    f.shape = {a.size()};
-    f.strides.clear();
-    return f;
   }
 
   KernelOperator& op_;

@@ -35,8 +35,9 @@ class KernelBackend {
 
   // Throws a clear error unless `device` can run kernels (called before any output is touched).
   virtual void open_device(int device) {}
-  // Returns once the work queued on the caller's `stream` of `device` is done: the small device
-  // steps run on the device's default stream, which does not wait for the caller's own streams.
+  // Orders `device`'s default stream after the work queued so far on the caller's `stream`: the
+  // small device steps run on the default stream, which does not wait for the caller's own
+  // (non-blocking) streams by itself.
   virtual void wait_for_stream(int device, void* stream) {}
 
   // Device outputs: the engine computes into host rows and these move them in and out of the
@@ -77,6 +78,27 @@ KernelBackend& cuda_backend();         // backend/cuda/launch.cpp
 inline void output_rows(const ArrayView& a, int64_t& rows, int64_t& cols) {
   cols = a.shape.size() == 2 ? a.shape[1] : 1;
   rows = a.shape.empty() ? 1 : a.shape[0];
+}
+
+// Whether `a` is C-contiguous (its elements in row-major order without gaps; the strides of
+// dimensions of size 1 do not matter).
+inline bool contiguous(const ArrayView& a) {
+  if (a.strides.empty()) return true;
+  int64_t expect = 1;
+  for (int k = static_cast<int>(a.shape.size()) - 1; k >= 0; --k) {
+    if (a.shape[k] != 1 && a.strides[k] != expect) return false;
+    if (__builtin_mul_overflow(expect, a.shape[k], &expect)) return false;
+  }
+  return true;
+}
+
+// `a` as one flat row of a.size() elements (C-contiguous arrays only): what the device steps
+// that work elementwise take.
+inline ArrayView flat_view(const ArrayView& a) {
+  ArrayView f = a;
+  f.shape = {a.size()};
+  f.strides.clear();
+  return f;
 }
 
 }  // namespace tessel

@@ -45,6 +45,19 @@ void copy_rows(const ArrayView& dev, void* host, bool to_dev) {
   }
 }
 
+// Element q of a float32 or float64 array, read and written in double.
+double element(const ArrayView& a, int64_t q) {
+  return a.dtype == DType::Float32 ? static_cast<const float*>(a.data)[q]
+                                   : static_cast<const double*>(a.data)[q];
+}
+
+void put(const ArrayView& a, int64_t q, double v) {
+  if (a.dtype == DType::Float32)
+    static_cast<float*>(a.data)[q] = static_cast<float>(v);
+  else
+    static_cast<double*>(a.data)[q] = v;
+}
+
 }  // namespace
 
 bool NullBackend::run(const Problem& p, std::span<const ArrayView> outs) {
@@ -120,13 +133,8 @@ void NullBackend::add_rows_device(const ArrayView& src, const ArrayView& dst) {
   output_rows(dst, rows, cols);
   const int64_t pitch = dst.shape.size() == 2 || cols == 1 ? dst.stride(0) : 1;
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) {
-      const int64_t s = r * cols + c, d = r * pitch + c;
-      if (dst.dtype == DType::Float32)
-        static_cast<float*>(dst.data)[d] += static_cast<const float*>(src.data)[s];
-      else
-        static_cast<double*>(dst.data)[d] += static_cast<const double*>(src.data)[s];
-    }
+    for (int64_t c = 0; c < cols; ++c)
+      put(dst, r * pitch + c, element(dst, r * pitch + c) + element(src, r * cols + c));
   std::lock_guard lk(mu_);
   ++adds_;
 }
@@ -137,13 +145,8 @@ void NullBackend::sum_rows_device(const ArrayView& src, const ArrayView& dst) {
   const int64_t stride = dst.shape.empty() ? 1 : dst.stride(static_cast<int>(dst.shape.size()) - 1);
   for (int64_t c = 0; c < cols; ++c) {
     double s = 0;
-    for (int64_t r = 0; r < rows; ++r)
-      s += dst.dtype == DType::Float32 ? static_cast<const float*>(src.data)[r * cols + c]
-                                       : static_cast<const double*>(src.data)[r * cols + c];
-    if (dst.dtype == DType::Float32)
-      static_cast<float*>(dst.data)[c * stride] = static_cast<float>(s);
-    else
-      static_cast<double*>(dst.data)[c * stride] = s;
+    for (int64_t r = 0; r < rows; ++r) s += element(src, r * cols + c);
+    put(dst, c * stride, s);
   }
   std::lock_guard lk(mu_);
   ++sums_;
@@ -167,21 +170,9 @@ void NullBackend::convert_device(const ArrayView& src, const ArrayView& dst) {
   ++converts_;
 }
 
-namespace {
-double element(const ArrayView& a, int64_t q) {
-  return a.dtype == DType::Float32 ? static_cast<const float*>(a.data)[q]
-                                   : static_cast<const double*>(a.data)[q];
-}
-}  // namespace
-
 void NullBackend::axpby_device(double a, const ArrayView& x, double b, const ArrayView& y) {
-  for (int64_t q = 0; q < y.size(); ++q) {
-    const double v = b == 0 ? a * element(x, q) : a * element(x, q) + b * element(y, q);
-    if (y.dtype == DType::Float32)
-      static_cast<float*>(y.data)[q] = static_cast<float>(v);
-    else
-      static_cast<double*>(y.data)[q] = v;
-  }
+  for (int64_t q = 0; q < y.size(); ++q)
+    put(y, q, b == 0 ? a * element(x, q) : a * element(x, q) + b * element(y, q));
   std::lock_guard lk(mu_);
   ++vector_ops_;
 }

@@ -51,6 +51,11 @@ const char* kBlockTree =
     "    __syncthreads();\n"
     "  }\n";
 
+// Every element q < n, whatever the grid: the loop head of the elementwise kernels.
+const std::string kGridStride =
+    "  for (long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x; q < n;\n"
+    "       q += (long long)gridDim.x * blockDim.x)\n";
+
 const char* storage_type(DType t) {
   switch (t) {
     case DType::Float32:
@@ -107,9 +112,8 @@ std::string cuda_axpby_source(DType x, DType y) {
          float_type(x, "cuda_axpby_source") + " X;\ntypedef " + float_type(y, "cuda_axpby_source") +
          " Y;\n"
          "extern \"C\" __global__ void tessel_axpby(double a, const X* __restrict__ x, double b,\n"
-         "    Y* __restrict__ y, long long n) {\n"
-         "  for (long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x; q < n;\n"
-         "       q += (long long)gridDim.x * blockDim.x)\n"
+         "    Y* __restrict__ y, long long n) {\n" +
+         kGridStride +
          "    y[q] = (Y)(b == 0 ? a * (double)x[q] : a * (double)x[q] + b * (double)y[q]);\n"
          "}\n";
 }
@@ -123,9 +127,8 @@ std::string cuda_dot_source(DType x, DType y) {
          "extern \"C\" __global__ void tessel_dot(const X* __restrict__ x,\n"
          "    const Y* __restrict__ y, long long n, double* __restrict__ out) {\n"
          "  extern __shared__ double part[];\n"
-         "  double s = 0;\n"
-         "  for (long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x; q < n;\n"
-         "       q += (long long)gridDim.x * blockDim.x)\n"
+         "  double s = 0;\n" +
+         kGridStride +
          "    s += (double)x[q] * (double)y[q];\n"
          "  part[threadIdx.x] = s;\n" +
          kBlockTree + "  if (threadIdx.x == 0) out[blockIdx.x] = part[0];\n}\n";
@@ -145,11 +148,8 @@ std::string cuda_convert_source(DType from, DType to) {
          " S;\ntypedef " + storage_type(to) +
          " D;\n"
          "extern \"C\" __global__ void tessel_convert(const S* __restrict__ src,\n"
-         "    D* __restrict__ dst, long long n) {\n"
-         "  for (long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x; q < n;\n"
-         "       q += (long long)gridDim.x * blockDim.x)\n"
-         "    dst[q] = " +
-         expr + ";\n}\n";
+         "    D* __restrict__ dst, long long n) {\n" +
+         kGridStride + "    dst[q] = " + expr + ";\n}\n";
 }
 
 }  // namespace tessel

@@ -102,16 +102,6 @@ void check_output(const ReductionImpl& r, int k, const ArrayView& o, int64_t row
   check_extent(fn, who, o);
 }
 
-bool contiguous(const ArrayView& a) {
-  if (a.strides.empty()) return true;
-  int64_t expect = 1;
-  for (int k = static_cast<int>(a.shape.size()) - 1; k >= 0; --k) {
-    if (a.shape[k] != 1 && a.strides[k] != expect) return false;
-    if (__builtin_mul_overflow(expect, a.shape[k], &expect)) return false;
-  }
-  return true;
-}
-
 // The row blocks of a reduction: all rows over [0, n_inner), or the block-sparse ranges checked
 // and completed with empty blocks for the rows they leave out.
 std::vector<RowBlock> row_blocks(const ReductionImpl& r, const Options& opt, int64_t n_outer,

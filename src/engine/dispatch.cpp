@@ -382,8 +382,8 @@ int pick_device(std::span<const ArrayView> inputs, std::span<const ArrayView> ou
   for (size_t k = 0; k < inputs.size(); ++k) visit(inputs[k], "input " + std::to_string(k));
   for (size_t k = 0; k < outputs.size(); ++k) visit(outputs[k], "output " + std::to_string(k));
   if (device < 0 && opt.backend == Backend::Cuda) device = opt.device;
-  // A clear error without a usable GPU, before any output is touched; then the caller's stream
-  // drained, so that steps on the device's default stream see what it wrote.
+  // A clear error without a usable GPU, before any output is touched; then the device's default
+  // stream ordered after the caller's, so that steps on it see what the caller's stream wrote.
   if (device >= 0) {
     KernelBackend& dev = BackendRegistry::instance().get(BackendId::Cuda);
     dev.open_device(device);

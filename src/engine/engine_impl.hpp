@@ -25,7 +25,6 @@ void check_extent(const char* fn, const std::string& who, const ArrayView& a);
 Bound bind(const VarSlot& v, const ArrayView& a, bool cuda);
 void check_output(const ReductionImpl& r, int k, const ArrayView& o, int64_t rows, DType dtype,
                   bool cuda);
-bool contiguous(const ArrayView& a);
 // The row blocks of a reduction: all rows over [0, n_inner), or the block-sparse ranges checked
 // and completed with empty blocks for the rows they leave out.
 std::vector<RowBlock> row_blocks(const ReductionImpl& r, const Options& opt, int64_t n_outer,

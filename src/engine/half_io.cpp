@@ -34,7 +34,11 @@ void for_each_element(const ArrayView& a, F&& f) {
   }
 }
 
-void require_contiguous(const ArrayView& a, const std::string& who);
+void require_contiguous(const ArrayView& a, const std::string& who) {
+  if (!contiguous(a))
+    detail::fail("evaluate", who, " is a non-contiguous ", dtype_name(a.dtype),
+                 " CUDA array; pass a contiguous one (.contiguous())");
+}
 
 // A device array's elements as one host row (contiguous arrays only: one copy).
 Array load_device(const ArrayView& a, const std::string& who) {
@@ -57,20 +61,6 @@ uint16_t encode(DType t, float v) {
 KernelBackend* device_converter() {
   KernelBackend& dev = BackendRegistry::instance().get(BackendId::Cuda);
   return dev.writes_device_outputs() ? &dev : nullptr;
-}
-
-// `a` as one contiguous row (the conversion kernels see flat arrays).
-ArrayView flat(const ArrayView& a) {
-  ArrayView f = a;
-  f.shape = {a.size()};
-  f.strides.clear();
-  return f;
-}
-
-void require_contiguous(const ArrayView& a, const std::string& who) {
-  if (!contiguous(a))
-    detail::fail("evaluate", who, " is a non-contiguous ", dtype_name(a.dtype),
-                 " CUDA array; pass a contiguous one (.contiguous())");
 }
 
 }  // namespace
@@ -108,7 +98,7 @@ HalfInputs convert_half_inputs(std::span<const ArrayView> inputs, const Options&
       require_contiguous(a, who);
       DeviceRows& d = h.device_arrays.emplace_back(
           conv->alloc_rows(DType::Float32, 1, a.size(), a.device.index));
-      conv->convert_device(flat(a), flat(d.view));
+      conv->convert_device(flat_view(a), flat_view(d.view));
       h.views[k] = d.view;
       h.views[k].shape = a.shape;
       continue;
@@ -190,7 +180,8 @@ void HalfOutputs::finish() const {
     const ArrayView& o = outputs_[k];
     if (!is_half(o.dtype)) continue;
     if (views_[k].device.kind == DeviceKind::CUDA) {
-      if (o.size() > 0) device_converter()->convert_device(flat(device_[d].view), flat(o));
+      if (o.size() > 0)
+        device_converter()->convert_device(flat_view(device_[d].view), flat_view(o));
       ++d;
     } else {
       store_half(host_[h++], o, "output " + std::to_string(k));

@@ -226,8 +226,8 @@ TEST(NullBackend, CudaSlotGetsDeviceArraysAndOwnsTheirCopies) {
   for (int64_t q = 0; q < out.size(); ++q) EXPECT_EQ(out.at(q), 1.0f);
   expect_error([&] { evaluate(kGauss, in, outs, with(Backend::Compiled)); },
                {"input 0 is on CUDA device 1 but a CPU backend was requested"});
-  // The caller's stream is drained before anything runs (the default stream is not waited for:
-  // the device's own steps run on it, in order).
+  // The device's default stream is ordered after the caller's stream before anything runs (not
+  // for the default stream itself: the device's own steps run on it, in order).
   EXPECT_TRUE(null.waits().empty());
   Options on_stream = with(Backend::Auto);
   int token = 0;

@@ -91,11 +91,14 @@ void pack(const Bound& b, int64_t rows, int offset, int width, CuDevicePtr dst, 
                row_bytes, static_cast<size_t>(rows), stream);
 }
 
-// Waits for a stream when leaving a scope, an error's included, without throwing: work queued on
-// the workspace must end before the next call may reuse it.
+// Waits for a stream when a call leaves early (an error), without throwing: work queued on the
+// workspace must end before the next call may reuse it. A call that ends normally waits itself,
+// reporting errors, and disarms it.
 struct StreamDrain {
   CuStream stream;
+  bool armed = true;
   ~StreamDrain() {
+    if (!armed) return;
     try {
       cuda_synchronize(stream);
     } catch (...) {
@@ -171,8 +174,12 @@ class CudaBackend final : public KernelBackend {
   bool run(const Problem& p, std::span<const ArrayView> outs) override;
   void open_device(int device) override { cuda_device(device, kWho); }
   void wait_for_stream(int device, void* stream) override {
+    // An event, not a host wait: the caller's earlier kernels keep running while this call is
+    // prepared, and its default-stream steps start after them.
     const CudaContextScope scope(device);
-    cuda_synchronize(static_cast<CuStream>(stream));
+    CuEvent done = cuda_event_record(static_cast<CuStream>(stream));
+    cuda_stream_wait(nullptr, done);
+    cuda_event_destroy(done);  // released by the driver once it has completed
   }
   void store_rows(const Array& src, const ArrayView& dst) override;
   Array load_rows(const ArrayView& src) override;
@@ -412,7 +419,7 @@ bool CudaBackend::run_indexed(const Problem& p, std::span<const ArrayView> outs)
   Workspace& ws = workspace(device);
   std::lock_guard lk(ws.mu);
   auto stream = static_cast<CuStream>(p.opt.stream);
-  const StreamDrain drain{stream};  // the workspace is free again only once the stream is idle
+  StreamDrain drain{stream};  // the workspace is free again only once the stream is idle
   const size_t tb = std::max<size_t>(8, table.size() * 8);
   const CuDevicePtr vt = ws.get(device, 9, tb);
   const CuDevicePtr out = ws.get(device, 3, std::max<size_t>(1, values * elem));
@@ -428,6 +435,7 @@ bool CudaBackend::run_indexed(const Problem& p, std::span<const ArrayView> outs)
     cuda_launch(kernel, static_cast<unsigned>((n_anchor + kBlock - 1) / kBlock), 1, kBlock, 0,
                 stream, args);
   cuda_synchronize(stream);
+  drain.armed = false;
   if (!gather) {  // the double sums rounded into the output's dtype
     ArrayView a, o;
     a.data = reinterpret_cast<void*>(acc);
@@ -473,7 +481,7 @@ bool CudaBackend::run(const Problem& p, std::span<const ArrayView> outs) {
   Workspace& ws = workspace(device);
   std::lock_guard lk(ws.mu);
   auto stream = static_cast<CuStream>(p.opt.stream);
-  const StreamDrain drain{stream};  // the workspace is free again only once the stream is idle
+  StreamDrain drain{stream};  // the workspace is free again only once the stream is idle
   const int64_t no = p.n_outer, ni = p.n_inner;
   const CuDevicePtr X = ws.get(device, 0, std::max<size_t>(1, no * L.outer_dim * elem));
   const CuDevicePtr Y = ws.get(device, 1, std::max<size_t>(1, ni * L.inner_dim * elem));
@@ -545,6 +553,7 @@ bool CudaBackend::run(const Problem& p, std::span<const ArrayView> outs) {
                  static_cast<size_t>(no), stream);
   }
   cuda_synchronize(stream);
+  drain.armed = false;
   return true;
 }
 
