@@ -2,6 +2,8 @@
 #include "reduction/reduction_impl.hpp"
 #include "ops/op.hpp"
 
+#include <unordered_set>
+
 namespace tessel {
 
 namespace {
@@ -96,6 +98,26 @@ std::pair<Formula, Formula> softmax_values(ReductionImpl& d, const ReductionPtr&
   return {L, add_computed(d, rp, 0, rp->outer())};
 }
 
+// The slot of input `index` wherever a reduction reads it: in its own variables, its addends, or
+// the reductions that fill its computed variables. A derivative reduction reads its cotangent
+// through a computed variable (the chain rule run backwards), so an input can reach a reduction
+// only through its sources: skipping those dropped terms of third-order derivatives silently.
+const VarSlot* find_input(const ReductionImpl& r, int index,
+                          std::unordered_set<const ReductionImpl*>& seen) {
+  if (const VarSlot* v = r.find_var(index)) return v;
+  if (!seen.insert(&r).second) return nullptr;
+  for (const auto& a : r.addends)
+    if (const VarSlot* v = find_input(*a, index, seen)) return v;
+  for (const ComputedVar& c : r.computed)
+    if (const VarSlot* v = find_input(*c.source, index, seen)) return v;
+  return nullptr;
+}
+
+const VarSlot* find_input(const ReductionImpl& r, int index) {
+  std::unordered_set<const ReductionImpl*> seen;
+  return find_input(r, index, seen);
+}
+
 // Where the cotangent of output 0 comes from: an input slot, or another reduction's output (when
 // the chain rule runs backwards through a computed variable).
 struct Cot {
@@ -132,9 +154,10 @@ void chain_through_computed(ReductionImpl& d, const ReductionImpl& r, const Form
 std::shared_ptr<ReductionImpl> grad_impl(const ReductionPtr& rp, int var_index, const Cot& cot) {
   const ReductionImpl& r = *rp;
   const char* fn = "grad";
-  const VarSlot* vp = r.find_var(var_index);
-  if (!vp) return nullptr;  // derived reductions inherit every variable: this one is absent
+  const VarSlot* vp = find_input(r, var_index);
+  if (!vp) return nullptr;  // r reads no input that depends on this variable
   auto d = derived_from(r);
+  if (!r.find_var(var_index)) d->vars.push_back(*vp);  // read only through a computed variable
   // The cotangent of output 0: per outer row, or one vector when the output was summed.
   const Category e_cat = r.full_sum ? Category::Param : r.outer();
   Formula e;
@@ -208,9 +231,10 @@ std::shared_ptr<ReductionImpl> grad_impl(const ReductionPtr& rp, int var_index, 
 std::shared_ptr<ReductionImpl> jvp_impl(const ReductionPtr& rp, int var_index, int t_index) {
   const ReductionImpl& r = *rp;
   const char* fn = "jvp";
-  const VarSlot* vp = r.find_var(var_index);
+  const VarSlot* vp = find_input(r, var_index);
   if (!vp) return nullptr;
   auto d = derived_from(r);
+  if (!r.find_var(var_index)) d->vars.push_back(*vp);
   for (const auto& a : r.addends)
     if (auto j = jvp_impl(a, var_index, t_index)) d->addends.push_back(std::move(j));
   const Formula x = var(vp->index, vp->dim, vp->cat), t = var(t_index, vp->dim, vp->cat);
