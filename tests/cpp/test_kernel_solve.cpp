@@ -121,6 +121,7 @@ TEST(KernelSolve, Float32InputsConvergeToFloat32Accuracy) {
   opt.tol = 1e-5;
   const SolveReport rep = kernel_solve(p.k, 2, views(in), x.view(), opt);
   EXPECT_TRUE(rep.converged) << rep.str();
+  EXPECT_LE(rep.residual, opt.tol) << "converged must mean the true residual met tol";
   const std::vector<double> ref = dense_solve(p.dense(0.1), p.b, kN, kC);
   double scale = 0;
   for (double v : ref) scale = std::max(scale, std::abs(v));

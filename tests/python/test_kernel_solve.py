@@ -105,12 +105,37 @@ def test_third_derivative_matches_dense():
 
 
 def test_float32_converges_to_its_accuracy():
+    """A float32 solve reaches what float32 can: the residual of A x computed in float32 has a
+    floor of about u |A| |x| <= u |A| |b| / alpha (u = 2^-24), so tol is set a few times above it.
+    "converged" must then hold, and mean what it says: the reported residual is the true one,
+    within the same floor of the float64 one, and the error in x follows from |A^-1| <= 1/alpha."""
+    x, b, g = problem(200, torch.float32)
+    alpha = 0.1
+    xd, bd = x.double(), b.double()
+    A = torch.exp(-4 * ((xd[:, None] - xd[None]) ** 2).sum(-1)) + alpha * torch.eye(len(x), dtype=F64)
+    floor = 2.0**-24 * torch.linalg.matrix_norm(A, 2).item() / alpha
+    tol = 8 * floor
+    stats = {}
+    out = KernelSolve(FORMULA, ALIASES, "B")(x, x, b, g, alpha=alpha, tol=tol, stats=stats)
+    assert stats["converged"] and stats["residual"] <= tol
+    r64 = (bd - A @ out.double()).norm().item()
+    assert r64 <= (tol + floor) * bd.norm().item()
+    ref = dense_solve(xd, bd, g.double(), alpha)
+    assert (out.double() - ref).norm().item() <= r64 / alpha * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_converged_means_the_true_residual_met_tol(seed):
+    """At the default float32 tol (1e-5, near float32's floor here) the recurrence's residual can
+    claim convergence the true residual does not reach (an AVX2 machine did): "converged" and
+    the reported residual agree with each other at every SIMD level, with a warning if not."""
+    torch.manual_seed(seed)
     x, b, g = problem(200, torch.float32)
     stats = {}
-    out = KernelSolve(FORMULA, ALIASES, "B")(x, x, b, g, alpha=0.1, stats=stats)
-    assert stats["converged"] and stats["residual"] <= 1e-5
-    ref = dense_solve(x.double(), b.double(), g.double(), 0.1)
-    assert (out.double() - ref).abs().max() < 1e-3 * ref.abs().max()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        KernelSolve(FORMULA, ALIASES, "B")(x, x, b, g, alpha=0.1, stats=stats)
+    assert stats["converged"] == (stats["residual"] <= 1e-5)
 
 
 def test_lazytensor_solve_torch_and_numpy():
