@@ -272,16 +272,20 @@ void DiskCache::remove_stale_temps() {
 
 std::string DiskCache::get_or_build(
     const std::string& key, const std::string& source,
-    const std::function<void(const std::string& source_path, const std::string& so_path)>& build) {
+    const std::function<void(const std::string& source_path, const std::string& so_path)>& build,
+    const BinaryCheck& check) {
   static constexpr const char* kFn = "DiskCache::get_or_build";
   check_key(kFn, key);
   if (!build) detail::fail(kFn, "build is empty (expected a function that writes the .so)");
   CacheFiles f = files(key);
   std::string dir = dir_of(f.so_path), manifest = manifest_of(f.so_path);
+  auto usable = [&] {
+    return entry_valid(key, f, manifest) && (!check || check(f.so_path).empty());
+  };
   // Another user able to write here could plant a library: never load from such a folder.
   std::string unsafe = detail::unsafe_folder_reason(root_, dir);
   // Fast path without the lock: the common case is a warm cache.
-  if (unsafe.empty() && entry_valid(key, f, manifest)) return f.so_path;
+  if (unsafe.empty() && usable()) return f.so_path;
   if (unsafe.empty()) {
     make_dirs(kFn, dir);
     unsafe = detail::unsafe_folder_reason(root_, dir);
@@ -290,7 +294,7 @@ std::string DiskCache::get_or_build(
     if (private_) detail::fail(kFn, unsafe);
     detail::warn_once("unsafe:" + root_, unsafe + ". Kernels are compiled into a private " +
                                              "temporary folder instead, and not kept.");
-    return private_instance(kind_).get_or_build(key, source, build);
+    return private_instance(kind_).get_or_build(key, source, build, check);
   }
   remove_stale_temps();
   std::optional<KeyLock> lock;
@@ -299,10 +303,10 @@ std::string DiskCache::get_or_build(
   } catch (const detail::LockTimeout& e) {
     detail::warn_once("lock-timeout:" + f.so_path,
                       std::string(e.what()) + "; compiling into a private folder instead");
-    return private_instance(kind_).get_or_build(key, source, build);
+    return private_instance(kind_).get_or_build(key, source, build, check);
   }
   // Someone may have built it while we waited for the lock.
-  if (entry_valid(key, f, manifest)) return f.so_path;
+  if (usable()) return f.so_path;
 
   // Absent, half-written, corrupt or not trusted: drop what is there (manifest first, so a
   // lock-free reader never pairs the old manifest with new bytes and a mismatch just sends it to
@@ -327,6 +331,13 @@ std::string DiskCache::get_or_build(
     unlink_quietly(tmp);
     detail::fail(kFn, "building key ", key, " produced no shared library at '", tmp,
                  "' (expected build(source_path, so_path) to write a non-empty file there)");
+  }
+  if (check) {
+    const std::string problem = check(tmp);
+    if (!problem.empty()) {
+      unlink_quietly(tmp);
+      detail::fail(kFn, "building key ", key, " produced an unusable binary: ", problem);
+    }
   }
   // A linker under umask 002 makes the file group-writable, which entry_valid() would distrust.
   ::chmod(tmp.c_str(), 0644);

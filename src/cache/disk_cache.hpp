@@ -46,14 +46,22 @@ class DiskCache {
   // Paths for `key` (32 lowercase hex chars); creates nothing.
   CacheFiles files(const std::string& key) const;
 
+  // What a caller can say about a binary beyond the manifest: why it must not be used ("" when
+  // it may). The manifest proves only that the bytes are those it names, and a manifest can be
+  // rewritten to match damaged bytes; the CPU backend checks that a library is whole (see
+  // elf_check.hpp) because dlopen() of a cut one kills the process.
+  using BinaryCheck = std::function<std::string(const std::string& path)>;
+
   // Returns the path of a valid shared library for `key`, calling build(source_path, so_tmp_path)
-  // to make it when it is absent or corrupt. Exactly one caller builds a key at a time (others
+  // to make it when it is absent, corrupt or refused by `check` (a freshly built one that `check`
+  // refuses is an error). Exactly one caller builds a key at a time (others
   // wait on the key's lock file, then use the result). Exceptions from `build` propagate
   // unchanged and publish nothing. The path may be in the private folder (see above), which is
   // removed when the process exits: load or read it at once.
   std::string get_or_build(
       const std::string& key, const std::string& source,
-      const std::function<void(const std::string& source_path, const std::string& so_path)>& build);
+      const std::function<void(const std::string& source_path, const std::string& so_path)>& build,
+      const BinaryCheck& check = {});
 
   // The per-process private cache of this kind (created on first use, removed at exit).
   static DiskCache& private_instance(const CacheKind& kind);

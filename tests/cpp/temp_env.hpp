@@ -5,7 +5,9 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -29,6 +31,20 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// A whole file's bytes ("" when it cannot be read).
+inline std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+// Replaces a file's bytes with `data`.
+inline void spit(const std::string& path, const std::string& data) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << data;
+}
 
 // Sets (or unsets, for nullopt) an environment variable for one scope, then restores it.
 class ScopedEnv {

@@ -27,24 +27,14 @@
 
 using namespace tessel;
 using tessel::test_env::ScopedEnv;
+using tessel::test_env::slurp;
+using tessel::test_env::spit;
 using tessel::test_env::TempDir;
 
 namespace {
 
 const std::string kKey = "0123456789abcdef0123456789abcdef";
 const std::string kKey2 = "fedcba9876543210fedcba9876543210";
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
-
-void spit(const std::string& path, const std::string& data) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << data;
-}
 
 bool exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
 

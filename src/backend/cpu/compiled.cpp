@@ -17,6 +17,7 @@
 #include "backend/lru_map.hpp"
 #include "cache/compiler.hpp"
 #include "cache/disk_cache.hpp"
+#include "cache/elf_check.hpp"
 #include "codegen/cpu_codegen.hpp"
 #include "support/warning.hpp"
 #include "tessel/runtime.hpp"
@@ -137,7 +138,8 @@ std::shared_ptr<Loaded> load(const Problem& p, const CpuKernelSpec& spec, const 
   std::string so;
   try {
     so = DiskCache::instance().get_or_build(
-        skey, source, [&](const std::string& src_path, const std::string& so_path) {
+        skey, source,
+        [&](const std::string& src_path, const std::string& so_path) {
           std::vector<std::string> args = tgt.flags;
           args.insert(args.end(), {"-o", so_path, src_path, "-lm"});
           try {
@@ -147,7 +149,8 @@ std::shared_ptr<Loaded> load(const Problem& p, const CpuKernelSpec& spec, const 
           } catch (const Error& e) {
             throw Error(std::string(e.what()) + "\ngenerated source kept at: " + src_path);
           }
-        });
+        },
+        detail::elf_library_problem);
   } catch (const CompileTimeout& e) {
     if (!automatic) throw;
     std::ostringstream why;
