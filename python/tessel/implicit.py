@@ -259,8 +259,19 @@ def cg_solve(matvec, b, *, tol=1e-6, atol=0.0, maxiter=None, x0=None, on_nonconv
 
 
 # ---- fixed point ---------------------------------------------------------------------------------
-def _sqnorm(ts):
-    return sum(float(torch.sum(t * t)) for t in ts)
+def _norm(ts):
+    """The 2-norm of a tuple of tensors as one vector. Summing squares overflows at 1e154 in
+    float64 (1e19 in float32), and inf <= tol * inf would then pass for convergence: a norm that
+    overflows is redone on the tensor scaled by its largest magnitude."""
+    norms = []
+    for t in ts:
+        n = float(torch.linalg.vector_norm(t))
+        if math.isinf(n) and t.numel():
+            m = float(t.abs().amax())
+            if math.isfinite(m) and m > 0:
+                n = m * float(torch.linalg.vector_norm(t / m))
+        norms.append(n)
+    return math.hypot(*norms)
 
 
 class _Anderson:
@@ -306,17 +317,21 @@ class _Anderson:
 
 
 def _iterate(step, xs, tol, maxiter, method, memory, floor):
-    """x <- step(x) until |step(x) - x| <= tol * max(|step(x)|, floor); no graph."""
+    """x <- step(x) until |step(x) - x| <= tol * max(|step(x)|, floor); no graph. A non-finite
+    iterate or residual ends the iteration at once (more iterations cannot bring it back)."""
     acc = _Anderson(memory) if method == "anderson" else None
     res = scale = math.nan
+    last = None  # the relative residual of the last finite iterate
     for k in range(1, maxiter + 1):
         fxs = step(xs)
-        res = math.sqrt(_sqnorm([a - c for a, c in zip(fxs, xs)]))
-        scale = max(math.sqrt(_sqnorm(fxs)), floor)
+        res = _norm([a - c for a, c in zip(fxs, xs)])
+        scale = max(_norm(fxs), floor)
+        if not (math.isfinite(res) and math.isfinite(scale)):
+            return fxs, dict(iterations=k, residual=res, converged=False, diverged=True,
+                             last_residual=last)
         if res <= tol * scale:
             return fxs, dict(iterations=k, residual=res / scale, converged=True)
-        if not math.isfinite(res):  # diverged: more iterations cannot help
-            return fxs, dict(iterations=k, residual=res, converged=False)
+        last = res / scale
         xs = fxs if acc is None else acc.step(xs, fxs)
     return fxs, dict(iterations=maxiter, residual=res / scale, converged=False)
 
@@ -337,15 +352,23 @@ class _FPSpec:
             raise ValueError(f"fixed_point: f must return {what} laid out as the state {want}")
         return tuple(outs)
 
-    def report(self, info, stats, key, tol, label):
+    def report(self, info, stats, key, tol, maxiter, label):
         if stats is not None:
             stats[key + "iterations"] = info["iterations"]
             stats[key + "residual"] = info["residual"]
             stats[key + "converged"] = info["converged"]
-        if not info["converged"]:
-            _nonconvergence(self.policy, f"{label}: no convergence after {info['iterations']} "
-                                         f"iterations: relative residual {info['residual']:.3e} "
-                                         f"> tol {tol:g}", 3)
+        if info["converged"]:
+            return
+        if info.get("diverged"):
+            before = ("" if info["last_residual"] is None else
+                      f" (relative residual {info['last_residual']:.3e} at the iteration before)")
+            msg = (f"{label}: the iteration diverged: f gave non-finite values (residual "
+                   f"{info['residual']}) at iteration {info['iterations']}{before}; tol={tol:g}, "
+                   f"maxiter={maxiter}")
+        else:
+            msg = (f"{label}: no convergence after {info['iterations']} iterations: relative "
+                   f"residual {info['residual']:.3e} > tol {tol:g} (maxiter={maxiter})")
+        _nonconvergence(self.policy, msg, 3)
 
 
 class _AdjointIdentity(torch.autograd.Function):
@@ -363,7 +386,7 @@ class _AdjointIdentity(torch.autograd.Function):
         if torch.is_grad_enabled():
             raise RuntimeError("fixed_point: double backward (create_graph=True) is not supported;"
                                " use first derivatives, or unroll the iteration with autograd")
-        gnorm = math.sqrt(_sqnorm(gs))
+        gnorm = _norm(gs)
         if gnorm == 0.0:
             return (None, None) + tuple(torch.zeros_like(g) for g in gs)
         with torch.enable_grad():
@@ -379,7 +402,8 @@ class _AdjointIdentity(torch.autograd.Function):
 
         us, info = _iterate(adjoint_step, tuple(g.clone() for g in gs), spec.btol, spec.bmaxiter,
                             spec.method, spec.memory, gnorm)
-        spec.report(info, spec.stats, "backward_", spec.btol, "fixed_point (backward)")
+        spec.report(info, spec.stats, "backward_", spec.btol, spec.bmaxiter,
+                    "fixed_point (backward)")
         return (None, None) + us
 
 
@@ -434,7 +458,7 @@ def fixed_point(f, x0, params=(), *, tol=1e-8, maxiter=1000, method="picard",
     with torch.no_grad():
         sol, info = _iterate(lambda s: spec.call(s, spec.params), tuple(t.detach() for t in xs),
                              tol, maxiter, method, memory, 1.0)
-    spec.report(info, stats, "", tol, who)
+    spec.report(info, stats, "", tol, maxiter, who)
     if torch.is_grad_enabled():
         # x* held fixed: this graph reaches params and closure tensors, never the iterates.
         zs = spec.call(sol, spec.params)
