@@ -193,12 +193,6 @@ def test_bad_input(kw, err, match):
         solve_sample(a, x, b, y, **kw)
 
 
-def test_one_weight_without_the_other():
-    a, x, b, y = clouds(5, 5)
-    with pytest.raises(ValueError, match="solve_sample: give both weights"):
-        solve_sample(a, x, None, y)
-
-
 @pytest.mark.parametrize("reach_x,reach_y", [(0.5, None), (None, 0.4), (0.7, 0.3)])
 def test_samples_loss_semi_unbalanced_equals_solve_sample(reach_x, reach_y):
     a, x, b, y = clouds(30, 25, seed=9)

@@ -19,8 +19,9 @@ def _double_grad(t):
 
 def _kernel_product(name, blur, u, v, w):
     """(K(u, v) w)_i = sum_j k(u_i, v_j) w_j for u (N, D), v (M, D), w (M,)."""
-    ui, vj = LazyTensor(u[:, None, :]), LazyTensor(v[None, :, :])
-    wj = LazyTensor(w[None, :, None])
+    # Categories by axis, not by shape: a one-point cloud's (1, 1, D) would read as a parameter.
+    ui, vj = LazyTensor(u, axis=0), LazyTensor(v, axis=1)
+    wj = LazyTensor(w[:, None], axis=1)
     d2 = ((ui - vj) ** 2).sum(-1)
     if name == "gaussian":
         k = (-d2 / (2 * blur ** 2)).exp()

@@ -46,6 +46,9 @@ def farthest_point_clusters(x, k_max, radius=None):
     until every point lies within `radius` of one (or K = k_max); each point takes its nearest."""
     xd = x.detach()
     n = xd.shape[0]
+    if n == 0:
+        raise ValueError(f"tessel.ot.multiscale.farthest_point_clusters: x has shape "
+                         f"{tuple(xd.shape)}; expected at least one point to cluster")
     centres = [0]
     dist = ((xd - xd[0]) ** 2).sum(1)
     labels = torch.zeros(n, dtype=torch.int64, device=xd.device)

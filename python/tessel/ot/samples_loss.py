@@ -42,6 +42,9 @@ def common_diameter(xs, ys, who):
                 raise ValueError(f"{who}: in a batch of lists, {name}[{k}] must be an (N, D) "
                                  f"tensor, got {type(t).__name__} "
                                  f"{tuple(getattr(t, 'shape', ()))}")
+            if t.shape[0] == 0:
+                raise ValueError(f"{who}: {name}[{k}] has shape {tuple(t.shape)}; expected at "
+                                 "least one point per cloud for loss='sinkhorn'")
             pts.append(t.detach())
     if len({t.shape[-1] for t in pts}) != 1:
         raise ValueError(f"{who}: every cloud of a batch must have the same dimension D, got "
@@ -265,7 +268,7 @@ class SamplesLoss(torch.nn.Module):
         semi = (self.reach_x is None) != (self.reach_y is None)
         return dual_side(w, pot, rho, self.blur ** self.p, self.gradient == "envelope", semi)
 
-    def _process_args(self, args):
+    def _process_args(self, args, who=_WHO):
         if len(args) == 2:
             x, y = args
             a = b = None
@@ -295,9 +298,13 @@ class SamplesLoss(torch.nn.Module):
         if batched and x.shape[0] != y.shape[0]:
             raise ValueError(f"{_WHO}: x and y must have the same batch size, got {x.shape[0]} "
                              f"and {y.shape[0]}")
-        if a is None:
-            a = torch.ones(x.shape[:-1], dtype=x.dtype, device=x.device) / x.shape[-2]
-            b = torch.ones(y.shape[:-1], dtype=y.dtype, device=y.device) / y.shape[-2]
+        for name, t in (("x", x), ("y", y)):
+            # A kernel norm of an empty measure is defined (0 mass); transport to one is not,
+            # and every Sinkhorn backend must say so alike (the multiscale clusters would not).
+            if self.loss == "sinkhorn" and t.shape[-2] == 0:
+                raise ValueError(f"{who}: {name} has shape {tuple(t.shape)}; expected at least "
+                                 "one point per cloud for loss='sinkhorn'")
+        # As in GeomLoss, a None weight is uniform for its own cloud only.
         a, b = self._weights("a", a, x), self._weights("b", b, y)
         if not batched:
             a, x, b, y = a[None], x[None], b[None], y[None]
@@ -305,6 +312,8 @@ class SamplesLoss(torch.nn.Module):
 
     def _weights(self, name, w, pts):
         want = tuple(pts.shape[:-1])
+        if w is None:
+            return torch.ones(want, dtype=pts.dtype, device=pts.device) / pts.shape[-2]
         if tuple(w.shape) == want + (1,):
             w = w[..., 0]
         if tuple(w.shape) != want:

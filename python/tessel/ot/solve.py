@@ -74,8 +74,8 @@ def solve_sample(a, x, b, y, *, p=2, blur=0.05, reach=None, reach_x=None, reach_
                  truncate=5.0, cluster_scale=None):
     """Entropic OT between (a, x) and (b, y): the solver, its potentials and its plan.
 
-    a: (N,), (N, 1) or None (uniform weights 1/N); x: (N, D); b, y likewise; batched inputs
-    (B, N, D) solve B problems; lists of clouds of different sizes (x = [x1, x2], y = [y1, y2],
+    a: (N,), (N, 1) or None (uniform weights 1/N, for that cloud only); x: (N, D); b, y
+    likewise; batched inputs (B, N, D) solve B problems; lists of clouds of different sizes (x = [x1, x2], y = [y1, y2],
     a and b None or lists of weights) give a list of OTResult, one per pair, their schedules
     starting at one diameter for all (as SamplesLoss's). p, blur, reach, diameter, scaling, cost, debias and backend as
     in SamplesLoss (eps = blur^p; backend="multiscale" runs the multiscale solver with
@@ -115,12 +115,8 @@ def solve_sample(a, x, b, y, *, p=2, blur=0.05, reach=None, reach_x=None, reach_
                        truncate=truncate, cluster_scale=cluster_scale)
     rx = loss.reach if reach_x is None else rx
     ry = loss.reach if reach_y is None else ry
-    if a is None or b is None:
-        if a is not None or b is not None:
-            raise ValueError(f"{_WHO}: give both weights a and b, or neither (uniform)")
-        a_, x_, b_, y_, batched = loss._process_args((x, y))
-    else:
-        a_, x_, b_, y_, batched = loss._process_args((a, x, b, y))
+    # As in GeomLoss, a None weight is uniform for its own cloud only.
+    a_, x_, b_, y_, batched = loss._process_args((a, x, b, y), _WHO)
     if loss._dense:
         raise TypeError(f"{_WHO}: cost must be a formula (a string in X and Y or a tessel "
                         "Formula): the plan is a LazyTensor of it; a cost function of dense "
