@@ -22,7 +22,13 @@ from ._captured import Captured, grad_once
 from ._rng import RngStates
 from .snapshot_levels import check_storage
 
-__all__ = ["checkpoint_loop", "revolve_schedule", "revolve_optimal_recomputations"]
+__all__ = ["checkpoint_loop", "revolve_schedule", "revolve_optimal_recomputations", "MAX_STEPS"]
+
+# The largest loop the checkpointed drivers differentiate. The schedule is one list of about
+# 3.5 actions per step, some 1 KB per step in Python objects: 8 GB at this length. Past it the
+# list cannot be built on most machines (a MemoryError after a long wait), so the drivers refuse
+# at once. Without grad mode no schedule is built and the loop has no length limit.
+MAX_STEPS = 2 ** 23
 
 
 def revolve_schedule(n_steps, snapshots):
@@ -45,6 +51,16 @@ def _as_int(v):
         return operator.index(v)
     except TypeError:
         return None
+
+
+def _check_length(name, n):
+    """n steps to differentiate: more than MAX_STEPS is an error, said before any step runs."""
+    if n > MAX_STEPS:
+        raise ValueError(f"{name}: {n} steps to differentiate, more than the largest supported "
+                         f"(tessel.checkpoint.MAX_STEPS = 2**23 = {MAX_STEPS}): the schedule of "
+                         "so long a loop does not fit in memory; split the loop into nested "
+                         "checkpointed loops, or run it under torch.no_grad()")
+    return n
 
 
 def _differentiable(x):
@@ -92,7 +108,8 @@ class _Revolve:
         # once rather than as a shape mismatch deep inside autograd.
         self.spec = [(s.shape, s.dtype, s.device) for s in states]
         # A loop of unknown length (checkpoint_while) gets its schedule after the forward pass.
-        self.schedule = None if n_steps is None else _core.revolve_schedule(n_steps, snapshots)
+        self.schedule = None if n_steps is None else _core.revolve_schedule(
+            _check_length(name, n_steps), snapshots)
         self.pos = 0  # the first action the backward replays
         stats.update(step_calls=0, max_stored=0, snapshots=snapshots)
         self.snaps = (SnapshotStore() if storage is None
@@ -306,8 +323,10 @@ class _RevolveFunction(torch.autograd.Function):
 
 def _check_inputs(name, state, snapshots, params, stats):
     """The arguments both loops share, checked: (is_tuple, states, snapshots, params, stats)."""
-    if _as_int(snapshots) is None or _as_int(snapshots) < 1:
-        raise ValueError(f"{name}: snapshots must be an integer >= 1, got {snapshots!r}")
+    if _as_int(snapshots) is None or not 1 <= _as_int(snapshots) <= MAX_STEPS:
+        # More slots than the longest loop has states would never be used.
+        raise ValueError(f"{name}: snapshots must be an integer >= 1 (and <= MAX_STEPS = "
+                         f"{MAX_STEPS}), got {snapshots!r}")
     snapshots = _as_int(snapshots)
     is_tuple = isinstance(state, (tuple, list))
     states = tuple(state) if is_tuple else (state,)
@@ -333,7 +352,8 @@ def checkpoint_loop(step, state, n_steps, snapshots, params=(), stats=None, stor
                backward re-runs it: it must compute the same again, random draws aside (see
                preserve_rng_state).
     state:     a tensor or a tuple of tensors (the result has the same structure).
-    n_steps:   the number of steps, >= 0.
+    n_steps:   the number of steps, >= 0; at most MAX_STEPS (2**23) under grad mode, where the
+               schedule is held in memory (about 1 KB per step); without grad mode, any.
     snapshots: how many states may be stored at once (>= 1; the initial state counts as one).
                More snapshots, fewer recomputations: with s >= n_steps every step runs twice.
     params:    optional tensors to differentiate besides those found (see below): the union of
@@ -365,6 +385,9 @@ def checkpoint_loop(step, state, n_steps, snapshots, params=(), stats=None, stor
     recomputing the loop with a full graph from the initial state: correct to any order, with the
     memory of unrolled autograd for that backward (stats gets `double_backward_fallback`).
     """
+    if not callable(step):
+        raise TypeError(f"checkpoint_loop: step must be callable as step(state, k), got "
+                        f"{type(step).__name__}")
     if _as_int(n_steps) is None or _as_int(n_steps) < 0:
         raise ValueError(f"checkpoint_loop: n_steps must be an integer >= 0, got {n_steps!r}")
     n_steps = _as_int(n_steps)
@@ -374,9 +397,11 @@ def checkpoint_loop(step, state, n_steps, snapshots, params=(), stats=None, stor
     if n_steps == 0:
         stats.update(step_calls=0, max_stored=0, snapshots=snapshots)
         return tuple(states) if is_tuple else states[0]
-    run = _Revolve(step, n_steps, snapshots, is_tuple, states, params, stats, storage=storage,
-                   preserve_rng_state=preserve_rng_state)
-    if not torch.is_grad_enabled():
+    grad = torch.is_grad_enabled()
+    # Without grad mode there is no schedule to compute (n_steps None), only steps to run.
+    run = _Revolve(step, n_steps if grad else None, snapshots, is_tuple, states, params, stats,
+                   storage=storage, preserve_rng_state=preserve_rng_state)
+    if not grad:
         # Nothing to differentiate: the plain loop, with no snapshot at all.
         cur = states
         with torch.no_grad():

@@ -13,10 +13,14 @@ the reversal schedule with checkpoint_loop's machinery (tessel.checkpoint._Revol
 Step evaluations: n in the forward pass, then the reversal's; stats["step_calls"] ends at
 `n_steps + recomputations` after the backward, both reported in stats.
 """
+import sys
+import time
+
+import numpy as np
 import torch
 
 from . import _core
-from .checkpoint import _as_int, _attach, _check_inputs, _Revolve
+from .checkpoint import MAX_STEPS, _as_int, _attach, _check_inputs, _Revolve
 from .snapshot_levels import check_storage
 
 __all__ = ["checkpoint_while", "online_recomputations"]
@@ -30,40 +34,77 @@ def online_recomputations(n_steps, snapshots):
     return _core.online_recomputations(n_steps, snapshots)
 
 
+_EXPECTED = "a bool (Python or NumPy) or a one-element torch.bool tensor"
+
+
 def _truth(value, k):
-    """cond's answer as a bool: a Python/NumPy bool or a one-element tensor."""
-    if value is None:  # most often a cond without a return: not "stop at once", an error
-        raise TypeError(f"{_NAME}: cond returned None at step {k} (a missing return?); expected "
-                        "a bool or a one-element tensor")
-    if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
-            raise ValueError(f"{_NAME}: cond returned a tensor of shape {tuple(value.shape)} at "
-                             f"step {k}; expected a bool or a one-element tensor")
-        return bool(value.item())
-    try:
+    """cond's answer as a bool. Only booleans count: a string, a number (NaN is truthy) or a
+    tensor of several elements has no yes-or-no meaning, and a None is most often a missing
+    return; taking them as "go on" would run the loop on a cond that never answered."""
+    if isinstance(value, (bool, np.bool_)):
         return bool(value)
-    except Exception as e:  # an object without a truth value
-        raise TypeError(f"{_NAME}: cond returned a {type(value).__name__} at step {k}; expected "
-                        "a bool or a one-element tensor") from e
+    if isinstance(value, torch.Tensor) and value.dtype == torch.bool and value.numel() == 1:
+        return bool(value.item())
+    note = ""
+    if value is None:
+        got, note = "None", " (a missing return?)"
+    elif isinstance(value, torch.Tensor):
+        got = f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+    else:
+        got = f"a {type(value).__name__} ({value!r:.40})"
+    raise TypeError(f"{_NAME}: cond returned {got} at step {k}{note}; expected {_EXPECTED}")
+
+
+class _Progress:
+    """Steps so far, to stderr: at every power of two and at least every 10 seconds, so that a
+    loop whose cond never becomes false shows that it runs and how far."""
+
+    def __init__(self, enabled):
+        self.enabled = enabled
+        self.last = time.monotonic()
+
+    def tick(self, k):
+        if not self.enabled or k == 0:
+            return
+        now = time.monotonic()
+        if k & (k - 1) == 0 or now - self.last >= 10.0:
+            self.last = now
+            print(f"{_NAME}: {k} steps so far", file=sys.stderr, flush=True)
+
+    def done(self, k, why):
+        if self.enabled:
+            print(f"{_NAME}: stopped after {k} steps ({why})", file=sys.stderr, flush=True)
 
 
 class _Online(_Revolve):
     """_Revolve whose schedule comes from the online placement, once the loop has stopped."""
 
     def __init__(self, cond, step, max_steps, snapshots, is_tuple, states, params, stats,
-                 storage, preserve_rng_state):
+                 storage, preserve_rng_state, progress):
         super().__init__(step, None, snapshots, is_tuple, states, params, stats, name=_NAME,
                          storage=storage, preserve_rng_state=preserve_rng_state)
         self.cond, self.max_steps, self.snapshots = cond, max_steps, snapshots
+        self.progress = _Progress(progress)
         stats.update(n_steps=0, recomputations=0, max_steps_reached=False)
 
-    def goes_on(self, cur, k):
-        """Whether step k runs from state cur (x_k): below max_steps and cond true."""
+    def goes_on(self, cur, k, taped=False):
+        """Whether step k runs from state cur (x_k): below max_steps and cond true. A taped loop
+        (one to differentiate) past MAX_STEPS is an error: its schedule could not be built."""
+        self.progress.tick(k)
         if self.max_steps is not None and k >= self.max_steps:
             self.stats["max_steps_reached"] = True
+            self.progress.done(k, "max_steps")
             return False
         with torch.no_grad():
-            return _truth(self.cond(cur if self.is_tuple else cur[0], k), k)
+            on = _truth(self.cond(cur if self.is_tuple else cur[0], k), k)
+        if not on:
+            self.progress.done(k, "cond false")
+        elif taped and k >= MAX_STEPS:
+            raise ValueError(
+                f"{_NAME}: cond still true after {k} steps, the most a differentiated loop may "
+                f"take (tessel.checkpoint.MAX_STEPS = 2**23): the reversal schedule of a longer "
+                "loop does not fit in memory; give max_steps, or run it under torch.no_grad()")
+        return on
 
     def run_plain(self, states):
         """The loop without a graph or a snapshot: nothing to differentiate."""
@@ -79,7 +120,7 @@ class _Online(_Revolve):
         """Runs the loop, storing what the placement asks for; returns the final state (the
         initial one, undetached, when cond is false at once). The latest step's graph is kept."""
         self.cur = tuple(s.detach() for s in states)
-        if not self.goes_on(self.cur, 0):
+        if not self.goes_on(self.cur, 0, taped=True):
             return None
         placement = _core.OnlineCheckpointer(self.snapshots)
         self.rng_start = self.rng.get()
@@ -92,7 +133,7 @@ class _Online(_Revolve):
                 self.taped = self._tape(k)
                 nxt = tuple(o.detach() for o in self.taped[1])
                 rng_after = self.rng.get()
-                if not self.goes_on(nxt, k + 1):
+                if not self.goes_on(nxt, k + 1, taped=True):
                     break
                 rng_next = self.rng.get()
                 if not self.rng.same(rng_after, rng_next):
@@ -129,14 +170,20 @@ class _Online(_Revolve):
 
 
 def checkpoint_while(cond, step, state, snapshots, max_steps=None, params=(), stats=None,
-                     storage=None, preserve_rng_state=True):
+                     storage=None, preserve_rng_state=True, progress=False):
     """Runs `state = step(state, k)` while `cond(state, k)` is true (k = 0, 1, ...) and returns the
     final state, with a backward through every step taken that stores at most `snapshots`
     states: the loop's length need not be known in advance (online checkpointing).
 
-    cond:      a function (state, k) -> bool or one-element tensor, evaluated under no_grad on
-               each state before the step that would start from it (also on the initial state:
-               cond false at once gives back `state` and no step runs).
+    cond:      a function (state, k) -> a bool (Python or NumPy) or a one-element torch.bool
+               tensor (`x.norm() > tol`), evaluated under no_grad on each state before the step
+               that would start from it (also on the initial state: cond false at once gives
+               back `state` and no step runs). Anything else (None, a string, a number, NaN
+               included, a tensor of another dtype or of several elements) raises TypeError.
+               Like a Python `while`, a cond that never becomes false runs forever when
+               max_steps is None (progress=True shows the steps so far), except that a loop to
+               differentiate stops with a ValueError at tessel.checkpoint.MAX_STEPS (2**23)
+               steps, whose reversal schedule would not fit in memory.
     step:      a function (state, k) -> new state of the same structure, shapes and dtypes. The
                backward re-runs it: it must compute the same again, random draws aside (see
                preserve_rng_state).
@@ -158,6 +205,8 @@ def checkpoint_while(cond, step, state, snapshots, max_steps=None, params=(), st
     preserve_rng_state: as in checkpoint_loop (default True: a recomputed step draws the random
                numbers it drew in the forward pass). cond must then draw none (a RuntimeError
                says so), since the replayed steps run one after another without it.
+    progress:  False, or True to print "checkpoint_while: k steps so far" to stderr at every
+               power of two and at least every 10 seconds, and the step count when it stops.
 
     Tensors that step reads besides the state (closures, nn.Module parameters) get gradients
     without being listed, as with checkpoint_loop; `autograd.grad`, `.backward()`, tuple states
@@ -172,11 +221,13 @@ def checkpoint_while(cond, step, state, snapshots, max_steps=None, params=(), st
         raise ValueError(f"{_NAME}: max_steps must be None or an integer >= 0, got "
                          f"{max_steps!r}")
     max_steps = None if max_steps is None else _as_int(max_steps)
+    if not isinstance(progress, (bool, np.bool_)):
+        raise TypeError(f"{_NAME}: progress must be True or False, got {progress!r}")
     is_tuple, states, snapshots, params, stats = _check_inputs(_NAME, state, snapshots, params,
                                                                stats)
     check_storage(_NAME, storage)
     run = _Online(cond, step, max_steps, snapshots, is_tuple, states, params, stats, storage,
-                  preserve_rng_state)
+                  preserve_rng_state, bool(progress))
     if not torch.is_grad_enabled():
         cur = run.run_plain(states)
         return cur if is_tuple else cur[0]

@@ -259,7 +259,8 @@ def test_errors():
         checkpoint_while(lambda x, k: False, f, x0, 2, max_steps=-1)
     with pytest.raises(TypeError, match="checkpoint_while: state 0 is a list"):
         checkpoint_while(lambda x, k: False, f, ([1.0],), 2)
-    with pytest.raises(ValueError, match="checkpoint_while: cond returned a tensor of shape"):
+    with pytest.raises(TypeError, match="checkpoint_while: cond returned a torch.bool tensor of "
+                                        "shape"):
         checkpoint_while(lambda x, k: x > 0, f, x0.requires_grad_(), 2)
     with pytest.raises(ValueError, match="checkpoint_while: step 0 changed state 0"):
         checkpoint_while(lambda x, k: k < 3, lambda x, k: x[:1], x0, 2)

@@ -54,3 +54,87 @@ def test_fixed_point_nan_map_raises_at_once():
     with pytest.raises(ConvergenceError, match="diverged.*at iteration 1;"):
         fixed_point(lambda x: x * math.nan, torch.ones(3, dtype=F64), stats=stats)
     assert stats["iterations"] == 1
+
+
+# ---- checkpoint_while: what cond may answer, a loop that does not stop -------------------------
+@pytest.mark.parametrize("answer,shown", [
+    ("no", r"a str \('no'\)"), (math.nan, r"a float \(nan\)"), (1, r"a int \(1\)"),
+    (torch.tensor([1.0]), r"a torch.float32 tensor of shape \(1,\)"),
+    (torch.tensor([True, False]), r"a torch.bool tensor of shape \(2,\)"),
+    (None, r"None at step 0 \(a missing return\?\)")])
+@pytest.mark.parametrize("grad", [True, False])
+def test_cond_must_answer_a_bool(answer, shown, grad):
+    # A string or NaN used to count as true: the loop went on under a cond that never answered.
+    x0 = torch.ones(3, dtype=F64, requires_grad=grad)
+    with pytest.raises(TypeError, match=rf"checkpoint_while: cond returned {shown}.*expected a "
+                                        r"bool \(Python or NumPy\) or a one-element torch.bool"):
+        checkpoint_while(lambda x, k: answer, lambda x, k: x * 2, x0, 2)
+
+
+@pytest.mark.parametrize("make", [lambda k: k < 4, lambda k: np.int64(k) < 4,
+                                  lambda k: torch.tensor(k < 4), lambda k: torch.tensor([k < 4])])
+def test_cond_bools_are_accepted(make):
+    x0 = torch.ones(3, dtype=F64, requires_grad=True)
+    out = checkpoint_while(lambda x, k: make(k), lambda x, k: x * 2, x0, 2)
+    torch.testing.assert_close(out, 16 * x0)
+
+
+def test_progress_shows_the_steps_so_far(capsys):
+    x0 = torch.ones(2, dtype=F64, requires_grad=True)
+    checkpoint_while(lambda x, k: k < 9, lambda x, k: x * 0.5, x0, 2, progress=True)
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"checkpoint_while: {k} steps so far" for k in (1, 2, 4, 8)] + [
+        "checkpoint_while: stopped after 9 steps (cond false)"]
+    checkpoint_while(lambda x, k: True, lambda x, k: x, x0, 2, max_steps=3, progress=True)
+    assert capsys.readouterr().err.splitlines()[-1] == \
+        "checkpoint_while: stopped after 3 steps (max_steps)"
+    checkpoint_while(lambda x, k: k < 3, lambda x, k: x, x0, 2)
+    assert capsys.readouterr().err == ""
+    with pytest.raises(TypeError, match="checkpoint_while: progress must be True or False"):
+        checkpoint_while(lambda x, k: k < 3, lambda x, k: x, x0, 2, progress="yes")
+
+
+def test_endless_differentiated_loop_stops_at_the_schedule_limit(monkeypatch):
+    # The limit itself (2**23 steps) takes minutes to reach: a lowered one shows the behaviour.
+    import tessel.checkpoint_while as cw
+    monkeypatch.setattr(cw, "MAX_STEPS", 50)
+    x0 = torch.ones(2, dtype=F64, requires_grad=True)
+    with pytest.raises(ValueError, match=r"checkpoint_while: cond still true after 50 steps"):
+        checkpoint_while(lambda x, k: True, lambda x, k: x * 0.5, x0, 3)
+    with torch.no_grad():  # no schedule, no limit
+        checkpoint_while(lambda x, k: k < 60, lambda x, k: x * 0.5, x0, 3)
+
+
+# ---- argument checks ----------------------------------------------------------------------------
+def test_checkpoint_loop_step_must_be_callable():
+    with pytest.raises(TypeError, match="checkpoint_loop: step must be callable as "
+                                        r"step\(state, k\), got int"):
+        checkpoint_loop(42, torch.ones(2), 3, 2)
+
+
+@pytest.mark.parametrize("grad", [True, False])
+def test_absurd_counts_fail_at_once(grad):
+    # n_steps = 2**62 used to end in std::bad_alloc after half a minute of building a schedule.
+    x0 = torch.ones(2, dtype=F64, requires_grad=grad)
+    step = lambda x, k: x * 0.5  # noqa: E731
+    if grad:
+        with pytest.raises(ValueError, match=r"checkpoint_loop: 4611686018427387904 steps to "
+                                             r"differentiate, more than the largest supported"):
+            checkpoint_loop(step, x0, 2 ** 62, 4)
+    for fn in (lambda s: checkpoint_loop(step, x0, 3, s),
+               lambda s: checkpoint_while(lambda x, k: k < 3, step, x0, s)):
+        with pytest.raises(ValueError, match=r"snapshots must be an integer >= 1 \(and <= "
+                                             r"MAX_STEPS = 8388608\), got 4611686018427387904"):
+            fn(2 ** 62)
+        with pytest.raises(ValueError, match="snapshots must be an integer >= 1"):
+            fn(2.0)
+    with pytest.raises(ValueError, match="checkpoint_loop: n_steps must be an integer >= 0"):
+        checkpoint_loop(step, x0, -1, 2)
+
+
+def test_no_grad_loop_builds_no_schedule(monkeypatch):
+    import tessel.checkpoint as cp
+    monkeypatch.setattr(cp._core, "revolve_schedule", None)  # any use fails
+    with torch.no_grad():
+        out = checkpoint_loop(lambda x, k: x + 1, torch.zeros(2), 5, 2)
+    assert out.tolist() == [5.0, 5.0]
