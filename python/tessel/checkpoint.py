@@ -63,6 +63,16 @@ def _check_length(name, n):
     return n
 
 
+def _same_bits(a, b):
+    """Whether two results of the same computation agree exactly; NaN (which a deterministic step
+    may produce) equals NaN."""
+    if torch.equal(a, b):
+        return True
+    if not (a.is_floating_point() or a.is_complex()) or a.shape != b.shape:
+        return False
+    return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+
+
 def _differentiable(x):
     return x.is_floating_point() or x.is_complex()
 
@@ -232,12 +242,30 @@ class _Revolve:
                         self.cur = self.snaps.get(slot)
                         self.rng.set(self.rng_slots[slot])
                     elif action == "reverse":
+                        after = inp  # x_{a+1}: the input of the step reversed last
                         inp, out = self._tape(a)
+                        self._check_replay(a, out, after)
+                        del after  # not held through this step's reverse
                         self.cur = None  # the reverse consumes the state; a restore follows
                         grads = self._reverse(inp, out, grads, params, param_grads)
         finally:
             self.release()
         return grads, param_grads
+
+    def _check_replay(self, k, out, after):
+        """Step k recomputed must give the state step k+1 was reversed from (a snapshot of the
+        forward pass or an earlier recomputation, alive anyway): the forward is replayed exactly,
+        random-number states included, so any difference means a step that does not compute
+        the same twice, whose gradient would be that of some other trajectory."""
+        for j, (o, x) in enumerate(zip(out, after)):
+            if not _same_bits(o.detach(), x.detach()):
+                raise RuntimeError(
+                    f"{self.name}: step {k}, run again in backward, gave a different state {j} "
+                    "than when it ran before; the gradient would be wrong. step must compute the "
+                    "same from the same state and k: no unseeded random source (NumPy, Python's "
+                    "random; torch's generators are replayed with preserve_rng_state=True), no "
+                    "global that changes between calls, no nondeterministic GPU kernel "
+                    "(torch.use_deterministic_algorithms(True) avoids those)")
 
     def backward_full(self, grads, states, params, create_graph):
         """The plain path, for what the schedule cannot serve: create_graph=True (the taped

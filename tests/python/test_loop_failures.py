@@ -138,3 +138,62 @@ def test_no_grad_loop_builds_no_schedule(monkeypatch):
     with torch.no_grad():
         out = checkpoint_loop(lambda x, k: x + 1, torch.zeros(2), 5, 2)
     assert out.tolist() == [5.0, 5.0]
+
+
+# ---- checkpointed loops: steps that do not compute the same twice -------------------------------
+def _numpy_noise_step(seed):
+    rng = np.random.default_rng(seed)  # not a torch generator: nothing replays it
+
+    def step(x, k):
+        return torch.tanh(x) + 0.1 * torch.from_numpy(rng.standard_normal(x.shape))
+    return step
+
+
+def _global_step():
+    calls = [0]
+
+    def step(x, k):
+        calls[0] += 1  # a global that changes between calls
+        return torch.sin(x) + 1e-3 * calls[0]
+    return step
+
+
+LOOPS = [("loop", lambda step, x0, n, s: checkpoint_loop(step, x0, n, s)),
+         ("while", lambda step, x0, n, s: checkpoint_while(lambda x, k: k < n, step, x0, s))]
+
+
+@pytest.mark.parametrize("name,loop", LOOPS)
+@pytest.mark.parametrize("make", [lambda: _numpy_noise_step(0), _global_step])
+@pytest.mark.parametrize("n,s", [(2, 1), (10, 3), (30, 4), (12, 12)])
+def test_nondeterministic_step_is_reported(name, loop, make, n, s):
+    # The gradient used to be that of another trajectory, silently.
+    x0 = torch.linspace(-1, 1, 5, dtype=F64, requires_grad=True)
+    out = loop(make(), x0, n, s)
+    with pytest.raises(RuntimeError, match=rf"checkpoint_{name}: step {n - 2}, run again in "
+                                           "backward, gave a different state 0"):
+        torch.autograd.grad(out.sum(), x0)
+
+
+@pytest.mark.parametrize("name,loop", LOOPS)
+def test_deterministic_steps_pass_the_check(name, loop):
+    # Dropout (replayed draws), a NaN in the state and an integer state are all the same twice.
+    x0 = torch.linspace(-1, 1, 6, dtype=F64).requires_grad_()
+    w = torch.full((6,), 0.5, dtype=F64, requires_grad=True)
+
+    def step(state, k):
+        x, c = state
+        y = torch.nn.functional.dropout(torch.tanh(w * x), p=0.3, training=True) + 0.01 * k
+        return torch.where(c == 0, y, torch.full_like(y, math.nan)), c + 1
+
+    c0 = torch.tensor([0, 0, 0, 0, 0, 1])
+    torch.manual_seed(3)
+    out, c = loop(step, (x0, c0), 17, 3)
+    assert torch.isnan(out[5]) and c.tolist() == [17] * 5 + [18]
+    got = torch.autograd.grad(out[:5].sum(), (x0, w))
+    torch.manual_seed(3)
+    ref, cr = x0, c0
+    for k in range(17):
+        ref, cr = step((ref, cr), k)
+    # The same operations on the same numbers: equal to rounding, NaN where autograd makes one.
+    for g, r in zip(got, torch.autograd.grad(ref[:5].sum(), (x0, w))):
+        torch.testing.assert_close(g, r, rtol=1e-12, atol=1e-12, equal_nan=True)
