@@ -20,12 +20,91 @@ def norm2(a):
 GAUSS_ALIASES = ["X = Vi(3)", "Y = Vj(3)", "B = Vj(1)", "G = Pm(1)"]
 
 
-class Case:
-    """A formula with its aliases, the shapes of its inputs and its dense PyTorch version."""
+# ---- float32 error bounds ------------------------------------------------------------------------
+# The README's bounds ("Accuracy of sums", "Accuracy of elementary functions") in the rigorous form
+# of tests/cpp/sum_bounds.hpp: gamma(k) = k u / (1 - k u) (Higham, 3.4 and 4.2). They hold at every
+# SIMD level, on ARM and for any thread count: nothing in them depends on the machine.
+U32, UD = 2.0**-24, 2.0**-53
+BLOCK_TERMS = 64     # L: float32 run length per lane of the Block scheme
+EXTRA_ACC_ADDS = 18  # accumulator additions per lane beyond the runs: head, tail, 16 lanes
+EXP_ULPS = 2         # tessel's float32 Exp: within 2 ulp, and 1 ulp <= 2u relative
 
-    def __init__(self, name, formula, aliases, dense, dim):
+
+def gamma(k, u=U32):
+    return k * u / (1 - k * u)
+
+
+def sum_error_bound(n, abs_sum, abs_s, scheme="block", acc_f64=False, u=U32):
+    """Bound on |computed sum - exact sum| for n terms with sum |x_i| = abs_sum, |s| = abs_s."""
+    if acc_f64:
+        rel = gamma(2 * n + EXTRA_ACC_ADDS, UD)
+    elif scheme == "block":
+        runs = 2 * np.ceil(n / BLOCK_TERMS) + EXTRA_ACC_ADDS
+        rel = (1 + gamma(BLOCK_TERMS - 1, u)) * (1 + gamma(runs, UD)) - 1
+    elif scheme == "kahan":
+        rel = (1 + 2 * u + 4 * n * u * u) * (1 + gamma(EXTRA_ACC_ADDS, UD)) - 1
+    else:  # direct: a lane's running sum in the data's precision, lanes in float64
+        rel = (1 + gamma(n + 1, u)) * (1 + gamma(EXTRA_ACC_ADDS, UD)) - 1
+    return u * abs_s + (1 + u) * rel * abs_sum
+
+
+def scheme_of(sum_scheme="auto", dtype_acc=None, **_):
+    """(scheme, acc_f64) of sum_error_bound() for Genred's options (src/engine/options.cpp)."""
+    name = {"auto": "block", "block_sum": "block", "kahan_scheme": "kahan",
+            "direct_sum": "direct"}.get(sum_scheme, sum_scheme)
+    return name, dtype_acc == "float64"
+
+
+def _sqdist_err(v, scale=None):
+    """(exact value, bound on the float32 rounding error) of [scale *] SqDist(X, Y), 3-d, for
+    float32 inputs: each difference and square rounds once, the 3 nonnegative squares add with 2
+    roundings (5 in all, relative to the value itself), the scale multiplies once more."""
+    d = sqdist(v["X"], v["Y"])
+    if scale is None:
+        return d, gamma(5) * d
+    return scale * d, gamma(6) * scale * d
+
+
+def _exp_times_err(a, b):
+    """Bound on the float32 error of Exp(-a)*B, given -a with its error bound: the argument's
+    error e moves Exp by a factor within exp(e), Exp itself is within EXP_ULPS ulp (2u each),
+    the product rounds once; below 2^-125.5 float32 kernels under AVX-512 give 0."""
+    (a, ea), b = a, b.abs()
+    rel = (1 + U32) * (1 + 2 * EXP_ULPS * U32) * torch.exp(ea) - 1
+    return rel * torch.exp(-a) * b + 2.0**-125 * b
+
+
+def reduce_error_bound(op, F, T, axis=1, scheme="block", acc_f64=False):
+    """Bound on |float32 result - float64 reference| of reduction `op` (values), for formula values
+    F (N, M, d) whose float32 evaluation errs by at most T (same shape), or None where no bound is
+    derived here. Sum: the terms' errors, the scheme's bound on the computed terms, and the
+    float64 reference's own rounding. Min, Max, KMin: a selection moves by at most the largest
+    error of a term (the k-th smallest value is 1-Lipschitz in the sup norm)."""
+    if axis == 0:
+        F, T = F.transpose(0, 1), T.transpose(0, 1)
+    F, T = F.detach().double(), T.detach().double()
+    n = F.shape[1]
+    if op == "Sum":
+        abs_sum, terms_err = F.abs().sum(1), T.sum(1)
+        return (terms_err + sum_error_bound(n, abs_sum + terms_err, F.sum(1).abs() + terms_err,
+                                            scheme, acc_f64) + gamma(n, UD) * abs_sum)
+    T = T.nan_to_num(0.0)  # NaN terms are selected only where both sides give NaN
+    if op in ("Min", "Max", "Min_ArgMin", "Max_ArgMax"):
+        return T.amax(1)
+    if op in ("KMin", "KMin_ArgKMin"):
+        return T[..., 0].amax(1, keepdim=True)
+    return None
+
+
+class Case:
+    """A formula with its aliases, the shapes of its inputs and its dense PyTorch version, and
+    where given (`error`, a function of the grid like `dense`) a bound on the error of its float32
+    evaluation for each pair."""
+
+    def __init__(self, name, formula, aliases, dense, dim, error=None):
         self.name, self.formula, self.aliases, self.dense, self.dim = (
             name, formula, list(aliases), dense, dim)
+        self.error = error
         self.vars = []  # (name, category "i"/"j"/"p", dim) in alias (= argument) order
         for a in aliases:
             n, rhs = (s.strip() for s in a.split("="))
@@ -62,13 +141,20 @@ class Case:
         f = (formula or self.dense)(v)
         return f.expand(n, m, f.shape[-1])
 
+    def F_error(self, args):
+        """The (N, M, dim) bounds on the float32 evaluation's error (None where not derived)."""
+        if self.error is None:
+            return None
+        return self.F(args, lambda v: self.error(v).expand_as(self.dense(v)))
+
 
 CASES = {
     # The Gaussian kernel, scalar (every reduction applies).
     "gauss": Case("gauss", "Exp(-G*SqDist(X,Y))*B", GAUSS_ALIASES,
-                  lambda v: torch.exp(-v["G"] * sqdist(v["X"], v["Y"])) * v["B"], 1),
+                  lambda v: torch.exp(-v["G"] * sqdist(v["X"], v["Y"])) * v["B"], 1,
+                  lambda v: _exp_times_err(_sqdist_err(v, v["G"]), v["B"])),
     "sqdist": Case("sqdist", "SqDist(X,Y)", ["X = Vi(3)", "Y = Vj(3)"],
-                   lambda v: sqdist(v["X"], v["Y"]), 1),
+                   lambda v: sqdist(v["X"], v["Y"]), 1, lambda v: _sqdist_err(v)[1]),
     "wsqdist": Case("wsqdist", "WeightedSqDist(S,X,Y)", ["S = Pm(3)", "X = Vi(3)", "Y = Vj(3)"],
                     lambda v: (v["S"] * (v["X"] - v["Y"]) ** 2).sum(-1, keepdim=True), 1),
     "norm2": Case("norm2", "Norm2(X-Y)*A + Sin(A*Elem(Y,1))",
@@ -76,7 +162,8 @@ CASES = {
                   lambda v: norm2(v["X"] - v["Y"]) * v["A"] + torch.sin(v["A"] * v["Y"][..., 1:2]), 1),
     # Vector-valued.
     "gauss_vec": Case("gauss_vec", "Exp(-SqDist(X,Y))*B", ["X = Vi(3)", "Y = Vj(3)", "B = Vj(2)"],
-                      lambda v: torch.exp(-sqdist(v["X"], v["Y"])) * v["B"], 2),
+                      lambda v: torch.exp(-sqdist(v["X"], v["Y"])) * v["B"], 2,
+                      lambda v: _exp_times_err(_sqdist_err(v), v["B"])),
     "concat": Case("concat", "Concat(Norm2(X-Y), (X-Y)*B)", ["X = Vi(3)", "Y = Vj(3)", "B = Vj(1)"],
                    lambda v: torch.cat([norm2(v["X"] - v["Y"]), (v["X"] - v["Y"]) * v["B"]], -1), 4),
     "pm": Case("pm", "(X|P)*Exp(-SqDist(X,Y)) + Sin(Y*P)", ["X = Vi(3)", "Y = Vj(3)", "P = Pm(3)"],

@@ -8,7 +8,7 @@ import torch
 import tessel
 from tessel.torch import Genred
 
-from dense import CASES, LSE_F, LSE_W, SOFTMAX_G, reduce, to_torch
+from dense import CASES, LSE_F, LSE_W, SOFTMAX_G, reduce, reduce_error_bound, scheme_of, to_torch
 
 K_OPS = ("KMin", "ArgKMin", "KMin_ArgKMin")
 TWO_OUTPUTS = ("Min_ArgMin", "Max_ArgMax", "KMin_ArgKMin")
@@ -469,7 +469,10 @@ def test_float32_options(kw):
     a64 = to_torch(GAUSS.data(N, 500, seed=10, dtype=np.float32))
     out = fn(*[a.float() for a in a64])
     assert out.dtype == torch.float32
-    assert_close(out, dense_fn(*a64), 1e-5)
+    # The README's bound for the scheme (dense.reduce_error_bound); for 500 direct float32 terms
+    # it is above 1e-5 of the largest value, which only typical, not worst, rounding met.
+    bound = reduce_error_bound("Sum", GAUSS.F(a64), GAUSS.F_error(a64), 1, *scheme_of(**kw))
+    assert bool(((out.double() - dense_fn(*a64)).abs() <= bound).all())
 
 
 # ---- empty inputs ---------------------------------------------------------------------------------
