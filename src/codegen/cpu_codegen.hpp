@@ -39,6 +39,13 @@ struct KernelArgs {
 
 // The generated source, or an empty string when the compiled path does not apply.
 std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& layout);
+
+// About how many bytes generate_cpu_kernel() would write for `spec`, from the variables' and the
+// formula's dims alone (a walk of the formula's nodes, nothing generated), so that a kernel far
+// too large to compile is sent elsewhere at once rather than after writing a gigabyte of C++.
+// Within a small factor of the source's size above a few hundred KiB (it leaves out the fixed
+// prelude); 0 when the compiled path does not apply.
+size_t estimate_cpu_kernel_bytes(const CpuKernelSpec& spec);
 const char* cpu_prelude();
 // Lanes per vector for a spec.
 inline int lanes(const CpuKernelSpec& s) { return s.vbytes / (s.f64 ? 8 : 4); }

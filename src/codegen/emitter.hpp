@@ -19,6 +19,9 @@ class Emitter {
   Emitter& operator=(const Emitter&) = delete;
 
   Expr assign(const std::string& rhs);  // a new temporary
+  std::string fresh();                  // a new temporary's name, declared by the caller
+  // The name of an array holding v[0..n): the array v already lives in, else a new one.
+  std::string array_of(const Expr* v, int64_t n);
   const std::string& code() const { return code_; }
   void raw(const std::string& line) { code_ += line; }
   static Emitter& current();

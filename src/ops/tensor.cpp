@@ -1,4 +1,5 @@
-// Tensor ops on row-major matrices stored as flat vectors: MatVecMult, VecMatMult, TensorProd, TensorDot.
+// Tensor ops on row-major matrices stored as flat vectors: MatVecMult, VecMatMult, TensorProd,
+// TensorDot.
 #include <numeric>
 
 #include "ops/op.hpp"
@@ -15,12 +16,17 @@ int product_dim(const char* op, int dm, int dv) {
                       std::to_string(dv));
   return dm / dv;
 }
-// a[0] b[0] + a[sa] b[sb] + ... (n terms), without a leading 0 + (the emitted code stays short).
-template <class S>
-S strided_dot(const S* a, int sa, const S* b, int sb, int n) {
-  S acc = a[0] * b[0];
-  for (int k = 1; k < n; ++k) acc = acc + a[k * sa] * b[k * sb];
-  return acc;
+// An (m×n)·n product (`matrix_first`) or an m·(m×n) one, as a Contraction.
+Contraction matrix_vector(bool matrix_first, int64_t rows, int64_t cols) {
+  Contraction c;
+  if (matrix_first) {
+    c.out = {{rows, cols, 0}};
+    c.con = {{cols, 1, 1}};
+  } else {
+    c.out = {{cols, 0, 1}};
+    c.con = {{rows, 1, cols}};
+  }
+  return c;
 }
 
 }  // namespace
@@ -31,9 +37,9 @@ struct MatVecOp {
   static int dim(std::span<const Formula> a, std::span<const int64_t>) {
     return product_dim(name, a[0].dim(), a[1].dim());
   }
-  template <class S> static void apply(const Node& n, const S* const* a, S* out) {
-    const int cols = n.args[1]->dim;
-    for (int r = 0; r < n.dim; ++r) out[r] = strided_dot(a[0] + r * cols, 1, a[1], 1, cols);
+  template <class S>
+  static void apply(const Node& n, const S* const* a, S* out) {
+    contract(matrix_vector(true, n.dim, n.args[1]->dim), a[0], a[1], out);
   }
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
     const Formula m = arg(s, 0), v = arg(s, 1);
@@ -48,9 +54,9 @@ struct VecMatOp {
   static int dim(std::span<const Formula> a, std::span<const int64_t>) {
     return product_dim(name, a[1].dim(), a[0].dim());
   }
-  template <class S> static void apply(const Node& n, const S* const* a, S* out) {
-    const int rows = n.args[0]->dim, cols = n.dim;
-    for (int c = 0; c < cols; ++c) out[c] = strided_dot(a[0], 1, a[1] + c, cols, rows);
+  template <class S>
+  static void apply(const Node& n, const S* const* a, S* out) {
+    contract(matrix_vector(false, n.args[0]->dim, n.dim), a[0], a[1], out);
   }
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
     const Formula v = arg(s, 0), m = arg(s, 1);
@@ -65,7 +71,8 @@ struct TensorProdOp {
   static int dim(std::span<const Formula> a, std::span<const int64_t>) {
     return checked_dim(name, int64_t{a[0].dim()} * a[1].dim());
   }
-  template <class S> static void apply(const Node& n, const S* const* a, S* out) {
+  template <class S>
+  static void apply(const Node& n, const S* const* a, S* out) {
     const int da = n.args[0]->dim, db = n.args[1]->dim;
     for (int r = 0; r < da; ++r)
       for (int c = 0; c < db; ++c) out[r * db + c] = a[0][r] * a[1][c];
@@ -85,12 +92,9 @@ struct TensorDotOp {
     t.check(a[0].dim(), a[1].dim());
     return t.out_size();
   }
-  template <class S> static void apply(const Node& n, const S* const* a, S* out) {
-    const TensorDotSpec t = TensorDotSpec::decode(n.ip);
-    t.for_each_term([&](int64_t o, int64_t ia, int64_t ib, bool first) {
-      const S p = a[0][ia] * a[1][ib];
-      out[o] = first ? p : out[o] + p;
-    });
+  template <class S>
+  static void apply(const Node& n, const S* const* a, S* out) {
+    contract(TensorDotSpec::decode(n.ip).contraction(), a[0], a[1], out);
   }
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
     const TensorDotSpec t = TensorDotSpec::decode(s.node().ip);

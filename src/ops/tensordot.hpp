@@ -1,4 +1,5 @@
-// TensorDot's index bookkeeping: contraction of two flat row-major tensors, with an output permutation.
+// TensorDot's index bookkeeping: contraction of two flat row-major tensors, with an output
+// permutation.
 #pragma once
 
 #include <algorithm>
@@ -6,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "ops/contraction.hpp"
 #include "tessel/error.hpp"
 
 namespace tessel {
@@ -121,41 +123,23 @@ struct TensorDotSpec {
       detail::fail("TensorDot", "the output permutation must be a permutation of ", r, " axes");
   }
 
-  // Calls f(out_index, a_index, b_index, first_term_for_out) for every product term.
-  template <class F>
-  void for_each_term(F f) const {
+  // The sums as a Contraction: output axes in output order, each a stride in a or in b.
+  Contraction contraction() const {
     const auto fa = free_a(), fb = free_b();
     const auto od = out_dims(), src = source_axes();
-    const size_t R = od.size(), nc = contr_a.size();
     std::vector<int64_t> sa(dims_a.size(), 1), sb(dims_b.size(), 1);
-    for (int k = static_cast<int>(dims_a.size()) - 2; k >= 0; --k) sa[k] = sa[k + 1] * dims_a[k + 1];
-    for (int k = static_cast<int>(dims_b.size()) - 2; k >= 0; --k) sb[k] = sb[k + 1] * dims_b[k + 1];
-    std::vector<int64_t> oi(R, 0), ki(nc, 0);
-    const int64_t n_out = product(od);
-    int64_t n_con = 1;
-    for (size_t k = 0; k < nc; ++k) n_con *= dims_a[contr_a[k]];
-    for (int64_t o = 0; o < n_out; ++o) {
-      int64_t base_a = 0, base_b = 0;
-      for (size_t t = 0; t < R; ++t) {
-        const int64_t q = src[t];
-        if (q < static_cast<int64_t>(fa.size())) base_a += oi[t] * sa[fa[q]];
-        else base_b += oi[t] * sb[fb[q - fa.size()]];
-      }
-      std::fill(ki.begin(), ki.end(), 0);
-      for (int64_t c = 0; c < n_con; ++c) {
-        int64_t ia = base_a, ib = base_b;
-        for (size_t k = 0; k < nc; ++k) ia += ki[k] * sa[contr_a[k]], ib += ki[k] * sb[contr_b[k]];
-        f(o, ia, ib, c == 0);
-        for (int k = static_cast<int>(nc) - 1; k >= 0; --k) {
-          if (++ki[k] < dims_a[contr_a[k]]) break;
-          ki[k] = 0;
-        }
-      }
-      for (int t = static_cast<int>(R) - 1; t >= 0; --t) {
-        if (++oi[t] < od[t]) break;
-        oi[t] = 0;
-      }
+    for (int k = static_cast<int>(dims_a.size()) - 2; k >= 0; --k)
+      sa[k] = sa[k + 1] * dims_a[k + 1];
+    for (int k = static_cast<int>(dims_b.size()) - 2; k >= 0; --k)
+      sb[k] = sb[k + 1] * dims_b[k + 1];
+    Contraction c;
+    for (size_t t = 0; t < od.size(); ++t) {
+      const int64_t q = src[t], nfa = static_cast<int64_t>(fa.size());
+      c.out.push_back({od[t], q < nfa ? sa[fa[q]] : 0, q < nfa ? 0 : sb[fb[q - nfa]]});
     }
+    for (size_t k = 0; k < contr_a.size(); ++k)
+      c.con.push_back({dims_a[contr_a[k]], sa[contr_a[k]], sb[contr_b[k]]});
+    return c;
   }
 
   static int64_t position(const std::vector<int64_t>& v, int64_t x) {

@@ -75,6 +75,9 @@ Target target_for(bool f64) {
 // 15 s per MB of kernel source (measured: 0.17 MB 4 s, 2.7 MB 42 s on a 2-core machine) and far
 // longer for deep nesting, while the interpreter starts at once. Backend::Compiled still tries.
 constexpr size_t kAutoSourceLimit = size_t{1} << 20;
+// How far past that limit estimate_cpu_kernel_bytes() must be for the kernel to go to the
+// interpreter without being generated: beyond the estimate's own error.
+constexpr size_t kEstimateMargin = 4;
 
 // Kernels loaded in this process, bounded: a long-lived process that builds ever new formulas
 // would otherwise keep every library mapped. One dropped here reloads from the disk cache.
@@ -120,13 +123,22 @@ std::shared_ptr<Loaded> load(const Problem& p, const CpuKernelSpec& spec, const 
     t.interpret_only.insert(key, true);
     return nullptr;
   };
+  auto too_large = [&](size_t bytes) {
+    return give_up("a formula's kernel would be " + std::to_string(bytes >> 10) +
+                   " KiB of C++, too large to compile quickly (the limit for backend='auto' is " +
+                   std::to_string(kAutoSourceLimit >> 10) + " KiB)");
+  };
+  // Wide variables (Vi(4000000)) would spend most of a minute writing a gigabyte of source
+  // before the size check below sends them elsewhere: decide from the estimate when it is far
+  // past the limit (it is within a small factor of the source's size).
+  if (automatic) {
+    const size_t estimate = estimate_cpu_kernel_bytes(spec);
+    if (estimate > kEstimateMargin * kAutoSourceLimit) return too_large(estimate);
+  }
   auto k = std::make_shared<Loaded>();
   const std::string source = generate_cpu_kernel(spec, k->layout);
   if (source.empty()) return nullptr;
-  if (automatic && source.size() > kAutoSourceLimit)
-    return give_up("a formula's kernel would be " + std::to_string(source.size() >> 10) +
-                   " KiB of C++, too large to compile quickly (the limit for backend='auto' is " +
-                   std::to_string(kAutoSourceLimit >> 10) + " KiB)");
+  if (automatic && source.size() > kAutoSourceLimit) return too_large(source.size());
   k->lanes = lanes(spec);
   const CompilerInfo cc = compiler_info();
   if (!cc.usable) {

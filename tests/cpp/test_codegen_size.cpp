@@ -1,0 +1,133 @@
+// Generated kernel size: contractions (TensorDot, MatVecMult, VecMatMult and their gradients)
+// become loop nests instead of code that grows with the product of the dims, and the size
+// estimate that sends kernels far too large to compile to the interpreter without generating them.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "codegen/cpu_codegen.hpp"
+#include "reduction_helpers.hpp"
+#include "tessel/runtime.hpp"
+
+using namespace tessel;
+using namespace tessel::testing;
+
+namespace {
+
+CpuKernelSpec spec_of(const Reduction& r, bool f64 = false) {
+  CpuKernelSpec s;
+  s.r = &r.impl();
+  s.f64 = f64;
+  s.vbytes = 32;
+  return s;
+}
+
+std::string source_of(const Reduction& r) {
+  KernelLayout lay;
+  return generate_cpu_kernel(spec_of(r), lay);
+}
+
+int64_t count_of(const std::string& text, const std::string& what) {
+  int64_t n = 0;
+  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
+// The tutorial's shapes: (4,5,6) x (5,6,7) contracted over (5,6): 4 * 7 outputs of 30 terms.
+Formula big_tensordot(const Formula& a, const Formula& b) {
+  return tensordot(a, b, {4, 5, 6}, {5, 6, 7}, {1, 2}, {0, 1}, {1, 0});
+}
+
+void expect_matches_interpreter(const Reduction& r, const std::vector<Array>& in, bool f64,
+                                const std::string& what) {
+  int used = 0;  // variables 0..used-1 must be passed
+  for (const VarSlot& v : r.inputs()) used = std::max(used, v.index + 1);
+  const std::vector<Array> use(in.begin(), in.begin() + used);
+  const Array want = evaluate(r, use, with(Backend::Interpreter))[0];
+  const Array got = evaluate(r, use, with(Backend::Compiled))[0];
+  std::vector<double> w(want.size());
+  for (int64_t k = 0; k < want.size(); ++k) w[k] = want.at(k);
+  const double tol = f64 ? 1e-12 : 3e-5;
+  expect_close(got, w, tol, tol * 10, what + (f64 ? " f64" : " f32"));
+}
+
+}  // namespace
+
+TEST(ContractionCodegen, LargeContractionsAreLoopNestsNotProductsOfDims) {
+  const Formula x = vi(0, 120), y = vj(1, 210);
+  for (const Formula& f : {big_tensordot(x, y), matvecmult(vi(0, 64 * 48), vj(1, 48)),
+                           vecmatmult(vj(1, 64), vi(0, 64 * 48))}) {
+    const Reduction r(ReductionOp::Sum, f);
+    const std::string src = source_of(r);
+    // Unrolled, each of the three tile bodies had two statements per term (840, 3072, 3072).
+    EXPECT_LT(count_of(src, "const V t"), 400) << r.str();
+    EXPECT_EQ(count_of(src, "V s_ = bc(0.0);"), 3) << r.str();
+  }
+  // A few hundred terms stay straight-line code, which the compiler schedules best.
+  const Reduction small(ReductionOp::Sum, matvecmult(vi(0, 9), vj(1, 3)));
+  EXPECT_EQ(count_of(source_of(small), "V s_ = bc(0.0);"), 0);
+}
+
+TEST(ContractionCodegen, LoopNestsMatchTheInterpreterWithGradients) {
+  if (!compiler_info().usable) GTEST_SKIP() << "no compiler";
+  // 324 terms for 4 outputs (a loop nest), and few outputs throughout: a kernel's accumulators
+  // grow with its output's dim, and these compile in about a second each.
+  const Formula x = vi(0, 162), y = vj(1, 162), g = vi(2, 4);
+  const Formula td = tensordot(x, y, {2, 9, 9}, {9, 9, 2}, {1, 2}, {0, 1}, {1, 0});
+  // Another contraction order and permutation, the gradients in x and y (TensorDots with g),
+  // and a contraction (324 terms) that reads another's output array as it is.
+  const Formula other = tensordot(x, y, {2, 9, 9}, {9, 9, 2}, {2, 1}, {1, 0}, {1, 0});
+  const Formula gx = sum(grad(td, x, g)), gy = sum(grad(td, y, g)) * elem(y, 3);
+  const Formula chain =
+      sum(matvecmult(tensordot(x, y, {18, 9}, {9, 18}, {1}, {0}), extract(y, 7, 18)));
+  for (bool f64 : {false, true}) {
+    const DType t = f64 ? DType::Float64 : DType::Float32;
+    const std::vector<Array> in = {random_array(t, {7, 162}, 11), random_array(t, {9, 162}, 12),
+                                   random_array(t, {7, 4}, 13)};
+    for (const Formula& f : {td, other, gx, gy, chain}) {
+      if (!f64 && f.ptr() != td.ptr()) continue;  // float32 once: the loops are the same
+      const Reduction r(ReductionOp::Sum, f);
+      expect_matches_interpreter(r, in, f64, r.str());
+    }
+  }
+}
+
+TEST(KernelEstimate, WideVariablesAreFarPastTheLimitWithoutGenerating) {
+  // sqdist in D = 2e6 and a Vi(4000000): hundreds of MiB of C++ each, known from the dims alone.
+  const Reduction wide(ReductionOp::Sum, exp(-sqdist(vi(0, 2000000), vj(1, 2000000))));
+  EXPECT_GT(estimate_cpu_kernel_bytes(spec_of(wide)), size_t{100} << 20);
+  const Reduction wider(ReductionOp::Sum, vi(0, 4000000) * vj(1, 1));
+  EXPECT_GT(estimate_cpu_kernel_bytes(spec_of(wider)), size_t{100} << 20);
+}
+
+TEST(KernelEstimate, WithinASmallFactorOfTheSource) {
+  const size_t prelude = source_of(Reduction(ReductionOp::Sum, vi(0, 1) * vj(1, 1))).size();
+  for (int d : {500, 2000, 6000}) {
+    const Formula x = vi(0, d), y = vj(1, d);
+    for (const Formula& f : {exp(-sqdist(x, y)), x * y + sin(x), sum(abs(x - y)) * y}) {
+      const Reduction r(ReductionOp::Sum, f);
+      const double est = static_cast<double>(estimate_cpu_kernel_bytes(spec_of(r)));
+      const double got = static_cast<double>(source_of(r).size() - prelude);
+      EXPECT_GT(est, got / 4) << r.str() << ": " << got << " bytes";
+      EXPECT_LT(est, got * 2) << r.str() << ": " << got << " bytes";
+    }
+  }
+}
+
+TEST(KernelEstimate, WideVariableRunsInTheInterpreterAndIsRight) {
+  const int64_t d = 300000;
+  const std::vector<Array> in = {random_array(DType::Float32, {3, d}, 21),
+                                 random_array(DType::Float32, {4, d}, 22)};
+  const Reduction r(ReductionOp::Sum,
+                    sqdist(vi(0, static_cast<int>(d)), vj(1, static_cast<int>(d))));
+  const Array got = evaluate(r, in, Options{})[0];  // backend auto
+  for (int64_t i = 0; i < 3; ++i) {
+    double want = 0;
+    for (int64_t j = 0; j < 4; ++j)
+      for (int64_t c = 0; c < d; ++c) {
+        const double v = double(in[0].as<float>()[i * d + c]) - in[1].as<float>()[j * d + c];
+        want += v * v;
+      }
+    EXPECT_NEAR(got.at(i), want, 1e-4 * want) << i;
+  }
+}
