@@ -147,7 +147,7 @@ class GenredSpec:
     def prepare(self, args, who, backend=None, ni=None, nj=None, ranges=None):
         """The arguments the core reads and the evaluation options of a call, checked."""
         self.check_count(args, who)
-        opts = dict(self.options, ni=-1, nj=-1, ranges=ranges_arg(ranges))
+        opts = dict(self.options, ni=-1, nj=-1, ranges=ranges_arg(ranges, who))
         if backend is not None or ni is not None or nj is not None:
             opts.update(_core.normalize_options(who, dict(backend=backend, ni=ni, nj=nj),
                                                 _core.CALL_OPTIONS))
@@ -244,20 +244,75 @@ def jvp_of(reduction, var):
     return _grad_cache.get_or_make((reduction.hash, "jvp", var), lambda: reduction.jvp(var))
 
 
-def ranges_arg(ranges):
-    """KeOps block-sparse ranges (6 integer arrays or tensors) as lists of int64 for the core."""
+RANGES_NAMES = ("ranges_i", "slices_i", "redranges_j", "ranges_j", "slices_j", "redranges_i")
+_RANGES_WANT = ("a tuple of 6 integer arrays (ranges_i, slices_i, redranges_j, ranges_j, "
+                "slices_j, redranges_i), e.g. from cluster.from_matrix")
+
+
+def int_array_shape(a, name, who):
+    """The shape of `a`, which must hold integers: a NumPy / torch array of an integer dtype or
+    (nested) Python ints. A float would be truncated to an index without a word, so it is a
+    TypeError (an empty array of any real dtype holds no index to truncate)."""
+    if hasattr(a, "detach") and hasattr(a, "dtype"):  # torch
+        dt = a.dtype
+        is_int = not (dt.is_floating_point or dt.is_complex or str(dt) == "torch.bool")
+        is_float, shape = dt.is_floating_point, tuple(a.shape)
+        dtype = str(dt).replace("torch.", "")
+    else:
+        import numpy as np
+        arr = None
+        if a is not None and not isinstance(a, (str, bytes)):
+            try:
+                arr = a if isinstance(a, np.ndarray) else np.asarray(a)
+            except (TypeError, ValueError):  # ragged nesting
+                pass
+        if arr is None or arr.dtype == object:
+            raise TypeError(f"{who}: {name} must be an integer array, got "
+                            f"{type(a).__name__} {a!r:.60}")
+        is_int, is_float = arr.dtype.kind in "iu", arr.dtype.kind == "f"
+        shape, dtype = arr.shape, str(arr.dtype)
+    if not is_int and not (is_float and 0 in shape):
+        raise TypeError(f"{who}: {name} must hold integers (an integer dtype such as int64 or "
+                        f"int32), got dtype {dtype}")
+    return shape
+
+
+def check_ranges(ranges, who):
+    """Checks KeOps block-sparse `ranges`: their types, dtypes and shapes (the core checks the
+    values: intervals within [0, n), slices non-decreasing)."""
+    if ranges is None:
+        return
+    if not isinstance(ranges, (tuple, list)):
+        raise TypeError(f"{who}: ranges must be {_RANGES_WANT}; got {type(ranges).__name__}")
+    if len(ranges) != 6:
+        raise ValueError(f"{who}: ranges must be the 6 arrays (ranges_i, slices_i, redranges_j, "
+                         f"ranges_j, slices_j, redranges_i) of a block-sparse reduction; got "
+                         f"{len(ranges)}")
+    for k, (name, a) in enumerate(zip(RANGES_NAMES, ranges)):
+        shape = int_array_shape(a, f"ranges[{k}] ({name})", who)
+        if name.startswith("slices"):
+            if len(shape) != 1:
+                raise ValueError(f"{who}: ranges[{k}] ({name}) must be 1-D (one end per block), "
+                                 f"got shape {shape}")
+        elif len(shape) != 2 or shape[1] != 2:
+            raise ValueError(f"{who}: ranges[{k}] ({name}) must have shape (n, 2) ([start, end) "
+                             f"pairs), got shape {shape}")
+
+
+def ranges_arg(ranges, who):
+    """KeOps block-sparse ranges (6 integer arrays or tensors), checked, as lists of int64 for
+    the core."""
     if ranges is None:
         return None
-    if len(ranges) != 6:
-        raise ValueError("ranges must be the 6 arrays (ranges_i, slices_i, redranges_j, ranges_j, "
-                         f"slices_j, redranges_i) of a block-sparse reduction; got {len(ranges)}")
+    check_ranges(ranges, who)
     out = []
     for a in ranges:
         if hasattr(a, "detach"):  # torch
             a = a.detach().cpu().reshape(-1).tolist()
-        elif hasattr(a, "ravel"):  # numpy
-            a = a.ravel().tolist()
-        out.append([int(v) for v in a])
+        else:
+            import numpy as np
+            a = np.asarray(a).reshape(-1).tolist()
+        out.append([int(v) for v in a])  # integers already (checked): no truncation
     return out
 
 

@@ -84,7 +84,7 @@ class KernelSolveBase:
         opts.update(given)
         on_nonconvergence = opts.pop("on_nonconvergence")
         opts.update(raise_on_nonconvergence=on_nonconvergence == "raise",
-                    ranges=ranges_arg(ranges))
+                    ranges=ranges_arg(ranges, who))
         return opts, on_nonconvergence
 
     def _report(self, report, on_nonconvergence, stats, key=None):

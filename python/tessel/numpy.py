@@ -3,7 +3,7 @@ import numpy as np
 
 from . import _core
 from .lazytensor import ArrayAdapter, LazyTensor, Vi, Vj, Pm, register_adapter  # noqa: F401
-from ._genred import GenredBase
+from ._genred import GenredBase, check_int
 from ._solve import KernelSolveBase
 
 __all__ = ["Genred", "KernelSolve", "LazyTensor", "Vi", "Vj", "Pm"]
@@ -84,7 +84,9 @@ class KernelSolve(KernelSolveBase):
         opts, mode = self._settings(args, dtype, alpha, tol, atol, maxiter, on_nonconvergence,
                                     backend, ranges)
         used = [i for i, _, _ in self.reduction.inputs()]
-        wrt = used if wrt is None else [int(k) for k in wrt]
+        who = f"{self._who}.gradient"
+        wrt = used if wrt is None else [check_int(k, f"wrt[{n}] (a variable index)", who)
+                                        for n, k in enumerate(wrt)]
         bad = [k for k in wrt if k not in used]
         if bad:
             raise ValueError(f"{self._who}.gradient: variables {bad} do not occur in the formula")

@@ -97,3 +97,60 @@ def test_torch_block_sparse_on_cuda_equals_cpu(dtype):
             outs.append([t.detach().cpu() for t in (v,) + grads])
         for got, want in zip(outs[1], outs[0]):
             torch.testing.assert_close(got, want, **tol)
+
+
+def _full(n, m, make):
+    """Ranges that keep the one block [0, n) x [0, m), each array made by make(list)."""
+    return (make([[0, n]]), make([1]), make([[0, m]]), make([[0, m]]), make([1]), make([[0, n]]))
+
+
+@pytest.mark.parametrize("lib", ["numpy", "torch"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_float_ranges_are_refused_not_truncated(lib, dtype):
+    """[[0.5, 5.9]] was truncated by int() to [0, 5), silently dropping j = 5: only integer
+    ranges are read, a float dtype is a TypeError naming the function, ranges and the dtype."""
+    x, y, b = np.random.rand(5, 2), np.random.rand(6, 2), np.random.rand(6, 1)
+    if lib == "numpy":
+        g, args, make = NGenred(FORMULA, ALIASES), (x, y, b), np.array
+        bad = np.array([[0.5, 5.9]], dtype=dtype)
+    else:
+        g, args, make = TGenred(FORMULA, ALIASES), tuple(map(torch.from_numpy, (x, y, b))), torch.tensor
+        bad = torch.tensor([[0.5, 5.9]], dtype=getattr(torch, dtype))
+    ranges = list(_full(5, 6, make))
+    ranges[2] = bad
+    with pytest.raises(TypeError, match=rf"Genred: ranges\[2\] \(redranges_j\) must hold "
+                                        rf"integers .*got dtype {dtype}"):
+        g(*args, ranges=tuple(ranges))
+
+
+@pytest.mark.parametrize("make", [lambda v: np.array(v, dtype=np.int32), np.array,
+                                  lambda v: torch.tensor(v, dtype=torch.int32), torch.tensor,
+                                  lambda v: v],
+                         ids=["np-int32", "np-int64", "torch-int32", "torch-int64", "python-ints"])
+def test_integer_ranges_of_any_integer_type(make):
+    x, y, b = np.random.rand(5, 2), np.random.rand(6, 2), np.random.rand(6, 1)
+    g = NGenred(FORMULA, ALIASES)
+    np.testing.assert_allclose(g(x, y, b, ranges=_full(5, 6, make)), g(x, y, b), rtol=1e-13)
+
+
+@pytest.mark.parametrize("ranges, error, match", [
+    (5, TypeError, r"Genred: ranges must be a tuple of 6 integer arrays \(ranges_i, slices_i, "
+                   r"redranges_j, ranges_j, slices_j, redranges_i\).*got int"),
+    ("abc", TypeError, "Genred: ranges must be a tuple of 6 integer arrays.*got str"),
+    (_full(5, 6, np.array)[:3] + (None,) + _full(5, 6, np.array)[4:], TypeError,
+     r"Genred: ranges\[3\] \(ranges_j\) must be an integer array, got NoneType"),
+    (_full(5, 6, np.array)[:4] + ("abc",) + _full(5, 6, np.array)[5:], TypeError,
+     r"Genred: ranges\[4\] \(slices_j\) must be an integer array, got str"),
+    ((np.array([0, 5]),) + _full(5, 6, np.array)[1:], ValueError,
+     r"Genred: ranges\[0\] \(ranges_i\) must have shape \(n, 2\).*got shape \(2,\)"),
+    (_full(5, 6, np.array)[:1] + (np.array([[1]]),) + _full(5, 6, np.array)[2:], ValueError,
+     r"Genred: ranges\[1\] \(slices_i\) must be 1-D.*got shape \(1, 1\)"),
+    (_full(5, 6, np.array)[:2] + (np.array([[-1, 6]]),) + _full(5, 6, np.array)[3:], ValueError,
+     "redranges_j"),
+    (_full(5, 6, np.array)[:2] + (np.array([[True, False]]),) + _full(5, 6, np.array)[3:],
+     TypeError, "got dtype bool"),
+])
+def test_malformed_ranges_name_function_argument_and_expectation(ranges, error, match):
+    x, y, b = np.random.rand(5, 2), np.random.rand(6, 2), np.random.rand(6, 1)
+    with pytest.raises(error, match=match):
+        NGenred(FORMULA, ALIASES)(x, y, b, ranges=ranges)

@@ -255,6 +255,25 @@ def test_bad_input_errors():
         (Vi(x) - Vj(x)).solve(b[:, 0])
 
 
+def test_float_ranges_and_indices_are_refused_not_truncated():
+    """Indices given as floats (ranges, wrt) were truncated by int(); they are TypeErrors naming
+    the function and the argument."""
+    x, b, g = problem(6)
+    ks = tn.KernelSolve(FORMULA, ALIASES, "B")
+    xn, bn, gn = x.numpy(), b.numpy(), g.numpy()
+    full = np.array([[0, 6]])
+    ranges = (full, np.array([1]), np.array([[0.5, 5.9]]), full, np.array([1]), full)
+    with pytest.raises(TypeError, match=r"KernelSolve: ranges\[2\] \(redranges_j\) must hold "
+                                        "integers.*got dtype float64"):
+        ks(xn, xn, bn, gn, alpha=0.1, ranges=ranges)
+    with pytest.raises(TypeError, match=r"KernelSolve: ranges must be a tuple of 6 integer"):
+        KernelSolve(FORMULA, ALIASES, "B")(x, x, b, g, alpha=0.1, ranges=5)
+    out = ks(xn, xn, bn, gn, alpha=0.1)
+    with pytest.raises(TypeError, match=r"KernelSolve.gradient: wrt\[0\] \(a variable index\) "
+                                        "must be an integer, got float 2.5"):
+        ks.gradient(xn, xn, bn, gn, x=out, grad_x=out, wrt=[2.5], alpha=0.1)
+
+
 def test_exported_from_front_ends():
     assert tt.KernelSolve is KernelSolve
     assert "KernelSolve" in tt.__all__ and "KernelSolve" in tn.__all__

@@ -1,6 +1,18 @@
 """The cluster helpers that are the same for NumPy arrays and PyTorch tensors (duck-typed)."""
 
-__all__ = ["sort_clusters", "swap_axes"]
+from ..._genred import int_array_shape
+
+__all__ = ["sort_clusters", "swap_axes", "check_cluster_ranges"]
+
+
+def check_cluster_ranges(ranges_i, ranges_j):
+    """from_matrix's cluster ranges: (n, 2) integer arrays (a float would become an index by
+    truncation, dropping the last point of a cluster)."""
+    for name, r in (("ranges_i", ranges_i), ("ranges_j", ranges_j)):
+        shape = int_array_shape(r, name, "from_matrix")
+        if len(shape) != 2 or shape[1] != 2:
+            raise ValueError(f"from_matrix: {name} must have shape (n, 2) ([start, end) pairs), "
+                             f"got shape {shape}")
 
 
 def sort_clusters(x, lab):

@@ -15,6 +15,7 @@ import numbers
 
 from ... import _core
 from ... import lazytensor as _tl
+from ..._genred import check_ranges
 from ..._lru import LruCache
 
 __all__ = ["GenericLazyTensor", "PendingReduction"]
@@ -391,6 +392,7 @@ class GenericLazyTensor:
             call_kw["ranges"] = self.ranges
         if self.backend is not None and "backend" not in call_kw:
             call_kw["backend"] = self.backend
+        check_ranges(call_kw.get("ranges"), f"LazyTensor.{who}")
         operands = [self] if weight is None else [self, weight]
         pending = PendingReduction(type(self), [o._t for o in operands], op, a, opt_arg,
                                    tuple(sorted(init.items())), call_kw)

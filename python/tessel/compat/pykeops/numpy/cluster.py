@@ -1,7 +1,7 @@
 """pykeops.numpy.cluster on tessel: voxel clusters, cluster ranges and centroids, sparsity masks."""
 import numpy as np
 
-from .._cluster import sort_clusters, swap_axes  # noqa: F401
+from .._cluster import check_cluster_ranges, sort_clusters, swap_axes  # noqa: F401
 
 __all__ = sorted(["grid_cluster", "from_matrix", "sort_clusters", "cluster_ranges",
                   "cluster_centroids", "cluster_ranges_centroids", "swap_axes"])
@@ -59,6 +59,8 @@ def cluster_ranges_centroids(x, lab, weights=None):
 def from_matrix(ranges_i, ranges_j, keep):
     """The 6-tuple `ranges` of a block-sparse reduction from cluster ranges and an (Mc, Nc)
     boolean mask (all int64): (ranges_i, slices_i, redranges_j, ranges_j, slices_j, redranges_i)."""
+    check_cluster_ranges(ranges_i, ranges_j)
+    ranges_i, ranges_j = np.asarray(ranges_i), np.asarray(ranges_j)
     keep = np.asarray(keep).astype(bool)
     k, l = np.nonzero(keep)          # row-major: grouped by i-cluster
     lt, kt = np.nonzero(keep.T)      # grouped by j-cluster

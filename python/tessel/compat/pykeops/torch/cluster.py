@@ -1,7 +1,7 @@
 """pykeops.torch.cluster on tessel: voxel clusters, cluster ranges and centroids, sparsity masks."""
 import torch
 
-from .._cluster import sort_clusters, swap_axes  # noqa: F401
+from .._cluster import check_cluster_ranges, sort_clusters, swap_axes  # noqa: F401
 
 __all__ = sorted(["grid_cluster", "from_matrix", "sort_clusters", "cluster_ranges",
                   "cluster_centroids", "cluster_ranges_centroids", "swap_axes"])
@@ -68,6 +68,7 @@ def cluster_ranges_centroids(x, lab, weights=None, min_weight=1e-9):
 def from_matrix(ranges_i, ranges_j, keep):
     """The 6-tuple `ranges` of a block-sparse reduction from cluster ranges and an (Mc, Nc)
     boolean mask: (ranges_i, slices_i, redranges_j, ranges_j, slices_j, redranges_i)."""
+    check_cluster_ranges(ranges_i, ranges_j)
     keep = keep.to(torch.bool)
     pairs = torch.nonzero(keep)        # (k, l) in row-major order: grouped by i-cluster
     pairs_t = torch.nonzero(keep.t())  # (l, k): grouped by j-cluster
