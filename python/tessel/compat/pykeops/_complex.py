@@ -49,8 +49,10 @@ class _ComplexPending:
     def __getattr__(self, name):
         return getattr(self._pending, name)
 
-    def __repr__(self):
-        return "Complex" + repr(self._pending)
+    def __str__(self):
+        return str(self._pending)
+
+    __repr__ = __str__
 
 
 class ComplexGenericLazyTensor(GenericLazyTensor):

@@ -4,128 +4,33 @@ A GenericLazyTensor wraps a tessel LazyTensor (which builds the core formula and
 and adds what pykeops code expects: `shape` without a trailing dim of 1 (`_shape` keeps it),
 reductions counted after the batch dims with keyword options (`backend=`, `ranges=`, `call=`,
 accuracy options), `.ranges` / `.backend` attributes, symbolic variables `Vi(0, 3)` /
-`LazyTensor((ind, dim, cat))` that turn a reduction into a callable, and `solve`.
+`LazyTensor((ind, dim, cat))` that turn a reduction into a callable, and `solve`. The
+callables (call=False, symbolic variables) are in _pending. Every pykeops keyword a reduction or
+solve takes is honoured or refused by name; those tessel ignores are `_core.ignored_options()`.
 
 Symbolic variables are tessel placeholders (`tessel.lazytensor.Var`); when a reduction runs they
 keep their index and the arrays the LazyTensor holds become the arguments after them, as in
-pykeops. Only tessel's public LazyTensor API is used here, and the core's option normaliser.
+pykeops. Only tessel's public LazyTensor API is used here.
 """
-import atexit
 import numbers
 
-from ... import _core
 from ... import lazytensor as _tl
 from ..._genred import check_ranges
-from ..._lru import LruCache
+from ._pending import (SOLVE_CALL_OPTIONS, PendingReduction, PendingSolve,  # noqa: F401
+                       _genred_cache, call_formulas, clear_caches, describe, split_options,
+                       symbolic_of)
 
-__all__ = ["GenericLazyTensor", "PendingReduction"]
+__all__ = ["GenericLazyTensor", "PendingReduction", "PendingSolve"]
 
 _TLT = _tl.LazyTensor
 _CAT_TEXT = ("Vi", "Vj", "Pm")
-_INIT_OPTIONS = ("dtype_acc", "use_double_acc", "sum_scheme", "enable_chunks", "use_fast_math")
-_CALL_OPTIONS = ("backend", "device_id", "ranges", "out")
-
-# The Genred objects of the reductions asked for, least recently used dropped first.
-_genred_cache = LruCache(1024)
-atexit.register(_genred_cache.clear)  # as tessel.lazytensor's: nothing core left at exit
-
-
-def _cached_genred(cls, text, text2, aliases, op, axis, k, init):
-    key = (cls, text, text2, aliases, op, axis, k, init)
-    return _genred_cache.get_or_make(
-        key, lambda: cls(text, list(aliases), reduction_op=op, axis=axis, opt_arg=k,
-                         formula2=text2, **dict(init)))
-
-
-def clear_caches():
-    _genred_cache.clear()
-
-
-def _split_options(who, kwargs):
-    """pykeops's split of a reduction's keywords into Genred's build and call options. The core's
-    normaliser checks their types and values here, so that an error names the method called
-    (`K.__matmul__(v, sum_scheme=...)`) rather than the Genred built behind it."""
-    init, call = {}, {}
-    for key, value in kwargs.items():
-        if key in _INIT_OPTIONS:
-            init[key] = value
-        elif key in _CALL_OPTIONS:
-            call[key] = value
-        else:
-            raise TypeError(f"LazyTensor.{who}: unexpected keyword argument {key!r}; accepted: "
-                            + ", ".join(_INIT_OPTIONS + _CALL_OPTIONS + ("call",)))
-    if init:
-        _core.normalize_options(f"LazyTensor.{who}", init, _core.BUILD_OPTIONS)
-    if call:
-        _core.normalize_options(f"LazyTensor.{who}", call, _core.CALL_OPTIONS)
-    return init, call
-
-
 def _is_float(x):
     """A float or complex number: pykeops makes it a parameter."""
     return isinstance(x, numbers.Complex) and not isinstance(x, numbers.Integral)
 
 
-def _symbolic_of(lt):
-    """(index, dim, cat) of each placeholder (symbolic variable) of a tessel LazyTensor."""
-    return tuple((v.placeholder, v.dim, v.cat) for v in lt.variables if v.placeholder is not None)
-
-
-def _call_formulas(lts):
-    """The formulas of tessel LazyTensors over one numbering in which each placeholder keeps its
-    index and the other variables follow them; returns (formula texts, the other variables,
-    their aliases, the number of symbolic arguments). The texts come from the core's printer
-    once per reduction: the pykeops Genred takes text."""
-    formulas, variables = _tl.joint(*lts)
-    symbolic = [v.placeholder for v in variables if v.placeholder is not None]
-    nsym = 1 + max(symbolic) if symbolic else 0
-    index, arrays = [], []
-    for v in variables:
-        if v.placeholder is not None:
-            index.append(v.placeholder)
-        else:
-            index.append(nsym + len(arrays))
-            arrays.append(v)
-    texts = [str(f.relabel(index)) for f in formulas]
-    aliases = [f"Var({nsym + k},{v.dim},{v.cat})" for k, v in enumerate(arrays)]
-    return texts, arrays, aliases, nsym
-
-
 def _swap_ranges(ranges):
     return None if ranges is None else (*ranges[3:6], *ranges[0:3])
-
-
-class PendingReduction:
-    """A reduction of a LazyTensor with symbolic variables (or built with call=False): calling
-    it with one array per symbolic variable (in index order) runs the Genred."""
-
-    def __init__(self, lt_cls, lts, op, axis, k, init, call):
-        texts, self._vars, self.aliases, self._nsym = _call_formulas(lts)
-        self._cls, self.formula = lt_cls, texts[0]
-        self.formula2 = texts[1] if len(texts) > 1 else None
-        self.reduction_op, self.axis, self.opt_arg = op, axis, k
-        self._init, self.kwargs = init, dict(call)
-
-    def __call__(self, *args, **kwargs):
-        init, call = _split_options("__call__", kwargs)
-        call = {**self.kwargs, **call}
-        if len(args) != self._nsym:
-            raise ValueError(f"LazyTensor reduction: expected {self._nsym} argument(s), one per "
-                             f"symbolic variable, got {len(args)}")
-        dtypes = {v.array.dtype for v in self._vars if v.source is not None}
-        dtype = dtypes.pop() if dtypes else (args[0].dtype if args else None)
-        if dtype is None:
-            raise ValueError("LazyTensor reduction: the formula holds no array, so its dtype is "
-                             "unknown; build it from at least one array")
-        arrays = [self._cls._materialize(v, dtype) for v in self._vars]
-        g = _cached_genred(self._cls._genred_class, self.formula, self.formula2,
-                           tuple(self.aliases), self.reduction_op, self.axis, self.opt_arg,
-                           tuple(sorted({**dict(self._init), **init}.items())))
-        return g(*args, *arrays, **call)
-
-    def __repr__(self):
-        return (f"PendingReduction({self.reduction_op}, axis={self.axis}, "
-                f"formula={self.formula!r}, {self._nsym} symbolic argument(s))")
 
 
 class GenericLazyTensor:
@@ -285,7 +190,7 @@ class GenericLazyTensor:
 
     @property
     def _symbolic(self):
-        return _symbolic_of(self._t)
+        return symbolic_of(self._t)
 
     @property
     def symbolic_variables(self):
@@ -298,10 +203,10 @@ class GenericLazyTensor:
         return None if v is None else v.cat
 
     def __str__(self):
-        s = f"KeOps LazyTensor (tessel)\n    formula: {self.formula}"
-        if self._symbolic:
-            s += "\n    symbolic variables: " + ", ".join(f"Var{v}" for v in self._symbolic)
-        return s + f"\n    shape: {self.shape}"
+        # The formula in the numbering of a reduction's call: symbolic variables keep their
+        # index, the arrays follow (as pykeops prints it).
+        (text,), _, _, _ = call_formulas([self._t])
+        return describe(text, self._symbolic, self.shape)
 
     __repr__ = __str__
 
@@ -383,7 +288,7 @@ class GenericLazyTensor:
         if a not in (0, 1):
             raise ValueError("Reductions must be called with 'axis' (or 'dim') equal to the number "
                              f"of batch dimensions + 0 or 1: here {nb} or {nb + 1}, got {axis}")
-        init, call_kw = _split_options(who, kwargs)
+        init, call_kw = split_options(who, kwargs)
         out = call_kw.get("out")
         if out is not None and not isinstance(out, self._array_type):
             raise TypeError(f"LazyTensor.{who}: out must be a {self._array_type.__name__} (the "
@@ -395,7 +300,7 @@ class GenericLazyTensor:
         check_ranges(call_kw.get("ranges"), f"LazyTensor.{who}")
         operands = [self] if weight is None else [self, weight]
         pending = PendingReduction(type(self), [o._t for o in operands], op, a, opt_arg,
-                                   tuple(sorted(init.items())), call_kw)
+                                   tuple(sorted(init.items())), call_kw, self.shape)
         if call and not pending._nsym:
             return pending()
         return pending
@@ -502,7 +407,11 @@ class GenericLazyTensor:
 
     def solve(self, other, var=None, call=True, **kwargs):
         """Solves (alpha * Id + self) a = other by conjugate gradient, self being a (symmetric,
-        positive) kernel matrix of dim 1 and `other` an (N, D) array indexed like the output."""
+        positive) kernel matrix of dim 1 and `other` an (N, D) array indexed like the output, a
+        LazyTensor that is one i- or j-variable, or a symbolic one (Vi(0, D)) whose array a call
+        gives. Options: alpha, eps, backend, device_id, ranges and the build options (dtype_acc,
+        sum_scheme, ...). With call=False (or a symbolic `other`) the result is a callable
+        (PendingSolve): `cfun()` solves, as in pykeops."""
         if var is not None:
             raise NotImplementedError("LazyTensor.solve: the var= form is not supported by tessel "
                                       "yet; use KernelSolve")
@@ -510,30 +419,27 @@ class GenericLazyTensor:
             raise NotImplementedError("LazyTensor.solve: supported for a kernel matrix of dim 1 "
                                       "built from arrays only (no symbolic variables)")
         if isinstance(other, GenericLazyTensor):
-            if other.axis not in (0, 1) or other._symbolic:
+            if other.axis not in (0, 1):
                 raise ValueError("LazyTensor.solve: 'other' must be an array or a LazyTensor that "
                                  "is one i- or j-variable")
-            b, cat = other._t.variable.array, other.axis  # (B..., N, D), whatever the input
+            cat = other.axis
+            if other._symbolic:  # its array comes with the call
+                b, dim = None, other.ndim
+            else:
+                b = other._t.variable.array  # (B..., N, D), whatever the input
         else:
             b, cat = other, 0
-        alpha = kwargs.pop("alpha", 1e-10)
-        eps = kwargs.pop("eps", 1e-6)
-        init, call_kw = _split_options("solve", kwargs)
-        call_kw.pop("out", None)
+        if b is not None:
+            dim = 1 if b.ndim == 1 else int(b.shape[-1])
+        init, call_kw = split_options("solve", kwargs, SOLVE_CALL_OPTIONS)
         if self.ranges is not None and "ranges" not in call_kw:
             call_kw["ranges"] = self.ranges
         if self.backend is not None and "backend" not in call_kw:
             call_kw["backend"] = self.backend
-        dim = 1 if b.ndim == 1 else int(b.shape[-1])
-        red_axis = 1 - cat  # the unknown is indexed like the reduced index
-        unknown = f"Var(0,{dim},{red_axis})"
-        (text,), variables, aliases, _ = _call_formulas([self._t * _tl.Var(0, dim, red_axis)])
-        ks = self._kernelsolve_class(text, aliases, unknown, axis=red_axis, **init)
-        dtype = b.dtype
-        arrays = [self._materialize(v, dtype) for v in variables]
-        b2 = b.reshape(-1, 1) if b.ndim == 1 else b
-        out = ks(b2, *arrays, alpha=alpha, eps=eps, **call_kw)
-        return out.reshape(-1) if b.ndim == 1 else out
+        check_ranges(call_kw.get("ranges"), "LazyTensor.solve")
+        # The unknown is indexed like the reduced index: 1 - the output's.
+        pending = PendingSolve(type(self), self._t, b, dim, 1 - cat, init, call_kw, self.shape)
+        return pending() if call and b is not None else pending
 
 
 def _make_forwarder(name):
