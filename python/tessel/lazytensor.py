@@ -126,6 +126,23 @@ class LazyTensor(ToComplex, Reductions, FormulaOps):
     def __repr__(self):
         return f"LazyTensor(formula={str(self._f)!r}, aliases={self.aliases}, shape={self.shape})"
 
+    def __str__(self):
+        """What pykeops prints (formula, shape), and what each variable of the formula holds."""
+        lines = [f"tessel {type(self).__name__}", f"    formula: {self._f}", "    variables:"]
+        for k, v in enumerate(self._vars):
+            if v.placeholder is not None:
+                what = f"argument {v.placeholder} of the reduction's call"
+            elif v.source is None:
+                what = f"the numbers {v.value}"
+            else:
+                what = (f"{type(v.source).__name__} of dtype {v.source.dtype}, shape "
+                        f"{tuple(v.source.shape)}")
+            lines.append(f"        {_CAT_TEXT[v.cat]}({k},{v.dim}): {what}")
+        if not self._vars:
+            lines[-1] += " none (a constant)"
+        lines.append(f"    shape: {self.shape}")
+        return "\n".join(lines)
+
     def __bool__(self):
         raise TypeError("LazyTensor: the truth value of a symbolic tensor is undefined (a "
                         "comparison gives a 0/1 LazyTensor; reduce it to get numbers)")

@@ -443,3 +443,19 @@ def test_genred_cache_is_bounded():
             assert len(cache) <= 3
     finally:
         cache.maxsize = old
+
+
+def test_str_shows_formula_variables_and_shape():
+    """str() read as repr's one line; like pykeops's it now gives the formula and shape on lines
+    of their own, with what each variable of the formula holds."""
+    x, y = np.random.rand(10, 3), np.random.rand(20, 3)
+    L = (-((Vi(x) - Vj(y)) ** 2).sum()).exp() * Pm([1.0, 2.0])
+    assert str(L) == ("tessel LazyTensor\n"
+                      "    formula: (Exp((-Sum(Square((Vi(0,3)-Vj(1,3))))))*Pm(2,2))\n"
+                      "    variables:\n"
+                      "        Vi(0,3): ndarray of dtype float64, shape (10, 3)\n"
+                      "        Vj(1,3): ndarray of dtype float64, shape (20, 3)\n"
+                      "        Pm(2,2): the numbers (1.0, 2.0)\n"
+                      "    shape: (10, 20, 2)")
+    assert repr(L).startswith("LazyTensor(formula='(Exp(")
+    assert str(LazyTensor(2.5)).splitlines()[2] == "    variables: none (a constant)"
