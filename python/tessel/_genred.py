@@ -20,6 +20,39 @@ _DEFAULTS = dict(backend="auto", sum_scheme="block", accumulate_f64=False)
 _INT_MAX, _INT64_MAX = 2**31 - 1, 2**63 - 1
 
 
+def check_text(text, name, who):
+    """`text` (a str) as the core reads it: UTF-8, in which a lone surrogate ("\\ud800", left by a
+    bad decode) has no encoding. A ValueError naming it, rather than the binding's "incompatible
+    function arguments" (which shows a str parameter refusing a str)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{who}: {name} must be valid Unicode text; it holds the lone surrogate "
+                         f"{text[e.start]!r} at position {e.start}") from None
+    return text
+
+
+def check_formula(formula, name, who):
+    """A formula argument: KeOps text (valid Unicode) or a tessel.Formula."""
+    if isinstance(formula, _core.Formula):
+        return formula
+    if not isinstance(formula, str):
+        raise TypeError(f"{who}: {name} must be a formula string such as 'Exp(-SqDist(X,Y))' or a "
+                        f"tessel.Formula, got {type(formula).__name__}")
+    return check_text(formula, name, who)
+
+
+def normalize_options(who, options, scope, reduction=None):
+    """The core's option normaliser, after checking that option names and text values are valid
+    Unicode (the core cannot read a lone surrogate)."""
+    for key, value in options.items():
+        if isinstance(key, str):
+            check_text(key, f"the option name {key!r}", who)
+        if isinstance(value, str):
+            check_text(value, f"option {key}", who)
+    return _core.normalize_options(who, options, scope, reduction)
+
+
 def check_int(value, name, who, low=0, high=_INT64_MAX):
     """An integer argument: TypeError for a non-integer (floats and bools included), ValueError
     outside [low, high]."""
@@ -41,6 +74,7 @@ def read_aliases(aliases, who):
         if not isinstance(a, str):
             raise TypeError(f"{who}: aliases[{k}] must be a string such as 'X = Vi(3)', got "
                             f"{type(a).__name__}")
+        check_text(a, f"aliases[{k}]", who)
     try:
         return _core.parse_aliases(list(aliases))
     except ValueError as e:
@@ -59,6 +93,7 @@ def reduction_name(name, who):
     if not isinstance(name, str):
         raise TypeError(f"{who}: reduction_op must be a string such as 'Sum', got "
                         f"{type(name).__name__}")
+    check_text(name, "reduction_op", who)
     try:
         return _core.reduction_name(name)
     except ValueError as e:
@@ -69,6 +104,7 @@ def alias_index(aliases, which, who):
     """The variable index that `which` stands for: an alias name ("B"), or an alias text of its
     own ("Var(2,3,1)", "Vj(2,3)")."""
     declared = read_aliases(aliases, who)
+    check_text(which, "varinvalias", who)
     for name, index, _, _ in declared:
         if name and name == which.strip():
             return index
@@ -94,6 +130,9 @@ class GenredSpec:
     def __init__(self, formula, aliases, reduction_op="Sum", axis=1, opt_arg=None,
                  formula2=None, options=None, who="Genred"):
         declared = read_aliases(aliases, who)
+        check_formula(formula, "formula", who)
+        if formula2 is not None:
+            check_formula(formula2, "formula2", who)
         reduction_op = reduction_name(reduction_op, who)
         check_int(axis, "axis (0: reduce over i, 1: reduce over j)", who, 0, 1)
         if reduction_op in _K_REDUCTIONS:
@@ -107,7 +146,7 @@ class GenredSpec:
         if formula2 is not None and reduction_op not in _WEIGHTED:
             raise ValueError(f"{who}: formula2 is only used by {' and '.join(_WEIGHTED)}")
         options = dict(options or {})
-        given = _core.normalize_options(who, options, _core.BUILD_OPTIONS, reduction_op)
+        given = normalize_options(who, options, _core.BUILD_OPTIONS, reduction_op)
         # A tessel.Formula does not pickle; its text does (and parses back to the same formula).
         text = lambda f: str(f) if isinstance(f, _core.Formula) else f  # noqa: E731
         self.args = dict(formula=text(formula), aliases=list(aliases), reduction_op=reduction_op,
@@ -149,7 +188,7 @@ class GenredSpec:
         self.check_count(args, who)
         opts = dict(self.options, ni=-1, nj=-1, ranges=ranges_arg(ranges, who))
         if backend is not None or ni is not None or nj is not None:
-            opts.update(_core.normalize_options(who, dict(backend=backend, ni=ni, nj=nj),
+            opts.update(normalize_options(who, dict(backend=backend, ni=ni, nj=nj),
                                                 _core.CALL_OPTIONS))
         if self.unread:
             self.check_unread(args, opts, who)

@@ -2,7 +2,7 @@
 import warnings
 
 from . import _core
-from ._genred import GenredSpec, alias_index, ranges_arg
+from ._genred import GenredSpec, alias_index, normalize_options, ranges_arg
 
 _CAT_NAME = {0: "an i-variable (Vi)", 1: "a j-variable (Vj)", 2: "a parameter (Pm)"}
 
@@ -67,7 +67,7 @@ class KernelSolveBase:
         """The keyword arguments of _core.kernel_solve(_grad), checked."""
         who = self._who
         self._spec.check_count(args, who)
-        given = _core.normalize_options(
+        given = normalize_options(
             who, dict(alpha=alpha, tol=tol, atol=atol, maxiter=maxiter,
                       on_nonconvergence=on_nonconvergence, backend=backend),
             _core.SOLVE_OPTIONS)

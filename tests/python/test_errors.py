@@ -122,6 +122,42 @@ def test_one_alias_parser_everywhere():
         tt.KernelSolve(FORMULA, ALIASES, "Vj(7,2)")
 
 
+_BAD = "\ud800"  # a lone surrogate: a str, but not one UTF-8 (hence the core) can hold
+_UNICODE = "must be valid Unicode text; it holds the lone surrogate '\\\\ud800' at position"
+
+
+@pytest.mark.parametrize("make, who, name", [
+    (lambda: tn.Genred(f"Exp(X{_BAD})", ALIASES), "Genred", "formula"),
+    (lambda: tt.Genred("X", ALIASES, "LogSumExp", formula2=f"B{_BAD}"), "Genred", "formula2"),
+    (lambda: tt.Genred(FORMULA, ALIASES[:2] + [f"B = Vj(2){_BAD}"]), "Genred", r"aliases\[2\]"),
+    (lambda: tn.Genred(FORMULA, ALIASES, f"Sum{_BAD}"), "Genred", "reduction_op"),
+    (lambda: tn.Genred(FORMULA, ALIASES, backend=f"auto{_BAD}"), "Genred", "option backend"),
+    (lambda: tn.Genred(FORMULA, ALIASES)(*args(), backend=f"auto{_BAD}"), "Genred",
+     "option backend"),
+    (lambda: tt.KernelSolve(FORMULA, ALIASES, f"B{_BAD}"), "KernelSolve", "varinvalias"),
+    (lambda: tn.KernelSolve(FORMULA, ALIASES, "B")(*args(n=4), on_nonconvergence=f"warn{_BAD}"),
+     "KernelSolve", "option on_nonconvergence"),
+    (lambda: pkn.Genred(f"Exp(X{_BAD})", ALIASES), "Genred", "formula"),
+    (lambda: pkt.KernelSolve(FORMULA, ALIASES, f"B{_BAD}", axis=1), "KernelSolve", "varinvalias"),
+    (lambda: pkt.generic_sum(FORMULA, f"a = Vi(2){_BAD}", *ALIASES), "generic_sum", "output"),
+    (lambda: pkt.Vi(torch.ones(3, 1)).sum(1, sum_scheme=f"direct_sum{_BAD}"), "LazyTensor.sum",
+     "option sum_scheme"),
+], ids=["formula", "formula2", "alias", "reduction", "option", "call-option", "varinvalias",
+        "solve-option", "pk-formula", "pk-varinvalias", "pk-output", "pk-lazy-option"])
+def test_text_with_a_lone_surrogate_is_a_value_error_naming_the_argument(make, who, name):
+    """A lone surrogate reached the binding: "parse(): incompatible function arguments ... parse(
+    text: str)" (or std::bad_cast for options), naming an internal function and contradicting
+    itself. Now a ValueError naming the user's function and argument."""
+    with pytest.raises(ValueError, match=rf"^{who}: {name} {_UNICODE}"):
+        make()
+
+
+def test_formula_must_be_text_or_a_formula():
+    with pytest.raises(TypeError, match="Genred: formula must be a formula string such as .* got "
+                                        "int"):
+        tn.Genred(123, ALIASES)
+
+
 def test_generic_sum_checks_the_output_dim():
     """pykeops ignores the output alias's dim (and returns another shape); tessel says so."""
     with pytest.raises(ValueError, match=re.escape("generic_sum: the output 'a = Vi(2)' declares "

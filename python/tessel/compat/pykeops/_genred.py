@@ -2,7 +2,8 @@
 import math
 
 from ... import _core
-from ..._genred import _K_REDUCTIONS, alias_index, read_aliases, reduction_name
+from ..._genred import (_K_REDUCTIONS, alias_index, check_formula, check_text,
+                        normalize_options, read_aliases, reduction_name)
 
 __all__ = ["GenredBase", "KernelSolveBase", "make_generic_ops"]
 
@@ -15,8 +16,8 @@ def call_options(who, backend, device_id, **more):
     the core's normaliser; nothing for the defaults, so that a plain call does no work here."""
     if backend == "auto" and device_id == -1 and not more:
         return {}
-    return _core.normalize_options(who, dict(backend=backend, device_id=device_id, **more),
-                                   _core.SOLVE_OPTIONS if more else _core.CALL_OPTIONS)
+    return normalize_options(who, dict(backend=backend, device_id=device_id, **more),
+                             _core.SOLVE_OPTIONS if more else _core.CALL_OPTIONS)
 
 
 class GenredBase:
@@ -57,6 +58,9 @@ class GenredBase:
                              f"j), got {axis!r}")
         if not isinstance(formula, str):
             raise TypeError(f"{who}: formula must be a string, got {type(formula).__name__}")
+        check_formula(formula, "formula", who)
+        if formula2 is not None:
+            check_formula(formula2, "formula2", who)
         self.reduction_op, self.axis, self.opt_arg = reduction_op, axis, opt_arg
         self.formula, self.formula2 = formula, formula2
         # Every pykeops option goes to the core's normaliser (the ignored ones too, so that their
@@ -207,6 +211,7 @@ def make_generic_ops(Genred):
         if not isinstance(output, str):
             raise TypeError(f"{who}: the output must be an alias string such as 'a = Vi(3)', got "
                             f"{type(output).__name__}")
+        check_text(output, "output", who)
         (_, _, dim, cat), = read_aliases([output], who)
         if cat == 2:
             raise ValueError(f"{who}: the output {output!r} must be a Vi or Vj variable")

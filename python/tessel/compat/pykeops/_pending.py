@@ -10,7 +10,7 @@ import atexit
 
 from ... import _core
 from ... import lazytensor as _tl
-from ..._genred import check_ranges
+from ..._genred import check_ranges, normalize_options
 from ..._lru import LruCache
 
 __all__ = ["PendingReduction", "PendingSolve", "describe", "split_options", "call_formulas",
@@ -51,12 +51,11 @@ def split_options(who, kwargs, call_keys=CALL_OPTIONS):
             raise TypeError(f"LazyTensor.{who}: unexpected keyword argument {key!r}; accepted: "
                             + ", ".join(INIT_OPTIONS + call_keys + ("call",)))
     if init:
-        _core.normalize_options(f"LazyTensor.{who}", init, _core.BUILD_OPTIONS)
+        normalize_options(f"LazyTensor.{who}", init, _core.BUILD_OPTIONS)
     # A tensor alpha is learnt (KernelSolve checks it); the normaliser takes numbers.
     checked = {k: v for k, v in call.items() if not (k == "alpha" and hasattr(v, "shape"))}
     if checked:
-        _core.normalize_options(f"LazyTensor.{who}", checked,
-                                _core.CALL_OPTIONS | _core.SOLVE_OPTIONS)
+        normalize_options(f"LazyTensor.{who}", checked, _core.CALL_OPTIONS | _core.SOLVE_OPTIONS)
     check_ranges(call.get("ranges"), f"LazyTensor.{who}")
     return init, call
 
