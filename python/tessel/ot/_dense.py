@@ -13,7 +13,7 @@ import torch
 
 from .. import _core
 from ._implicit import damping
-from ._potentials import bounding_diameter
+from ._potentials import bounding_diameter, first_order_only
 
 _WHO = "tessel.ot.SamplesLoss"
 
@@ -38,6 +38,9 @@ def dense_potentials(a, x, b, y, cost, settings):
     """(f, g, p, q) stacked over the batch, with envelope gradients in x and y; a (B, N),
     x (B, N, D), b (B, M), y (B, M, D). p, q are empty without debias."""
     pw, blur, debias = settings["p"], settings["blur"], settings["debias"]
+    # Envelope gradients: differentiating them again would drop the potentials' dependence.
+    x, y = first_order_only(x, y, hint="give the cost as a formula string and pass "
+                            "gradient='implicit' (exact) or 'unrolled'")
     rho_x = None if settings["reach_x"] is None else settings["reach_x"] ** pw
     rho_y = None if settings["reach_y"] is None else settings["reach_y"] ** pw
     diameter = settings["diameter"]

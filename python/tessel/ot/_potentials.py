@@ -54,6 +54,37 @@ def bounding_diameter(*clouds):
     return d if d > 0 else None
 
 
+def refuse_create_graph(hint="pass gradient='implicit' (exact) or 'unrolled'"):
+    """Raises when a backward builds a graph (create_graph=True, or torch.autograd.functional's
+    double-backward trick): an envelope gradient holds the potentials' own dependence constant,
+    so differentiating it again would be silently wrong, not merely inexact."""
+    if torch.is_grad_enabled():
+        raise RuntimeError(
+            "tessel.ot: gradient='envelope' (the default) gives first derivatives only; for a "
+            "gradient that is differentiated again (create_graph=True: Hessian-vector products, "
+            f"gradient penalties) {hint}")
+
+
+class _FirstOrderOnly(torch.autograd.Function):
+    """The identity on tensors whose backward refuses to build a graph (refuse_create_graph)."""
+
+    @staticmethod
+    def forward(ctx, hint, *ts):
+        ctx.hint = hint
+        return tuple(t.view_as(t) for t in ts)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        refuse_create_graph(ctx.hint)
+        return (None,) + grads
+
+
+def first_order_only(*ts, hint="pass gradient='implicit' (exact) or 'unrolled'"):
+    """ts, unchanged, such that a gradient reaching them cannot be differentiated again: the
+    inputs of every computation whose gradients are envelope ones."""
+    return _FirstOrderOnly.apply(hint, *ts)
+
+
 class SinkhornPotentials(torch.autograd.Function):
     """(f, g, p, q) = the potentials after the last extrapolation of the core's Sinkhorn loop.
 
@@ -86,13 +117,9 @@ class SinkhornPotentials(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, cf, cg, cp, cq):
+        refuse_create_graph()  # before anything: a weight's gradient alone is first order too
         if not (ctx.needs_input_grad[0] or ctx.needs_input_grad[1]):
             return None, None, None, None, None, None, None
-        if torch.is_grad_enabled():  # create_graph=True: a gradient to be differentiated again
-            raise RuntimeError(
-                "tessel.ot: gradient='envelope' (the default) gives first derivatives only; for "
-                "a gradient that is differentiated again (create_graph=True: Hessian-vector "
-                "products, gradient penalties) pass gradient='implicit' (exact) or 'unrolled'")
         x, y, a, b, *pots = ctx.saved_tensors
         debias = ctx.vjp["debias"]
         f, g, p, q, *ins = pots

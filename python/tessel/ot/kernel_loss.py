@@ -1,9 +1,10 @@
 """The kernel losses of SamplesLoss ("gaussian", "laplacian", "energy"): half the squared kernel
 norm of a - b, with each kernel product a tessel reduction (LazyTensor, memory O(N + M)).
 
-The autograd graph mirrors GeomLoss's: the self-interaction products K(x, x) a see the second
-x and a as constants and count their gradient twice (the exact gradient of the quadratic form for
-a symmetric kernel), and so do the potentials.
+The loss differentiates both sides of its self-interactions K(x, x) a, so its second
+derivatives (Hessian-vector products) are exact too. The potentials mirror GeomLoss's graph: the
+second x and a of K(x, x) a as constants, their gradient counted twice (the exact gradient of the
+quadratic form for a symmetric kernel).
 """
 import torch
 
@@ -57,16 +58,20 @@ def kernel_loss(name, blur, a, x, b, y, potentials, kernel=None):
     values, fs, gs = [], [], []
     for k in range(x.shape[0]):
         ak, xk, bk, yk = a[k], x[k], b[k], y[k]
-        a_x = product(_double_grad(xk), xk.detach(), ak.detach())
-        b_y = product(_double_grad(yk), yk.detach(), bk.detach())
-        b_x = product(xk, yk, bk)
         if potentials:
+            a_x = product(_double_grad(xk), xk.detach(), ak.detach())
+            b_y = product(_double_grad(yk), yk.detach(), bk.detach())
+            b_x = product(xk, yk, bk)
             a_y = product(yk, xk, ak)
             fs.append(a_x - b_x)
             gs.append(b_y - a_y)
         else:
-            values.append(0.5 * (_double_grad(ak) * a_x).sum()
-                          + 0.5 * (_double_grad(bk) * b_y).sum() - (ak * b_x).sum())
+            # Both sides of each self-interaction differentiable: the same gradient as
+            # GeomLoss's doubled one-sided form, and the second derivatives too (the one-sided
+            # form drops the cross terms d^2 k(x_i, x_j) / dx_i dx_j from a Hessian).
+            a_x, b_y = product(xk, xk, ak), product(yk, yk, bk)
+            values.append(0.5 * (ak * a_x).sum() + 0.5 * (bk * b_y).sum()
+                          - (ak * product(xk, yk, bk)).sum())
     if potentials:
         return torch.stack(fs), torch.stack(gs)
     return torch.stack(values)

@@ -35,7 +35,7 @@ from .. import _core
 from ..compat.pykeops.torch.cluster import cluster_ranges, from_matrix
 from ..torch import Genred
 from ._implicit import damping
-from ._potentials import bounding_diameter, core_sinkhorn
+from ._potentials import bounding_diameter, core_sinkhorn, first_order_only
 
 _LOG_ZERO = -1e5
 _MAX_CLUSTERS = 8192  # per cloud: the pair mask and the coarse cost stay under ~0.5 GB
@@ -223,6 +223,9 @@ def multiscale_potentials(a, x, b, y, settings, truncate=5.0, cluster_scale=None
     more block-sparse reductions): marginal_errors = (error_x, error_y), L1 in mass units, as
     the online solver's history."""
     pw = settings["p"]
+    # Envelope gradients: differentiating them again would drop the potentials' dependence.
+    x, y = first_order_only(x, y, hint="use backend='online' with gradient='implicit' (exact) "
+                            "or 'unrolled'; the multiscale solver gives envelope gradients only")
     if pw not in (1.0, 2.0) or settings["cost"] is not None:
         raise NotImplementedError("tessel.ot multiscale: the p = 1 and p = 2 costs only (its "
                                   "truncation needs the cost of a distance between clusters)")

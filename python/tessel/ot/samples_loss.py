@@ -13,7 +13,7 @@ import torch
 from .. import _core
 from ._dense import dense_potentials
 from ._implicit import implicit_potentials
-from ._potentials import SinkhornPotentials, bounding_diameter
+from ._potentials import SinkhornPotentials, bounding_diameter, first_order_only
 from ._unrolled import unrolled_potentials
 from .multiscale import multiscale_potentials
 from .kernel_loss import KERNELS, kernel_loss
@@ -408,6 +408,8 @@ def dual_side(w, pot, rho, eps, envelope, semi=False):
     (no dependence on the weights), so the fixed point's derivatives are applied here
     (_DualSide; semi: the problem is semi-unbalanced); otherwise the potentials are
     differentiable functions of everything and plain autograd is exact."""
+    if envelope:  # the weights' gradient is an envelope one too: first order only
+        (w,) = first_order_only(w)
     if envelope and (rho is not None or semi):
         return _DualSide.apply(w, pot, rho, eps, eps / 2 if semi else 0.0)
     if rho is None:
