@@ -1,6 +1,8 @@
 """tessel.ot on edge inputs, every backend alike: one weight given and the other None, one-point
 and empty clouds, points and lengths at extreme scales; references are GeomLoss (tensorized,
 float64) and the same problem at unit scale."""
+import re
+
 import pytest
 import torch
 
@@ -145,3 +147,35 @@ def test_a_kernel_loss_of_an_empty_cloud_is_the_other_clouds_norm():
     got = SamplesLoss("gaussian", blur=0.5)(a, x, b, y)
     k = torch.exp(-torch.cdist(y, y) ** 2 / (2 * 0.5 ** 2))
     assert float(got) == pytest.approx(float(0.5 * b @ k @ b), rel=1e-13)
+
+
+# ---- extreme scales ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name,value", [("blur", 1e-200), ("blur", 1e-300), ("blur", 1e200),
+                                        ("reach", 1e-300), ("reach", 1e200),
+                                        ("diameter", 1e-250), ("reach_x", 1e-200)])
+@pytest.mark.parametrize("loss", ["sinkhorn", "gaussian"])
+def test_a_length_whose_power_float64_cannot_hold_is_a_clear_error(name, value, loss):
+    a, x, b, y = weighted_clouds(8, 6, seed=1)
+    if loss != "sinkhorn" and name != "blur":
+        return
+    want = re.escape(f"{name}={value!r} gives {name}^p")
+    with pytest.raises(ValueError, match="SamplesLoss: " + want):
+        SamplesLoss(loss, **{name: value})(a, x, b, y)
+    if loss == "sinkhorn":
+        with pytest.raises(ValueError, match=want):
+            solve_sample(a, x, b, y, **{name: value})
+
+
+@pytest.mark.parametrize("p,reach", [(2, None), (1, None), (2, 0.6)])
+@pytest.mark.parametrize("k", [-200, 200])
+def test_a_problem_scaled_by_a_power_of_two_gives_the_value_times_scale_to_the_p(p, reach, k):
+    # Scaling every length by 2^k is exact in floating point, so the solver meets the same
+    # numbers times powers of two: the value scales as (2^k)^p to rounding.
+    a, x, b, y = weighted_clouds(12, 9, seed=4)
+    s = 2.0 ** k
+    kw = dict(p=p, blur=0.2, reach=reach)
+    unit = float(SamplesLoss(**kw)(a, x, b, y))
+    scaled_kw = dict(kw, blur=0.2 * s, reach=None if reach is None else reach * s)
+    got = float(SamplesLoss(**scaled_kw)(a, x * s, b, y * s))
+    assert got / s ** p == pytest.approx(unit, rel=1e-12)

@@ -5,6 +5,7 @@ O(N + M)); the loss value is assembled here in torch from the weights and the po
 autograd gives the weights' gradients and the points' come from the potentials' envelope
 gradients (SinkhornPotentials). The global grad mode is never touched.
 """
+import math
 import numbers
 import warnings
 
@@ -30,6 +31,24 @@ def _check_number(name, v, allow_none=False):
     if not (float(v) > 0 and float(v) < float("inf")):
         raise ValueError(f"{_WHO}: {name} must be a finite number > 0, got {v!r}")
     return float(v)
+
+
+# eps = blur^p and rho = reach^p, their inverses and products must be normal float64 numbers.
+_POWER_RANGE = (1e-150, 1e150)
+
+
+def check_length_power(who, name, v, p):
+    """A length's p-th power inside _POWER_RANGE, or a ValueError naming the length: 1e-200 or
+    1e200 gave NaN or an OverflowError naming nothing."""
+    if v is None:
+        return v
+    lo, hi = _POWER_RANGE
+    if not (math.log10(lo) <= p * math.log10(v) <= math.log10(hi)):
+        raise ValueError(f"{who}: {name}={v!r} gives {name}^p = 10^{p * math.log10(v):.0f} "
+                         f"(p={p:g}); expected {name}^p in [{lo:g}, {hi:g}], where the solver's "
+                         "float64 arithmetic holds it; rescale the points and lengths (the "
+                         "Sinkhorn divergence scales as scale^p)")
+    return v
 
 
 def common_diameter(xs, ys, who):
@@ -142,6 +161,8 @@ class SamplesLoss(torch.nn.Module):
         self.reach_x = self.reach if rx is None else rx
         self.reach_y = self.reach if ry is None else ry
         self.diameter = _check_number("diameter", diameter, allow_none=True)
+        for name in ("blur", "reach", "reach_x", "reach_y", "diameter"):
+            check_length_power(_WHO, name, getattr(self, name), self.p)
         if isinstance(scaling, bool) or not isinstance(scaling, numbers.Real) or not (
                 0 < scaling < 1):
             raise ValueError(f"{_WHO}: scaling must be a number in (0, 1), got {scaling!r}")

@@ -9,8 +9,8 @@ import math
 import numbers
 
 from ._implicit import cost_lazy, plan_lazy
-from .samples_loss import (SamplesLoss, _check_number, check_gradient, check_snapshots,
-                           common_diameter, dual_side, solve_potentials)
+from .samples_loss import (SamplesLoss, _check_number, check_gradient, check_length_power,
+                           check_snapshots, common_diameter, dual_side, solve_potentials)
 
 _WHO = "tessel.ot.solve_sample"
 _UPDATES = ("symmetric", "alternating")
@@ -75,10 +75,10 @@ def solve_sample(a, x, b, y, *, p=2, blur=0.05, reach=None, reach_x=None, reach_
     """Entropic OT between (a, x) and (b, y): the solver, its potentials and its plan.
 
     a: (N,), (N, 1) or None (uniform weights 1/N, for that cloud only); x: (N, D); b, y
-    likewise; batched inputs (B, N, D) solve B problems; lists of clouds of different sizes (x = [x1, x2], y = [y1, y2],
-    a and b None or lists of weights) give a list of OTResult, one per pair, their schedules
-    starting at one diameter for all (as SamplesLoss's). p, blur, reach, diameter, scaling, cost, debias and backend as
-    in SamplesLoss (eps = blur^p; backend="multiscale" runs the multiscale solver with
+    likewise; batched inputs (B, N, D) solve B problems; lists of clouds of different sizes
+    (x = [x1, x2], y = [y1, y2], a and b None or lists of weights) give a list of OTResult, one
+    per pair, their schedules starting at one diameter for all (as SamplesLoss's). p, blur,
+    reach, diameter, scaling, cost, debias and backend as in SamplesLoss (eps = blur^p; backend="multiscale" runs the multiscale solver with
     `truncate` and `cluster_scale`, envelope gradients only; any other the online solver);
     reach_x / reach_y set the two marginal penalties apart
     (semi-unbalanced; None: that marginal is a hard constraint).
@@ -113,8 +113,8 @@ def solve_sample(a, x, b, y, *, p=2, blur=0.05, reach=None, reach_x=None, reach_
     loss = SamplesLoss("sinkhorn", p=p, blur=blur, reach=reach, diameter=diameter,
                        scaling=scaling, cost=cost, debias=debias, backend=backend,
                        truncate=truncate, cluster_scale=cluster_scale)
-    rx = loss.reach if reach_x is None else rx
-    ry = loss.reach if reach_y is None else ry
+    rx = loss.reach if reach_x is None else check_length_power(_WHO, "reach_x", rx, loss.p)
+    ry = loss.reach if reach_y is None else check_length_power(_WHO, "reach_y", ry, loss.p)
     # As in GeomLoss, a None weight is uniform for its own cloud only.
     a_, x_, b_, y_, batched = loss._process_args((a, x, b, y), _WHO)
     if loss._dense:
