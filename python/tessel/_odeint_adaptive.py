@@ -44,6 +44,10 @@ class Field:
         self.f, self.is_tuple, self.stats = f, is_tuple, stats
         self.spec = [(y.shape, y.dtype, y.device) for y in y0s]
         self.key = "nfe_forward"
+        # While the controller runs: (t, evaluation, input finite, output finite) of each
+        # evaluation since the last accepted step, as device tensors (no wait for the device);
+        # read only when a step's error turns out non-finite (see march).
+        self.watch = None
 
     def __call__(self, s, z):
         out = self.f(s, tuple(z) if self.is_tuple else z[0])
@@ -64,7 +68,28 @@ class Field:
                     f"{_NAME}: f returned shape {tuple(o.shape)}, {o.dtype} on {o.device} for "
                     f"state {j} at t={float(s):g}; expected shape {tuple(shape)}, {dtype} on "
                     f"{device} like y0 (f must return dy/dt with the state's shape and dtype)")
+        if self.watch is not None:
+            self.watch.append((s, self.stats[self.key], _finite(z), _finite(out)))
         return out
+
+
+def _finite(xs):
+    """Whether every element of the tensors xs is finite, as a tensor (no host wait)."""
+    return torch.stack([torch.isfinite(x).all() for x in xs]).all()
+
+
+def _non_finite_field(field):
+    """The first evaluation watched that turned a finite state into a non-finite derivative, as
+    a ValueError to raise, or None (a non-finite stage, overflowed from a too large step, is not
+    the field's doing)."""
+    for s, n, fin_in, fin_out in field.watch or ():
+        if bool(fin_in) and not bool(fin_out):
+            return ValueError(
+                f"{_NAME}: f returned non-finite values (nan or inf) at t={float(s):.17g}, "
+                f"evaluation {n} of f in the forward solve, from a finite state, and smaller "
+                "steps down to the floor 4 * eps * max(|t|, interval) did not avoid it: f is "
+                "not defined there, or the solution blows up near that time")
+    return None
 
 
 def _tolerance(name, v):
@@ -148,18 +173,32 @@ class Controller:
         return min(100 * h0, h1, span)
 
 
-def march(t, state, attempt, ctl, h, q, stats):
+def march(t, state, attempt, ctl, h, q, stats, field):
     """Integrates through every interval of t with the controller. attempt(s, s1, state) returns
     (new state, error estimate, y at s, y at s1). Returns the fractions of each interval's step
-    times (tensors of t's dtype) and the state at every t[k], k >= 1."""
+    times (tensors of t's dtype) and the state at every t[k], k >= 1. A step size below the
+    floor that t's precision allows ends the solve with an error (rejecting on would only shrink
+    h until max_num_steps, after hours for a large budget), which names the first evaluation of
+    `field` (the Field attempt evaluates) that turned a finite state non-finite since the last
+    accepted step, if any. A non-finite f is not an error at once: from a step too large, a
+    finite stage may still overflow f (exp of a large stage), and a smaller step cures that; the
+    dfactor 0.2 shrinks h to the floor in some 25 attempts, a few milliseconds."""
+    try:
+        return _march(t, state, attempt, ctl, h, q, stats, field)
+    finally:
+        field.watch = None  # the backward's evaluations are not watched
+
+
+def _march(t, state, attempt, ctl, h, q, stats, field):
     tv = t.detach()
+    eps = torch.finfo(tv.dtype).eps
     fracs, rows = [], []
     taken = 0
     for k in range(tv.numel() - 1):
         a, b = float(tv[k]), float(tv[k + 1])
         d, dk = b - a, tv[k + 1] - tv[k]
         sgn = 1.0 if d > 0 else -1.0
-        fr, s = [0.0], tv[k]
+        fr, s, rejected, bad = [0.0], tv[k], 0, None
         while True:
             if taken >= ctl.max_steps:
                 raise RuntimeError(f"{_NAME}: options['max_num_steps'] = {ctl.max_steps} steps "
@@ -168,6 +207,19 @@ def march(t, state, attempt, ctl, h, q, stats):
             taken += 1
             sf = float(s)
             last = abs(h) * 1.01 >= abs(b - sf)
+            # Below a few ulps of t a step cannot be told from rounding: s + h is s, or nearly.
+            floor = 4 * eps * max(abs(sf), abs(d))
+            if not last and not abs(h) >= floor:  # a NaN h too (from f's NaN at t[0])
+                # The watch holds the evaluations since the last attempt: those that chose the
+                # first step size when no attempt ran yet.
+                bad = _non_finite_field(field) if bad is None else bad
+                if bad is not None:
+                    raise bad
+                raise RuntimeError(
+                    f"{_NAME}: step size {abs(h):.3g} at t={sf:.17g} is below the floor "
+                    f"4 * eps * max(|t|, interval) = {floor:.3g} of t's {tv.dtype} (after "
+                    f"{rejected} rejected attempts in a row): the solution may blow up or f be "
+                    "discontinuous near that time, or rtol/atol be too small")
             if last:
                 frac, s1 = None, tv[k + 1]
             else:
@@ -178,13 +230,17 @@ def march(t, state, attempt, ctl, h, q, stats):
                                        "the solution may blow up, or rtol/atol be too small")
             new, err, y, y1 = attempt(s, s1, state)
             r = ctl.ratio(err, y, y1)
+            if not math.isfinite(r) and bad is None:
+                bad = _non_finite_field(field)
+            field.watch = []  # only the next attempt's evaluations matter from here
             used = abs(float(s1) - sf)
             h = ctl.next_size(used, r, q)
             if not r <= 1:  # also rejects nan
                 stats["rejected"] += 1
+                rejected += 1
                 continue
             stats["steps"] += 1
-            state, s = new, s1
+            state, s, rejected, bad = new, s1, 0, None
             if last:
                 break
             fr.append(frac)
@@ -240,6 +296,8 @@ def dopri5(field, t, y0s, ctl, fracs, snapshots, params, stats):
     call = (lambda s, z: [o.detach() for o in captured.run(field, s, z)]) if want else field
     with torch.no_grad():
         ys = [y.detach() for y in y0s]
+        if fracs is None:
+            field.watch = []  # f at t[0] too (march reads and resets it)
         k1 = call(t[0].detach(), ys)
         if fracs is None:
             span = float(t[-1]) - float(t[0])
@@ -249,7 +307,7 @@ def dopri5(field, t, y0s, ctl, fracs, snapshots, params, stats):
                 y1, k7, err = dopri5_step(call, s, s1, st[:ny], st[ny:])
                 return (*y1, *k7), err, st[:ny], y1
 
-            fracs, rows = march(t, (*ys, *k1), attempt, ctl, h, 5, stats)
+            fracs, rows = march(t, (*ys, *k1), attempt, ctl, h, 5, stats, field)
             stats["step_times"] = grid(t.detach(), fracs)
         else:
             g, rows, st, n = grid(t.detach(), fracs), [], (ys, k1), 0

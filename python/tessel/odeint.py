@@ -36,7 +36,7 @@ import math
 import torch
 
 from ._captured import Captured, grad_once
-from .checkpoint import _as_int
+from .checkpoint import MAX_STEPS, _as_int
 from ._odeint_adaptive import Controller, Field, dopri5, march
 from ._odeint_adaptive import grid as _grid
 
@@ -115,6 +115,7 @@ class _Solver:
         """The first solve with rtol/atol: the controller picks the steps (fixed from then on).
         The error estimate (F' - F) h / 2 is Heun's step minus the Euler step, first order."""
         y = list(y0s)
+        self.call.watch = []  # f at t[0] too (march reads and resets it)
         F = self._eval(t[0], y)
         span = float(t[-1]) - float(t[0])
         h = self.ctl.first_step(self._eval, t[0].detach(), abs(span), y, F, 2) if span else 0.0
@@ -124,7 +125,8 @@ class _Solver:
             err = [(F1i - Fi) * ((s1 - s) / 2) for Fi, F1i in zip(state[2], new[2])]
             return new, err, state[0], new[0]
 
-        fracs, rows = march(t, (y, list(y0s), F), attempt, self.ctl, h, 2, self.stats)
+        fracs, rows = march(t, (y, list(y0s), F), attempt, self.ctl, h, 2, self.stats,
+                            self.call)
         self._set_steps(fracs)
         self.stats["step_times"] = _grid(t.detach(), fracs)
         outs = [torch.stack([y0] + [r[0][j] for r in rows]) for j, y0 in enumerate(y0s)]
@@ -299,7 +301,7 @@ def _step_counts(d, step_size, steps_per_interval):
         if _as_int(steps_per_interval) is None or _as_int(steps_per_interval) < 1:
             raise ValueError(f"{_NAME}: steps_per_interval must be an integer >= 1, got "
                              f"{steps_per_interval!r}")
-        return [_as_int(steps_per_interval)] * d.numel()
+        return [_as_int(steps_per_interval)] * d.numel()  # checked by _check_counts
     if step_size is not None:
         h = float(step_size)
         if not math.isfinite(h) or h <= 0:
@@ -307,8 +309,29 @@ def _step_counts(d, step_size, steps_per_interval):
                              f"{step_size!r}")
         # The slack keeps an interval that is a whole number of steps from gaining one more
         # through the rounding of the division.
-        return [max(1, math.ceil(abs(float(x)) / h - 1e-9)) for x in d]
+        ratios = [abs(float(x)) / h - 1e-9 for x in d]
+        if not all(r <= _MAX_STEPS for r in ratios):  # inf too, which math.ceil cannot take
+            raise ValueError(f"{_NAME}: step_size={step_size!r} makes more than {_MAX_STEPS} "
+                             "steps in an interval of t; the largest supported is 2**28")
+        return [max(1, math.ceil(r)) for r in ratios]
     return [1] * d.numel()
+
+
+# Fixed steps hold every step time in one tensor of t's dtype: 2 GiB in float64 at this count.
+_MAX_STEPS = 2 ** 28
+
+
+def _check_counts(method, counts):
+    """Step counts within what each method can hold: 2**28 step times for reversible Heun, and
+    for dopri5 the checkpointed loop's limit per interval (tessel.checkpoint.MAX_STEPS)."""
+    worst = max(counts) if method == "dopri5" else sum(counts)
+    limit, what = ((MAX_STEPS, "in an interval (dopri5 differentiates each interval as a "
+                    "checkpointed loop of at most tessel.checkpoint.MAX_STEPS = 2**23 steps)")
+                   if method == "dopri5" else (_MAX_STEPS, "in all (2**28)"))
+    if worst > limit:
+        raise ValueError(f"{_NAME}: {worst} fixed steps, more than the {limit} supported {what}; "
+                         "give a larger step_size or fewer steps_per_interval")
+    return counts
 
 
 _METHODS = ("reversible_heun", "dopri5")
@@ -333,7 +356,8 @@ def _plan(d, method, rtol, atol, options, step_size, steps_per_interval, snapsho
             raise ValueError(f"{_NAME}: snapshots must be an integer >= 1, got {snapshots!r}")
     snapshots = 16 if snapshots is None else _as_int(snapshots)
     if fixed or not (tol or method == "dopri5"):
-        return method, _step_counts(d, step_size, steps_per_interval), None, snapshots
+        return method, _check_counts(method, _step_counts(d, step_size, steps_per_interval)), \
+            None, snapshots
     # torchdiffeq's defaults.
     ctl = Controller(1e-7 if rtol is None else rtol, 1e-9 if atol is None else atol, options)
     return method, None, ctl, snapshots
@@ -372,7 +396,11 @@ def odeint_reversible(f, y0, t, *, method=None, rtol=None, atol=None, options=No
             the discrete computation the forward made (the step times as fixed fractions of
             their intervals, so gradients in t move them with the interval's ends). Reversible
             Heun is not A-stable: on a stiff field its controller shrinks the steps until
-            max_num_steps; use "dopri5" there.
+            max_num_steps; use "dopri5" there. A step size below 4 eps max(|t|, interval) ends
+            the solve (some 25 rejected attempts after the trouble starts): with a ValueError
+            giving t and the evaluation when f returned nan or inf from a finite state that
+            smaller steps did not avoid, else with a RuntimeError (a solution that blows up,
+            y' = y^2 near t = 1). A non-finite y0 is a ValueError.
     snapshots: for "dopri5", the states each interval's checkpoint_loop may keep (Revolve).
     params: optional tensors to differentiate besides those found (see below): the union of
             both receives gradients. Default: f.parameters() if f is an nn.Module (as in
@@ -423,6 +451,10 @@ def odeint_reversible(f, y0, t, *, method=None, rtol=None, atol=None, options=No
             raise TypeError(f"{_NAME}: params[{j}] is a {type(p).__name__}; expected a tensor")
     method, counts, ctl, snapshots = _plan(d, method, rtol, atol, options, step_size,
                                            steps_per_interval, snapshots)
+    if ctl is not None and not all(bool(torch.isfinite(y.detach()).all()) for y in y0s):
+        # The error control measures relative to |y|: nothing to measure against.
+        raise ValueError(f"{_NAME}: y0 holds non-finite values (nan or inf); adaptive steps "
+                         "need a finite initial state")
     fracs = None if counts is None else _even(counts, t)
     stats = {} if stats is None else stats
     if method == "dopri5":

@@ -197,3 +197,63 @@ def test_deterministic_steps_pass_the_check(name, loop):
     # The same operations on the same numbers: equal to rounding, NaN where autograd makes one.
     for g, r in zip(got, torch.autograd.grad(ref[:5].sum(), (x0, w))):
         torch.testing.assert_close(g, r, rtol=1e-12, atol=1e-12, equal_nan=True)
+
+
+# ---- odeint_reversible with adaptive steps: NaN fields, blow-ups ---------------------------------
+METHODS = ["reversible_heun", "dopri5"]
+T02 = torch.tensor([0.0, 2.0], dtype=F64)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("where,f", [
+    ("t=0, evaluation 1 ", lambda t, y: y * math.nan),
+    (r"t=0\.5000000000", lambda t, y: torch.where(t < 0.5, -y, y * math.inf))])
+def test_non_finite_field_ends_the_solve(method, where, f):
+    # It used to reject every step until max_num_steps (1e6 attempts, a quarter of an hour).
+    stats = {}
+    with pytest.raises(ValueError, match=rf"odeint_reversible: f returned non-finite values "
+                                         rf"\(nan or inf\) at {where}"):
+        odeint_reversible(f, torch.ones(1, dtype=F64), T02, method=method, rtol=1e-6, atol=1e-8,
+                          stats=stats)
+    # Shrinking h by dfactor 0.2 from ~1e-2 to the floor 4 eps takes ~20 rejections in a row.
+    assert stats["rejected"] <= 100 and stats["steps"] <= 1000
+
+
+@pytest.mark.parametrize("method,rtol", [("reversible_heun", 1e-3), ("dopri5", 1e-6)])
+def test_blow_up_hits_the_step_floor(method, rtol):
+    # y' = y^2, y(0) = 1 blows up at t = 1: the steps shrink toward it until h < 4 eps |t|.
+    stats = {}
+    with pytest.raises(RuntimeError, match=r"odeint_reversible: step size .* at t=1\.00.* is "
+                                           r"below the floor 4 \* eps"):
+        odeint_reversible(lambda t, y: y * y, torch.ones(1, dtype=F64), T02, method=method,
+                          rtol=rtol, atol=1e-8, stats=stats)
+    assert stats["steps"] + stats["rejected"] < 100_000
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_overflow_of_a_too_large_step_is_retried(method):
+    # The first step of 1e40 overflows f (y^9 of a stage near -1e40) from a finite stage; a
+    # smaller step cures it, so it is no error.
+    stats = {}
+    y = odeint_reversible(lambda t, y: -y ** 9, torch.ones(1, dtype=F64), T02, method=method,
+                          rtol=1e-8, atol=1e-10, options={"first_step": 1e40}, stats=stats)
+    assert stats["rejected"] >= 1
+    # y = (1 + 8 t)^(-1/8); a global error of 1e-5 is ~1000 times the local tolerance.
+    torch.testing.assert_close(y[-1], torch.tensor([17.0 ** -0.125], dtype=F64), rtol=1e-5,
+                               atol=0)
+
+
+def test_odeint_counts_and_initial_state_are_checked():
+    f = lambda t, y: -y  # noqa: E731
+    y0 = torch.ones(1, dtype=F64)
+    with pytest.raises(ValueError, match="odeint_reversible: y0 holds non-finite values"):
+        odeint_reversible(f, y0 * math.nan, T02, rtol=1e-6)
+    with pytest.raises(ValueError, match=r"odeint_reversible: step_size=1e-300 makes more than"):
+        odeint_reversible(f, y0, T02, step_size=1e-300)
+    with pytest.raises(ValueError, match=r"odeint_reversible: 4611686018427387904 fixed steps"):
+        odeint_reversible(f, y0, T02, steps_per_interval=2 ** 62)
+    with pytest.raises(ValueError, match=r"odeint_reversible: 16777216 fixed steps, more than "
+                                         r"the 8388608 supported in an interval \(dopri5"):
+        odeint_reversible(f, y0, T02, method="dopri5", steps_per_interval=2 ** 24)
+    with pytest.raises(TypeError, match="odeint_reversible: f must be callable"):
+        odeint_reversible(42, y0, T02)
