@@ -39,3 +39,10 @@ def _seed():
 
     np.random.seed(0)
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def interpreted(monkeypatch):
+    """Kernels run in the interpreter, as on a machine without a C++ compiler: for tests about
+    the mathematics of many derivative reductions, whose compilation would cost minutes."""
+    monkeypatch.setenv("TESSEL_CXX", "tessel-test-no-compiler")

@@ -9,6 +9,9 @@ from tessel.ot import SamplesLoss, solve_sample
 from test_ot_implicit import EPS_BLUR, dense_loss
 from test_ot_unrolled import dense_replay
 
+# About the derivatives, not compiled code: a functional.hvp needs some 160 derivative kernels.
+pytestmark = pytest.mark.usefixtures("interpreted")
+
 
 def sq_cost(x, y):
     return ((x[:, :, None, :] - y[:, None, :, :]) ** 2).sum(-1) / 2
