@@ -143,6 +143,7 @@ def lazy_kmin(LT, x, y):
     return ((LT(x[:, None, :]) - LT(y[None, :, :])) ** 2).sum(-1).Kmin(K, dim=1)
 
 
+@pytest.mark.usefixtures("interpreted")
 @pytest.mark.parametrize("LT", [tt.LazyTensor, KeOpsLazyTensor], ids=["tessel", "pykeops-compat"])
 @pytest.mark.parametrize("build", [lazy_logsumexp, lazy_softmax, lazy_kmin])
 def test_lazytensor_front_ends(LT, build):
