@@ -73,6 +73,13 @@ def _same_bits(a, b):
     return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
 
 
+def _check_determinism(who, v):
+    """determinism_check, named and valued as torch.utils.checkpoint's: True to compare."""
+    if v not in ("default", "none"):
+        raise ValueError(f"{who}: determinism_check must be 'default' or 'none', got {v!r}")
+    return v == "default"
+
+
 def _differentiable(x):
     return x.is_floating_point() or x.is_complex()
 
@@ -105,8 +112,10 @@ class _Revolve:
     """One loop's schedule, snapshots and counters, shared by the forward and the backward."""
 
     def __init__(self, step, n_steps, snapshots, is_tuple, states, params, stats,
-                 name="checkpoint_loop", storage=None, preserve_rng_state=True):
+                 name="checkpoint_loop", storage=None, preserve_rng_state=True,
+                 determinism_check="default"):
         self.step, self.n_steps, self.is_tuple, self.stats = step, n_steps, is_tuple, stats
+        self.check_replay = _check_determinism(name, determinism_check)
         self.rng = RngStates(preserve_rng_state, tuple(states) + tuple(params))
         self.rng_slots = {}  # slot -> the random-number state of its snapshot
         self.rng_start = None  # the state the loop started from (the full recomputation's)
@@ -244,7 +253,8 @@ class _Revolve:
                     elif action == "reverse":
                         after = inp  # x_{a+1}: the input of the step reversed last
                         inp, out = self._tape(a)
-                        self._check_replay(a, out, after)
+                        if self.check_replay:
+                            self._check_replay(a, out, after)
                         del after  # not held through this step's reverse
                         self.cur = None  # the reverse consumes the state; a restore follows
                         grads = self._reverse(inp, out, grads, params, param_grads)
@@ -265,7 +275,8 @@ class _Revolve:
                     "same from the same state and k: no unseeded random source (NumPy, Python's "
                     "random; torch's generators are replayed with preserve_rng_state=True), no "
                     "global that changes between calls, no nondeterministic GPU kernel "
-                    "(torch.use_deterministic_algorithms(True) avoids those)")
+                    "(torch.use_deterministic_algorithms(True) avoids those); "
+                    "determinism_check='none' turns this check off")
 
     def backward_full(self, grads, states, params, create_graph):
         """The plain path, for what the schedule cannot serve: create_graph=True (the taped
@@ -372,7 +383,7 @@ def _check_inputs(name, state, snapshots, params, stats):
 
 
 def checkpoint_loop(step, state, n_steps, snapshots, params=(), stats=None, storage=None,
-                    preserve_rng_state=True):
+                    preserve_rng_state=True, determinism_check="default"):
     """Runs `state = step(state, k)` for k = 0 .. n_steps-1 and returns the final state, with a
     backward that stores at most `snapshots` states (Revolve's optimal binomial checkpointing).
 
@@ -399,6 +410,12 @@ def checkpoint_loop(step, state, n_steps, snapshots, params=(), stats=None, stor
                next step starts from, and the backward restores it, so that a step using dropout
                or noise draws the same numbers when it is recomputed; the caller's random stream
                is left as the forward pass left it. False skips that for steps that draw nothing.
+    determinism_check: "default" (as in torch.utils.checkpoint): each step recomputed in backward
+               must give, bit for bit, the state the loop already holds after it (a snapshot or
+               an earlier recomputation; no extra memory), else a RuntimeError names the step: a
+               step that does not compute the same twice would get the gradient of another
+               trajectory. "none" turns the comparison off, for steps whose GPU kernels add in a
+               varying order (atomics) and differ in the last bits only.
 
     Tensors that step reads besides the state (closure variables, an nn.Module's parameters, a
     weight computed from a parameter before the loop) are found by themselves: each step of the
@@ -428,7 +445,8 @@ def checkpoint_loop(step, state, n_steps, snapshots, params=(), stats=None, stor
     grad = torch.is_grad_enabled()
     # Without grad mode there is no schedule to compute (n_steps None), only steps to run.
     run = _Revolve(step, n_steps if grad else None, snapshots, is_tuple, states, params, stats,
-                   storage=storage, preserve_rng_state=preserve_rng_state)
+                   storage=storage, preserve_rng_state=preserve_rng_state,
+                   determinism_check=determinism_check)
     if not grad:
         # Nothing to differentiate: the plain loop, with no snapshot at all.
         cur = states

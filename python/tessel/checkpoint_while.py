@@ -80,9 +80,10 @@ class _Online(_Revolve):
     """_Revolve whose schedule comes from the online placement, once the loop has stopped."""
 
     def __init__(self, cond, step, max_steps, snapshots, is_tuple, states, params, stats,
-                 storage, preserve_rng_state, progress):
+                 storage, preserve_rng_state, progress, determinism_check):
         super().__init__(step, None, snapshots, is_tuple, states, params, stats, name=_NAME,
-                         storage=storage, preserve_rng_state=preserve_rng_state)
+                         storage=storage, preserve_rng_state=preserve_rng_state,
+                         determinism_check=determinism_check)
         self.cond, self.max_steps, self.snapshots = cond, max_steps, snapshots
         self.progress = _Progress(progress)
         stats.update(n_steps=0, recomputations=0, max_steps_reached=False)
@@ -170,7 +171,8 @@ class _Online(_Revolve):
 
 
 def checkpoint_while(cond, step, state, snapshots, max_steps=None, params=(), stats=None,
-                     storage=None, preserve_rng_state=True, progress=False):
+                     storage=None, preserve_rng_state=True, progress=False,
+                     determinism_check="default"):
     """Runs `state = step(state, k)` while `cond(state, k)` is true (k = 0, 1, ...) and returns the
     final state, with a backward through every step taken that stores at most `snapshots`
     states: the loop's length need not be known in advance (online checkpointing).
@@ -207,6 +209,7 @@ def checkpoint_while(cond, step, state, snapshots, max_steps=None, params=(), st
                says so), since the replayed steps run one after another without it.
     progress:  False, or True to print "checkpoint_while: k steps so far" to stderr at every
                power of two and at least every 10 seconds, and the step count when it stops.
+    determinism_check: "default" or "none", as in checkpoint_loop.
 
     Tensors that step reads besides the state (closures, nn.Module parameters) get gradients
     without being listed, as with checkpoint_loop; `autograd.grad`, `.backward()`, tuple states
@@ -227,7 +230,7 @@ def checkpoint_while(cond, step, state, snapshots, max_steps=None, params=(), st
                                                                stats)
     check_storage(_NAME, storage)
     run = _Online(cond, step, max_steps, snapshots, is_tuple, states, params, stats, storage,
-                  preserve_rng_state, bool(progress))
+                  preserve_rng_state, bool(progress), determinism_check)
     if not torch.is_grad_enabled():
         cur = run.run_plain(states)
         return cur if is_tuple else cur[0]

@@ -158,8 +158,9 @@ def _global_step():
     return step
 
 
-LOOPS = [("loop", lambda step, x0, n, s: checkpoint_loop(step, x0, n, s)),
-         ("while", lambda step, x0, n, s: checkpoint_while(lambda x, k: k < n, step, x0, s))]
+LOOPS = [("loop", lambda step, x0, n, s, **kw: checkpoint_loop(step, x0, n, s, **kw)),
+         ("while", lambda step, x0, n, s, **kw: checkpoint_while(lambda x, k: k < n, step, x0, s,
+                                                                 **kw))]
 
 
 @pytest.mark.parametrize("name,loop", LOOPS)
@@ -172,6 +173,16 @@ def test_nondeterministic_step_is_reported(name, loop, make, n, s):
     with pytest.raises(RuntimeError, match=rf"checkpoint_{name}: step {n - 2}, run again in "
                                            "backward, gave a different state 0"):
         torch.autograd.grad(out.sum(), x0)
+
+
+@pytest.mark.parametrize("name,loop", LOOPS)
+def test_determinism_check_none_turns_the_comparison_off(name, loop):
+    """As torch.utils.checkpoint's keyword: for steps that differ in the last bits on a GPU."""
+    x0 = torch.linspace(-1, 1, 5, dtype=F64, requires_grad=True)
+    out = loop(_global_step(), x0, 10, 3, determinism_check="none")
+    torch.autograd.grad(out.sum(), x0)  # the caller's choice: no error
+    with pytest.raises(ValueError, match="determinism_check must be 'default' or 'none'"):
+        loop(_global_step(), x0, 10, 3, determinism_check=False)
 
 
 @pytest.mark.parametrize("name,loop", LOOPS)
