@@ -179,3 +179,52 @@ def test_a_problem_scaled_by_a_power_of_two_gives_the_value_times_scale_to_the_p
     scaled_kw = dict(kw, blur=0.2 * s, reach=None if reach is None else reach * s)
     got = float(SamplesLoss(**scaled_kw)(a, x * s, b, y * s))
     assert got / s ** p == pytest.approx(unit, rel=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["online", "implicit", "unrolled", "multiscale"])
+@pytest.mark.parametrize("p,reach", [(2, None), (1, None), (2, 0.6)])
+@pytest.mark.parametrize("k", [-70, -40, 40, 90])
+def test_float32_clouds_far_from_unit_size_are_as_accurate_as_at_unit_size(backend, p, reach, k):
+    """float32 costs of points at 2^90 overflow (NaN before) and those of points at 2^-70 fall
+    below the normal range (a silently wrong value before, 2e-34 for 2.5e-21): tessel.ot divides
+    the points and lengths by a power of two, which is exact, and scales the value back. The
+    solver's float32 arithmetic is then that of a unit-size problem, up to the rounding of its
+    own schedule: the value and the gradient, scaled back, are as far from the float64 answer as
+    the unit-size float32 problem's are (twice that, plus a few float32 roundings)."""
+    if not -120 <= p * k <= 120:
+        pytest.skip("the value itself is outside float32's normal range")
+    kw = {"implicit": dict(gradient="implicit"), "unrolled": dict(gradient="unrolled"),
+          "multiscale": dict(backend="multiscale")}.get(backend, {})
+    clouds = weighted_clouds(12, 9, seed=4)
+    s, u = 2.0 ** k, 2.0 ** -24
+
+    def loss_and_grad(dtype, scale):
+        a, x, b, y = (t.to(dtype) for t in clouds)
+        xs = (x * scale).requires_grad_()
+        L = SamplesLoss(p=p, blur=0.2 * scale, reach=None if reach is None else reach * scale,
+                        **kw)(a, xs, b, y * scale)
+        (g,) = torch.autograd.grad(L, xs)
+        return float(L) / scale ** p, g.double() / scale ** (p - 1)
+
+    ref, g_ref = loss_and_grad(torch.float64, 1.0)
+    unit, g_unit = loss_and_grad(torch.float32, 1.0)
+    got, g_got = loss_and_grad(torch.float32, s)
+    assert abs(got - ref) <= 2 * abs(unit - ref) + 4 * u * abs(ref)
+    assert (g_got - g_ref).norm() <= 2 * (g_unit - g_ref).norm() + 4 * u * g_ref.norm()
+
+
+def test_a_float32_loss_past_float32s_range_is_a_clear_error():
+    a, x, b, y = (t.float() for t in weighted_clouds(12, 9, seed=4))
+    with pytest.raises(ValueError, match="past float32's range; pass float64 points"):
+        SamplesLoss(blur=0.2 * 1e30)(a, x * 1e30, b, y * 1e30)
+
+
+@pytest.mark.parametrize("k", [-70, 100])
+def test_solve_sample_refuses_float32_clouds_whose_squared_distances_float32_cannot_hold(k):
+    # Its result (potentials, plan, history) is not rescaled: NaN before, now a clear error.
+    a, x, b, y = weighted_clouds(12, 9, seed=4)
+    s = 2.0 ** k
+    with pytest.raises(ValueError, match="float32 clouds of size .* pass float64 points"):
+        solve_sample(a.float(), x.float() * s, b.float(), y.float() * s, blur=0.2 * s)
+    r = solve_sample(a, x * s, b, y * s, blur=0.2 * s)
+    assert torch.isfinite(r.value).all()

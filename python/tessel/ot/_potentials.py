@@ -50,7 +50,8 @@ def bounding_diameter(*clouds):
     ((..., D) tensors); None when all the points coincide."""
     dim = clouds[0].shape[-1]
     pts = torch.cat([c.detach().reshape(-1, dim).to(clouds[0].dtype) for c in clouds])
-    d = float((pts.max(0)[0] - pts.min(0)[0]).norm())
+    # The norm in float64: the box's sides of float32 points at 1e20 fit, their squares do not.
+    d = float((pts.max(0)[0] - pts.min(0)[0]).double().norm())
     return d if d > 0 else None
 
 

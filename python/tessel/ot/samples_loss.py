@@ -5,6 +5,7 @@ O(N + M)); the loss value is assembled here in torch from the weights and the po
 autograd gives the weights' gradients and the points' come from the potentials' envelope
 gradients (SinkhornPotentials). The global grad mode is never touched.
 """
+import copy
 import math
 import numbers
 import warnings
@@ -69,6 +70,20 @@ def common_diameter(xs, ys, who):
         raise ValueError(f"{who}: every cloud of a batch must have the same dimension D, got "
                          f"{sorted({t.shape[-1] for t in pts})}")
     return bounding_diameter(*pts)
+
+
+class _Scaled(torch.autograd.Function):
+    """t * forward_factor, whose backward multiplies by backward_factor: the power-of-two
+    factors of a rescaled loss, moved to where the cotangents cannot underflow."""
+
+    @staticmethod
+    def forward(ctx, t, forward_factor, backward_factor):
+        ctx.backward_factor = backward_factor
+        return t * forward_factor
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * ctx.backward_factor, None, None
 
 
 class SamplesLoss(torch.nn.Module):
@@ -238,6 +253,9 @@ class SamplesLoss(torch.nn.Module):
 
     def _forward(self, args, diameter, labels=None):
         a, x, b, y, batched = self._process_args(args)
+        scale = self._float32_scale(x, y, diameter)
+        if scale != 1:
+            return self._rescaled(scale, (a, x, b, y), diameter, labels, batched)
         if self.loss != "sinkhorn":
             out = kernel_loss(self.loss, self.blur, a, x, b, y, self.potentials, self.kernel)
             return out if self.potentials or batched else out[0]
@@ -264,6 +282,44 @@ class SamplesLoss(torch.nn.Module):
         pots = solve_potentials(self.gradient, a, x, b, y, solve, settings, _WHO,
                                 snapshots=self.snapshots, multiscale=multiscale)
         return self._finish(pots, a, b, batched)
+
+    def _float32_scale(self, x, y, diameter):
+        """A power of two that brings float32 clouds far from unit size back to it, else 1. The
+        built-in costs are homogeneous (|x-y|^p / p): dividing the points and every length by a
+        power of two is exact and scales the value and the potentials by its p-th power, whereas
+        costs of points at 1e30 overflow float32 (NaN) and those at 1e-20 fall below its normal
+        range (a silently wrong value)."""
+        if (x.dtype != torch.float32 or self.loss != "sinkhorn" or self.cost is not None
+                or self._dense or x.shape[-2] == 0 or y.shape[-2] == 0):
+            return 1
+        d = diameter or self.diameter or bounding_diameter(x, y)
+        if d is None or 2.0 ** -16 <= d <= 2.0 ** 16:
+            return 1
+        if not math.isfinite(d):
+            raise ValueError(f"{_WHO}: x and y must be finite; their bounding box is {d}")
+        return 2.0 ** round(math.log2(d))
+
+    def _rescaled(self, scale, args, diameter, labels, batched):
+        """The loss of clouds of unit size (see _float32_scale), scaled back. The factors go on
+        the inputs' side of the backward: a cotangent scaled by (2^-40)^2 before it meets the
+        solver's kernel values would underflow float32 (a zero or wrong gradient)."""
+        a, x, b, y = args
+        unit = copy.copy(self)
+        for name in ("blur", "reach", "reach_x", "reach_y", "diameter"):
+            v = getattr(self, name)
+            setattr(unit, name, None if v is None else v / scale)
+        factor = scale ** self.p
+        x, y = (_Scaled.apply(t, 1 / scale, factor / scale) for t in (x, y))
+        a, b = (_Scaled.apply(t, 1.0, factor) for t in (a, b))
+        out = unit._forward((a, x, b, y), None if diameter is None else diameter / scale, labels)
+        if self.potentials:
+            return tuple(_Scaled.apply(t, factor, 1.0) for t in out)
+        value = _Scaled.apply(out, factor, 1.0)
+        if not bool(torch.isfinite(value).all()) and bool(torch.isfinite(out).all()):
+            raise ValueError(f"{_WHO}: the loss of these float32 points is about "
+                             f"{float(out.detach().abs().max()) * factor:.3g}, past float32's "
+                             "range; pass float64 points")
+        return value if batched else value[0]
 
     def _finish(self, pots, a, b, batched):
         """The value (or GeomLoss's potentials) from the potentials (f, g, p, q)."""

@@ -9,6 +9,7 @@ import math
 import numbers
 
 from ._implicit import cost_lazy, plan_lazy
+from ._potentials import bounding_diameter
 from .samples_loss import (SamplesLoss, _check_number, check_gradient, check_length_power,
                            check_snapshots, common_diameter, dual_side, solve_potentials)
 
@@ -121,6 +122,15 @@ def solve_sample(a, x, b, y, *, p=2, blur=0.05, reach=None, reach_x=None, reach_
         raise TypeError(f"{_WHO}: cost must be a formula (a string in X and Y or a tessel "
                         "Formula): the plan is a LazyTensor of it; a cost function of dense "
                         "tensors is for SamplesLoss (GeomLoss's tensorized backend)")
+    if loss._float32_scale(x_, y_, None) != 1:
+        d = loss.diameter or bounding_diameter(x_, y_)
+        if not 2.0 ** -40 <= d <= 2.0 ** 40:
+            # Their squared distances leave float32's normal range (NaN or a wrong value);
+            # SamplesLoss rescales such clouds, but this result's potentials, plan and history
+            # would all need scaling back.
+            raise ValueError(f"{_WHO}: x and y are float32 clouds of size {d:.3g}, whose squared "
+                             "distances float32 cannot hold; pass float64 points, or rescale "
+                             "the points and lengths (SamplesLoss does so by itself)")
     formula = loss._cost_formula(x_.shape[-1])
     settings = dict(p=loss.p, cost=formula, blur=loss.blur, reach_x=rx, reach_y=ry,
                     diameter=loss._diameter(x_, y_, batched), scaling=loss.scaling,
