@@ -135,11 +135,14 @@ size_t estimate_cpu_kernel_bytes(const CpuKernelSpec& spec) {
   // bodies), an op's statements (~25 bytes per row and tile body, for each component of its
   // arguments or of its result, whichever is more: SqDist of two 6000-vectors writes 3 * 6000),
   // and an output component's accumulators (folded in each tile body, declared, saved, restored,
-  // merged and finished: ~1 KB per row).
-  constexpr size_t kOuter = 40, kInner = 3 * 30, kTemp = 3 * 25, kOutput = 1000;
-  const size_t rows = static_cast<size_t>(make_gen(spec, lay).R);
+  // merged and finished: ~1 KB per row; a wide output's loops, only its values gathered into an
+  // array in each tile body).
+  constexpr size_t kOuter = 40, kInner = 3 * 30, kTemp = 3 * 25, kOutput = 1000, kWideOutput = 30;
+  const Gen g = make_gen(spec, lay);
+  const size_t rows = static_cast<size_t>(g.R);
   size_t bytes = size_t(lay.outer_dim) * kOuter * rows + size_t(lay.inner_dim) * kInner +
-                 size_t(lay.param_dim) * kOuter + size_t(spec.r->f.dim()) * kOutput * rows;
+                 size_t(lay.param_dim) * kOuter +
+                 size_t(spec.r->f.dim()) * (g.wide_out() ? kWideOutput : kOutput) * rows;
   std::set<const Node*> seen;
   for (const Formula& f : {spec.r->f, spec.r->weight}) {
     if (!f.valid()) continue;
@@ -236,9 +239,10 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
   }
   if (g.block_sum())
     for (int row = 0; row < g.R; ++row)
-      for (int c = 0; c < g.D; ++c)
-        end_block += "      " + g.acc("acc", row, c) + " += __builtin_convertvector(" +
-                     g.acc("blk", row, c) + ", VD); " + g.acc("blk", row, c) + " = (V){};\n";
+      end_block += g.per_component([&](const string& c) {
+        return "      " + g.oacc("acc", row, c) + " += __builtin_convertvector(" +
+               g.oacc("blk", row, c) + ", VD); " + g.oacc("blk", row, c) + " = (V){};\n";
+      });
   end_block += "      nq_ = 0;\n";
   const string flush_before_masked = softmax ? "    if (nq_) {\n" + end_block + "    }\n" : "";
   const string count_masked =

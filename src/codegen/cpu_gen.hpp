@@ -16,6 +16,10 @@ namespace tessel::cpugen {
 using std::string;
 using std::to_string;
 
+// From this many components up, an output's accumulators (and a variable's coordinates) are
+// arrays walked by loops instead of one unrolled statement per component: see Gen::wide_out().
+constexpr int kArrayMinDim = 32;
+
 struct Gen {
   const CpuKernelSpec& spec;
   const ReductionImpl& r;
@@ -51,6 +55,28 @@ struct Gen {
     return string(what) + "_" + to_string(row) + "_" + to_string(c);
   }
 
+  // A wide Sum or Select output keeps its per-component state in arrays walked by one loop, so
+  // that its code does not grow with the output's dim (a TensorDot's gradient has hundreds of
+  // components, each unrolled in every tile body, row, save, merge and finish). Narrow outputs
+  // keep the straight-line code the compiler schedules best.
+  bool wide_out() const {
+    return (fam == ReductionFamily::Sum || fam == ReductionFamily::Select) && D >= kArrayMinDim;
+  }
+  // The state `what` of output component `c` (a number, or the loop's index when wide_out()).
+  string oacc(const char* what, int row, const string& c) const {
+    return wide_out() ? string(what) + "_" + to_string(row) + "[" + c + "]"
+                      : string(what) + "_" + to_string(row) + "_" + c;
+  }
+  // body(c) for every output component: unrolled, or one loop when wide_out().
+  template <class Fn>
+  string per_component(Fn body) const {
+    string s;
+    if (wide_out())
+      return "    for (int c_ = 0; c_ < " + to_string(D) + "; ++c_) {\n" + body("c_") + "    }\n";
+    for (int c = 0; c < D; ++c) s += body(to_string(c));
+    return s;
+  }
+
   // A variable that carries a row's reduction from one inner chunk to the next (see the chunk
   // loop in generate_cpu_kernel): declared per block, saved and restored between chunks.
   struct StateVar {
@@ -61,14 +87,26 @@ struct Gen {
     const string R_ = to_string(row);
     if (fam == ReductionFamily::Sum) {
       const char* acc_t = spec.acc_f64 || block_sum() ? "VD" : "V";
-      for (int c = 0; c < D; ++c) {
+      if (wide_out()) {
+        const string n = "[" + to_string(D) + "]";
+        v.push_back({acc_t, "acc_" + R_, n, "{}"});
+        if (block_sum()) v.push_back({"V", "blk_" + R_, n, "{}"});
+        if (spec.scheme == SumScheme::Kahan && !spec.acc_f64)
+          v.push_back({"V", "cmp_" + R_, n, "{}"});
+      }
+      for (int c = 0; c < D && !wide_out(); ++c) {
         v.push_back({acc_t, acc("acc", row, c), "", "{}"});
         if (block_sum()) v.push_back({"V", acc("blk", row, c), "", "{}"});
         if (spec.scheme == SumScheme::Kahan && !spec.acc_f64)
           v.push_back({"V", acc("cmp", row, c), "", "{}"});
       }
     } else if (fam == ReductionFamily::Select) {
-      for (int c = 0; c < D; ++c) {
+      // Arrays start unset (declarations() fills them): an aggregate would take D initialisers.
+      if (wide_out()) {
+        v.push_back({"V", "best_" + R_, "[" + to_string(D) + "]", ""});
+        v.push_back({"VI", "bidx_" + R_, "[" + to_string(D) + "]", ""});
+      }
+      for (int c = 0; c < D && !wide_out(); ++c) {
         v.push_back(
             {"V", acc("best", row, c), "", "bc(" + identity_text(info, "__builtin_inf()") + ")"});
         v.push_back({"VI", acc("bidx", row, c), "", "(VI){} - 1"});
@@ -101,6 +139,12 @@ struct Gen {
       for (const StateVar& v : state_vars(row))
         s += "    " + v.type + " " + v.name + v.extent + (v.init.empty() ? "" : " = " + v.init) +
              ";\n";
+      if (fam == ReductionFamily::Select && wide_out())
+        s += per_component([&](const string& c) {
+          return "      " + oacc("best", row, c) + " = bc(" +
+                 identity_text(info, "__builtin_inf()") + "); " + oacc("bidx", row, c) +
+                 " = (VI){} - 1;\n";
+        });
     }
     return s;
   }
@@ -132,26 +176,25 @@ struct Gen {
     string s;
     const string o = "o_.";
     if (fam == ReductionFamily::Sum) {
-      for (int c = 0; c < D; ++c) {
-        const string a = acc("acc", row, c), k = acc("cmp", row, c);
+      s += per_component([&](const string& c) {
+        const string a = oacc("acc", row, c), k = oacc("cmp", row, c);
         if (spec.scheme == SumScheme::Kahan && !spec.acc_f64)
-          s += "      { V y_ = (" + o + a + " - " + o + k + ") - " + k + "; V t_ = " + a +
-               " + y_; " + k + " = (t_ - " + a + ") - y_; " + a + " = t_; }\n";
-        else if (block_sum())
-          s += "      " + a + " += " + o + a + " + __builtin_convertvector(" + o +
-               acc("blk", row, c) + ", VD);\n";
-        else
-          s += "      " + a + " += " + o + a + ";\n";
-      }
+          return "      { V y_ = (" + o + a + " - " + o + k + ") - " + k + "; V t_ = " + a +
+                 " + y_; " + k + " = (t_ - " + a + ") - y_; " + a + " = t_; }\n";
+        if (block_sum())
+          return "      " + a + " += " + o + a + " + __builtin_convertvector(" + o +
+                 oacc("blk", row, c) + ", VD);\n";
+        return "      " + a + " += " + o + a + ";\n";
+      });
     } else if (fam == ReductionFamily::Select) {
       // The other part's indices are all later: it takes a lane only as a later term would.
       const char* cmp = info.is_max ? ">" : "<";
-      for (int c = 0; c < D; ++c) {
-        const string b = acc("best", row, c), bi = acc("bidx", row, c);
-        s += "      { const V f_ = " + o + b + "; VI tk_ = (" + o + bi + " >= 0) & ((f_ " + cmp +
-             " " + b + ") | ((f_ != f_) & (" + b + " == " + b + ")) | (" + bi + " < 0)); " + b +
-             " = tk_ ? f_ : " + b + "; " + bi + " = tk_ ? " + o + bi + " : " + bi + "; }\n";
-      }
+      s += per_component([&](const string& c) {
+        const string b = oacc("best", row, c), bi = oacc("bidx", row, c);
+        return "      { const V f_ = " + o + b + "; VI tk_ = (" + o + bi + " >= 0) & ((f_ " + cmp +
+               " " + b + ") | ((f_ != f_) & (" + b + " == " + b + ")) | (" + bi + " < 0)); " + b +
+               " = tk_ ? f_ : " + b + "; " + bi + " = tk_ ? " + o + bi + " : " + bi + "; }\n";
+      });
     } else if (fam == ReductionFamily::KSelect) {
       const string R_ = to_string(row), K = to_string(r.k);
       s += "      for (int q = 0; q < " + o + "kf_" + R_ + "; ++q) fold_kins(kv_" + R_ + ", ki_" +
@@ -178,31 +221,34 @@ struct Gen {
     auto masked = [&](const string& x, const char* neutral) {
       return tail ? "(valid ? " + x + " : " + neutral + ")" : x;
     };
+    // Component c of the formula: its expression, or, wide, an element of the array it is in.
+    string fa;
+    if (wide_out() && fam != ReductionFamily::KSelect)
+      fa = Emitter::current().array_of(f.data(), D);
+    auto fc = [&](const string& c) { return wide_out() ? fa + "[" + c + "]" : f[std::stoi(c)].s; };
     if (fam == ReductionFamily::Sum) {
-      for (int c = 0; c < D; ++c) {
-        const string v = masked(f[c].s, "bc(0.0)");
-        if (spec.acc_f64 || (block_sum() && tail)) {
-          s += "    " + acc("acc", row, c) + " += __builtin_convertvector(" + v + ", VD);\n";
-        } else if (spec.scheme == SumScheme::Kahan) {
-          s += "    { V y_ = " + v + " - " + acc("cmp", row, c) + "; V t_ = " + acc("acc", row, c) +
-               " + y_; " + acc("cmp", row, c) + " = (t_ - " + acc("acc", row, c) + ") - y_; " +
-               acc("acc", row, c) + " = t_; }\n";
-        } else if (block_sum()) {
-          s += "    " + acc("blk", row, c) + " += " + v + ";\n";
-        } else {
-          s += "    " + acc("acc", row, c) + " += " + v + ";\n";
+      s += per_component([&](const string& c) {
+        const string v = masked(fc(c), "bc(0.0)"), a = oacc("acc", row, c);
+        if (spec.acc_f64 || (block_sum() && tail))
+          return "    " + a + " += __builtin_convertvector(" + v + ", VD);\n";
+        if (spec.scheme == SumScheme::Kahan) {
+          const string k = oacc("cmp", row, c);
+          return "    { V y_ = " + v + " - " + k + "; V t_ = " + a + " + y_; " + k + " = (t_ - " +
+                 a + ") - y_; " + a + " = t_; }\n";
         }
-      }
+        if (block_sum()) return "    " + oacc("blk", row, c) + " += " + v + ";\n";
+        return "    " + a + " += " + v + ";\n";
+      });
     } else if (fam == ReductionFamily::Select) {
       // Terms come in index order, so fold_select_takes reduces to: better, first NaN, or first.
       const char* cmp = info.is_max ? ">" : "<";
-      for (int c = 0; c < D; ++c) {
-        const string b = acc("best", row, c), bi = acc("bidx", row, c);
-        s += "    { const V f_ = " + f[c].s + "; VI tk_ = (f_ " + cmp + " " + b +
-             ") | ((f_ != f_) & (" + b + " == " + b + ")) | (" + bi + " < 0);";
-        if (tail) s += " tk_ &= valid;";
-        s += " " + b + " = tk_ ? f_ : " + b + "; " + bi + " = tk_ ? tv : " + bi + "; }\n";
-      }
+      s += per_component([&](const string& c) {
+        const string b = oacc("best", row, c), bi = oacc("bidx", row, c);
+        string t = "    { const V f_ = " + fc(c) + "; VI tk_ = (f_ " + cmp + " " + b +
+                   ") | ((f_ != f_) & (" + b + " == " + b + ")) | (" + bi + " < 0);";
+        if (tail) t += " tk_ &= valid;";
+        return t + " " + b + " = tk_ ? f_ : " + b + "; " + bi + " = tk_ ? tv : " + bi + "; }\n";
+      });
     } else if (fam == ReductionFamily::KSelect) {
       const string R_ = to_string(row), K = to_string(r.k);
       const string lane_ok = tail ? "if (valid[l]) " : "";
@@ -218,8 +264,8 @@ struct Gen {
     } else if (fam == ReductionFamily::SoftMax) {
       const string R_ = to_string(row);
       if (!tail) {
-        s += "    fb_" + R_ + "[q0_ + t - tb] = " + f[0].s + "; bm_" + R_ + " = v_max(bm_" + R_ + ", " +
-             f[0].s + ");\n";
+        s += "    fb_" + R_ + "[q0_ + t - tb] = " + f[0].s + "; bm_" + R_ + " = v_max(bm_" + R_ +
+             ", " + f[0].s + ");\n";
         for (int c = 0; c < WD; ++c)
           s += "    wb_" + R_ + "_" + to_string(c) + "[q0_ + t - tb] = " + w[c].s + ";\n";
       } else {
@@ -299,25 +345,26 @@ struct Gen {
     const string R_ = to_string(row), out_row = "(i0 + " + R_ + ")";
     string s = "    if (i0 + " + R_ + " < a->o_end) {\n";
     if (fam == ReductionFamily::Sum) {
-      for (int c = 0; c < D; ++c)
-        s += "      out0[" + out_row + " * " + to_string(D) + " + " + to_string(c) + "] = (T)" +
-             (spec.acc_f64 || block_sum() ? "hsum_d(" : "hsum(") + acc("acc", row, c) + ");\n";
+      s += per_component([&](const string& c) {
+        return "      out0[" + out_row + " * " + to_string(D) + " + " + c + "] = (T)" +
+               (spec.acc_f64 || block_sum() ? "hsum_d(" : "hsum(") + oacc("acc", row, c) + ");\n";
+      });
     } else if (fam == ReductionFamily::Select) {
       // The lanes' bests hold interleaved indices: merge them with the shared rule.
       const string mx = info.is_max ? "1" : "0";
-      for (int c = 0; c < D; ++c) {
-        const string b = acc("best", row, c), bi = acc("bidx", row, c),
-                     at = out_row + " * " + to_string(D) + " + " + to_string(c);
-        s += "      { T bv = 0; i64 bj = -1;\n        for (int l = 0; l < W; ++l) { if (" + bi +
-             "[l] < 0) continue; const T v = " + b + "[l]; const i64 j = (i64)" + bi +
-             "[l] * W + l;\n";
-        s += "          if (fold_select_takes(v, j, bv, bj, " + mx + ")) { bv = v; bj = j; } }\n";
-        s += "        if (bj < 0) bv = " + identity_text(info, "__builtin_inf()") + ";\n";
+      s += per_component([&](const string& c) {
+        const string b = oacc("best", row, c), bi = oacc("bidx", row, c),
+                     at = out_row + " * " + to_string(D) + " + " + c;
+        string t = "      { T bv = 0; i64 bj = -1;\n        for (int l = 0; l < W; ++l) { if (" +
+                   bi + "[l] < 0) continue; const T v = " + b + "[l]; const i64 j = (i64)" + bi +
+                   "[l] * W + l;\n";
+        t += "          if (fold_select_takes(v, j, bv, bj, " + mx + ")) { bv = v; bj = j; } }\n";
+        t += "        if (bj < 0) bv = " + identity_text(info, "__builtin_inf()") + ";\n";
         for (int o = 0; o < info.num_outputs(); ++o)
-          s += string("        ") +
+          t += string("        ") +
                (info.output_is_index(o) ? "outi[" + at + "] = bj;\n" : "out0[" + at + "] = bv;\n");
-        s += "      }\n";
-      }
+        return t + "      }\n";
+      });
     } else if (fam == ReductionFamily::KSelect) {
       const string K = to_string(r.k);
       s += "      for (int q = 0; q < " + K + "; ++q) {\n";

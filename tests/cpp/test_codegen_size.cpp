@@ -1,10 +1,12 @@
 // Generated kernel size: contractions (TensorDot, MatVecMult, VecMatMult and their gradients)
-// become loop nests instead of code that grows with the product of the dims, and the size
-// estimate that sends kernels far too large to compile to the interpreter without generating them.
+// become loop nests instead of code that grows with the product of the dims, wide outputs keep
+// their accumulators in arrays walked by loops, and the size estimate that sends kernels far too
+// large to compile to the interpreter without generating them.
 #include <algorithm>
 #include <string>
 #include <vector>
 
+#include "backend/cpu/compiled.hpp"
 #include "codegen/cpu_codegen.hpp"
 #include "reduction_helpers.hpp"
 #include "tessel/runtime.hpp"
@@ -50,6 +52,9 @@ void expect_matches_interpreter(const Reduction& r, const std::vector<Array>& in
   const double tol = f64 ? 1e-12 : 3e-5;
   expect_close(got, w, tol, tol * 10, what + (f64 ? " f64" : " f32"));
 }
+
+// A wide output from narrow inputs: the outer product of a 6-vector and a d/6-vector.
+Formula outer_product(int d) { return tensordot(vi(0, 6), vj(1, d / 6), {6}, {d / 6}, {}, {}); }
 
 }  // namespace
 
@@ -129,5 +134,83 @@ TEST(KernelEstimate, WideVariableRunsInTheInterpreterAndIsRight) {
         want += v * v;
       }
     EXPECT_NEAR(got.at(i), want, 1e-4 * want) << i;
+  }
+}
+
+TEST(WideOutputCodegen, AccumulatorCodeDoesNotGrowWithTheOutputDim) {
+  for (ReductionOp op : {ReductionOp::Sum, ReductionOp::MinArgMin}) {
+    const std::string narrow = source_of(Reduction(op, outer_product(48)));
+    const std::string wide = source_of(Reduction(op, outer_product(480)));
+    // Ten times the outputs: the same accumulator statements, in loops.
+    for (const char* what : {"__builtin_convertvector", "fold_select_takes", "hsum"})
+      EXPECT_EQ(count_of(wide, what), count_of(narrow, what)) << what;
+    EXPECT_LT(wide.size(), narrow.size() + (size_t{30} << 10));
+  }
+  // Small outputs stay straight-line code, one statement per component.
+  const std::string d3 = source_of(Reduction(ReductionOp::Sum, vi(0, 3) * vj(1, 3)));
+  EXPECT_EQ(count_of(d3, "c_ <"), 0);
+  EXPECT_EQ(count_of(d3, "hsum_d(acc_0_2)"), 2);  // the kernel's finish and the merge's
+}
+
+TEST(WideOutputCodegen, MatchesTheInterpreterInEveryFamilyChunkedAndSplit) {
+  if (!compiler_info().usable) GTEST_SKIP() << "no compiler";
+  const Formula x = vi(0, 40), y = vj(1, 40);
+  auto opt = [](SumScheme s, bool f64acc) {
+    Options o = with(Backend::Compiled);
+    o.sum_scheme = s;
+    o.accumulate_f64 = f64acc;
+    return o;
+  };
+  struct Case {
+    Reduction r;
+    Options opt;
+  };
+  const Formula d = (x - y) * (x - y) + x;
+  const std::vector<Case> cases = {
+      {Reduction(ReductionOp::Sum, x * y), with(Backend::Compiled)},
+      {Reduction(ReductionOp::Sum, x * y), opt(SumScheme::Kahan, false)},
+      {Reduction(ReductionOp::Sum, x * y), opt(SumScheme::Direct, false)},
+      {Reduction(ReductionOp::Sum, x * y), opt(SumScheme::Block, true)},
+      {Reduction(ReductionOp::MinArgMin, d), with(Backend::Compiled)},
+      {Reduction(ReductionOp::Max, -d), with(Backend::Compiled)},
+  };
+  for (DType t : {DType::Float32, DType::Float64}) {
+    // 7 rows: a masked last block; 1 row: the inner range split across threads and merged.
+    for (int64_t rows : {7, 1}) {
+      const std::vector<Array> in = {random_array(t, {rows, 40}, 31),
+                                     random_array(t, {1003, 40}, 32)};
+      for (const Case& c : cases) {
+        const std::string what =
+            c.r.str() + (t == DType::Float32 ? " f32" : " f64") + " rows " + std::to_string(rows);
+        const std::vector<Array> want = evaluate(c.r, in, with(Backend::Interpreter));
+        Options o = c.opt;
+        o.threads = 3;
+        std::vector<Array> got;
+        // Chunks of 64 tiles: the state is saved and restored between them.
+        const int64_t old_chunk = set_cpu_chunk_bytes(1);
+        got = evaluate(c.r, in, o);
+        set_cpu_chunk_bytes(old_chunk);
+        const std::vector<Array> whole = evaluate(c.r, in, c.opt);
+        ASSERT_EQ(got.size(), want.size()) << what;
+        for (size_t k = 0; k < want.size(); ++k) {
+          // The interpreter computes float32 data in float64, which may break a near tie the
+          // other way: float32 indices are checked against the unsplit run only.
+          if (want[k].dtype() == DType::Int64 && t == DType::Float32) {
+            for (int64_t e = 0; e < want[k].size(); ++e)
+              EXPECT_EQ(got[k].at(e), whole[k].at(e)) << what << " entry " << e;
+            continue;
+          }
+          std::vector<double> w(want[k].size());
+          for (int64_t e = 0; e < want[k].size(); ++e) w[e] = want[k].at(e);
+          // Direct float32 sums of 1003 terms that cancel: M u times the sum of |terms|.
+          const bool exact = want[k].dtype() == DType::Int64;
+          const double rtol = exact ? 0 : 1e-5, atol = exact                 ? 0
+                                                       : t == DType::Float32 ? 2e-3
+                                                                             : 1e-9;
+          expect_close(got[k], w, rtol, atol, what + " chunked");
+          expect_close(whole[k], w, rtol, atol, what);
+        }
+      }
+    }
   }
 }
