@@ -190,8 +190,9 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
   s += "  VI lane_ = {}; for (int l = 0; l < W; ++l) lane_[l] = (TI)l;\n";
   for (const auto& e : lay.vars)
     if (e.cat == Category::Param)
-      for (int c = 0; c < e.dim; ++c)
-        s += "  const V " + g.name(e, 0, c) + " = bc(P[" + to_string(e.offset + c) + "]);\n";
+      s += g.declare(
+          e, 0, "  ", [&](int c) { return "bc(P[" + to_string(e.offset + c) + "])"; },
+          [&](const string& c) { return "bc(P[" + to_string(e.offset) + " + " + c + "])"; });
   // Inner chunks. Past a few hundred KiB the packed inner tiles no longer stay in L2 while a
   // block of rows walks them, and every block would stream them again from memory. So the inner
   // range is cut into chunks (KernelArgs::chunk, chosen by the launcher), and a run of row blocks
@@ -217,9 +218,16 @@ std::string generate_cpu_kernel(const CpuKernelSpec& spec, KernelLayout& lay) {
          to_string(row) + " : a->o_end - 1;\n";
     for (const auto& e : lay.vars)
       if (e.cat == Category::I)
-        for (int c = 0; c < e.dim; ++c)
-          s += "    const V " + g.name(e, row, c) + " = bc(X[ir" + to_string(row) + " * " +
-               to_string(lay.outer_dim) + " + " + to_string(e.offset + c) + "]);\n";
+        s += g.declare(
+            e, row, "    ",
+            [&](int c) {
+              return "bc(X[ir" + to_string(row) + " * " + to_string(lay.outer_dim) + " + " +
+                     to_string(e.offset + c) + "])";
+            },
+            [&](const string& c) {
+              return "bc(X[ir" + to_string(row) + " * " + to_string(lay.outer_dim) + " + " +
+                     to_string(e.offset) + " + " + c + "])";
+            });
   }
   s += g.declarations();
   s += "    if (ch > 0) {\n" + g.state_copy(false) + "    }\n";

@@ -31,10 +31,26 @@ struct Gen {
   Formula f, w;  // the formula and weight as emitted (products regrouped: codegen/hoist.hpp)
 
   string name(const KernelLayout::Entry& e, int row, int c) const {
-    if (e.cat == Category::I)
-      return "o" + to_string(e.index) + "_" + to_string(row) + "_" + to_string(c);
-    if (e.cat == Category::J) return "j" + to_string(e.index) + "_" + to_string(c);
-    return "p" + to_string(e.index) + "_" + to_string(c);
+    const string base = e.cat == Category::I ? "o" + to_string(e.index) + "_" + to_string(row) + "_"
+                        : e.cat == Category::J ? "j" + to_string(e.index) + "_"
+                                               : "p" + to_string(e.index) + "_";
+    return e.dim >= kArrayMinDim ? base + "[" + to_string(c) + "]" : base + to_string(c);
+  }
+  // Declares variable e's components for `row`: one statement each, or, for a wide variable, an
+  // array filled by one loop (unrolled, a TensorDot's 100-component operands were the better part
+  // of its compile time). `narrow(c)` and `wide("c_")` are component c's value.
+  template <class Narrow, class Wide>
+  string declare(const KernelLayout::Entry& e, int row, const string& indent, Narrow narrow,
+                 Wide wide) const {
+    string s;
+    if (e.dim < kArrayMinDim) {
+      for (int c = 0; c < e.dim; ++c)
+        s += indent + "const V " + name(e, row, c) + " = " + narrow(c) + ";\n";
+      return s;
+    }
+    const string n = name(e, row, 0), base = n.substr(0, n.size() - 3), d = to_string(e.dim);
+    return indent + "V " + base + "[" + d + "]; for (int c_ = 0; c_ < " + d + "; ++c_) " + base +
+           "[c_] = " + wide(string("c_")) + ";\n";
   }
 
   // Emits the formula (and weight) for outer row `row`; returns their component expressions.
@@ -407,9 +423,12 @@ struct Gen {
     Emitter em;
     for (const auto& e : lay.vars)
       if (e.cat == Category::J)
-        for (int c = 0; c < e.dim; ++c)
-          em.raw("    const V " + name(e, 0, c) + " = vload(yt + " + to_string((e.offset + c) * W) +
-                 ");\n");
+        em.raw(declare(
+            e, 0, "    ",
+            [&](int c) { return "vload(yt + " + to_string((e.offset + c) * W) + ")"; },
+            [&](const string& c) {
+              return "vload(yt + " + to_string(e.offset * W) + " + " + c + " * W)";
+            }));
     string acc_code;
     for (int row = 0; row < R; ++row) {
       std::vector<Expr> f, w;

@@ -67,6 +67,8 @@ TEST(ContractionCodegen, LargeContractionsAreLoopNestsNotProductsOfDims) {
     // Unrolled, each of the three tile bodies had two statements per term (840, 3072, 3072).
     EXPECT_LT(count_of(src, "const V t"), 400) << r.str();
     EXPECT_EQ(count_of(src, "V s_ = bc(0.0);"), 3) << r.str();
+    // Wide operands are arrays filled by a loop: one load statement per tile body and variable.
+    EXPECT_LE(count_of(src, "vload(yt"), 6) << r.str();
   }
   // A few hundred terms stay straight-line code, which the compiler schedules best.
   const Reduction small(ReductionOp::Sum, matvecmult(vi(0, 9), vj(1, 3)));
