@@ -43,10 +43,10 @@ def data(seed=0):
             torch.rand(1, generator=g, dtype=F64) + 0.5]
 
 
-def dense(row, weighted, x, y, b, s):
+def dense(row, weighted, x, y, b, s, scalar=False):
     """The reduction over j of F on the full grid, differentiable by PyTorch (values only)."""
     xi, yj = x[:, None, :], y[None, :, :]
-    if row["scalar_formula"]:
+    if row["scalar_formula"] or scalar:
         F = (torch.sin(s * (xi * yj).sum(-1)) - s * ((xi - yj) ** 2).sum(-1) * b.sum(-1)[None])[..., None]
     else:
         F = torch.sin(s * (xi - yj)) * b[None, :, :1]
@@ -67,8 +67,8 @@ def dense(row, weighted, x, y, b, s):
     return torch.einsum("ij,jd->id", torch.softmax(f, 1), b)
 
 
-def genred(row, weighted):
-    formula = SCALAR_F if row["scalar_formula"] else VECTOR_F
+def genred(row, weighted, scalar=False):
+    formula = SCALAR_F if row["scalar_formula"] or scalar else VECTOR_F
     kw = dict(formula2="B") if weighted else {}
     if row["uses_k"]:
         kw["opt_arg"] = K
@@ -121,12 +121,17 @@ def test_torch_func_jvp_of_grad(name):
     row = next(r for r in ROWS if r["name"] == name)
     weighted = row["weight"] == "required"
     args = data(3)
-    w = torch.randn(dense(row, weighted, *args).shape, dtype=F64)
+    # Forward mode through Min/Max takes formulas of dim 1 (a clear error otherwise, below).
+    w = torch.randn(dense(row, weighted, *args, scalar=True).shape, dtype=F64)
     v = torch.randn(args[0].shape, dtype=F64)
-    ours = scalarize(genred(row, weighted), args, 0, w)
-    ref = scalarize(lambda *a: dense(row, weighted, *a), args, 0, w)
+    ours = scalarize(genred(row, weighted, scalar=True), args, 0, w)
+    ref = scalarize(lambda *a: dense(row, weighted, *a, scalar=True), args, 0, w)
     got = torch.func.jvp(torch.func.grad(ours), (args[0],), (v,))[1]
     assert_close(got, torch.func.jvp(torch.func.grad(ref), (args[0],), (v,))[1])
+    if name == "Min":
+        wide = scalarize(genred(row, weighted), args, 0, torch.ones(N, 2, dtype=F64))
+        with pytest.raises(ValueError, match="forward mode through Min needs a formula of dim 1"):
+            torch.func.jvp(torch.func.grad(wide), (args[0],), (v,))
 
 
 def lazy_logsumexp(LT, x, y):
