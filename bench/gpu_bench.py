@@ -77,6 +77,15 @@ def make_call(lib, case, x, y, b, g):
     return lambda: red(x, y, b, g)
 
 
+def agreement(ours, theirs):
+    """How far tessel's result is from another library's: the relative 2-norm difference of
+    values, or the fraction of equal indices for ArgKMin (ties aside, all of them)."""
+    if not ours.dtype.is_floating_point:
+        return {"equal_index_fraction": float((ours.long() == theirs.long()).double().mean())}
+    a, b = ours.double().reshape(-1), theirs.double().reshape(-1)
+    return {"rel_diff": float((a - b).norm() / b.norm()), "finite": bool(torch.isfinite(a).all())}
+
+
 def make_dense(case, x, y, b, g):
     def kernel(xx):
         return torch.exp(-g * torch.cdist(xx, y) ** 2)
@@ -118,7 +127,7 @@ def main(argv=None):
     for n in args.n:
         x, y, b, g = data(n, device)
         for case in args.cases:
-            results = {}
+            results, outputs = {}, {}
             for lib in libs:
                 row = dict(case=case, n=n, m=n, d=3, dtype="float32", lib=lib, device=name)
                 if lib == "dense":
@@ -135,12 +144,15 @@ def main(argv=None):
                     emit(**row, status="error", reason=str(e).splitlines()[0][:200])
                     continue
                 results[lib] = median
+                outputs[lib] = fn()
                 emit(**row, status="ok", median_s=median, first_call_s=first,
                      pairs_per_s=n * n / median)
             if "tessel" in results:
                 for lib, t in results.items():
                     if lib != "tessel":
-                        emit(case=case, n=n, ratio=f"{lib}/tessel", value=t / results["tessel"])
+                        emit(case=case, n=n, ratio=f"{lib}/tessel", value=t / results["tessel"],
+                             **agreement(outputs["tessel"], outputs[lib]))
+            outputs.clear()
     if args.host_budget:
         host_budget(args, device, name)
 

@@ -13,14 +13,18 @@
 #   GPU_CHECK_PYTEST_K  their tests to run, as pytest -k (default "cuda or gpu"; empty: all)
 #   GPU_CHECK_BENCH   gpu_bench.py arguments (default: --n 10000 100000 1000000 --host-budget)
 #   GPU_CHECK_OT_BENCH  ot_bench.py arguments (default: CUDA, N = 1e4 .. 1e6, D = 3 and 64)
+#   GPU_CHECK_SEED  gpu_seed_bench.py arguments (default: N = 1e4 and 1e5, 1000 iterations)
 #   GPU_CHECK_DEADLINE  seconds the whole check may take (default 540: one call of a lent machine
 #             is 10 minutes at most). Each step after the build gets what is left, in this order
-#             of priority: the GPU's C++ tests, the Python CUDA tests, gpu_bench.py, the half
-#             accuracy table, ot_bench.py; a step with under 30 s left is skipped and named so.
+#             of priority: the GPU's C++ tests, the Python CUDA tests, gpu_bench.py, ncu's profile
+#             of the Gaussian sum, gpu_seed_bench.py, the half accuracy table, ot_bench.py; a step
+#             with under 30 s left is skipped and named so.
 #   GPU_CHECK_CTEST  ctest arguments (default: the tests that need a GPU or NVRTC: the CPU ones
 #             run in CI; "-E ^$" runs the whole suite)
 # Writes to OUT_DIR: machine.txt, build.log, ctest.log, pytest.log, gpu_bench.jsonl,
-# gpu_bench.log, ot_bench.jsonl, ot_bench.log, summary.txt (also printed last). Exit status: 0 all passed; 1 a step failed;
+# gpu_bench.log, ncu.log, seed_bench.jsonl, seed_bench.log, half_accuracy.jsonl,
+# half_accuracy.log, ot_bench.jsonl, ot_bench.log, summary.txt (also printed last) and all of
+# them in one gpu_check.tar.gz. Exit status: 0 all passed; 1 a step failed;
 # 3 no usable GPU: everything before the GPU steps ran, and summary.txt says why it stopped.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -49,6 +53,7 @@ has_time() {
 }
 finish() {
   note "done in $((SECONDS - start)) s, exit $1"
+  tar czf "$out/gpu_check.tar.gz" -C "$out" --exclude gpu_check.tar.gz . 2> /dev/null
   echo "----- summary -----"
   cat "$summary"
   exit "$1"
@@ -117,6 +122,21 @@ run_step "tessel build" "$out/build.log" bash -c "
     -DTESSEL_BUILD_TESTS=ON -DTESSEL_BUILD_PYTHON=ON -DPython_EXECUTABLE='$py' \
     ${prefix[*]} && cmake --build '$build' -j $jobs" || finish 1
 
+# NVRTC: the loader's path first; else the CUDA toolkit's or the pip wheel's copy, named.
+if [[ -z ${TESSEL_NVRTC:-} ]] && ! ldconfig -p 2> /dev/null | grep -q 'libnvrtc\.so'; then
+  for lib in /usr/local/cuda/lib64/libnvrtc.so* /usr/local/cuda-*/lib64/libnvrtc.so* \
+    $("$py" -c 'import nvidia, os; print(os.path.dirname(nvidia.__path__[0]))' 2> /dev/null \
+      )/nvidia/cu*/lib/libnvrtc.so* \
+    $("$py" -c 'import nvidia, os; print(os.path.dirname(nvidia.__path__[0]))' 2> /dev/null \
+      )/nvidia/cuda_nvrtc/lib/libnvrtc.so*; do
+    if [[ -f $lib && $lib != *builtins* && $lib != *alt* ]]; then
+      export TESSEL_NVRTC=$lib
+      note "NVRTC not on the loader's path: TESSEL_NVRTC=$lib"
+      break
+    fi
+  done
+fi
+
 # The gate: past this point every step needs a GPU that tessel itself can drive.
 status=$("$py" -c 'from tessel import _core; print(_core.cuda_status())' 2>&1)
 usable=$("$py" -c 'from tessel import _core; print(int(_core.cuda_available()))' 2>&1)
@@ -130,7 +150,9 @@ if [[ $usable != 1 || $torch_cuda != 1 ]]; then
 fi
 
 # The tests that need a GPU (or NVRTC) first: the CPU ones run in CI on every submission.
-ctest_args=${GPU_CHECK_CTEST:--R ^(Cuda/CudaGpu|CudaDriver|CudaEvaluate|PtxCache|CudaCodegen)}
+# (and those whose path changes when a GPU is usable: backend choice, half, KernelSolve, ...)
+gpu_tests='Cuda|Gpu|PtxCache|SinkhornDevice|Half|Backend|KernelSolve|StreamPlan|SingularPoints'
+ctest_args=${GPU_CHECK_CTEST:--R $gpu_tests|ReductionTable|BadInputLimits}
 if has_time "ctest"; then
   # shellcheck disable=SC2086
   run_step "ctest ($ctest_args)" "$out/ctest.log" timeout "$(left)" \
@@ -143,7 +165,8 @@ fi
 
 # The Python tests with CUDA paths (their CPU tests run in CI): those files, the tests whose
 # names match GPU_CHECK_PYTEST_K (empty: all of them).
-pytest_args=${GPU_CHECK_PYTEST:-tests/python/test_genred_torch.py tests/python/test_ot_cuda.py
+pytest_args=${GPU_CHECK_PYTEST:-tests/python/test_cuda_device.py tests/python/test_genred_torch.py
+  tests/python/test_ot_cuda.py tests/python/test_ot_multiscale.py tests/python/test_compat_pykeops.py
   tests/python/test_block_sparse.py tests/python/test_kernel_solve.py tests/python/test_half.py
   tests/python/test_errors.py}
 pytest_k=${GPU_CHECK_PYTEST_K-cuda or gpu}
@@ -170,6 +193,19 @@ bench_step() {
 bench_args=${GPU_CHECK_BENCH:---n 10000 100000 1000000 --host-budget}
 # shellcheck disable=SC2086
 bench_step gpu_bench gpu_bench "$py" bench/gpu_bench.py $bench_args
+# Registers, occupancy and achieved rates of the Gaussian sum's kernel (N = 1e6), where ncu runs.
+if command -v ncu > /dev/null && has_time ncu; then
+  PYTHONUNBUFFERED=1 timeout "$(left)" ncu --clock-control none --kernel-name tessel_kernel \
+    --launch-skip 1 --launch-count 1 --section LaunchStats --section Occupancy \
+    --section SpeedOfLight --section ComputeWorkloadAnalysis --section InstructionStats \
+    "$py" bench/gpu_bench.py --n 1000000 --cases gauss-sum --libs tessel --reps 1 \
+    > "$out/ncu.log" 2>&1 && note "ncu: ok (ncu.log)" || note "ncu: FAILED (see ncu.log)"
+fi
+# The first user story's Sinkhorn (N = 1e5, 1000 iterations and the gradient) against dense
+# PyTorch and GeomLoss: time and peak device memory.
+seed_args=${GPU_CHECK_SEED:---n 10000 100000 --iters 1000}
+# shellcheck disable=SC2086
+bench_step seed_bench seed_bench "$py" bench/gpu_seed_bench.py $seed_args
 # Half precision against float64 on the GPU (the table bench/RESULTS.md has for the CPU).
 bench_step half_accuracy half_accuracy "$py" bench/half_accuracy.py --n 100000 --device cuda
 # Sinkhorn divergences: tessel.ot against GeomLoss (pykeops GPU) and flash-sinkhorn, one run.

@@ -87,7 +87,7 @@ _PLAN_C = Genred("Exp(U + V - G*SqDist(X,Y)) * SqDist(X,Y)",
 
 
 def _columns(X, P, Q):
-    g = torch.tensor([1.0 / S**2], dtype=X.dtype)
+    g = torch.tensor([1.0 / S**2], dtype=X.dtype, device=X.device)
     return P.reshape(-1, 1), Q.reshape(-1, 1), g
 
 
