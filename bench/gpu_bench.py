@@ -16,8 +16,6 @@ import time
 
 import torch
 
-from tessel.torch import Genred
-
 K = 10
 FORMULAS = {
     "gauss-sum": ("Exp(-G*SqDist(X,Y)) * B", "Sum", None),
@@ -65,6 +63,8 @@ def data(n, device):
 def make_call(lib, case, x, y, b, g):
     formula, op, grad = FORMULAS[case]
     if lib == "tessel":
+        from tessel.torch import Genred  # here: a pykeops-only run loads no tessel
+
         red = Genred(formula, ALIASES, reduction_op=op, axis=1, opt_arg=K if op == "ArgKMin" else None)
     else:
         from pykeops.torch import Genred as KGenred
@@ -161,6 +161,8 @@ def host_budget(args, device, name):
     """Host tensors reduced on the GPU, whole and under a gpu_memory_budget a quarter of their
     device footprint (streamed block by block, copies overlapping kernels): the cost of
     streaming data larger than the budget."""
+    from tessel.torch import Genred
+
     formula, op, _ = FORMULAS["gauss-sum"]
     for n in args.n:
         x, y, b, g = data(n, torch.device("cpu"))

@@ -13,6 +13,7 @@
 #   GPU_CHECK_PYTEST_K  their tests to run, as pytest -k (default "cuda or gpu"; empty: all)
 #   GPU_CHECK_BENCH   gpu_bench.py arguments (default: --n 10000 100000 1000000 --host-budget)
 #   GPU_CHECK_OT_BENCH  ot_bench.py arguments (default: CUDA, N = 1e4 .. 1e6, D = 3 and 64)
+#   GPU_CHECK_NCU  0: no ncu profile
 #   GPU_CHECK_SEED  gpu_seed_bench.py arguments (default: N = 1e4 and 1e5, 1000 iterations)
 #   GPU_CHECK_DEADLINE  seconds the whole check may take (default 540: one call of a lent machine
 #             is 10 minutes at most). Each step after the build gets what is left, in this order
@@ -194,7 +195,7 @@ bench_args=${GPU_CHECK_BENCH:---n 10000 100000 1000000 --host-budget}
 # shellcheck disable=SC2086
 bench_step gpu_bench gpu_bench "$py" bench/gpu_bench.py $bench_args
 # Registers, occupancy and achieved rates of the Gaussian sum's kernel (N = 1e6), where ncu runs.
-if command -v ncu > /dev/null && has_time ncu; then
+if [[ ${GPU_CHECK_NCU:-1} != 0 ]] && command -v ncu > /dev/null && has_time ncu; then
   PYTHONUNBUFFERED=1 timeout "$(left)" ncu --clock-control none --kernel-name tessel_kernel \
     --launch-skip 1 --launch-count 1 --section LaunchStats --section Occupancy \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section InstructionStats \
