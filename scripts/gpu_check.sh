@@ -13,6 +13,7 @@
 #   GPU_CHECK_PYTEST_K  their tests to run, as pytest -k (default "cuda or gpu"; empty: all)
 #   GPU_CHECK_BENCH   gpu_bench.py arguments (default: --n 10000 100000 1000000 --host-budget)
 #   GPU_CHECK_OT_BENCH  ot_bench.py arguments (default: CUDA, N = 1e4 .. 1e6, D = 3 and 64)
+#   GPU_CHECK_PYKEOPS  gpu_bench.py arguments of the pykeops run (default: N = 1e4 .. 1e6)
 #   GPU_CHECK_NCU  0: no ncu profile
 #   GPU_CHECK_SEED  gpu_seed_bench.py arguments (default: N = 1e4 and 1e5, 1000 iterations)
 #   GPU_CHECK_DEADLINE  seconds the whole check may take (default 540: one call of a lent machine
@@ -23,7 +24,7 @@
 #   GPU_CHECK_CTEST  ctest arguments (default: the tests that need a GPU or NVRTC: the CPU ones
 #             run in CI; "-E ^$" runs the whole suite)
 # Writes to OUT_DIR: machine.txt, build.log, ctest.log, pytest.log, gpu_bench.jsonl,
-# gpu_bench.log, ncu.log, seed_bench.jsonl, seed_bench.log, half_accuracy.jsonl,
+# gpu_bench.log, pykeops_bench.jsonl, pykeops_bench.log, ncu.log, seed_bench.jsonl, seed_bench.log, half_accuracy.jsonl,
 # half_accuracy.log, ot_bench.jsonl, ot_bench.log, summary.txt (also printed last) and all of
 # them in one gpu_check.tar.gz. Exit status: 0 all passed; 1 a step failed;
 # 3 no usable GPU: everything before the GPU steps ran, and summary.txt says why it stopped.
@@ -171,10 +172,15 @@ pytest_args=${GPU_CHECK_PYTEST:-tests/python/test_cuda_device.py tests/python/te
   tests/python/test_block_sparse.py tests/python/test_kernel_solve.py tests/python/test_half.py
   tests/python/test_errors.py}
 pytest_k=${GPU_CHECK_PYTEST_K-cuda or gpu}
+# Workers of pytest-xdist where it is installed: a test that crashes the process (a segfault on
+# first contact) is then one failure, not the end of the run.
+workers=()
+"$py" -c 'import xdist' 2> /dev/null && workers=(-n "$((jobs < 8 ? jobs : 8))")
 if has_time "pytest"; then
   # shellcheck disable=SC2086  # the arguments are words on purpose
   run_step "pytest" "$out/pytest.log" timeout "$(left)" \
-    "$py" -m pytest -q -p no:cacheprovider -rfEs $pytest_args ${pytest_k:+-k "$pytest_k"}
+    "$py" -m pytest -q -p no:cacheprovider -rfEs "${workers[@]}" $pytest_args \
+    ${pytest_k:+-k "$pytest_k"}
   tail -1 "$out/pytest.log" | sed 's/^/gpu_check: pytest: /' | tee -a "$summary"
 fi
 
@@ -193,7 +199,11 @@ bench_step() {
 }
 bench_args=${GPU_CHECK_BENCH:---n 10000 100000 1000000 --host-budget}
 # shellcheck disable=SC2086
-bench_step gpu_bench gpu_bench "$py" bench/gpu_bench.py $bench_args
+bench_step gpu_bench gpu_bench "$py" bench/gpu_bench.py --libs tessel dense $bench_args
+# pykeops in a process of its own: on first contact it crashed its process (see RESULTS.md).
+pykeops_args=${GPU_CHECK_PYKEOPS:---n 10000 100000 1000000}
+# shellcheck disable=SC2086
+bench_step pykeops_bench pykeops_bench "$py" bench/gpu_bench.py --libs pykeops $pykeops_args
 # Registers, occupancy and achieved rates of the Gaussian sum's kernel (N = 1e6), where ncu runs.
 if [[ ${GPU_CHECK_NCU:-1} != 0 ]] && command -v ncu > /dev/null && has_time ncu; then
   PYTHONUNBUFFERED=1 timeout "$(left)" ncu --clock-control none --kernel-name tessel_kernel \
