@@ -24,7 +24,7 @@
 #   GPU_CHECK_CTEST  ctest arguments (default: the tests that need a GPU or NVRTC: the CPU ones
 #             run in CI; "-E ^$" runs the whole suite)
 # Writes to OUT_DIR: machine.txt, build.log, ctest.log, pytest.log, gpu_bench.jsonl,
-# gpu_bench.log, pykeops_bench.jsonl, pykeops_bench.log, ncu.log, seed_bench.jsonl, seed_bench.log, half_accuracy.jsonl,
+# backtraces.log, gpu_bench.log, pykeops_bench.jsonl, pykeops_bench.log, ncu.log, seed_bench.jsonl, seed_bench.log, half_accuracy.jsonl,
 # half_accuracy.log, ot_bench.jsonl, ot_bench.log, summary.txt (also printed last) and all of
 # them in one gpu_check.tar.gz. Exit status: 0 all passed; 1 a step failed;
 # 3 no usable GPU: everything before the GPU steps ran, and summary.txt says why it stopped.
@@ -182,6 +182,18 @@ if has_time "pytest"; then
     "$py" -m pytest -q -p no:cacheprovider -rfEs "${workers[@]}" $pytest_args \
     ${pytest_k:+-k "$pytest_k"}
   tail -1 "$out/pytest.log" | sed 's/^/gpu_check: pytest: /' | tee -a "$summary"
+  # A test that crashed its worker: its backtrace, where cuda-gdb is (the first three).
+  if command -v cuda-gdb > /dev/null; then
+    grep -o "crashed while running '[^']*'" "$out/pytest.log" | cut -d"'" -f2 | head -3 |
+      while read -r t; do
+        (($(left) >= 90)) || break
+        echo "=== $t" >> "$out/backtraces.log"
+        timeout 60 cuda-gdb -batch -ex run -ex bt --args "$py" -m pytest -q -p no:cacheprovider \
+          "$t" 2>&1 | grep -E '^#[0-9]+ ' | grep -v '_PyEval\|PyObject_\|_PyObject\| in ?? ()' |
+          head -30 >> "$out/backtraces.log"
+      done
+    [[ -s $out/backtraces.log ]] && note "pytest: backtraces of crashed tests in backtraces.log"
+  fi
 fi
 
 # bench_step NAME OUT_BASE COMMAND...: a benchmark with what is left of the deadline; its JSON
