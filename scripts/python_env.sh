@@ -24,7 +24,8 @@ if [[ -d .venv/lib/python3*/site-packages/numpy ]] 2> /dev/null ||
    compgen -G ".venv/lib/python3*/site-packages/numpy" > /dev/null; then
   "$py" -m pip uninstall -q -y numpy >&2 || true
 fi
-want=(nanobind scikit-build-core pykeops==2.3 geomloss hypothesis torchdiffeq==0.2.5 "$@")
+want=(nanobind scikit-build-core pykeops==2.3 geomloss hypothesis torchdiffeq==0.2.5 pytest-xdist
+  "$@")
 missing=()
 for pkg in "${want[@]}"; do
   name=${pkg%%[=<>]*}

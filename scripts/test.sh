@@ -57,9 +57,12 @@ if [[ ${TESSEL_TEST_AARCH64:-1} != 0 && $(uname -m) == x86_64 && $(uname -s) == 
   echo "test: aarch64 (cross build and ctest under qemu) took $((SECONDS - start)) s"
   ((arm_rc == 0)) || rc=$arm_rc
 fi
+# One pytest worker per core (pytest-xdist): most of the suite's time is compiling kernels, one
+# process per core halves it on two cores. The workers share the kernel cache, whose builds are
+# locked per kernel.
 echo "test: running pytest on tests/python"
 TESSEL_CACHE_DIR="$PWD/build/test-cache" PYTHONPATH="$PWD/build/python" \
-  "$python" -m pytest -q -p no:cacheprovider tests/python
+  "$python" -m pytest -q -p no:cacheprovider -n "$(nproc 2> /dev/null || echo 2)" tests/python
 py_rc=$?
 set -e
 ((rc == 0)) || exit "$rc"
