@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "backend/guarded_memory.hpp"
 #include "tessel/error.hpp"
 #include "tessel/half.hpp"
 
@@ -61,6 +62,7 @@ void put(const ArrayView& a, int64_t q, double v) {
 }  // namespace
 
 bool NullBackend::run(const Problem& p, std::span<const ArrayView> outs) {
+  const GuardedAccess open(guarded_);
   NullCall c;
   c.op = p.r->op;
   c.hash_lo = p.r->hash.lo;
@@ -104,12 +106,14 @@ std::vector<std::pair<int, void*>> NullBackend::waits() const {
 }
 
 void NullBackend::store_rows(const Array& src, const ArrayView& dst) {
+  const GuardedAccess open(guarded_);
   copy_rows(dst, const_cast<void*>(src.data()), true);
   std::lock_guard lk(mu_);
   ++stores_;
 }
 
 Array NullBackend::load_rows(const ArrayView& src) {
+  const GuardedAccess open(guarded_);
   int64_t rows = 0, cols = 0;
   output_rows(src, rows, cols);
   Array host(src.dtype, {rows, cols});
@@ -120,8 +124,15 @@ Array NullBackend::load_rows(const ArrayView& src) {
 }
 
 DeviceRows NullBackend::alloc_rows(DType dtype, int64_t rows, int64_t cols, int device) {
-  auto a = std::make_shared<Array>(dtype, std::vector<int64_t>{rows, cols});
-  DeviceRows d{a, a->view()};
+  DeviceRows d;
+  if (guarded_) {
+    d.owner = guarded_alloc(static_cast<size_t>(rows * cols) * dtype_size(dtype), &d.view.data);
+    d.view.dtype = dtype;
+    d.view.shape = {rows, cols};
+  } else {
+    auto a = std::make_shared<Array>(dtype, std::vector<int64_t>{rows, cols});
+    d = DeviceRows{a, a->view()};
+  }
   d.view.device = Device{DeviceKind::CUDA, device};
   std::lock_guard lk(mu_);
   ++allocs_;
@@ -129,6 +140,7 @@ DeviceRows NullBackend::alloc_rows(DType dtype, int64_t rows, int64_t cols, int 
 }
 
 void NullBackend::add_rows_device(const ArrayView& src, const ArrayView& dst) {
+  const GuardedAccess open(guarded_);
   int64_t rows = 0, cols = 0;
   output_rows(dst, rows, cols);
   const int64_t pitch = dst.shape.size() == 2 || cols == 1 ? dst.stride(0) : 1;
@@ -140,6 +152,7 @@ void NullBackend::add_rows_device(const ArrayView& src, const ArrayView& dst) {
 }
 
 void NullBackend::sum_rows_device(const ArrayView& src, const ArrayView& dst) {
+  const GuardedAccess open(guarded_);
   int64_t rows = 0, cols = 0;
   output_rows(src, rows, cols);
   const int64_t stride = dst.shape.empty() ? 1 : dst.stride(static_cast<int>(dst.shape.size()) - 1);
@@ -153,6 +166,7 @@ void NullBackend::sum_rows_device(const ArrayView& src, const ArrayView& dst) {
 }
 
 void NullBackend::convert_device(const ArrayView& src, const ArrayView& dst) {
+  const GuardedAccess open(guarded_);
   if (src.size() != dst.size() || (src.dtype == DType::Float32) == (dst.dtype == DType::Float32))
     detail::fail("evaluate", "internal: convert_device from ", dtype_name(src.dtype), " to ",
                  dtype_name(dst.dtype));
@@ -171,6 +185,7 @@ void NullBackend::convert_device(const ArrayView& src, const ArrayView& dst) {
 }
 
 void NullBackend::axpby_device(double a, const ArrayView& x, double b, const ArrayView& y) {
+  const GuardedAccess open(guarded_);
   for (int64_t q = 0; q < y.size(); ++q)
     put(y, q, b == 0 ? a * element(x, q) : a * element(x, q) + b * element(y, q));
   std::lock_guard lk(mu_);
@@ -178,6 +193,7 @@ void NullBackend::axpby_device(double a, const ArrayView& x, double b, const Arr
 }
 
 double NullBackend::dot_device(const ArrayView& x, const ArrayView& y) {
+  const GuardedAccess open(guarded_);
   double s = 0;
   for (int64_t q = 0; q < x.size(); ++q) s += element(x, q) * element(y, q);
   std::lock_guard lk(mu_);

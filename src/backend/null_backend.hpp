@@ -33,8 +33,11 @@ class NullBackend final : public KernelBackend {
   // does for reductions it has no kernel for. `compute`: run() computes the problem with the CPU
   // backends instead of writing call numbers, so that in the CUDA slot it stands in for a GPU
   // whose "device" memory is host memory (what runs on the device, and on which, is recorded).
-  explicit NullBackend(bool accept = true, bool compute = false)
-      : accept_(accept), compute_(compute) {}
+  // `guarded` (with compute): that memory is guarded (guarded_memory.hpp), open only while one of
+  // this backend's entry points runs, so that the engine's host code faults on any access to
+  // device data that a real GPU would not allow; alloc_rows hands out guarded memory too.
+  explicit NullBackend(bool accept = true, bool compute = false, bool guarded = false)
+      : accept_(accept), compute_(compute), guarded_(guarded) {}
   const char* name() const override { return "null"; }
 
   // Records p and fills every output element with the number of this call (0, 1, ...), so that
@@ -68,7 +71,7 @@ class NullBackend final : public KernelBackend {
   int vector_ops() const;  // axpby_device and dot_device calls
 
  private:
-  bool accept_, compute_;
+  bool accept_, compute_, guarded_;
   mutable std::mutex mu_;
   std::vector<NullCall> calls_;
   std::vector<int> opened_;
