@@ -3,7 +3,7 @@
 Each program is an example in examples/python with a function
 `run(variant, n, iters, dtype, **options) -> (value, gradient)`; a row of PROGRAMS below names it,
 its variants and, for variants whose memory could outgrow the machine's, the bytes they would
-need. Every (program, variant, n, iters) is measured by tessel.memory.run_isolated: the example is
+need. Every (program, variant, n, iters) is measured by tessel.loops.run_isolated: the example is
 imported and warmed up at a tiny size (kernel compilation, torch's lazy initialisation) in the
 setup, then one run is timed and its rise of the peak resident set recorded. A variant predicted
 not to fit in memory is skipped ("oom-skipped", with the prediction) rather than run into the OOM
@@ -29,7 +29,7 @@ import statistics
 import sys
 from typing import Callable, Optional
 
-from tessel.memory import MeasureError, run_isolated
+from tessel.loops.memory import MeasureError, run_isolated
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples" / "python"
 MIB = 2.0**20

@@ -14,12 +14,9 @@ from ._genred import GenredBase
 from ._torch_autograd import GenredFunction, ZeroGrads, live_ctx, transforms_active
 from . import _torch_op
 from ._solve import KernelSolveBase
-from .checkpoint import checkpoint_loop  # noqa: F401
-from .checkpoint_while import checkpoint_while  # noqa: F401
-from .implicit import ConvergenceError, cg_solve, fixed_point  # noqa: F401
-from .odeint import odeint_reversible  # noqa: F401
-from .reversible import ReversibleCoupling  # noqa: F401
-from .snapshot_levels import SnapshotLevels  # noqa: F401
+# The memory tools (tessel.loops), offered beside Genred where the README shows them.
+from .loops import (ConvergenceError, ReversibleCoupling, SnapshotLevels,  # noqa: F401
+                    cg_solve, checkpoint_loop, checkpoint_while, fixed_point, odeint_reversible)
 
 __all__ = ["Genred", "KernelSolve", "LazyTensor", "Vi", "Vj", "Pm", "checkpoint_loop",
            "checkpoint_while",

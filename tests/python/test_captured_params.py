@@ -390,14 +390,14 @@ def test_hooks_and_retain_grad_on_read_tensors_run_once_on_the_whole_gradient(to
         close([sum(got_calls[name])], [sum(ref_calls[name])], tol=1e-9)
     assert len(got_calls["P"]) == len(ref_calls["P"]) == 1
     if HAS_SEQUENCE_NRS or kind == "product":
-        # Otherwise W is walked through to P (see tessel._captured): its hook sees each
+        # Otherwise W is walked through to P (see tessel.loops._captured): its hook sees each
         # recomputation's share apart, whose sum is checked above.
         assert len(got_calls["W"]) == len(ref_calls["W"]) == 1
 
 
 @pytest.mark.skipif(not HAS_SEQUENCE_NRS, reason="PyTorch 1.13 has no autograd sequence numbers: "
                     "a captured view, indexing result or custom Function output is walked through "
-                    "to its leaves, which get their gradients, but not itself (tessel._captured)")
+                    "to its leaves, which get their gradients, but not itself (tessel.loops._captured)")
 @pytest.mark.parametrize("tool", TOOLS)
 def test_autograd_grad_at_read_views_indexing_and_genred_outputs(tool):
     g = torch.Generator().manual_seed(6)

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from tessel import _core
-from tessel.checkpoint import checkpoint_loop, revolve_optimal_recomputations, revolve_schedule
+from tessel.loops.checkpoint import checkpoint_loop, revolve_optimal_recomputations, revolve_schedule
 from tessel.torch import Genred
 from tessel.torch import checkpoint_loop as exported
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tessel import _core
-from tessel.checkpoint_while import checkpoint_while, online_recomputations
+from tessel.loops.online_checkpoint import checkpoint_while, online_recomputations
 from tessel.torch import checkpoint_while as exported
 
 TOL = 1e-10

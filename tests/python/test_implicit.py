@@ -1,4 +1,4 @@
-"""Implicitly differentiated solvers (tessel.implicit): values, gradients, memory and errors."""
+"""Implicitly differentiated solvers (tessel.loops.implicit): values, gradients, memory and errors."""
 import os
 import warnings
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tessel.torch import ConvergenceError, cg_solve, fixed_point
-from tessel.memory import run_isolated
+from tessel.loops.memory import run_isolated
 from tessel.torch import Vi, Vj
 
 F64 = torch.float64
@@ -220,7 +220,7 @@ def test_cg_peak_memory_does_not_grow_with_iterations():
     # One thread: under a loaded machine two spinning threads cost far more than they gain.
     setup = """
         import torch
-        from tessel.implicit import cg_solve
+        from tessel.loops.implicit import cg_solve
         n = 500_000
         d = torch.linspace(0.01, 10.0, n, dtype=torch.float64).requires_grad_()
         b = torch.randn(n, dtype=torch.float64, requires_grad=True)

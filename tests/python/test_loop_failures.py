@@ -96,7 +96,7 @@ def test_progress_shows_the_steps_so_far(capsys):
 
 def test_endless_differentiated_loop_stops_at_the_schedule_limit(monkeypatch):
     # The limit itself (2**23 steps) takes minutes to reach: a lowered one shows the behaviour.
-    import tessel.checkpoint_while as cw
+    import tessel.loops.online_checkpoint as cw
     monkeypatch.setattr(cw, "MAX_STEPS", 50)
     x0 = torch.ones(2, dtype=F64, requires_grad=True)
     with pytest.raises(ValueError, match=r"checkpoint_while: cond still true after 50 steps"):
@@ -133,7 +133,7 @@ def test_absurd_counts_fail_at_once(grad):
 
 
 def test_no_grad_loop_builds_no_schedule(monkeypatch):
-    import tessel.checkpoint as cp
+    import tessel.loops.checkpoint as cp
     monkeypatch.setattr(cp._core, "revolve_schedule", None)  # any use fails
     with torch.no_grad():
         out = checkpoint_loop(lambda x, k: x + 1, torch.zeros(2), 5, 2)

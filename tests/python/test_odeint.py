@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from tessel.memory import run_isolated
+from tessel.loops.memory import run_isolated
 from tessel.torch import odeint_reversible
 
 F64 = torch.float64

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from tessel.checkpoint import revolve_optimal_recomputations
+from tessel.loops.checkpoint import revolve_optimal_recomputations
 from tessel.torch import odeint_reversible
 from test_odeint import _MEMORY_SETUP as FIXED_STEP_SETUP
 
@@ -326,7 +326,7 @@ stats = {}
 @pytest.mark.parametrize("method,tols", [("dopri5", (1e-4, 1e-8)),
                                          ("reversible_heun", (1e-3, 3e-5))])
 def test_memory_flat_in_the_number_of_accepted_steps(method, tols):
-    from tessel.memory import run_isolated
+    from tessel.loops.memory import run_isolated
 
     res = [run_isolated(_MEMORY_SETUP, f"run({method!r}, {rtol}, y0, stats).square().sum()"
                         ".backward()\nRESULT = stats['steps']", threads=1, timeout=120)

@@ -23,7 +23,12 @@ def test_wheel_builds_installs_and_runs(tmp_path):
             "assert 'site-packages' in tessel.__file__, tessel.__file__\n"
             "g = Genred('SqDist(X,Y)', ['X = Vi(2)', 'Y = Vj(2)'], reduction_op='ArgMin')\n"
             "x = np.array([[0., 0.], [5., 5.]]); y = np.array([[4., 4.], [0.1, 0.]])\n"
-            "print(g(x, y).ravel().tolist())\n")
+            "print(g(x, y).ravel().tolist())\n"
+            # The subpackages ship too, and the README's older paths of the loop tools import.
+            "import tessel.loops, tessel.ot, tessel.compat.pykeops.torch.cluster\n"
+            "from tessel.checkpoint import MAX_STEPS\n"
+            "from tessel.memory import run_isolated\n"
+            "assert tessel.loops.checkpoint_loop is tessel.checkpoint.checkpoint_loop\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     out = subprocess.run([str(py), "-c", code], check=True, capture_output=True, text=True,
                          cwd=tmp_path, env=env)

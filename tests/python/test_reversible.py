@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from tessel.memory import run_isolated
+from tessel.loops.memory import run_isolated
 from tessel.torch import ReversibleCoupling
 
 DT = torch.float64

@@ -6,9 +6,9 @@ import pathlib
 import pytest
 import torch
 
-from tessel.checkpoint import checkpoint_loop
-from tessel.checkpoint_while import checkpoint_while
-from tessel.snapshot_levels import LevelStore
+from tessel.loops.checkpoint import checkpoint_loop
+from tessel.loops.online_checkpoint import checkpoint_while
+from tessel.loops.snapshot_levels import LevelStore
 from tessel.torch import SnapshotLevels
 
 TOL = 1e-10

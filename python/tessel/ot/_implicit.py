@@ -14,7 +14,7 @@ Starting from the core's converged potentials z* (held constant), a Newton step
 z1 = z* + H(z*)^{-1} r(z*) has the value of z* (r(z*) ~ 0) and the exact first derivatives of the
 solution map (implicit function theorem); a second step from z1 squares the error again, so its
 first and second derivatives are exact: Hessian-vector products of any loss built on them. Each
-H^{-1} is a conjugate-gradient solve (tessel.implicit.cg_solve, differentiable to second order)
+H^{-1} is a conjugate-gradient solve (tessel.loops.cg_solve, differentiable to second order)
 whose products with pi are tessel reductions: memory O(N + M), the plan is never stored.
 """
 import math
@@ -22,7 +22,7 @@ import math
 import torch
 
 from .. import _core
-from ..implicit import cg_solve
+from ..loops.implicit import cg_solve
 from ..lazytensor import Vi, Vj
 from ._potentials import core_sinkhorn
 

@@ -11,7 +11,7 @@ checkpoint_loop recomputes the loop with a full graph).
 """
 import torch
 
-from ..checkpoint import checkpoint_loop
+from ..loops.checkpoint import checkpoint_loop
 from ..lazytensor import Vj
 from ._implicit import cost_lazy, damping
 from ._potentials import core_sinkhorn

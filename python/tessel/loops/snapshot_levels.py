@@ -3,7 +3,7 @@ budget, for checkpointed loops whose states are large (3-D images, fine meshes).
 
 `SnapshotLevels(device_bytes=..., host_bytes=..., disk_bytes=..., disk_dir=None)` is given as
 `storage=` to tessel.torch.checkpoint_loop or checkpoint_while; each loop then keeps its snapshots
-through a `LevelStore` (the put/get/drop/clear interface of tessel.checkpoint.SnapshotStore).
+through a `LevelStore` (the put/get/drop/clear interface of tessel.loops.checkpoint.SnapshotStore).
 
 Which snapshot goes where. In a binomial (Revolve) schedule the slots are used as a stack, and
 the slots at its top (the states nearest the steps being reversed) are written and read far more

@@ -79,7 +79,7 @@ class ReversibleCoupling(nn.Module):
 
     Gradients reach F's and G's parameters and every other tensor requiring grad they read (a
     tensor captured by their forward, a weight computed before the block): each forward runs F
-    and G once with a graph of the block and walks it to find them (tessel._captured). Every
+    and G once with a graph of the block and walks it to find them (tessel.loops._captured). Every
     recomputation in backward is checked the same way; a tensor requiring grad that the forward
     did not reach raises RuntimeError instead of losing its gradient.
     """
@@ -240,7 +240,7 @@ _MISSING = ("ReversibleCoupling: backward reached a block whose output was taken
 
 
 class _CouplingFunction(torch.autograd.Function):
-    """Inputs: the coupling module, what F and G read (tessel._captured), x, its output y
+    """Inputs: the coupling module, what F and G read (tessel.loops._captured), x, its output y
     (computed by the caller, which found the tensors F and G read on the way), then those tensors:
     the parameters and anything else requiring grad. State on ctx: has_x (x saved: first block of a chain), producer (ctx of the
     coupling whose output x is, when taken), y (own output, or the rebuilt one handed back),

@@ -8,7 +8,7 @@ the C++ placement (tessel._core.OnlineCheckpointer, see tessel/online_checkpoint
 (as many step evaluations as offline Revolve knowing n in advance) up to C(s+2, 2) steps, at most
 one evaluation more up to C(s+3, 3) steps (for s <= 24), and for any n no step evaluated more
 often than offline Revolve evaluates one. Once n is known the backward replays
-the reversal schedule with checkpoint_loop's machinery (tessel.checkpoint._Revolve).
+the reversal schedule with checkpoint_loop's machinery (tessel.loops.checkpoint._Revolve).
 
 Step evaluations: n in the forward pass, then the reversal's; stats["step_calls"] ends at
 `n_steps + recomputations` after the backward, both reported in stats.
@@ -19,7 +19,7 @@ import time
 import numpy as np
 import torch
 
-from . import _core
+from .. import _core
 from .checkpoint import MAX_STEPS, _as_int, _attach, _check_inputs, _Revolve
 from .snapshot_levels import check_storage
 
@@ -103,7 +103,7 @@ class _Online(_Revolve):
         elif taped and k >= MAX_STEPS:
             raise ValueError(
                 f"{_NAME}: cond still true after {k} steps, the most a differentiated loop may "
-                f"take (tessel.checkpoint.MAX_STEPS = 2**23): the reversal schedule of a longer "
+                f"take (tessel.loops.MAX_STEPS = 2**23): the reversal schedule of a longer "
                 "loop does not fit in memory; give max_steps, or run it under torch.no_grad()")
         return on
 
@@ -184,7 +184,7 @@ def checkpoint_while(cond, step, state, snapshots, max_steps=None, params=(), st
                included, a tensor of another dtype or of several elements) raises TypeError.
                Like a Python `while`, a cond that never becomes false runs forever when
                max_steps is None (progress=True shows the steps so far), except that a loop to
-               differentiate stops with a ValueError at tessel.checkpoint.MAX_STEPS (2**23)
+               differentiate stops with a ValueError at tessel.loops.MAX_STEPS (2**23)
                steps, whose reversal schedule would not fit in memory.
     step:      a function (state, k) -> new state of the same structure, shapes and dtypes. The
                backward re-runs it: it must compute the same again, random draws aside (see

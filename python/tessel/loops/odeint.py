@@ -23,9 +23,10 @@ plus one vector-Jacobian product per step, and keeps at most two one-evaluation 
 The result is the exact gradient of the discrete forward map (not the continuous adjoint's
 approximation of it), up to the floating-point error of the reconstruction, which is reported.
 
-Adaptive steps (rtol/atol; tessel._odeint_adaptive). The forward's step-size controller picks the
-steps and records them; the backward above runs on the recorded steps, unchanged. method="dopri5"
-(Dormand–Prince, not reversible) differentiates the recorded steps with checkpoint_loop instead.
+Adaptive steps (rtol/atol; tessel.loops._odeint_adaptive). The forward's step-size controller
+picks the steps and records them; the backward above runs on the recorded steps, unchanged.
+method="dopri5" (Dormand–Prince, not reversible) differentiates the recorded steps with
+checkpoint_loop instead.
 
 Stability. Like leapfrog, the method is symmetric and not A-stable: a strongly dissipative or
 stiff field (h |lambda| not small for Re lambda < 0) excites a growing parasitic mode in z - y,
@@ -323,10 +324,10 @@ _MAX_STEPS = 2 ** 28
 
 def _check_counts(method, counts):
     """Step counts within what each method can hold: 2**28 step times for reversible Heun, and
-    for dopri5 the checkpointed loop's limit per interval (tessel.checkpoint.MAX_STEPS)."""
+    for dopri5 the checkpointed loop's limit per interval (tessel.loops.MAX_STEPS)."""
     worst = max(counts) if method == "dopri5" else sum(counts)
     limit, what = ((MAX_STEPS, "in an interval (dopri5 differentiates each interval as a "
-                    "checkpointed loop of at most tessel.checkpoint.MAX_STEPS = 2**23 steps)")
+                    "checkpointed loop of at most tessel.loops.MAX_STEPS = 2**23 steps)")
                    if method == "dopri5" else (_MAX_STEPS, "in all (2**28)"))
     if worst > limit:
         raise ValueError(f"{_NAME}: {worst} fixed steps, more than the {limit} supported {what}; "
@@ -385,7 +386,7 @@ def odeint_reversible(f, y0, t, *, method=None, rtol=None, atol=None, options=No
             from the forward to the backward, so many output times cost memory).
     rtol, atol, options: adaptive steps, as in torchdiffeq (the default for "dopri5", with
             rtol=1e-7 and atol=1e-9; "reversible_heun" is adaptive when either is given): the
-            controller (tessel._odeint_adaptive) accepts a step when the rms over the state of
+            controller (tessel.loops._odeint_adaptive) accepts a step when the rms over the state of
             its error estimate / (atol + rtol max(|y|, |y'|)) is <= 1 and cuts the last step
             of each interval to land on t[k+1]. The error estimate is the embedded 4th-order
             solution for "dopri5" and the Euler step (first order, so tight tolerances cost
@@ -418,7 +419,7 @@ def odeint_reversible(f, y0, t, *, method=None, rtol=None, atol=None, options=No
     modules called inside a closure, a weight computed from a parameter before the solve) are
     found by themselves: each evaluation of f in the forward runs with grad enabled, its graph is
     walked to the leaves requiring grad and to the outside tensors it was computed from, then
-    dropped (tessel._captured); a tensor read at a few times only is found too. The backward's
+    dropped (tessel.loops._captured); a tensor read at a few times only is found too. The backward's
     evaluations are checked the same way: a tensor requiring grad that was not found raises
     RuntimeError instead of losing its gradient (f must read the same tensors every time).
 
