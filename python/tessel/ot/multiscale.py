@@ -32,7 +32,7 @@ import warnings
 import torch
 
 from .. import _core
-from ..compat.pykeops.torch.cluster import cluster_ranges, from_matrix
+from .._cluster.torch import cluster_ranges, from_matrix
 from ..torch import Genred
 from ._implicit import damping
 from ._potentials import bounding_diameter, core_sinkhorn, first_order_only

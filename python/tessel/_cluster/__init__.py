@@ -1,6 +1,12 @@
-"""The cluster helpers that are the same for NumPy arrays and PyTorch tensors (duck-typed)."""
+"""Block-sparse cluster helpers: clusters, their ranges and centroids, sparsity masks as `ranges`.
 
-from ..._genred import int_array_shape
+Their home below both users: tessel.ot's multiscale solver and pykeops's `cluster` modules in
+tessel.compat (which re-export them). This module holds what is the same for NumPy arrays and
+PyTorch tensors (duck-typed); `numpy` and `torch` hold the rest, one per array library, so that
+the NumPy side never imports PyTorch.
+"""
+
+from .._genred import int_array_shape
 
 __all__ = ["sort_clusters", "swap_axes", "check_cluster_ranges"]
 
