@@ -208,34 +208,109 @@ def _marginal_errors(prob, f, g, eps, rho_x, rho_y):
                 _row_error(prob.v.w, g, prob.softmin_cols(f, eps), eps, rho_y))
 
 
-def multiscale_potentials(a, x, b, y, settings, truncate=5.0, cluster_scale=None,
-                          report=None, tol_dropped=1e-5, tol=0.0, max_iter=1000,
-                          marginal_error=False, labels=None, verbose=False):
-    """(f, g, p, q) of one problem by the multiscale solver (see the module docstring), with
-    envelope gradients in x and y. tol > 0: after the schedule, the fine iterations go on at
-    blur^p until the plan's marginal errors (L1, mass units, as the online solver's; of the x-y
-    problem and with debias of the x-x and y-y ones) are <= tol (max_iter iterations in all).
-    `report`
-    receives eps, diameter, n_iter, converged, the clusters, the share of blocks kept and
-    dropped_mass; labels: None (clusters by farthest points) or the caller's (l_x, l_y), int64
-    (N,) and (M,) tensors (GeomLoss's six-argument call); verbose: print the clusters, the scales
-    and the blocks kept, as GeomLoss's verbose multiscale solver does; with marginal_error, also the returned x-y potentials' marginal errors (two
-    more block-sparse reductions): marginal_errors = (error_x, error_y), L1 in mass units, as
-    the online solver's history."""
-    pw = settings["p"]
-    # Envelope gradients: differentiating them again would drop the potentials' dependence.
-    x, y = first_order_only(x, y, hint="use backend='online' with gradient='implicit' (exact) "
-                            "or 'unrolled'; the multiscale solver gives envelope gradients only")
-    if pw not in (1.0, 2.0) or settings["cost"] is not None:
-        raise NotImplementedError("tessel.ot multiscale: the p = 1 and p = 2 costs only (its "
-                                  "truncation needs the cost of a distance between clusters)")
-    blur, scaling, debias = settings["blur"], settings["scaling"], settings["debias"]
-    rho_x = None if settings["reach_x"] is None else settings["reach_x"] ** pw
-    rho_y = None if settings["reach_y"] is None else settings["reach_y"] ** pw
-    n, m, dim = x.shape[0], y.shape[0], x.shape[1]
-    diameter = settings["diameter"]
-    if diameter is None:
-        diameter = bounding_diameter(x, y) or blur
+class _Solver:
+    """The fine problems of one call (x-y, and with debias x-x and y-y) and their marginal
+    penalties; each method is one step of multiscale_potentials, in the order it runs them."""
+
+    def __init__(self, u, v, settings, truncate):
+        self.u, self.v, self.pw, self.debias = u, v, settings["p"], settings["debias"]
+        self.rho_x = None if settings["reach_x"] is None else settings["reach_x"] ** self.pw
+        self.rho_y = None if settings["reach_y"] is None else settings["reach_y"] ** self.pw
+        dim = u.x.shape[1]
+        self.probs = [MultiscaleProblem(u, v, self.pw, dim, truncate)]
+        if self.debias:
+            self.probs += [MultiscaleProblem(u, u, self.pw, dim, truncate),
+                           MultiscaleProblem(v, v, self.pw, dim, truncate)]
+
+    def coarse(self, settings, diameter, blur_c):
+        """Step 2: the core's loop on the weighted centroids down to eps_c = blur_c^p, its
+        potentials carried to the points (the state the fine steps start from, in the points'
+        dtype) and the first masks, from the centroids' potentials."""
+        u, v, pw, probs = self.u, self.v, self.pw, self.probs
+        eps_c = blur_c ** pw
+        res = core_sinkhorn(u.mass, u.centre, v.mass, v.centre,
+                            dict(p=pw, blur=blur_c, reach_x=settings["reach_x"],
+                                 reach_y=settings["reach_y"], diameter=diameter,
+                                 scaling=settings["scaling"], debias=self.debias))
+        lu, lv = torch.log(u.mass), torch.log(v.mass)
+        dx, dy = damping(eps_c, self.rho_x), damping(eps_c, self.rho_y)
+        t = lambda arr: torch.from_numpy(arr).to(dtype=torch.float64,  # noqa: E731
+                                                 device=u.x.device)
+        state = [_carry(u.x, v.centre, lv, t(res.g), eps_c, dx, pw),
+                 _carry(v.x, u.centre, lu, t(res.f), eps_c, dy, pw)]
+        probs[0].set_mask(t(res.f_in), t(res.g_in), eps_c)
+        if self.debias:
+            state += [_carry(u.x, u.centre, lu, t(res.p), eps_c, dx, pw),
+                      _carry(v.x, v.centre, lv, t(res.q), eps_c, dy, pw)]
+            probs[1].set_mask(t(res.p_in), t(res.p_in), eps_c)
+            probs[2].set_mask(t(res.q_in), t(res.q_in), eps_c)
+        return [s_.to(u.x.dtype).detach() for s_ in state]
+
+    def sweep(self, st, eps):
+        """Every potential updated once from st at eps (damped softmins over the kept blocks)."""
+        dx, dy = damping(eps, self.rho_x), damping(eps, self.rho_y)
+        f, g = st[0], st[1]
+        probs = self.probs
+        out = [dx * probs[0].softmin_rows(g, eps), dy * probs[0].softmin_cols(f, eps)]
+        if self.debias:
+            out += [dx * probs[1].softmin_rows(st[2], eps), dy * probs[2].softmin_rows(st[3], eps)]
+        return out
+
+    def descend(self, state, fine):
+        """Step 3: one averaged sweep per temperature of the fine schedule, each followed by new
+        masks from the points' own potentials."""
+        for eps in fine:
+            new = self.sweep(state, eps)
+            state = [(s_ + n_) / 2 for s_, n_ in zip(state, new)]
+            self.probs[0].retruncate(state[0], state[1], eps)
+            if self.debias:
+                self.probs[1].retruncate(state[2], state[2], eps)
+                self.probs[2].retruncate(state[3], state[3], eps)
+        return state
+
+    def until_tol(self, state, it, eps, tol, max_iter):
+        """Past the schedule (tol > 0): iterations at eps until the marginal errors are <= tol
+        or max_iter iterations ran in all. Returns (state, it, converged, the last error)."""
+        u, v, probs, rho_x, rho_y = self.u, self.v, self.probs, self.rho_x, self.rho_y
+        converged, move, cols_exact = False, math.inf, False
+        while tol > 0 and it < max_iter:
+            # Classic alternating updates for the x-y problem (averaged ones converge slowly at
+            # small eps), averaged for the symmetric ones (which oscillate). Each update's
+            # softmins also give the marginal errors of the state it starts from: the rows'
+            # directly, the columns' being exact once g is the softmin of f.
+            dx, dy = damping(eps, rho_x), damping(eps, rho_y)
+            f1 = dx * probs[0].softmin_rows(state[1], eps)
+            errs = [_row_error(u.w, state[0], f1 / dx, eps, rho_x) if cols_exact else math.inf]
+            new = [f1, dy * probs[0].softmin_cols(f1, eps)]
+            if self.debias:
+                p1 = dx * probs[1].softmin_rows(state[2], eps)
+                q1 = dy * probs[2].softmin_rows(state[3], eps)
+                errs += [_row_error(u.w, state[2], p1 / dx, eps, rho_x),
+                         _row_error(v.w, state[3], q1 / dy, eps, rho_y)]
+                new += [(state[2] + p1) / 2, (state[3] + q1) / 2]
+            move = max(errs)
+            if move <= tol:  # the state these errors are of is the result
+                converged = True
+                break
+            state, it, cols_exact = new, it + 1, True
+        return state, it, converged, move
+
+    def extrapolate(self, state, eps):
+        """Step 4: the last extrapolation, differentiable in x and y (the potentials it reads
+        held constant), and the plan's mass in the blocks the masks dropped."""
+        out = self.sweep([s_.detach() for s_ in state], eps)
+        probs = self.probs
+        dropped = probs[0].dropped_mass(out[0], out[1], eps)
+        if self.debias:
+            dropped += (probs[1].dropped_mass(out[2], out[2], eps)
+                        + probs[2].dropped_mass(out[3], out[3], eps))
+        return out, dropped
+
+
+def _sides(a, x, b, y, cluster_scale, labels):
+    """Step 1: the two clouds clustered (by farthest points, or by the caller's labels), at most
+    _MAX_CLUSTERS clusters each."""
+    n, m = x.shape[0], y.shape[0]
     k_max = max(16, int(math.sqrt(max(n, m))))
     lx, ly = (None, None) if labels is None else labels
     u = _Side(a, x, k_max if cluster_scale is None else min(n, _MAX_CLUSTERS + 1), cluster_scale,
@@ -251,100 +326,73 @@ def multiscale_potentials(a, x, b, y, settings, truncate=5.0, cluster_scale=None
             raise ValueError(f"tessel.ot multiscale: cluster_scale={cluster_scale:g} needs more "
                              f"than {_MAX_CLUSTERS} clusters for {name}; raise cluster_scale (or "
                              "leave it None: about sqrt(N) clusters)")
+    return u, v
+
+
+def _print_summary(u, v, keep, r_max, blur_c, schedule, pw, dropped, total):
+    """What GeomLoss's verbose multiscale solver prints: clusters, scales and blocks kept."""
+    print(f"tessel.ot multiscale: {u.mass.shape[0]}x{v.mass.shape[0]} clusters (largest "
+          f"radius {r_max:.3f}), coarse scale {blur_c:.3f}")
+    print("Successive scales: " + ", ".join(f"{e ** (1 / pw):.3f}" for e in schedule))
+    print(f"Keep {int(keep.sum())}/{keep.numel()} = {100 * float(keep.float().mean()):.1f}% "
+          f"of the cluster pairs; dropped transport mass {dropped:.3g} (of {total:.3g})")
+
+
+def multiscale_potentials(a, x, b, y, settings, truncate=5.0, cluster_scale=None,
+                          report=None, tol_dropped=1e-5, tol=0.0, max_iter=1000,
+                          marginal_error=False, labels=None, verbose=False):
+    """(f, g, p, q) of one problem by the multiscale solver (see the module docstring), with
+    envelope gradients in x and y. tol > 0: after the schedule, the fine iterations go on at
+    blur^p until the plan's marginal errors (L1, mass units, as the online solver's; of the x-y
+    problem and with debias of the x-x and y-y ones) are <= tol (max_iter iterations in all).
+    `report` receives eps, diameter, n_iter, converged, the clusters, the share of blocks kept
+    and dropped_mass; with marginal_error, also the returned x-y potentials' marginal errors (two
+    more block-sparse reductions): marginal_errors = (error_x, error_y), L1 in mass units, as
+    the online solver's history. labels: None (clusters by farthest points) or the caller's
+    (l_x, l_y), int64 (N,) and (M,) tensors (GeomLoss's six-argument call); verbose: print the
+    clusters, the scales and the blocks kept, as GeomLoss's verbose multiscale solver does.
+
+    The steps: the clouds clustered (_sides), the coarse solve carried to the points
+    (_Solver.coarse), the fine schedule (descend), iterations to tol (until_tol), the last
+    extrapolation and the dropped mass (extrapolate)."""
+    pw = settings["p"]
+    # Envelope gradients: differentiating them again would drop the potentials' dependence.
+    x, y = first_order_only(x, y, hint="use backend='online' with gradient='implicit' (exact) "
+                            "or 'unrolled'; the multiscale solver gives envelope gradients only")
+    if pw not in (1.0, 2.0) or settings["cost"] is not None:
+        raise NotImplementedError("tessel.ot multiscale: the p = 1 and p = 2 costs only (its "
+                                  "truncation needs the cost of a distance between clusters)")
+    blur = settings["blur"]
+    diameter = settings["diameter"]
+    if diameter is None:
+        diameter = bounding_diameter(x, y) or blur
+    u, v = _sides(a, x, b, y, cluster_scale, labels)
     r_max = float(torch.cat((u.radius, v.radius)).max())
     blur_c = max(blur, 2 * r_max)
-    schedule = _core.epsilon_schedule(pw, diameter, blur, scaling)
+    schedule = _core.epsilon_schedule(pw, diameter, blur, settings["scaling"])
     eps_c = blur_c ** pw
     fine = [e for e in schedule if e < eps_c * (1 - 1e-12)]
-    # Coarse: the core's loop on the weighted centroids, down to eps_c.
-    res = core_sinkhorn(u.mass, u.centre, v.mass, v.centre,
-                        dict(p=pw, blur=blur_c, reach_x=settings["reach_x"],
-                             reach_y=settings["reach_y"], diameter=diameter, scaling=scaling,
-                             debias=debias))
-    lu, lv = torch.log(u.mass), torch.log(v.mass)
-    dx, dy = damping(eps_c, rho_x), damping(eps_c, rho_y)
-    t = lambda arr: torch.from_numpy(arr).to(dtype=torch.float64, device=x.device)  # noqa: E731
-    f = _carry(u.x, v.centre, lv, t(res.g), eps_c, dx, pw)
-    g = _carry(v.x, u.centre, lu, t(res.f), eps_c, dy, pw)
-    probs = [MultiscaleProblem(u, v, pw, dim, truncate)]
-    probs[0].set_mask(t(res.f_in), t(res.g_in), eps_c)
-    state = [f, g]
-    if debias:
-        pp = _carry(u.x, u.centre, lu, t(res.p), eps_c, dx, pw)
-        qq = _carry(v.x, v.centre, lv, t(res.q), eps_c, dy, pw)
-        probs += [MultiscaleProblem(u, u, pw, dim, truncate),
-                  MultiscaleProblem(v, v, pw, dim, truncate)]
-        probs[1].set_mask(t(res.p_in), t(res.p_in), eps_c)
-        probs[2].set_mask(t(res.q_in), t(res.q_in), eps_c)
-        state += [pp, qq]
-    dtype = x.dtype
-    state = [s_.to(dtype).detach() for s_ in state]
-
-    def sweep(st, eps):
-        dx, dy = damping(eps, rho_x), damping(eps, rho_y)
-        f, g = st[0], st[1]
-        out = [dx * probs[0].softmin_rows(g, eps), dy * probs[0].softmin_cols(f, eps)]
-        if debias:
-            out += [dx * probs[1].softmin_rows(st[2], eps), dy * probs[2].softmin_rows(st[3], eps)]
-        return out
-
-    converged, it, move = False, 0, math.inf
-    with torch.no_grad():
-        for eps in fine:
-            new = sweep(state, eps)
-            state = [(s_ + n_) / 2 for s_, n_ in zip(state, new)]
-            it += 1
-            probs[0].retruncate(state[0], state[1], eps)
-            if debias:
-                probs[1].retruncate(state[2], state[2], eps)
-                probs[2].retruncate(state[3], state[3], eps)
-        cols_exact = False
-        while tol > 0 and it < max_iter:
-            # Past the schedule: classic alternating updates for the x-y problem (averaged ones
-            # converge slowly at small eps), averaged for the symmetric ones (which oscillate).
-            # Each update's softmins also give the marginal errors of the state it starts from:
-            # the rows' directly, the columns' being exact once g is the softmin of f.
-            e = blur ** pw
-            dx, dy = damping(e, rho_x), damping(e, rho_y)
-            f1 = dx * probs[0].softmin_rows(state[1], e)
-            errs = [_row_error(u.w, state[0], f1 / dx, e, rho_x) if cols_exact else math.inf]
-            new = [f1, dy * probs[0].softmin_cols(f1, e)]
-            if debias:
-                p1 = dx * probs[1].softmin_rows(state[2], e)
-                q1 = dy * probs[2].softmin_rows(state[3], e)
-                errs += [_row_error(u.w, state[2], p1 / dx, e, rho_x),
-                         _row_error(v.w, state[3], q1 / dy, e, rho_y)]
-                new += [(state[2] + p1) / 2, (state[3] + q1) / 2]
-            move = max(errs)
-            if move <= tol:  # the state these errors are of is the result
-                converged = True
-                break
-            state, it, cols_exact = new, it + 1, True
-    # The last extrapolation, differentiable in x and y (the potentials it reads held constant).
+    solver = _Solver(u, v, settings, truncate)
+    state = solver.coarse(settings, diameter, blur_c)
     eps = blur ** pw
-    out = sweep([s_.detach() for s_ in state], eps)
-    dropped = probs[0].dropped_mass(out[0], out[1], eps)
-    if debias:
-        dropped += (probs[1].dropped_mass(out[2], out[2], eps)
-                    + probs[2].dropped_mass(out[3], out[3], eps))
+    with torch.no_grad():
+        state = solver.descend(state, fine)
+        state, it, converged, move = solver.until_tol(state, len(fine), eps, tol, max_iter)
+    out, dropped = solver.extrapolate(state, eps)
+    keep = solver.probs[0].keep
     total = float(a.detach().sum() * b.detach().sum())
     errors = None
     if marginal_error:
-        errors = _marginal_errors(probs[0], out[0].detach(), out[1].detach(), eps, rho_x, rho_y)
+        errors = _marginal_errors(solver.probs[0], out[0].detach(), out[1].detach(), eps,
+                                  solver.rho_x, solver.rho_y)
     if verbose:
-        keep = probs[0].keep
-        print(f"tessel.ot multiscale: {u.mass.shape[0]}x{v.mass.shape[0]} clusters (largest "
-              f"radius {r_max:.3f}), coarse scale {blur_c:.3f}")
-        print("Successive scales: " + ", ".join(f"{e ** (1 / pw):.3f}" for e in schedule))
-        print(f"Keep {int(keep.sum())}/{keep.numel()} = {100 * float(keep.float().mean()):.1f}% "
-              f"of the cluster pairs; dropped transport mass {dropped:.3g} (of {total:.3g})")
+        _print_summary(u, v, keep, r_max, blur_c, schedule, pw, dropped, total)
     if report is not None:
         report.update(eps=eps, diameter=diameter, converged=converged, n_iter=it,
                       history=[], stop_error=move,
                       clusters=(u.mass.shape[0], v.mass.shape[0]), coarse_blur=blur_c,
-                      kept_blocks=float(probs[0].keep.float().mean()),
-                      truncation=dict(labels_x=u.lab[u.inv], labels_y=v.lab[v.inv],
-                                      keep=probs[0].keep),
+                      kept_blocks=float(keep.float().mean()),
+                      truncation=dict(labels_x=u.lab[u.inv], labels_y=v.lab[v.inv], keep=keep),
                       dropped_mass=dropped, marginal_errors=errors)
     if tol > 0 and not converged:
         warnings.warn(f"tessel.ot multiscale: stopped after max_iter={max_iter} iterations with "
@@ -355,6 +403,6 @@ def multiscale_potentials(a, x, b, y, settings, truncate=5.0, cluster_scale=None
                       f"plan's mass (> {tol_dropped:g} of {total:.3g}); raise truncate or lower "
                       "cluster_scale", RuntimeWarning, stacklevel=4)
     f, g = out[0][u.inv], out[1][v.inv]
-    if not debias:
+    if not solver.debias:
         return f, g, x.new_zeros(0), x.new_zeros(0)
     return f, g, out[2][u.inv], out[3][v.inv]
