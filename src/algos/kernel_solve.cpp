@@ -229,14 +229,15 @@ class HostSpace final : public CgSpace {
   std::vector<Array> scratch_;
 };
 
-// On b's GPU, through the backend that owns its memory: float64 slots, the products reading and
+// On b's GPU, through the device that owns its memory: float64 slots, the products reading and
 // writing b-dtype buffers there (the engine keeps device results on the device).
 class DeviceSpace final : public CgSpace {
  public:
   explicit DeviceSpace(KernelOperator& op)
-      : op_(op), dev_(BackendRegistry::instance().get(BackendId::Cuda)) {
-    if (!dev_.writes_device_outputs())
-      detail::fail(kWho, "internal: the ", dev_.name(),
+      : op_(op), dev_(BackendRegistry::instance().device_for(DeviceKind::CUDA)) {
+    const KernelBackend& runs = BackendRegistry::instance().backend_for(DeviceKind::CUDA);
+    if (!runs.writes_device_outputs())
+      detail::fail(kWho, "internal: the ", runs.name(),
                    " backend cannot keep CG's vectors on "
                    "the device");
     for (DeviceRows& v : v_) v = alloc(DType::Float64);
@@ -271,7 +272,7 @@ class DeviceSpace final : public CgSpace {
   }
 
   KernelOperator& op_;
-  KernelBackend& dev_;
+  DeviceApi& dev_;
   DeviceRows v_[kSlots], p_buf_, out_buf_;
   std::vector<DeviceRows> scratch_;
 };

@@ -1,27 +1,20 @@
 // The one interface every backend implements (compiled CPU, interpreter, CUDA, null): the engine
-// binds and validates the arrays, plans, picks a backend by its id and hands it a Problem.
+// binds and validates the arrays, plans, and hands a Problem to the backend the registry picks.
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <span>
 
+#include "backend/device.hpp"
 #include "backend/problem.hpp"
 #include "tessel/array.hpp"
 
 namespace tessel {
 
-// The slots the engine picks from. The user's Backend option maps onto them (engine); the null
+// The registry's slots. The user's Backend option maps onto them (choose_backend); the null
 // backend has no id of its own: tests put it into a slot (BackendRegistry::replace).
 enum class BackendId : uint8_t { Compiled, Interpreter, Cuda };
 constexpr int kBackendSlots = 3;
-
-// Device memory a backend allocated for the engine: a contiguous (rows, cols) array on a device,
-// freed with the last copy of `owner`.
-struct DeviceRows {
-  std::shared_ptr<void> owner;
-  ArrayView view;
-};
 
 class KernelBackend {
  public:
@@ -33,40 +26,17 @@ class KernelBackend {
   // that the engine may give p to another backend; errors throw.
   virtual bool run(const Problem& p, std::span<const ArrayView> outs) = 0;
 
-  // Throws a clear error unless `device` can run kernels (called before any output is touched).
-  virtual void open_device(int device) {}
-  // Orders `device`'s default stream after the work queued so far on the caller's `stream`: the
-  // small device steps run on the default stream, which does not wait for the caller's own
-  // (non-blocking) streams by itself.
-  virtual void wait_for_stream(int device, void* stream) {}
-
-  // Device outputs: the engine computes into host rows and these move them in and out of the
-  // backend's memory. `dst`/`src` are (rows, cols) or (rows) arrays with contiguous rows; host
-  // backends never see device arrays, so their versions report an internal error.
-  virtual void store_rows(const Array& src, const ArrayView& dst);
-  virtual Array load_rows(const ArrayView& src);
-
   // Drops the kernels held in memory (the disk cache stays), so that the next call loads from
   // disk: lets tests measure disk hits and the bench measure first calls.
   virtual void forget_loaded() {}
 
+  // The device whose arrays this backend computes on (device.hpp: their memory, streams and
+  // small steps), or nullptr for a host backend.
+  virtual DeviceApi* device() { return nullptr; }
   // Results that stay on the device (no host round trip): a backend that says so is given its
-  // device's contiguous CUDA outputs by run() and writes them there; it allocates the device
-  // memory of computed variables and gradient terms, and adds such terms into outputs there.
+  // device's contiguous outputs by run() and writes them there, and the engine keeps computed
+  // variables and gradient terms in its device's memory.
   virtual bool writes_device_outputs() const { return false; }
-  virtual DeviceRows alloc_rows(DType dtype, int64_t rows, int64_t cols, int device);
-  // dst += src: src a contiguous (rows, cols) device array, dst the same shape, rows strided.
-  virtual void add_rows_device(const ArrayView& src, const ArrayView& dst);
-  // dst = the sum over rows of src (a contiguous (rows, cols) device array), accumulated in
-  // double: dst a (1, cols) or (cols) device array, its elements strided (a sum over all rows).
-  virtual void sum_rows_device(const ArrayView& src, const ArrayView& dst);
-  // dst = src converted elementwise: contiguous device arrays of one size, float32 <-> float16
-  // or bfloat16 (half-precision device arrays reduced in float32 without leaving the device).
-  virtual void convert_device(const ArrayView& src, const ArrayView& dst);
-  // Conjugate gradient's vector steps on device arrays (flat, contiguous, one size, float32 or
-  // float64 each), in double: y = a x + b y (y = a x when b = 0, y not read), and x . y.
-  virtual void axpby_device(double a, const ArrayView& x, double b, const ArrayView& y);
-  virtual double dot_device(const ArrayView& x, const ArrayView& y);
 };
 
 // The built-in backends, one object each for the life of the process.

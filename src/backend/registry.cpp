@@ -1,41 +1,9 @@
-// The backend registry and selection rules, and the interface's defaults for host backends.
+// The backend registry and selection rules.
 #include "backend/registry.hpp"
 
 #include "tessel/error.hpp"
 
 namespace tessel {
-
-void KernelBackend::store_rows(const Array&, const ArrayView&) {
-  detail::fail("evaluate", "internal: the ", name(), " backend was given a device output");
-}
-
-Array KernelBackend::load_rows(const ArrayView&) {
-  detail::fail("evaluate", "internal: the ", name(), " backend was given a device output");
-}
-
-DeviceRows KernelBackend::alloc_rows(DType, int64_t, int64_t, int) {
-  detail::fail("evaluate", "internal: the ", name(), " backend has no device memory");
-}
-
-void KernelBackend::add_rows_device(const ArrayView&, const ArrayView&) {
-  detail::fail("evaluate", "internal: the ", name(), " backend has no device memory");
-}
-
-void KernelBackend::sum_rows_device(const ArrayView&, const ArrayView&) {
-  detail::fail("evaluate", "internal: the ", name(), " backend has no device memory");
-}
-
-void KernelBackend::convert_device(const ArrayView&, const ArrayView&) {
-  detail::fail("evaluate", "internal: the ", name(), " backend has no device memory");
-}
-
-void KernelBackend::axpby_device(double, const ArrayView&, double, const ArrayView&) {
-  detail::fail("kernel_solve", "internal: the ", name(), " backend has no device memory");
-}
-
-double KernelBackend::dot_device(const ArrayView&, const ArrayView&) {
-  detail::fail("kernel_solve", "internal: the ", name(), " backend has no device memory");
-}
 
 BackendChoice choose_backend(Backend requested, int device, bool interpreter_only) {
   if (device >= 0) return {BackendId::Cuda, false};
@@ -44,6 +12,12 @@ BackendChoice choose_backend(Backend requested, int device, bool interpreter_onl
   // Auto, and Cuda with no device to run on (a negative Options::device): as before the
   // interface, compiled code when it applies, else the interpreter.
   return {BackendId::Compiled, true};
+}
+
+ChosenBackend backend_for_call(Backend requested, int device, bool interpreter_only) {
+  const BackendChoice c = choose_backend(requested, device, interpreter_only);
+  const BackendRegistry& reg = BackendRegistry::instance();
+  return {&reg.get(c.first), c.interpreter_fallback ? &reg.get(BackendId::Interpreter) : nullptr};
 }
 
 namespace {
@@ -73,6 +47,17 @@ BackendRegistry& BackendRegistry::instance() {
 
 KernelBackend* BackendRegistry::replace(BackendId id, KernelBackend* b) {
   return slots_[static_cast<int>(id)].exchange(b ? b : builtin(id), std::memory_order_acq_rel);
+}
+
+KernelBackend& BackendRegistry::backend_for(DeviceKind kind) const {
+  TESSEL_ASSERT(kind == DeviceKind::CUDA);
+  return get(BackendId::Cuda);
+}
+
+DeviceApi& BackendRegistry::device_for(DeviceKind kind) const {
+  DeviceApi* d = backend_for(kind).device();
+  TESSEL_ASSERT(d != nullptr);
+  return *d;
 }
 
 void BackendRegistry::forget_loaded() {

@@ -1,4 +1,5 @@
-// Which backend runs a call: the selection rules, and the registry of backend objects by slot.
+// Which backend runs a call: the selection rules, and the registry of backend objects by slot
+// (and of the devices they compute on, by device kind).
 #pragma once
 
 #include <atomic>
@@ -20,6 +21,14 @@ struct BackendChoice {
 // Compiled to compiled code or an error; Auto to compiled code, else the interpreter.
 BackendChoice choose_backend(Backend requested, int device, bool interpreter_only);
 
+// The backends the rules choose, taken from the registry's slots: `first`, and `fallback` (the
+// interpreter, or nullptr) to run the problem when `first` declines it.
+struct ChosenBackend {
+  KernelBackend* first = nullptr;
+  KernelBackend* fallback = nullptr;
+};
+ChosenBackend backend_for_call(Backend requested, int device, bool interpreter_only);
+
 // The backend objects by slot: the built-in ones, unless a test put another one in a slot.
 class BackendRegistry {
  public:
@@ -31,6 +40,10 @@ class BackendRegistry {
   // Test seam, reachable from C++ only through this internal header: puts `b` into slot `id`
   // (nullptr restores the built-in one) and returns what was there.
   KernelBackend* replace(BackendId id, KernelBackend* b);
+  // By the device kind of a call's arrays (CUDA only: host arrays need neither): the backend
+  // that runs calls on them, and the device that owns their memory (that backend's device).
+  KernelBackend& backend_for(DeviceKind kind) const;
+  DeviceApi& device_for(DeviceKind kind) const;
   // Every built-in backend drops the kernels it holds in memory (the disk cache stays).
   void forget_loaded();
 

@@ -1,5 +1,6 @@
 // Dispatch: a bound problem (inputs, computed variables, outputs) run on the backend the registry
-// picks, with device outputs moved through the backend that owns their memory.
+// picks, with device outputs moved through the device that owns their memory (the registry's
+// device for the arrays' kind), in named stages (eval_into).
 #include <algorithm>
 #include <cstring>
 #include <exception>
@@ -14,6 +15,13 @@ namespace tessel::engine {
 
 namespace {
 
+// The device that owns CUDA arrays' memory, and whether the backend for CUDA arrays keeps its
+// results there (writes device outputs in place): asked of the registry by device kind.
+DeviceApi& cuda_device() { return BackendRegistry::instance().device_for(DeviceKind::CUDA); }
+bool cuda_keeps_results() {
+  return BackendRegistry::instance().backend_for(DeviceKind::CUDA).writes_device_outputs();
+}
+
 // Calls f(q, off) for each element q of a contiguous (rows, cols) source and its element
 // offset `off` in dst, which has the same logical shape and may be strided.
 template <class F>
@@ -25,9 +33,9 @@ void for_each_offset(int64_t n, const ArrayView& dst, F&& f) {
   }
 }
 
-// Device outputs go through the backend that owns their memory (`dev`: the call's CUDA slot).
-void copy_rows(const Array& src, const ArrayView& dst, KernelBackend& dev) {
-  if (dst.device.kind == DeviceKind::CUDA) return dev.store_rows(src, dst);
+// Device outputs go through the device that owns their memory.
+void copy_rows(const Array& src, const ArrayView& dst) {
+  if (dst.device.kind == DeviceKind::CUDA) return cuda_device().store_rows(src, dst);
   const size_t es = dtype_size(dst.dtype);
   for_each_offset(src.size(), dst, [&](int64_t q, int64_t off) {
     std::memcpy(static_cast<uint8_t*>(dst.data) + off * es,
@@ -36,12 +44,12 @@ void copy_rows(const Array& src, const ArrayView& dst, KernelBackend& dev) {
 }
 
 // dst += src, elementwise over the same logical (rows, dim) shape.
-void add_rows(const Array& src, const ArrayView& dst, KernelBackend& dev) {
+void add_rows(const Array& src, const ArrayView& dst) {
   if (dst.device.kind == DeviceKind::CUDA) {
     // Rare (gradient terms added to an output): through the host.
-    Array host = dev.load_rows(dst);
-    add_rows(src, host.view(), dev);
-    return dev.store_rows(host, dst);
+    Array host = cuda_device().load_rows(dst);
+    add_rows(src, host.view());
+    return cuda_device().store_rows(host, dst);
   }
   for_each_offset(src.size(), dst, [&](int64_t q, int64_t off) {
     if (dst.dtype == DType::Float32)
@@ -54,10 +62,10 @@ void add_rows(const Array& src, const ArrayView& dst, KernelBackend& dev) {
 // Runs p on several GPUs, each on a contiguous share of the outer rows (its outer variables and
 // output rows offset to the share), in parallel host threads; the first error is rethrown.
 void run_on_gpus(const Problem& p, std::span<const ArrayView> outs, const std::vector<int>& gpus,
-                 KernelBackend& dev) {
+                 KernelBackend& backend) {
   const Category outer = p.r->outer();
   const auto shares = split_rows(p.n_outer, static_cast<int>(gpus.size()), 256);
-  for (size_t k = 0; k < shares.size(); ++k) dev.open_device(gpus[k]);
+  for (size_t k = 0; k < shares.size(); ++k) cuda_device().open_device(gpus[k]);
   std::vector<std::exception_ptr> errors(shares.size());
   std::vector<std::thread> threads;
   for (size_t k = 0; k < shares.size(); ++k) {
@@ -77,9 +85,9 @@ void run_on_gpus(const Problem& p, std::span<const ArrayView> outs, const std::v
       a.data = static_cast<uint8_t*>(a.data) + b * a.shape[1] * dtype_size(a.dtype);
       a.shape[0] = e - b;
     }
-    threads.emplace_back([&dev, &errors, k, q = std::move(q), o = std::move(o)] {
+    threads.emplace_back([&backend, &errors, k, q = std::move(q), o = std::move(o)] {
       try {
-        dev.run(q, o);
+        backend.run(q, o);
       } catch (...) {
         errors[k] = std::current_exception();
       }
@@ -88,6 +96,301 @@ void run_on_gpus(const Problem& p, std::span<const ArrayView> outs, const std::v
   for (std::thread& t : threads) t.join();
   for (const std::exception_ptr& e : errors)
     if (e) std::rethrow_exception(e);
+}
+
+// One eval_into call as its stages fill it in: the problem handed to a backend, and what the
+// stages after the run need to finish the caller's outputs.
+struct Call {
+  Call(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> outputs)
+      : r(r), ctx(ctx), outputs(outputs) {}
+  const ReductionImpl& r;
+  Context& ctx;
+  std::span<const ArrayView> outputs;
+  Problem p;
+  bool kmin = false;               // a K-selection (KMin, ArgKMin, ...)
+  std::vector<int> device_vars;    // computed variables whose results are device memory
+  std::vector<Array> host_inputs;  // host copies of device data (gathers mixing host and device)
+  bool device_direct = false;      // device outputs written in place by the backend
+  std::vector<Array> tmp;          // host rows of outputs not written in place
+  std::vector<DeviceRows> device_tmp;  // device rows of sums over all rows into device outputs
+  std::vector<ArrayView> views;        // what the backend writes, one per output
+};
+
+void check_input_count(const ReductionImpl& r, const Context& ctx, bool top) {
+  const int n_in = r.next_input_index();
+  if (static_cast<int>(ctx.inputs.size()) < n_in)
+    detail::fail("evaluate", "expected ", n_in, " inputs (variables 0..", n_in - 1, "), got ",
+                 ctx.inputs.size());
+  if (top && static_cast<int>(ctx.inputs.size()) > n_in)
+    detail::fail("evaluate", "expected ", n_in, " inputs (variables 0..", n_in - 1, "), got ",
+                 ctx.inputs.size(), ": the reduction does not use the extra ones");
+}
+
+// Binds the caller's inputs and learns the dtype and the sizes (rows[c]: the rows of category c,
+// from `from[c]` or the call's sizes).
+void bind_inputs(Call& c, int64_t rows[2]) {
+  const char* fn = "evaluate";
+  int from[2] = {-1, -1};
+  bool have_dtype = false;
+  int dtype_from = -1;
+  for (const VarSlot& v : c.r.vars) {
+    if (v.computed) continue;
+    Bound b = bind(v, c.ctx.inputs[v.index], c.ctx.device >= 0);
+    if (!have_dtype) {
+      c.p.dtype = b.dtype, have_dtype = true, dtype_from = v.index;
+    } else if (b.dtype != c.p.dtype) {
+      detail::fail_type(fn, "input ", v.index, " has dtype ", dtype_name(b.dtype), " but input ",
+                        dtype_from, " has ", dtype_name(c.p.dtype),
+                        "; all inputs must share one dtype");
+    }
+    if (v.cat != Category::Param) {
+      const int k = static_cast<int>(v.cat);
+      if (from[k] >= 0 && rows[k] != b.rows)
+        detail::fail(fn, "input ", v.index, " has ", b.rows, " rows but input ", from[k], " has ",
+                     rows[k], "; all ", cat_word(v.cat), " variables must have the same length");
+      if (from[k] < 0 && rows[k] >= 0 && rows[k] != b.rows)
+        detail::fail(fn, "input ", v.index, " has ", b.rows, " rows but sizes say ", rows[k]);
+      rows[k] = b.rows, from[k] = v.index;
+    }
+    c.p.vars.push_back(b);
+  }
+  if (!have_dtype) c.p.dtype = c.outputs.empty() ? DType::Float32 : c.outputs[0].dtype;
+  if (c.p.dtype == DType::Int64) c.p.dtype = DType::Float32;
+}
+
+// The problem's sizes and row blocks from the bound inputs' rows.
+void set_sizes(Call& c, const int64_t rows[2]) {
+  const ReductionImpl& r = c.r;
+  for (int k = 0; k < 2; ++k)
+    if (rows[k] < 0)
+      detail::fail("evaluate", "cannot tell the number of ", k == 0 ? "i" : "j", " rows: no ",
+                   k == 0 ? "Vi" : "Vj", " input; pass their number as ", k == 0 ? "ni" : "nj");
+  c.p.n_outer = rows[static_cast<int>(r.outer())];
+  c.p.n_inner = rows[static_cast<int>(r.inner())];
+  c.p.blocks = row_blocks(r, c.ctx.opt, c.p.n_outer, c.p.n_inner);
+  c.kmin = reduction_info(r.op).family == ReductionFamily::KSelect;
+  if (c.kmin && r.k > c.p.n_inner)
+    detail::fail("evaluate", reduction_name(r.op), ": K = ", r.k, " is larger than the number of ",
+                 r.axis == 1 ? "j" : "i", " rows (", c.p.n_inner, ")");
+}
+
+// A computed variable's source evaluated on the call's inputs: into device memory when the call
+// keeps results on its GPU (no round trip through the host), else into host arrays.
+ComputedResult evaluate_source(const ReductionImpl& source, Context& ctx, bool keep_on_device) {
+  ComputedResult res;
+  if (keep_on_device) {
+    const auto [dtype, rows] = result_rows(source, ctx);
+    for (int k = 0; k < source.num_outputs(); ++k) {
+      res.device.push_back(
+          cuda_device().alloc_rows(source.output_is_index(k) ? DType::Int64 : dtype, rows,
+                                   source.output_dim(k), ctx.device));
+      res.views.push_back(res.device.back().view);
+    }
+    eval_into(source, ctx, res.views, false);
+  } else {
+    res.host = eval_impl(source, ctx, false);
+    for (const Array& a : res.host) res.views.push_back(a.view());
+  }
+  return res;
+}
+
+// Computed variables: sub-reductions on the same inputs, each evaluated once per call and bound
+// beside the inputs (the variables in index order).
+void compute_variables(Call& c) {
+  Context& ctx = c.ctx;
+  // (A GPU call on host arrays keeps them on the host: it may be streamed block by block.)
+  const bool keep_on_device =
+      ctx.device >= 0 && cuda_keeps_results() &&
+      std::any_of(ctx.inputs.begin(), ctx.inputs.end(),
+                  [](const ArrayView& a) { return a.device.kind == DeviceKind::CUDA; });
+  for (const ComputedVar& cv : c.r.computed) {
+    const auto key = std::make_pair(cv.source->hash.lo, cv.source->hash.hi);
+    auto it = ctx.computed.find(key);
+    if (it == ctx.computed.end())
+      it = ctx.computed.emplace(key, evaluate_source(*cv.source, ctx, keep_on_device)).first;
+    const ArrayView& a = it->second.views.at(cv.output);
+    if (a.device.kind == DeviceKind::CUDA) c.device_vars.push_back(cv.index);
+    const VarSlot* v = c.r.find_var(cv.index);
+    Bound b;
+    b.index = cv.index;
+    b.cat = v->cat;
+    b.dim = v->dim;
+    b.dtype = a.dtype;
+    b.data = a.data;
+    b.rows = cv.source->full_sum ? 1 : a.shape[0];
+    b.s_row = cv.source->full_sum ? 0 : v->dim;
+    b.s_col = 1;
+    c.p.vars.push_back(b);
+  }
+  std::sort(c.p.vars.begin(), c.p.vars.end(),
+            [](const Bound& a, const Bound& b) { return a.index < b.index; });
+}
+
+void check_outputs(const Call& c) {
+  const ReductionImpl& r = c.r;
+  if (static_cast<int>(c.outputs.size()) != r.num_outputs())
+    detail::fail("evaluate", reduction_name(r.op), " has ", r.num_outputs(), " outputs, got ",
+                 c.outputs.size());
+  const int64_t out_rows = r.full_sum ? 1 : c.p.n_outer;
+  for (int k = 0; k < r.num_outputs(); ++k)
+    check_output(r, k, c.outputs[k], out_rows, c.p.dtype, c.ctx.device >= 0);
+}
+
+// Whether a bound variable's data is device memory: a CUDA input, or a computed variable kept
+// on the device.
+bool on_device(const Call& c, const Bound& b) {
+  const bool user = b.index < static_cast<int>(c.ctx.inputs.size()) &&
+                    c.ctx.inputs[b.index].device.kind == DeviceKind::CUDA;
+  return user ||
+         std::find(c.device_vars.begin(), c.device_vars.end(), b.index) != c.device_vars.end();
+}
+
+// Gather/scatter reductions (gradients through Min/Max/KMin) of device data run on the device;
+// when some of their data is on the host (a GPU call mixing host and device arrays) they run in
+// the interpreter on host copies instead: O(rows) work, as the copies are.
+void copy_gather_inputs_to_host(Call& c) {
+  if (!reduction_info(c.r.op).is_indexed() || c.ctx.device < 0) return;
+  const bool all_on_device =
+      cuda_keeps_results() && std::all_of(c.p.vars.begin(), c.p.vars.end(),
+                                          [&](const Bound& b) { return on_device(c, b); });
+  if (all_on_device) return;
+  for (Bound& b : c.p.vars) {
+    if (!on_device(c, b)) continue;
+    if (b.s_col != 1 && b.dim > 1)
+      detail::fail("evaluate", "input ", b.index, " is a CUDA array whose rows are not ",
+                   "contiguous (element stride ", b.s_col,
+                   "); pass a contiguous array (.contiguous())");
+    const int64_t rows = b.s_row == 0 ? 1 : b.rows;  // a broadcast row is read once
+    ArrayView v;
+    v.data = const_cast<void*>(b.data);
+    v.dtype = b.dtype;
+    v.shape = {rows, b.dim};
+    v.strides = {b.s_row == 0 ? b.dim : b.s_row, 1};
+    v.device = Device{DeviceKind::CUDA, c.ctx.device};
+    c.host_inputs.push_back(cuda_device().load_rows(v));
+    b.data = c.host_inputs.back().data();
+    b.s_row = b.s_row == 0 ? 0 : b.dim;
+    b.s_col = 1;
+  }
+  c.p.device = -1;
+}
+
+// Outputs written in place: host ones that are contiguous, and device ones when the GPU's
+// backend writes its device's memory; the others go through temporaries (copy_back).
+bool direct(const Call& c, int k) {
+  if (c.r.full_sum || !contiguous(c.outputs[k])) return false;
+  return c.outputs[k].device.kind == DeviceKind::CPU || c.device_direct;
+}
+
+// A sum over all rows into a device output: the rows computed into device memory, summed there.
+bool device_sum(const Call& c, int k) {
+  return c.r.full_sum && c.device_direct && c.outputs[k].device.kind == DeviceKind::CUDA &&
+         !c.r.output_is_index(k);
+}
+
+// What the backend writes: the outputs themselves, or device or host temporaries.
+void prepare_outputs(Call& c) {
+  const ReductionImpl& r = c.r;
+  const Problem& p = c.p;
+  c.device_direct = p.device >= 0 && cuda_keeps_results();
+  for (int k = 0; k < r.num_outputs(); ++k) {
+    const DType t = r.output_is_index(k) ? DType::Int64 : p.dtype;
+    if (direct(c, k)) {
+      ArrayView v = c.outputs[k];
+      v.shape = {p.n_outer, r.output_dim(k)};
+      v.strides.clear();
+      c.views.push_back(v);
+    } else if (device_sum(c, k)) {
+      c.device_tmp.push_back(cuda_device().alloc_rows(t, p.n_outer, r.output_dim(k), p.device));
+      c.views.push_back(c.device_tmp.back().view);
+    } else {
+      c.tmp.emplace_back(t, std::vector<int64_t>{p.n_outer, r.output_dim(k)});
+      c.views.push_back(c.tmp.back().view());
+    }
+  }
+}
+
+// Runs the problem on the backend the registry's rules choose, handing it to the interpreter
+// when that one declines and may; several GPUs (Options::gpu_devices) share a call on host
+// arrays by its outer rows.
+void run_backend(Call& c) {
+  const ReductionImpl& r = c.r;
+  const Context& ctx = c.ctx;
+  const bool interpret =
+      ctx.opt.backend == Backend::Interpreter || reduction_info(r.op).is_indexed();
+  const ChosenBackend chosen = backend_for_call(ctx.opt.backend, c.p.device, interpret);
+  auto on_host = [](const ArrayView& a) { return a.device.kind == DeviceKind::CPU; };
+  if (c.p.device >= 0 && ctx.opt.gpu_devices.size() > 1 && !ctx.opt.ranges &&
+      c.device_vars.empty() && std::all_of(ctx.inputs.begin(), ctx.inputs.end(), on_host) &&
+      std::all_of(c.views.begin(), c.views.end(), on_host)) {
+    return run_on_gpus(c.p, c.views, ctx.opt.gpu_devices, *chosen.first);
+  }
+  if (chosen.first->run(c.p, c.views)) return;
+  if (chosen.fallback == nullptr) {
+    // Compiled code was what the rules chose (no device, no interpreter-only reduction).
+    const bool compiled = ctx.opt.backend == Backend::Compiled && c.p.device < 0 && !interpret;
+    if (compiled && c.kmin && r.k > kCompiledMaxK)
+      detail::fail("evaluate", "the compiled backend was requested but ", reduction_name(r.op),
+                   " with K = ", r.k, " exceeds its limit K <= ", kCompiledMaxK,
+                   "; use the default or interpreter backend");
+    detail::fail("evaluate", "the ", chosen.first->name(),
+                 " backend was requested but cannot run this reduction");
+  }
+  chosen.fallback->run(c.p, c.views);
+}
+
+// The sum over the rows of src, (rows, d), accumulated in double: a (1, d) array of src's dtype.
+Array sum_over_rows(const Array& src, int64_t rows, int d, DType dtype) {
+  Array total(dtype, {1, d});
+  for (int k = 0; k < d; ++k) {
+    double s = 0;
+    for (int64_t q = 0; q < rows; ++q) s += src.at(q * d + k);
+    if (dtype == DType::Float32)
+      total.as<float>()[k] = static_cast<float>(s);
+    else
+      total.as<double>()[k] = s;
+  }
+  return total;
+}
+
+// Copies back what went through temporaries (strided outputs, and sums over all rows).
+void copy_back(const Call& c) {
+  const ReductionImpl& r = c.r;
+  size_t t = 0, dt = 0;
+  for (int k = 0; k < r.num_outputs(); ++k) {
+    if (direct(c, k)) continue;
+    if (device_sum(c, k)) {
+      cuda_device().sum_rows_device(c.device_tmp[dt++].view, c.outputs[k]);
+      continue;
+    }
+    const Array& src = c.tmp[t++];
+    if (r.full_sum)
+      copy_rows(sum_over_rows(src, c.p.n_outer, r.output_dim(k), c.p.dtype), c.outputs[k]);
+    else
+      copy_rows(src, c.outputs[k]);
+  }
+}
+
+// Gradient terms added into the first output: on the device when it is a device output the
+// backend wrote in place, else through the host.
+void add_gradient_terms(const Call& c) {
+  const ReductionImpl& r = c.r;
+  const ArrayView& out = c.outputs[0];
+  const int64_t out_rows = r.full_sum ? 1 : c.p.n_outer;
+  for (const auto& a : r.addends) {
+    if (out.device.kind == DeviceKind::CUDA && c.device_direct && contiguous(out)) {
+      // A gradient term into a device output: evaluated into device memory, added there.
+      DeviceRows term = cuda_device().alloc_rows(c.p.dtype, out_rows, r.output_dim(0), c.p.device);
+      const ArrayView term_out[1] = {term.view};
+      eval_into(*a, c.ctx, term_out, false);
+      ArrayView dst = out;  // contiguous (direct)
+      dst.shape = {out_rows, r.output_dim(0)};
+      dst.strides.clear();
+      cuda_device().add_rows_device(term.view, dst);
+    } else {
+      add_rows(eval_impl(*a, c.ctx, false).at(0), out);
+    }
+  }
 }
 
 }  // namespace
@@ -108,232 +411,26 @@ std::vector<std::pair<int64_t, int64_t>> split_rows(int64_t n, int parts, int64_
   return out;
 }
 
+// The stages in order: bind the inputs and size the problem, compute the computed variables,
+// check the outputs, bring gather inputs to the host when they must run there, prepare what the
+// backend writes, run it, copy temporaries back, add gradient terms.
 void eval_into(const ReductionImpl& r, Context& ctx, std::span<const ArrayView> outputs, bool top) {
-  const char* fn = "evaluate";
-  Problem p;
-  p.r = &r;
-  p.opt = ctx.opt;
-  p.threads = ctx.opt.threads > 0 ? ctx.opt.threads : num_threads();
-  const int n_in = r.next_input_index();
-  if (static_cast<int>(ctx.inputs.size()) < n_in)
-    detail::fail(fn, "expected ", n_in, " inputs (variables 0..", n_in - 1, "), got ",
-                 ctx.inputs.size());
-  if (top && static_cast<int>(ctx.inputs.size()) > n_in)
-    detail::fail(fn, "expected ", n_in, " inputs (variables 0..", n_in - 1, "), got ",
-                 ctx.inputs.size(), ": the reduction does not use the extra ones");
-  // Bind the caller's inputs and learn the sizes and the dtype.
+  Call c(r, ctx, outputs);
+  c.p.r = &r;
+  c.p.opt = ctx.opt;
+  c.p.threads = ctx.opt.threads > 0 ? ctx.opt.threads : num_threads();
+  check_input_count(r, ctx, top);
   int64_t rows[2] = {ctx.sizes.ni, ctx.sizes.nj};
-  int from[2] = {-1, -1};
-  bool have_dtype = false;
-  int dtype_from = -1;
-  for (const VarSlot& v : r.vars) {
-    if (v.computed) continue;
-    Bound b = bind(v, ctx.inputs[v.index], ctx.device >= 0);
-    if (!have_dtype) {
-      p.dtype = b.dtype, have_dtype = true, dtype_from = v.index;
-    } else if (b.dtype != p.dtype) {
-      detail::fail_type(fn, "input ", v.index, " has dtype ", dtype_name(b.dtype), " but input ",
-                        dtype_from, " has ", dtype_name(p.dtype),
-                        "; all inputs must share one dtype");
-    }
-    if (v.cat != Category::Param) {
-      const int c = static_cast<int>(v.cat);
-      if (from[c] >= 0 && rows[c] != b.rows)
-        detail::fail(fn, "input ", v.index, " has ", b.rows, " rows but input ", from[c], " has ",
-                     rows[c], "; all ", cat_word(v.cat), " variables must have the same length");
-      if (from[c] < 0 && rows[c] >= 0 && rows[c] != b.rows)
-        detail::fail(fn, "input ", v.index, " has ", b.rows, " rows but sizes say ", rows[c]);
-      rows[c] = b.rows, from[c] = v.index;
-    }
-    p.vars.push_back(b);
-  }
-  if (!have_dtype) p.dtype = outputs.empty() ? DType::Float32 : outputs[0].dtype;
-  if (p.dtype == DType::Int64) p.dtype = DType::Float32;
-  for (int c = 0; c < 2; ++c)
-    if (rows[c] < 0)
-      detail::fail(fn, "cannot tell the number of ", c == 0 ? "i" : "j", " rows: no ",
-                   c == 0 ? "Vi" : "Vj", " input; pass their number as ", c == 0 ? "ni" : "nj");
-  p.n_outer = rows[static_cast<int>(r.outer())];
-  p.n_inner = rows[static_cast<int>(r.inner())];
-  p.blocks = row_blocks(r, ctx.opt, p.n_outer, p.n_inner);
-  const bool kmin = reduction_info(r.op).family == ReductionFamily::KSelect;
-  if (kmin && r.k > p.n_inner)
-    detail::fail(fn, reduction_name(r.op), ": K = ", r.k, " is larger than the number of ",
-                 r.axis == 1 ? "j" : "i", " rows (", p.n_inner, ")");
-  // Computed variables: sub-reductions on the same inputs, each evaluated once per call; on a GPU
-  // whose backend keeps results there, into device memory (no round trip through the host).
-  p.device = ctx.device;
-  const BackendRegistry& reg = BackendRegistry::instance();
-  KernelBackend& dev = reg.get(BackendId::Cuda);  // owns the memory of device arrays
-  // (A GPU call on host arrays keeps them on the host: it may be streamed block by block.)
-  const bool keep_on_device =
-      ctx.device >= 0 && dev.writes_device_outputs() &&
-      std::any_of(ctx.inputs.begin(), ctx.inputs.end(),
-                  [](const ArrayView& a) { return a.device.kind == DeviceKind::CUDA; });
-  std::vector<int> device_vars;  // computed variables whose results are device memory
-  for (const ComputedVar& c : r.computed) {
-    const auto key = std::make_pair(c.source->hash.lo, c.source->hash.hi);
-    auto it = ctx.computed.find(key);
-    if (it == ctx.computed.end()) {
-      ComputedResult res;
-      if (keep_on_device) {
-        const auto [dtype, rows] = result_rows(*c.source, ctx);
-        for (int k = 0; k < c.source->num_outputs(); ++k) {
-          res.device.push_back(dev.alloc_rows(c.source->output_is_index(k) ? DType::Int64 : dtype,
-                                              rows, c.source->output_dim(k), ctx.device));
-          res.views.push_back(res.device.back().view);
-        }
-        eval_into(*c.source, ctx, res.views, false);
-      } else {
-        res.host = eval_impl(*c.source, ctx, false);
-        for (const Array& a : res.host) res.views.push_back(a.view());
-      }
-      it = ctx.computed.emplace(key, std::move(res)).first;
-    }
-    const ArrayView& a = it->second.views.at(c.output);
-    if (a.device.kind == DeviceKind::CUDA) device_vars.push_back(c.index);
-    const VarSlot* v = r.find_var(c.index);
-    Bound b;
-    b.index = c.index;
-    b.cat = v->cat;
-    b.dim = v->dim;
-    b.dtype = a.dtype;
-    b.data = a.data;
-    b.rows = c.source->full_sum ? 1 : a.shape[0];
-    b.s_row = c.source->full_sum ? 0 : v->dim;
-    b.s_col = 1;
-    p.vars.push_back(b);
-  }
-  std::sort(p.vars.begin(), p.vars.end(),
-            [](const Bound& a, const Bound& b) { return a.index < b.index; });
-  // Outputs: checked, then computed into contiguous row-major buffers.
-  const int64_t out_rows = r.full_sum ? 1 : p.n_outer;
-  if (static_cast<int>(outputs.size()) != r.num_outputs())
-    detail::fail(fn, reduction_name(r.op), " has ", r.num_outputs(), " outputs, got ",
-                 outputs.size());
-  for (int k = 0; k < r.num_outputs(); ++k)
-    check_output(r, k, outputs[k], out_rows, p.dtype, ctx.device >= 0);
-  // Gather/scatter reductions (gradients through Min/Max/KMin) of device data run on the device;
-  // when some of their data is on the host (a GPU call mixing host and device arrays) they run
-  // in the interpreter on host copies instead: O(rows) work, as the copies are.
-  const bool indexed = reduction_info(r.op).is_indexed();
-  auto on_device = [&](const Bound& b) {
-    const bool user = b.index < static_cast<int>(ctx.inputs.size()) &&
-                      ctx.inputs[b.index].device.kind == DeviceKind::CUDA;
-    return user || std::find(device_vars.begin(), device_vars.end(), b.index) != device_vars.end();
-  };
-  const bool all_on_device =
-      dev.writes_device_outputs() && std::all_of(p.vars.begin(), p.vars.end(), on_device);
-  std::vector<Array> host_inputs;
-  if (indexed && ctx.device >= 0 && !all_on_device) {
-    for (Bound& b : p.vars) {
-      if (!on_device(b)) continue;
-      if (b.s_col != 1 && b.dim > 1)
-        detail::fail(fn, "input ", b.index, " is a CUDA array whose rows are not contiguous ",
-                     "(element stride ", b.s_col, "); pass a contiguous array (.contiguous())");
-      const int64_t rows = b.s_row == 0 ? 1 : b.rows;  // a broadcast row is read once
-      ArrayView v;
-      v.data = const_cast<void*>(b.data);
-      v.dtype = b.dtype;
-      v.shape = {rows, b.dim};
-      v.strides = {b.s_row == 0 ? b.dim : b.s_row, 1};
-      v.device = Device{DeviceKind::CUDA, ctx.device};
-      host_inputs.push_back(dev.load_rows(v));
-      b.data = host_inputs.back().data();
-      b.s_row = b.s_row == 0 ? 0 : b.dim;
-      b.s_col = 1;
-    }
-    p.device = -1;
-  }
-  // Outputs written in place: host ones that are contiguous, and device ones when the GPU's
-  // backend writes its device's memory; the others go through host buffers (copied back below).
-  const bool device_direct = p.device >= 0 && dev.writes_device_outputs();
-  auto direct = [&](int k) {
-    if (r.full_sum || !contiguous(outputs[k])) return false;
-    return outputs[k].device.kind == DeviceKind::CPU || device_direct;
-  };
-  // A sum over all rows into a device output: the rows computed into device memory, summed there.
-  auto device_sum = [&](int k) {
-    return r.full_sum && device_direct && outputs[k].device.kind == DeviceKind::CUDA &&
-           !r.output_is_index(k);
-  };
-
-  std::vector<Array> tmp;
-  std::vector<DeviceRows> device_tmp;
-  std::vector<ArrayView> views;
-  for (int k = 0; k < r.num_outputs(); ++k) {
-    const DType t = r.output_is_index(k) ? DType::Int64 : p.dtype;
-    if (direct(k)) {
-      ArrayView v = outputs[k];
-      v.shape = {p.n_outer, r.output_dim(k)};
-      v.strides.clear();
-      views.push_back(v);
-    } else if (device_sum(k)) {
-      device_tmp.push_back(dev.alloc_rows(t, p.n_outer, r.output_dim(k), p.device));
-      views.push_back(device_tmp.back().view);
-    } else {
-      tmp.emplace_back(t, std::vector<int64_t>{p.n_outer, r.output_dim(k)});
-      views.push_back(tmp.back().view());
-    }
-  }
-  const bool interpret = ctx.opt.backend == Backend::Interpreter || indexed;
-  const BackendChoice choice = choose_backend(ctx.opt.backend, p.device, interpret);
-  // Several GPUs (Options::gpu_devices) share a call on host arrays by its outer rows.
-  auto on_host = [](const ArrayView& a) { return a.device.kind == DeviceKind::CPU; };
-  if (choice.first == BackendId::Cuda && ctx.opt.gpu_devices.size() > 1 && !ctx.opt.ranges &&
-      device_vars.empty() && std::all_of(ctx.inputs.begin(), ctx.inputs.end(), on_host) &&
-      std::all_of(views.begin(), views.end(), on_host)) {
-    run_on_gpus(p, views, ctx.opt.gpu_devices, dev);
-  } else if (!reg.get(choice.first).run(p, views)) {
-    if (!choice.interpreter_fallback) {
-      if (choice.first == BackendId::Compiled && kmin && r.k > kCompiledMaxK)
-        detail::fail(fn, "the compiled backend was requested but ", reduction_name(r.op),
-                     " with K = ", r.k, " exceeds its limit K <= ", kCompiledMaxK,
-                     "; use the default or interpreter backend");
-      detail::fail(fn, "the ", reg.get(choice.first).name(),
-                   " backend was requested but cannot run this reduction");
-    }
-    reg.get(BackendId::Interpreter).run(p, views);
-  }
-  // Copy back what went through temporaries (strided outputs, and sums over all rows).
-  size_t t = 0, dt = 0;
-  for (int k = 0; k < r.num_outputs(); ++k) {
-    if (direct(k)) continue;
-    if (device_sum(k)) {
-      dev.sum_rows_device(device_tmp[dt++].view, outputs[k]);
-      continue;
-    }
-    const Array& src = tmp[t++];
-    if (r.full_sum) {
-      const int d = r.output_dim(k);
-      Array total(p.dtype, {1, d});
-      for (int c = 0; c < d; ++c) {
-        double s = 0;
-        for (int64_t q = 0; q < p.n_outer; ++q) s += src.at(q * d + c);
-        if (p.dtype == DType::Float32)
-          total.as<float>()[c] = static_cast<float>(s);
-        else
-          total.as<double>()[c] = s;
-      }
-      copy_rows(total, outputs[k], dev);
-    } else {
-      copy_rows(src, outputs[k], dev);
-    }
-  }
-  for (const auto& a : r.addends) {
-    if (outputs[0].device.kind == DeviceKind::CUDA && device_direct && contiguous(outputs[0])) {
-      // A gradient term into a device output: evaluated into device memory, added there.
-      DeviceRows term = dev.alloc_rows(p.dtype, out_rows, r.output_dim(0), p.device);
-      const ArrayView term_out[1] = {term.view};
-      eval_into(*a, ctx, term_out, false);
-      ArrayView dst = outputs[0];  // contiguous (direct)
-      dst.shape = {out_rows, r.output_dim(0)};
-      dst.strides.clear();
-      dev.add_rows_device(term.view, dst);
-    } else {
-      add_rows(eval_impl(*a, ctx, false).at(0), outputs[0], dev);
-    }
-  }
+  bind_inputs(c, rows);
+  set_sizes(c, rows);
+  c.p.device = ctx.device;
+  compute_variables(c);
+  check_outputs(c);
+  copy_gather_inputs_to_host(c);
+  prepare_outputs(c);
+  run_backend(c);
+  copy_back(c);
+  add_gradient_terms(c);
 }
 
 std::vector<Array> eval_impl(const ReductionImpl& r, Context& ctx, bool top) {
@@ -385,7 +482,7 @@ int pick_device(std::span<const ArrayView> inputs, std::span<const ArrayView> ou
   // A clear error without a usable GPU, before any output is touched; then the device's default
   // stream ordered after the caller's, so that steps on it see what the caller's stream wrote.
   if (device >= 0) {
-    KernelBackend& dev = BackendRegistry::instance().get(BackendId::Cuda);
+    DeviceApi& dev = cuda_device();
     dev.open_device(device);
     if (opt.stream != nullptr) dev.wait_for_stream(device, opt.stream);
   }

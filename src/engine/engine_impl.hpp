@@ -30,8 +30,8 @@ void check_output(const ReductionImpl& r, int k, const ArrayView& o, int64_t row
 std::vector<RowBlock> row_blocks(const ReductionImpl& r, const Options& opt, int64_t n_outer,
                                  int64_t n_inner);
 
-// A computed variable's results: host arrays, or device memory the CUDA slot allocated (a call
-// on a GPU whose backend keeps results there), seen through `views` either way.
+// A computed variable's results: host arrays, or memory the GPU's device allocated (a call on a
+// GPU whose backend keeps results there), seen through `views` either way.
 struct ComputedResult {
   std::vector<Array> host;
   std::vector<DeviceRows> device;

@@ -1,6 +1,7 @@
 // Half-precision (float16, bfloat16) arrays at the engine's boundary: inputs converted to float32
 // on load, the reduction run in float32 (its accumulators as for float32 inputs), results rounded
-// back to the half dtype. Device arrays move through the CUDA slot's memory, as device outputs do.
+// back to the half dtype. Device arrays move through their device (the registry's, by kind), as
+// device outputs do.
 #include "engine/half_io.hpp"
 
 #include <cstring>
@@ -46,7 +47,7 @@ Array load_device(const ArrayView& a, const std::string& who) {
   ArrayView flat = a;
   flat.shape = {1, a.size()};
   flat.strides = {a.size(), 1};
-  return BackendRegistry::instance().get(BackendId::Cuda).load_rows(flat);
+  return BackendRegistry::instance().device_for(DeviceKind::CUDA).load_rows(flat);
 }
 
 float decode(DType t, uint16_t bits) {
@@ -57,10 +58,12 @@ uint16_t encode(DType t, float v) {
   return t == DType::Float16 ? float_to_half(v) : float_to_bfloat16(v);
 }
 
-// The backend that owns device memory, when it also converts there (keeps results on the device).
-KernelBackend* device_converter() {
-  KernelBackend& dev = BackendRegistry::instance().get(BackendId::Cuda);
-  return dev.writes_device_outputs() ? &dev : nullptr;
+// The device that owns CUDA arrays' memory, when it also converts there: when the backend for
+// CUDA arrays keeps results on the device.
+DeviceApi* device_converter() {
+  const BackendRegistry& reg = BackendRegistry::instance();
+  if (!reg.backend_for(DeviceKind::CUDA).writes_device_outputs()) return nullptr;
+  return &reg.device_for(DeviceKind::CUDA);
 }
 
 }  // namespace
@@ -93,7 +96,7 @@ HalfInputs convert_half_inputs(std::span<const ArrayView> inputs, const Options&
     if (!is_half(a.dtype)) continue;
     const std::string who = "input " + std::to_string(k);
     if (a.data == nullptr && a.size() != 0) detail::fail("evaluate", who, " has no data");
-    KernelBackend* conv = device_converter();
+    DeviceApi* conv = device_converter();
     if (a.device.kind == DeviceKind::CUDA && conv != nullptr) {
       require_contiguous(a, who);
       DeviceRows& d = h.device_arrays.emplace_back(
@@ -147,7 +150,7 @@ void store_half(const Array& src, const ArrayView& dst, const std::string& who) 
     ArrayView flat = dst;
     flat.shape = {1, dst.size()};
     flat.strides = {dst.size(), 1};
-    BackendRegistry::instance().get(BackendId::Cuda).store_rows(bits, flat);
+    BackendRegistry::instance().device_for(DeviceKind::CUDA).store_rows(bits, flat);
     return;
   }
   uint16_t* out = static_cast<uint16_t*>(dst.data);
@@ -156,7 +159,7 @@ void store_half(const Array& src, const ArrayView& dst, const std::string& who) 
 }
 
 HalfOutputs::HalfOutputs(std::span<const ArrayView> outputs, int device) : outputs_(outputs) {
-  KernelBackend* conv = device >= 0 ? device_converter() : nullptr;
+  DeviceApi* conv = device >= 0 ? device_converter() : nullptr;
   for (size_t k = 0; k < outputs.size(); ++k) {
     const ArrayView& o = outputs[k];
     if (!is_half(o.dtype)) {

@@ -7,7 +7,7 @@
 #include "backend/cuda/driver.hpp"
 #include "backend/cuda/plan_table.hpp"
 #include "backend/lru_map.hpp"
-#include "backend/null_backend.hpp"
+#include "support/null_backend.hpp"
 #include "backend/registry.hpp"
 #include "engine/engine_impl.hpp"
 #include "reduction/reduction_info.hpp"

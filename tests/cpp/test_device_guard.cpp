@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "backend/guarded_memory.hpp"
-#include "backend/null_backend.hpp"
+#include "support/guarded_memory.hpp"
+#include "support/null_backend.hpp"
 #include "backend/registry.hpp"
 #include "reduction_helpers.hpp"
 

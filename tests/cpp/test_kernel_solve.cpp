@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "backend/null_backend.hpp"
+#include "support/null_backend.hpp"
 #include "backend/registry.hpp"
 #include "reduction_helpers.hpp"
 #include "tessel/tessel.hpp"

@@ -4,17 +4,15 @@
 // Inputs may live in device memory (on the evaluating GPU) or in host memory (copied in, so
 // Backend::Cuda can reduce host arrays); outputs are written to the caller's contiguous buffers,
 // host or device (the engine keeps device results on the device: computed variables in memory
-// this backend allocates, gradient terms added here). The stream is the caller's (PyTorch's
-// current stream from Python) and
-// the call returns once the results are in place. Device buffers are reused between calls (one
-// workspace per device, grown on demand) so a repeated call allocates nothing on the device. The
-// backend object owns them, with the launch plans; the driver keeps the loaded modules.
+// the GPU's device allocates, gradient terms added there, device_api.cpp). The stream is the
+// caller's (PyTorch's current stream from Python) and the call returns once the results are in
+// place. Device buffers are reused between calls (one workspace per device, grown on demand,
+// workspace.hpp) so a repeated call allocates nothing on the device. The backend object owns
+// the launch plans; the driver keeps the loaded modules.
 // Block-sparse ranges launch one CUDA block per run of rows of one range (cuda_range_table);
 // host arrays over Options::gpu_memory_budget run block by block (stream_plan.hpp).
 #include <algorithm>
 #include <cstring>
-#include <map>
-#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -23,9 +21,9 @@
 #include "backend/cuda/plan_table.hpp"
 #include "backend/cuda/ptx_cache.hpp"
 #include "backend/cuda/stream_plan.hpp"
+#include "backend/cuda/workspace.hpp"
 #include "codegen/cuda_codegen.hpp"
 #include "codegen/cuda_indexed.hpp"
-#include "codegen/cuda_rows.hpp"
 #include "tessel/error.hpp"
 
 namespace tessel {
@@ -33,23 +31,6 @@ namespace tessel {
 namespace {
 
 constexpr const char* kWho = "evaluate";
-
-// Device buffers reused across calls on one device; the mutex serialises calls on it, which is
-// what makes the reuse safe (each call synchronises its stream before releasing it).
-struct Workspace {
-  std::mutex mu;
-  std::vector<CudaBuffer> slots;
-
-  CuDevicePtr get(int device, size_t slot, size_t bytes) {
-    if (slots.size() <= slot) slots.resize(slot + 1);
-    if (slots[slot].bytes() < bytes) {
-      const size_t grown = std::max(bytes, slots[slot].bytes() * 2);
-      slots[slot] = CudaBuffer();  // free before allocating the larger one
-      slots[slot] = CudaBuffer(device, grown);
-    }
-    return slots[slot].ptr();
-  }
-};
 
 // Copies one variable's rows into its columns of a packed row-major device array.
 void pack(const Bound& b, int64_t rows, int offset, int width, CuDevicePtr dst, size_t elem,
@@ -172,37 +153,14 @@ class CudaBackend final : public KernelBackend {
  public:
   const char* name() const override { return "cuda"; }
   bool run(const Problem& p, std::span<const ArrayView> outs) override;
-  void open_device(int device) override { cuda_device(device, kWho); }
-  void wait_for_stream(int device, void* stream) override {
-    // An event, not a host wait: the caller's earlier kernels keep running while this call is
-    // prepared, and its default-stream steps start after them.
-    const CudaContextScope scope(device);
-    CuEvent done = cuda_event_record(static_cast<CuStream>(stream));
-    cuda_stream_wait(nullptr, done);
-    cuda_event_destroy(done);  // released by the driver once it has completed
-  }
-  void store_rows(const Array& src, const ArrayView& dst) override;
-  Array load_rows(const ArrayView& src) override;
   void forget_loaded() override {
     plans_.clear();
     cuda_ptx_forget_loaded();
   }
+  DeviceApi* device() override { return &cuda_device_api(); }
   bool writes_device_outputs() const override { return true; }
-  DeviceRows alloc_rows(DType dtype, int64_t rows, int64_t cols, int device) override;
-  void add_rows_device(const ArrayView& src, const ArrayView& dst) override;
-  void sum_rows_device(const ArrayView& src, const ArrayView& dst) override;
-  void convert_device(const ArrayView& src, const ArrayView& dst) override;
-  void axpby_device(double a, const ArrayView& x, double b, const ArrayView& y) override;
-  double dot_device(const ArrayView& x, const ArrayView& y) override;
 
  private:
-  Workspace& workspace(int device) {
-    std::lock_guard lk(mu_);
-    auto& w = workspaces_[device];
-    if (!w) w = std::make_unique<Workspace>();
-    return *w;
-  }
-
   // Gather/scatter reductions (gradients through Min/Max/KMin) of device arrays.
   bool run_indexed(const Problem& p, std::span<const ArrayView> outs);
 
@@ -211,40 +169,8 @@ class CudaBackend final : public KernelBackend {
   bool run_streamed_if_needed(const Problem& p, std::span<const ArrayView> outs,
                               const CudaKernelPlan& plan, CuFunction kernel);
 
-  std::mutex mu_;
-  std::map<int, std::unique_ptr<Workspace>> workspaces_;  // one per device used
   CudaPlanTable plans_;
 };
-
-// A device output's rows as a 2-D copy: its components must be contiguous within a row.
-size_t device_pitch(const ArrayView& a, int64_t cols) {
-  if (a.shape.size() == 2 && cols > 1 && a.stride(1) != 1)
-    detail::fail(kWho, "a CUDA output must be contiguous along its last dimension");
-  return static_cast<size_t>(a.shape.size() == 2 || cols == 1 ? a.stride(0) : 1) *
-         dtype_size(a.dtype);
-}
-
-void CudaBackend::store_rows(const Array& src, const ArrayView& dst) {
-  const CudaContextScope scope(dst.device.index);
-  int64_t rows = 0, cols = 0;
-  output_rows(dst, rows, cols);
-  const size_t pitch = device_pitch(dst, cols);
-  const size_t row = static_cast<size_t>(cols) * dtype_size(dst.dtype);
-  cuda_copy_2d(dst.data, pitch, src.data(), row, row, static_cast<size_t>(rows), nullptr);
-  cuda_synchronize(nullptr);
-}
-
-Array CudaBackend::load_rows(const ArrayView& src) {
-  const CudaContextScope scope(src.device.index);
-  int64_t rows = 0, cols = 0;
-  output_rows(src, rows, cols);
-  const size_t pitch = device_pitch(src, cols);
-  Array host(src.dtype, {rows, cols});
-  const size_t row = static_cast<size_t>(cols) * dtype_size(src.dtype);
-  cuda_copy_2d(host.data(), row, src.data, pitch, row, static_cast<size_t>(rows), nullptr);
-  cuda_synchronize(nullptr);
-  return host;
-}
 
 bool CudaBackend::run_streamed_if_needed(const Problem& p, std::span<const ArrayView> outs,
                                          const CudaKernelPlan& plan, CuFunction kernel) {
@@ -268,125 +194,6 @@ bool CudaBackend::run_streamed_if_needed(const Problem& p, std::span<const Array
   DriverStreamDevice dev(p.device, kernel, plan);
   run_streamed(job, dev);
   return true;
-}
-
-DeviceRows CudaBackend::alloc_rows(DType dtype, int64_t rows, int64_t cols, int device) {
-  auto buf = std::make_shared<CudaBuffer>(
-      device, std::max<size_t>(1, static_cast<size_t>(rows * cols) * dtype_size(dtype)));
-  DeviceRows d;
-  d.view.data = reinterpret_cast<void*>(buf->ptr());
-  d.view.dtype = dtype;
-  d.view.shape = {rows, cols};
-  d.view.device = Device{DeviceKind::CUDA, device};
-  d.owner = std::move(buf);
-  return d;
-}
-
-void CudaBackend::add_rows_device(const ArrayView& src, const ArrayView& dst) {
-  int64_t rows = 0, cols = 0;
-  output_rows(dst, rows, cols);
-  if (rows * cols == 0) return;
-  const int device = dst.device.index;
-  const bool f64 = dst.dtype == DType::Float64;
-  const CudaDevice& dev = cuda_device(device, kWho);
-  const CudaContextScope scope(device);
-  CuFunction add =
-      cuda_function(device, cuda_ptx(cuda_add_rows_source(f64), dev.arch()), "tessel_add_rows");
-  CuDevicePtr d = reinterpret_cast<CuDevicePtr>(dst.data),
-              s = reinterpret_cast<CuDevicePtr>(src.data);
-  long long pitch = device_pitch(dst, cols) / dtype_size(dst.dtype), r = rows, c = cols;
-  void* args[] = {&d, &pitch, &s, &r, &c};
-  constexpr unsigned kBlock = 256;
-  cuda_launch(add, static_cast<unsigned>((rows * cols + kBlock - 1) / kBlock), 1, kBlock, 0,
-              nullptr, args);
-  cuda_synchronize(nullptr);
-}
-
-void CudaBackend::sum_rows_device(const ArrayView& src, const ArrayView& dst) {
-  int64_t rows = 0, cols = 0;
-  output_rows(src, rows, cols);
-  if (cols == 0) return;
-  const int device = dst.device.index;
-  const CudaDevice& dev = cuda_device(device, kWho);
-  const CudaContextScope scope(device);
-  CuFunction sum =
-      cuda_function(device, cuda_ptx(cuda_sum_rows_source(dst.dtype == DType::Float64), dev.arch()),
-                    "tessel_sum_rows");
-  CuDevicePtr s = reinterpret_cast<CuDevicePtr>(src.data),
-              d = reinterpret_cast<CuDevicePtr>(dst.data);
-  long long r = rows, c = cols,
-            stride = dst.shape.empty() ? 1 : dst.stride(static_cast<int>(dst.shape.size()) - 1);
-  void* args[] = {&s, &r, &c, &d, &stride};
-  cuda_launch(sum, static_cast<unsigned>(cols), 1, kCudaSumRowsBlock,
-              kCudaSumRowsBlock * sizeof(double), nullptr, args);
-  cuda_synchronize(nullptr);
-}
-
-void CudaBackend::convert_device(const ArrayView& src, const ArrayView& dst) {
-  const long long n = src.size();
-  if (n == 0) return;
-  const int device = dst.device.index;
-  const CudaDevice& dev = cuda_device(device, kWho);
-  const CudaContextScope scope(device);
-  CuFunction conv = cuda_function(
-      device, cuda_ptx(cuda_convert_source(src.dtype, dst.dtype), dev.arch()), "tessel_convert");
-  CuDevicePtr s = reinterpret_cast<CuDevicePtr>(src.data),
-              d = reinterpret_cast<CuDevicePtr>(dst.data);
-  long long count = n;
-  void* args[] = {&s, &d, &count};
-  constexpr unsigned kBlock = 256;
-  const long long blocks = std::min<long long>((n + kBlock - 1) / kBlock, 1 << 16);
-  cuda_launch(conv, static_cast<unsigned>(blocks), 1, kBlock, 0, nullptr, args);
-  cuda_synchronize(nullptr);
-}
-
-void CudaBackend::axpby_device(double a, const ArrayView& x, double b, const ArrayView& y) {
-  const long long n = y.size();
-  if (n == 0) return;
-  const int device = y.device.index;
-  const CudaDevice& dev = cuda_device(device, "kernel_solve");
-  const CudaContextScope scope(device);
-  CuFunction k = cuda_function(device, cuda_ptx(cuda_axpby_source(x.dtype, y.dtype), dev.arch()),
-                               "tessel_axpby");
-  CuDevicePtr xp = reinterpret_cast<CuDevicePtr>(x.data),
-              yp = reinterpret_cast<CuDevicePtr>(y.data);
-  long long count = n;
-  void* args[] = {&a, &xp, &b, &yp, &count};
-  constexpr unsigned kBlock = 256;
-  const long long blocks = std::min<long long>((n + kBlock - 1) / kBlock, 1 << 16);
-  cuda_launch(k, static_cast<unsigned>(blocks), 1, kBlock, 0, nullptr, args);
-  cuda_synchronize(nullptr);
-}
-
-double CudaBackend::dot_device(const ArrayView& x, const ArrayView& y) {
-  const long long n = x.size();
-  if (n == 0) return 0;
-  const int device = x.device.index;
-  const CudaDevice& dev = cuda_device(device, "kernel_solve");
-  const CudaContextScope scope(device);
-  CuFunction dot =
-      cuda_function(device, cuda_ptx(cuda_dot_source(x.dtype, y.dtype), dev.arch()), "tessel_dot");
-  CuFunction sum =
-      cuda_function(device, cuda_ptx(cuda_sum_rows_source(true), dev.arch()), "tessel_sum_rows");
-  Workspace& ws = workspace(device);
-  std::lock_guard lk(ws.mu);
-  // A fixed number of blocks, whatever n: the partial sums, and so the result, are the same
-  // on every run.
-  const CuDevicePtr part = ws.get(device, 8, (kCudaDotBlocks + 1) * sizeof(double));
-  CuDevicePtr xp = reinterpret_cast<CuDevicePtr>(x.data),
-              yp = reinterpret_cast<CuDevicePtr>(y.data),
-              out = part + kCudaDotBlocks * sizeof(double);
-  long long count = n, rows = kCudaDotBlocks, cols = 1, stride = 1;
-  void* dargs[] = {&xp, &yp, &count, const_cast<CuDevicePtr*>(&part)};
-  void* sargs[] = {const_cast<CuDevicePtr*>(&part), &rows, &cols, &out, &stride};
-  cuda_launch(dot, kCudaDotBlocks, 1, kCudaSumRowsBlock, kCudaSumRowsBlock * sizeof(double),
-              nullptr, dargs);
-  cuda_launch(sum, 1, 1, kCudaSumRowsBlock, kCudaSumRowsBlock * sizeof(double), nullptr, sargs);
-  double result = 0;
-  cuda_copy_2d(&result, sizeof(double), reinterpret_cast<const void*>(out), sizeof(double),
-               sizeof(double), 1, nullptr);
-  cuda_synchronize(nullptr);
-  return result;
 }
 
 bool CudaBackend::run_indexed(const Problem& p, std::span<const ArrayView> outs) {
@@ -416,7 +223,7 @@ bool CudaBackend::run_indexed(const Problem& p, std::span<const ArrayView> outs)
   const int64_t n_anchor = gather ? p.n_outer : p.n_inner;
   const int64_t n_partner = gather ? p.n_inner : p.n_outer;
   const size_t elem = f64 ? 8 : 4, values = static_cast<size_t>(p.n_outer) * D;
-  Workspace& ws = workspace(device);
+  Workspace& ws = cuda_workspace(device);
   std::lock_guard lk(ws.mu);
   auto stream = static_cast<CuStream>(p.opt.stream);
   StreamDrain drain{stream};  // the workspace is free again only once the stream is idle
@@ -445,7 +252,7 @@ bool CudaBackend::run_indexed(const Problem& p, std::span<const ArrayView> outs)
     o = a;
     o.data = reinterpret_cast<void*>(out);
     o.dtype = p.dtype;
-    axpby_device(1, a, 0, o);
+    cuda_device_api().axpby_device(1, a, 0, o);
   }
   const size_t row = D * elem;
   if (values > 0)
@@ -478,7 +285,7 @@ bool CudaBackend::run(const Problem& p, std::span<const ArrayView> outs) {
   CuFunction combine = plan.split_j > 1 ? cuda_function(device, ptx, "tessel_combine") : nullptr;
 
   if (p.opt.gpu_memory_budget > 0 && run_streamed_if_needed(p, outs, plan, kernel)) return true;
-  Workspace& ws = workspace(device);
+  Workspace& ws = cuda_workspace(device);
   std::lock_guard lk(ws.mu);
   auto stream = static_cast<CuStream>(p.opt.stream);
   StreamDrain drain{stream};  // the workspace is free again only once the stream is idle

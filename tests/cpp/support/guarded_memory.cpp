@@ -1,6 +1,6 @@
 // Guarded test memory: a registry of mmap'd regions, protected together whenever no backend call
 // (nor a test's own access) is in progress.
-#include "backend/guarded_memory.hpp"
+#include "support/guarded_memory.hpp"
 
 #include <sys/mman.h>
 #include <unistd.h>

@@ -1,6 +1,7 @@
 // A backend that records what it was asked to run and computes nothing (or, on request, computes
-// on the CPU): with it in a registry slot (tests only, see ScopedBackend), a test checks the
-// engine's binding, planning and dispatch, and device paths without a GPU.
+// on the CPU), and the device it stands in for: with it in a registry slot (see ScopedBackend), a
+// test checks the engine's binding, planning and dispatch, and device paths without a GPU. Built
+// into the tests' support library, not into libtessel.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +28,9 @@ struct NullCall {
   std::vector<DType> out_dtypes;
 };
 
-class NullBackend final : public KernelBackend {
+// Both halves in one object: in the CUDA slot it is the backend for CUDA arrays and, through
+// device(), the device that owns their memory, so one ScopedBackend swaps both.
+class NullBackend final : public KernelBackend, public DeviceApi {
  public:
   // `accept` false: the backend declines every problem (run() returns false), as compiled code
   // does for reductions it has no kernel for. `compute`: run() computes the problem with the CPU
@@ -43,6 +46,7 @@ class NullBackend final : public KernelBackend {
   // Records p and fills every output element with the number of this call (0, 1, ...), so that
   // a test can tell which call's result landed where.
   bool run(const Problem& p, std::span<const ArrayView> outs) override;
+  DeviceApi* device() override { return this; }
   // "Device" outputs of a test are host memory: copied as such, and counted.
   void open_device(int device) override;
   void wait_for_stream(int device, void* stream) override;
@@ -59,18 +63,26 @@ class NullBackend final : public KernelBackend {
   void axpby_device(double a, const ArrayView& x, double b, const ArrayView& y) override;
   double dot_device(const ArrayView& x, const ArrayView& y) override;
 
-  std::vector<NullCall> calls() const;
-  std::vector<int> opened() const;                   // open_device arguments, in order
-  std::vector<std::pair<int, void*>> waits() const;  // wait_for_stream arguments, in order
-  int stores() const;
-  int loads() const;
-  int allocs() const;
-  int adds() const;
-  int sums() const;
-  int converts() const;
-  int vector_ops() const;  // axpby_device and dot_device calls
+  // What was recorded, read under the lock.
+  std::vector<NullCall> calls() const { return locked(calls_); }
+  std::vector<int> opened() const { return locked(opened_); }  // open_device arguments, in order
+  // wait_for_stream arguments, in order
+  std::vector<std::pair<int, void*>> waits() const { return locked(waits_); }
+  int stores() const { return locked(stores_); }
+  int loads() const { return locked(loads_); }
+  int allocs() const { return locked(allocs_); }
+  int adds() const { return locked(adds_); }
+  int sums() const { return locked(sums_); }
+  int converts() const { return locked(converts_); }
+  int vector_ops() const { return locked(vector_ops_); }  // axpby_device and dot_device calls
 
  private:
+  template <class T>
+  T locked(const T& recorded) const {
+    std::lock_guard lk(mu_);
+    return recorded;
+  }
+
   bool accept_, compute_, guarded_;
   mutable std::mutex mu_;
   std::vector<NullCall> calls_;

@@ -1,10 +1,10 @@
 // The null backend: records problems and writes call numbers instead of computing (or computes
 // them on the CPU, standing in for a GPU whose memory is host memory).
-#include "backend/null_backend.hpp"
+#include "support/null_backend.hpp"
 
 #include <cstring>
 
-#include "backend/guarded_memory.hpp"
+#include "support/guarded_memory.hpp"
 #include "tessel/error.hpp"
 #include "tessel/half.hpp"
 
@@ -98,11 +98,6 @@ void NullBackend::open_device(int device) {
 void NullBackend::wait_for_stream(int device, void* stream) {
   std::lock_guard lk(mu_);
   waits_.emplace_back(device, stream);
-}
-
-std::vector<std::pair<int, void*>> NullBackend::waits() const {
-  std::lock_guard lk(mu_);
-  return waits_;
 }
 
 void NullBackend::store_rows(const Array& src, const ArrayView& dst) {
@@ -199,51 +194,6 @@ double NullBackend::dot_device(const ArrayView& x, const ArrayView& y) {
   std::lock_guard lk(mu_);
   ++vector_ops_;
   return s;
-}
-
-int NullBackend::vector_ops() const {
-  std::lock_guard lk(mu_);
-  return vector_ops_;
-}
-
-int NullBackend::sums() const {
-  std::lock_guard lk(mu_);
-  return sums_;
-}
-
-int NullBackend::converts() const {
-  std::lock_guard lk(mu_);
-  return converts_;
-}
-
-int NullBackend::allocs() const {
-  std::lock_guard lk(mu_);
-  return allocs_;
-}
-
-int NullBackend::adds() const {
-  std::lock_guard lk(mu_);
-  return adds_;
-}
-
-std::vector<NullCall> NullBackend::calls() const {
-  std::lock_guard lk(mu_);
-  return calls_;
-}
-
-std::vector<int> NullBackend::opened() const {
-  std::lock_guard lk(mu_);
-  return opened_;
-}
-
-int NullBackend::stores() const {
-  std::lock_guard lk(mu_);
-  return stores_;
-}
-
-int NullBackend::loads() const {
-  std::lock_guard lk(mu_);
-  return loads_;
 }
 
 }  // namespace tessel
