@@ -3,8 +3,8 @@ import numpy as np
 
 from .... import numpy as _tnumpy
 from .._genred import GenredBase, KernelSolveBase, make_generic_ops
-from .._complex import ComplexDispatch, complex_class
-from .._lazytensor import GenericLazyTensor, variable_constructors  # noqa: F401
+from .._frontend import lazy_tensor_classes
+from .._lazytensor import GenericLazyTensor  # noqa: F401  (as in pykeops.*.lazytensor)
 from . import cluster  # noqa: F401
 
 __all__ = sorted(["Genred", "generic_sum", "generic_logsumexp", "generic_argmin",
@@ -32,17 +32,5 @@ class KernelSolve(KernelSolveBase):
     _genred_class = Genred
 
 
-class LazyTensor(ComplexDispatch, GenericLazyTensor):
-    """pykeops.numpy.LazyTensor: a symbolic (B..., N, M, D) array reduced by tessel."""
-
-    _array_type = np.ndarray
-    _genred_class = Genred
-    _kernelsolve_class = KernelSolve
-
-    @classmethod
-    def _array(cls, values, dtype):
-        return np.array(values, dtype=dtype)
-
-
-ComplexLazyTensor = complex_class(LazyTensor, _tnumpy._as_complex, "array")
-Var, Vi, Vj, Pm = variable_constructors(LazyTensor, "array")
+LazyTensor, ComplexLazyTensor, (Var, Vi, Vj, Pm) = lazy_tensor_classes(
+    __name__, Genred, KernelSolve, np.ndarray, np.array, _tnumpy._as_complex, "array")

@@ -3,8 +3,8 @@ import torch
 
 from .... import torch as _ttorch
 from .._genred import GenredBase, KernelSolveBase, make_generic_ops
-from .._complex import ComplexDispatch, complex_class
-from .._lazytensor import GenericLazyTensor, variable_constructors  # noqa: F401
+from .._frontend import lazy_tensor_classes
+from .._lazytensor import GenericLazyTensor  # noqa: F401  (as in pykeops.*.lazytensor)
 from . import cluster  # noqa: F401
 
 __all__ = sorted(["Genred", "generic_sum", "generic_logsumexp", "generic_argmin",
@@ -35,17 +35,5 @@ class KernelSolve(KernelSolveBase):
     _genred_class = Genred
 
 
-class LazyTensor(ComplexDispatch, GenericLazyTensor):
-    """pykeops.torch.LazyTensor: a symbolic (B..., N, M, D) tensor reduced by tessel."""
-
-    _array_type = torch.Tensor
-    _genred_class = Genred
-    _kernelsolve_class = KernelSolve
-
-    @classmethod
-    def _array(cls, values, dtype):
-        return torch.tensor(values, dtype=dtype)
-
-
-ComplexLazyTensor = complex_class(LazyTensor, _ttorch._as_complex, "tensor")
-Var, Vi, Vj, Pm = variable_constructors(LazyTensor, "tensor")
+LazyTensor, ComplexLazyTensor, (Var, Vi, Vj, Pm) = lazy_tensor_classes(
+    __name__, Genred, KernelSolve, torch.Tensor, torch.tensor, _ttorch._as_complex, "tensor")
