@@ -235,6 +235,19 @@ std::vector<AliasInfo> parse_aliases(const std::vector<std::string>& aliases);
 // Grad(x, y, e) = 0): KeOps counts them among a call's arguments.
 std::vector<AliasInfo> named_variables(const std::string& text,
                                        const std::vector<std::string>& aliases = {});
+// What a front end reads from a reduction's texts, in one pass of the parser: the declared
+// aliases (as parse_aliases), each text's formula (as parse) and the variables the texts name
+// (as named_variables, over all texts).
+struct ParsedTexts {
+  std::vector<AliasInfo> declared;
+  std::vector<Formula> formulas;
+  std::vector<AliasInfo> named;
+};
+ParsedTexts parse_texts(const std::vector<std::string>& texts,
+                        const std::vector<std::string>& aliases);
+// How many times parse, parse_aliases, named_variables and parse_texts were entered in this process: tests
+// hold the call path of a built reduction to none.
+uint64_t parser_entries();
 
 // ---- rebuilding formulas (front ends build and transform formulas through these) ----------------
 // Op `name` of op_table() on formula arguments and its integer parameters, with the checks of

@@ -3,6 +3,7 @@
 // The formula parser is an iterative operator-precedence parser with an explicit stack of open
 // groups and calls: printed formulas nest one parenthesis per node, so recursion would tie the
 // depth of a formula that can be parsed to the size of the caller's stack.
+#include <atomic>
 #include <cctype>
 #include <charconv>
 #include <climits>
@@ -481,13 +482,20 @@ std::unordered_map<std::string, Formula> alias_names(const std::vector<std::stri
   return names;
 }
 
+// Entries into the text parser, counted so that tests can hold a call's path free of text.
+std::atomic<uint64_t> entries{0};
+
 }  // namespace
 
+uint64_t parser_entries() { return entries.load(std::memory_order_relaxed); }
+
 std::vector<AliasInfo> parse_aliases(const std::vector<std::string>& aliases) {
+  entries.fetch_add(1, std::memory_order_relaxed);
   return read_aliases(aliases);
 }
 
 Formula parse(const std::string& text, const std::vector<std::string>& aliases) {
+  entries.fetch_add(1, std::memory_order_relaxed);
   const auto names = alias_names(aliases);
   try {
     return Parser(text, names).run();
@@ -496,8 +504,32 @@ Formula parse(const std::string& text, const std::vector<std::string>& aliases) 
   }
 }
 
+namespace {
+
+// The variables parser `p` met by name, added to `by_index` (one dim and category per index).
+void collect_named(const Parser& p, const std::string& text, std::map<int, AliasInfo>& by_index) {
+  for (const Formula& v : p.named()) {
+    const Node& n = v.node();
+    AliasInfo a{"", n.var_index(), n.dim, n.var_cat()};
+    auto [it, fresh] = by_index.try_emplace(a.index, a);
+    if (!fresh && (it->second.dim != a.dim || it->second.cat != a.cat))
+      detail::fail("parse", "variable ", a.index, " is named as both ",
+                   var(a.index, a.dim, a.cat).str(), " and ",
+                   var(a.index, it->second.dim, it->second.cat).str(), " in ", text);
+  }
+}
+
+std::vector<AliasInfo> by_index_list(const std::map<int, AliasInfo>& by_index) {
+  std::vector<AliasInfo> out;
+  for (const auto& [index, a] : by_index) out.push_back(a);
+  return out;
+}
+
+}  // namespace
+
 std::vector<AliasInfo> named_variables(const std::string& text,
                                        const std::vector<std::string>& aliases) {
+  entries.fetch_add(1, std::memory_order_relaxed);
   const auto names = alias_names(aliases);
   Parser p(text, names);
   try {
@@ -506,16 +538,29 @@ std::vector<AliasInfo> named_variables(const std::string& text,
     report("", text, e);
   }
   std::map<int, AliasInfo> by_index;
-  for (const Formula& v : p.named()) {
-    const Node& n = v.node();
-    AliasInfo a{"", n.var_index(), n.dim, n.var_cat()};
-    auto [it, fresh] = by_index.try_emplace(a.index, a);
-    if (!fresh && (it->second.dim != a.dim || it->second.cat != a.cat))
-      detail::fail("parse", "variable ", a.index, " is named as both ", var(a.index, a.dim, a.cat).str(),
-                   " and ", var(a.index, it->second.dim, it->second.cat).str(), " in ", text);
+  collect_named(p, text, by_index);
+  return by_index_list(by_index);
+}
+
+ParsedTexts parse_texts(const std::vector<std::string>& texts,
+                        const std::vector<std::string>& aliases) {
+  entries.fetch_add(1, std::memory_order_relaxed);
+  ParsedTexts out;
+  out.declared = read_aliases(aliases);
+  std::unordered_map<std::string, Formula> names;
+  for (const AliasInfo& a : out.declared)
+    if (!a.name.empty()) names.emplace(a.name, var(a.index, a.dim, a.cat));
+  std::map<int, AliasInfo> by_index;
+  for (const std::string& text : texts) {
+    Parser p(text, names);
+    try {
+      out.formulas.push_back(p.run());
+    } catch (const ParseError& e) {
+      report("", text, e);
+    }
+    collect_named(p, text, by_index);
   }
-  std::vector<AliasInfo> out;
-  for (auto& [index, a] : by_index) out.push_back(a);
+  out.named = by_index_list(by_index);
   return out;
 }
 
