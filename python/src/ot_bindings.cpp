@@ -1,36 +1,22 @@
 // Bindings of tessel.ot's core: the Sinkhorn loop, its result and the potentials' gradient.
-#include <nanobind/nanobind.h>
-#include <nanobind/ndarray.h>
-#include <nanobind/stl/optional.h>
-#include <nanobind/stl/string.h>
-#include <nanobind/stl/tuple.h>
-#include <nanobind/stl/vector.h>
 
 #include <algorithm>
 
-#include "tessel/options.hpp"
+#include "bindings.hpp"
 #include "tessel/ot.hpp"
 
-namespace nb = nanobind;
-using namespace tessel;
-
-using InArray = nb::ndarray<nb::ro>;
-using OutArray = nb::ndarray<>;
-
-ArrayView bound_view(const InArray& a, const char* what);
-ArrayView bound_out_view(const OutArray& a, const char* what);
-nb::object bound_numpy(const Array& a);
+namespace tessel::py {
 
 namespace {
 
 nb::object float64_numpy(const std::vector<double>& v) {
-  return bound_numpy(Array::from(v, {static_cast<int64_t>(v.size())}));
+  return to_numpy(Array::from(v, {static_cast<int64_t>(v.size())}));
 }
 
 // A 1-D float array (empty when absent) as float64 values.
 std::vector<double> values(const std::optional<InArray>& a, const char* what) {
   if (!a) return {};
-  const ArrayView v = bound_view(*a, what);
+  const ArrayView v = view_of(*a, what);
   std::vector<double> out(static_cast<size_t>(v.size()));
   for (size_t i = 0; i < out.size(); ++i) {
     const int64_t at = static_cast<int64_t>(i) * v.stride(0);
@@ -92,10 +78,10 @@ void bind_ot(nb::module_& m) {
         return o;
       };
   nb::class_<SinkhornResult>(m, "SinkhornResult")
-      .def_prop_ro("f", [](const SinkhornResult& r) { return bound_numpy(r.f); })
-      .def_prop_ro("g", [](const SinkhornResult& r) { return bound_numpy(r.g); })
-      .def_prop_ro("p", [](const SinkhornResult& r) { return bound_numpy(r.p); })
-      .def_prop_ro("q", [](const SinkhornResult& r) { return bound_numpy(r.q); })
+      .def_prop_ro("f", [](const SinkhornResult& r) { return to_numpy(r.f); })
+      .def_prop_ro("g", [](const SinkhornResult& r) { return to_numpy(r.g); })
+      .def_prop_ro("p", [](const SinkhornResult& r) { return to_numpy(r.p); })
+      .def_prop_ro("q", [](const SinkhornResult& r) { return to_numpy(r.q); })
       .def_prop_ro("f_in", [](const SinkhornResult& r) { return float64_numpy(r.f_in); })
       .def_prop_ro("g_in", [](const SinkhornResult& r) { return float64_numpy(r.g_in); })
       .def_prop_ro("p_in", [](const SinkhornResult& r) { return float64_numpy(r.p_in); })
@@ -123,8 +109,8 @@ void bind_ot(nb::module_& m) {
         const SinkhornOptions o =
             sinkhorn_options(p, cost, blur, reach_x, reach_y, diameter, scaling, debias,
                              alternating, tol, max_iter, backend);
-        const ArrayView av = bound_view(a, "a"), xv = bound_view(x, "x"), bv = bound_view(b, "b"),
-                        yv = bound_view(y, "y");
+        const ArrayView av = view_of(a, "a"), xv = view_of(x, "x"), bv = view_of(b, "b"),
+                        yv = view_of(y, "y");
         nb::gil_scoped_release release;
         return sinkhorn(av, xv, bv, yv, o);
       },
@@ -146,13 +132,13 @@ void bind_ot(nb::module_& m) {
         const SinkhornOptions o = sinkhorn_options(p, cost, blur, reach_x, reach_y, diameter,
                                                    scaling, debias, false, 0.0, 1, backend);
         auto opt_view = [](const std::optional<InArray>& c, const char* what) {
-          return c ? bound_view(*c, what) : ArrayView{};
+          return c ? view_of(*c, what) : ArrayView{};
         };
-        const ArrayView av = bound_view(a, "a"), xv = bound_view(x, "x"), bv = bound_view(b, "b"),
-                        yv = bound_view(y, "y");
+        const ArrayView av = view_of(a, "a"), xv = view_of(x, "x"), bv = view_of(b, "b"),
+                        yv = view_of(y, "y");
         const ArrayView cfv = opt_view(cf, "cot_f"), cgv = opt_view(cg, "cot_g"),
                         cpv = opt_view(cp, "cot_p"), cqv = opt_view(cq, "cot_q");
-        const ArrayView gxv = bound_out_view(gx, "grad_x"), gyv = bound_out_view(gy, "grad_y");
+        const ArrayView gxv = view_of(gx, "grad_x"), gyv = view_of(gy, "grad_y");
         const SinkhornResult r = result_of(potentials, xv.dtype);
         nb::gil_scoped_release release;
         sinkhorn_potentials_vjp(av, xv, bv, yv, o, r, cfv, cgv, cpv, cqv, gxv, gyv);
@@ -165,3 +151,5 @@ void bind_ot(nb::module_& m) {
       nb::arg("debias") = true, nb::arg("backend") = "auto",
       "Envelope gradient of Sinkhorn potentials: writes grad_x and grad_y.");
 }
+
+}  // namespace tessel::py

@@ -15,8 +15,8 @@ REDUCTIONS = {r["name"]: r for r in _core.reduction_table() if r["by_name"]}
 _K_REDUCTIONS = tuple(n for n, r in REDUCTIONS.items() if r["uses_k"])
 _WEIGHTED = tuple(n for n, r in REDUCTIONS.items() if r["weight"] != "none")
 _CATEGORY = {0: "Vi", 1: "Vj", 2: "Pm"}
-# The evaluation options every call starts from (the core's defaults).
-_DEFAULTS = dict(backend="auto", sum_scheme="block", accumulate_f64=False)
+# A call's own settings, (ni, nj, ranges, backend), when it gives none: the reduction's apply.
+_NO_CALL_OPTIONS = (-1, -1, None, None)
 _INT_MAX, _INT64_MAX = 2**31 - 1, 2**63 - 1
 
 
@@ -42,15 +42,26 @@ def check_formula(formula, name, who):
     return check_text(formula, name, who)
 
 
-def normalize_options(who, options, scope, reduction=None):
-    """The core's option normaliser, after checking that option names and text values are valid
-    Unicode (the core cannot read a lone surrogate)."""
+def _check_option_text(who, options):
+    """Option names and text values must be valid Unicode (the core cannot read a lone
+    surrogate)."""
     for key, value in options.items():
         if isinstance(key, str):
             check_text(key, f"the option name {key!r}", who)
         if isinstance(value, str):
             check_text(value, f"option {key}", who)
+
+
+def normalize_options(who, options, scope, reduction=None):
+    """The core's option normaliser, as a dict of canonical names and values."""
+    _check_option_text(who, options)
     return _core.normalize_options(who, options, scope, reduction)
+
+
+def settings_of(who, options, scope=_core.BUILD_OPTIONS, reduction=None):
+    """The options of a reduction read once by the core: the object its calls take."""
+    _check_option_text(who, options)
+    return _core.Settings(who, options, scope, reduction)
 
 
 def check_int(value, name, who, low=0, high=_INT64_MAX):
@@ -64,9 +75,8 @@ def check_int(value, name, who, low=0, high=_INT64_MAX):
     return int(value)
 
 
-def read_aliases(aliases, who):
-    """The aliases as the core's parser reads them: [(name or "", index, dim, category)], the
-    category 0 = i, 1 = j, 2 = parameter. Every front end reads aliases through this."""
+def check_aliases(aliases, who):
+    """The aliases' types: a list of valid Unicode strings (the core reads their syntax)."""
     if isinstance(aliases, str) or not isinstance(aliases, (list, tuple)):
         raise TypeError(f"{who}: aliases must be a list of strings such as ['X = Vi(3)', "
                         f"'Y = Vj(3)'], got {type(aliases).__name__}")
@@ -75,10 +85,28 @@ def read_aliases(aliases, who):
             raise TypeError(f"{who}: aliases[{k}] must be a string such as 'X = Vi(3)', got "
                             f"{type(a).__name__}")
         check_text(a, f"aliases[{k}]", who)
+    return list(aliases)
+
+
+def read_aliases(aliases, who):
+    """The aliases as the core's parser reads them: [(name or "", index, dim, category)], the
+    category 0 = i, 1 = j, 2 = parameter. Every front end reads aliases through this."""
+    aliases = check_aliases(aliases, who)
     try:
-        return _core.parse_aliases(list(aliases))
+        return _core.parse_aliases(aliases)
     except ValueError as e:
         raise ValueError(f"{who}: {_plain(e)}") from None
+
+
+def read_texts(texts, aliases, who):
+    """One pass of the core's parser over a reduction's formula texts and aliases: (declared
+    aliases as read_aliases gives them, each text's Formula, the variables the texts name)."""
+    try:
+        return _core.parse_texts(texts, aliases)
+    except ValueError as e:
+        if "in aliases[" in str(e):  # an alias error reads as read_aliases reports it
+            raise ValueError(f"{who}: {_plain(e)}") from None
+        raise
 
 
 def _plain(e):
@@ -129,7 +157,7 @@ class GenredSpec:
 
     def __init__(self, formula, aliases, reduction_op="Sum", axis=1, opt_arg=None,
                  formula2=None, options=None, who="Genred"):
-        declared = read_aliases(aliases, who)
+        aliases = check_aliases(aliases, who)
         check_formula(formula, "formula", who)
         if formula2 is not None:
             check_formula(formula2, "formula2", who)
@@ -146,27 +174,33 @@ class GenredSpec:
         if formula2 is not None and reduction_op not in _WEIGHTED:
             raise ValueError(f"{who}: formula2 is only used by {' and '.join(_WEIGHTED)}")
         options = dict(options or {})
-        given = normalize_options(who, options, _core.BUILD_OPTIONS, reduction_op)
-        # A tessel.Formula does not pickle; its text does (and parses back to the same formula).
-        text = lambda f: str(f) if isinstance(f, _core.Formula) else f  # noqa: E731
-        self.args = dict(formula=text(formula), aliases=list(aliases), reduction_op=reduction_op,
-                         axis=axis, opt_arg=opt_arg, formula2=text(formula2), options=options)
-        aliases = list(aliases)
-        f = formula if isinstance(formula, _core.Formula) else _core.parse(formula, aliases)
+        self.settings = settings_of(who, options, _core.BUILD_OPTIONS, reduction_op)
+        self._args = dict(formula=formula, aliases=aliases, reduction_op=reduction_op,
+                          axis=axis, opt_arg=opt_arg, formula2=formula2, options=options)
+        # One pass of the parser over the texts given; tessel.Formula objects are used as they are.
+        texts = [t for t in (formula, formula2) if isinstance(t, str)]
+        declared, parsed, named = read_texts(texts, aliases, who)
+        parsed = iter(parsed)
+        f = formula if isinstance(formula, _core.Formula) else next(parsed)
         w = None
         if formula2 is not None:
-            w = formula2 if isinstance(formula2, _core.Formula) else _core.parse(formula2, aliases)
+            w = formula2 if isinstance(formula2, _core.Formula) else next(parsed)
         self.reduction = _core.Reduction(reduction_op, f, axis, opt_arg or 0, w)
-        self.options = {**_DEFAULTS, **given}
-        self._signature(declared, [formula, formula2], aliases)
+        self._signature(declared, named)
 
-    def _signature(self, declared, texts, aliases):
+    @property
+    def args(self):
+        """The arguments as they pickle: a tessel.Formula does not, its text does (and parses back
+        to the same formula). Printed when asked for, never on a call's path."""
+        text = lambda f: str(f) if isinstance(f, _core.Formula) else f  # noqa: E731
+        return dict(self._args, formula=text(self._args["formula"]),
+                    formula2=text(self._args["formula2"]))
+
+    def _signature(self, declared, named):
         inputs = self.reduction.inputs()
         self.slots = {index: (cat, dim) for _, index, dim, cat in declared}
-        for t in texts:
-            if isinstance(t, str):
-                for index, dim, cat in _core.named_variables(t, aliases):
-                    self.slots.setdefault(index, (cat, dim))
+        for index, dim, cat in named:
+            self.slots.setdefault(index, (cat, dim))
         self.slots.update({i: (c, d) for i, c, d in inputs})
         self.used = {i for i, _, _ in inputs}
         self.n_core = max(self.used) + 1 if self.used else 0  # what the core reads: a prefix
@@ -184,19 +218,25 @@ class GenredSpec:
                              f"({self.describe_inputs()}), got {len(args)}")
 
     def prepare(self, args, who, backend=None, ni=None, nj=None, ranges=None):
-        """The arguments the core reads and the evaluation options of a call, checked."""
-        self.check_count(args, who)
-        opts = dict(self.options, ni=-1, nj=-1, ranges=ranges_arg(ranges, who))
-        if backend is not None or ni is not None or nj is not None:
-            opts.update(normalize_options(who, dict(backend=backend, ni=ni, nj=nj),
-                                                _core.CALL_OPTIONS))
+        """The arguments the core reads and the call's own settings (ni, nj, ranges, backend),
+        checked: the reduction's options were read when it was built."""
+        if len(args) != self.n_inputs:
+            self.check_count(args, who)
+        call = _NO_CALL_OPTIONS
+        if backend is not None or ni is not None or nj is not None or ranges is not None:
+            given = normalize_options(who, dict(backend=backend, ni=ni, nj=nj),
+                                      _core.CALL_OPTIONS)
+            call = (given.get("ni", -1), given.get("nj", -1), ranges_arg(ranges, who),
+                    given.get("backend"))
         if self.unread:
-            self.check_unread(args, opts, who)
-        return args[: self.n_core], opts
+            call = self.check_unread(args, call, who)
+        return args[: self.n_core], call
 
-    def check_unread(self, args, opts, who):
+    def check_unread(self, args, call, who):
         """Checks the arguments the simplified formula does not read against their declared
-        dims and the row counts of the others; sets ni / nj where only they give it."""
+        dims and the row counts of the others; returns the call's settings with ni / nj set
+        where only they give it."""
+        opts = dict(ni=call[0], nj=call[1])
         rows = {}
         for i, c, _ in self.reduction.inputs():
             shape = getattr(args[i], "shape", None)
@@ -232,6 +272,7 @@ class GenredSpec:
             rows[c] = (n, i)
             if c not in self._core_cats:
                 opts[key] = n
+        return (opts["ni"], opts["nj"], *call[2:])
 
 
 # Gradient and forward-mode reductions, one per (reduction, variable) met: bounded, as a program that builds new
@@ -356,7 +397,13 @@ def ranges_arg(ranges, who):
 
 
 class GenredBase:
-    """Construction and pickling shared by tessel.numpy.Genred and tessel.torch.Genred."""
+    """Construction and pickling shared by tessel.numpy.Genred and tessel.torch.Genred.
+
+    `_bound` is the core's Bound: the reduction with its settings, which a call hands arrays.
+    """
+
+    _kind = "any"  # the arrays the front end takes: "numpy" or "torch"
+    _cuda_io = (None, None)  # (alloc, stream) of CUDA results: see _core.Bound
 
     def __init__(self, formula, aliases, reduction_op="Sum", axis=1, dtype=None, opt_arg=None,
                  formula2=None, **options):
@@ -364,6 +411,11 @@ class GenredBase:
         enable_chunks, ...; see `_core.ignored_options()` for those tessel ignores)."""
         self._spec = GenredSpec(formula, aliases, reduction_op, axis, opt_arg, formula2, options)
         self.dtype = dtype
+        self._bind()
+
+    def _bind(self):
+        self._bound = _core.Bound(self._spec.reduction, self._spec.settings, "Genred", self._kind,
+                                  *self._cuda_io)
 
     def __getstate__(self):
         return {"args": self._spec.args, "dtype": self.dtype}
@@ -375,3 +427,4 @@ class GenredBase:
                                if k in args}
         self._spec = GenredSpec(**args)
         self.dtype = state["dtype"]
+        self._bind()

@@ -2,7 +2,7 @@
 import warnings
 
 from . import _core
-from ._genred import GenredSpec, alias_index, normalize_options, ranges_arg
+from ._genred import GenredSpec, alias_index, normalize_options, ranges_arg, settings_of
 
 _CAT_NAME = {0: "an i-variable (Vi)", 1: "a j-variable (Vj)", 2: "a parameter (Pm)"}
 
@@ -79,11 +79,15 @@ class KernelSolveBase:
             shape = f"(n, {self.dim})" + (" or (n,)" if self.dim == 1 else "")
             raise ValueError(f"{who}: b (argument {self.var}) has shape {tuple(b.shape)}; "
                              f"expected {shape} (batch dimensions are not supported)")
-        opts = dict(self._spec.options, alpha=0.0, tol=1e-6 if dtype == "float64" else 1e-5,
-                    atol=0.0, maxiter=0, on_nonconvergence="warn")
+        opts = dict(alpha=0.0, tol=1e-6 if dtype == "float64" else 1e-5, atol=0.0, maxiter=0,
+                    on_nonconvergence="warn")
         opts.update(given)
         on_nonconvergence = opts.pop("on_nonconvergence")
-        opts.update(raise_on_nonconvergence=on_nonconvergence == "raise",
+        settings = self._spec.settings
+        if "backend" in opts:  # this call's backend over the solver's options
+            settings = settings_of(who, {**self._spec.args["options"],
+                                         "backend": opts.pop("backend")})
+        opts.update(settings=settings, raise_on_nonconvergence=on_nonconvergence == "raise",
                     ranges=ranges_arg(ranges, who))
         return opts, on_nonconvergence
 

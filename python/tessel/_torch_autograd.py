@@ -22,22 +22,25 @@ _TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "int64": to
                  "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
-def run(reduction, options, args):
-    """Evaluates on the tensors' memory; the results are NumPy-allocated and shared, not copied.
-    CUDA tensors are reduced on their GPU, on PyTorch's current stream, into outputs allocated on
-    that device: the results never pass through host memory."""
-    device = next((a.device for a in args if a.device.type == "cuda"), None)
-    inputs = [a.detach() for a in args]
-    if device is None:
-        outs = _core.evaluate(reduction, inputs, **options)
-        return [_tensor(o) for o in outs]
-    sizes = {k: options[k] for k in ("ni", "nj") if k in options}
-    outs = [torch.empty(shape, dtype=_TORCH_DTYPES[dtype], device=device)
-            for shape, dtype in _core.output_specs(reduction, inputs, **sizes)]
-    stream = torch.cuda.current_stream(device).cuda_stream
-    _core.evaluate_into(reduction, inputs, outs, stream=stream, device=device.index or 0,
-                        **options)
-    return outs
+def _alloc(shape, dtype, device):
+    return torch.empty(shape, dtype=_TORCH_DTYPES[dtype], device=torch.device("cuda", device))
+
+
+def _stream(device):
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+# How the core's Bound allocates CUDA results: on the inputs' GPU, on PyTorch's current stream,
+# so that they never pass through host memory.
+CUDA_IO = (_alloc, _stream)
+
+
+def run(bound, call, args):
+    """Evaluates `bound` (a _core.Bound) on the tensors' memory, one crossing into the core;
+    `call` is (ni, nj, ranges, backend). Host results are NumPy-allocated and shared, not copied;
+    CUDA results are tensors on the inputs' GPU."""
+    outs = bound(args, *call)
+    return [o if isinstance(o, torch.Tensor) else _tensor(o) for o in outs]
 
 
 def _tensor(o):
@@ -60,8 +63,9 @@ def _drop_live_ctx():
         ctx.__dict__.clear()
 
 
-def _setup(ctx, reduction, options, args, outs):
-    ctx.reduction, ctx.options = reduction, options
+def _setup(ctx, bound, call, args, outs):
+    ctx.bound, ctx.call = bound, call
+    reduction = bound.reduction
     if any(ctx.needs_input_grad):  # else the ctx dies with this call
         live_ctx.add(ctx)
     ctx.save_for_backward(*args)
@@ -75,7 +79,8 @@ def _result(outs):
 
 
 def _backward(ctx, grad_outputs):
-    reduction, options = ctx.reduction, ctx.options
+    bound, call = ctx.bound, ctx.call
+    reduction = bound.reduction
     args = ctx.saved_tensors
     g = grad_outputs[0]
     used = {i for i, _, _ in reduction.inputs()}
@@ -92,10 +97,11 @@ def _backward(ctx, grad_outputs):
         fused = fused_grads_of(reduction, ks) if len(ks) > 1 else None
         if fused is None:
             for k in ks:
-                raw[k] = GenredFunction.apply(grad_of(reduction, k), options, *args, g)
+                raw[k] = GenredFunction.apply(bound.derive(grad_of(reduction, k)), call, *args,
+                                              g)
             continue
         both, dims = fused
-        out = GenredFunction.apply(both, options, *args, g)
+        out = GenredFunction.apply(bound.derive(both), call, *args, g)
         for k, part in zip(ks, out.split(dims, dim=-1)):
             raw[k] = part
     grads = [None, None]
@@ -115,14 +121,15 @@ def _backward(ctx, grad_outputs):
 def _jvp(ctx, tangents):
     """The tangent of output 0: a sum over the inputs that carry a tangent of one reduction each
     (the input's tangent read as one more variable). Index outputs have none."""
-    reduction, options = ctx.reduction, ctx.options
+    bound, call = ctx.bound, ctx.call
+    reduction = bound.reduction
     args = ctx.saved_tensors
     used = {i for i, _, _ in reduction.inputs()}
     out = None
     for k, t in enumerate(tangents[2:]):
         if t is None or k not in used:
             continue
-        d = GenredFunction.apply(jvp_of(reduction, k), options, *args, t)
+        d = GenredFunction.apply(bound.derive(jvp_of(reduction, k)), call, *args, t)
         out = d if out is None else out + d
     if out is None:
         out = torch.zeros(ctx.out_shape, dtype=args[0].dtype, device=args[0].device)
@@ -131,16 +138,17 @@ def _jvp(ctx, tangents):
     return (out, *(None for _ in range(reduction.num_outputs - 1)))
 
 
-def _vmap(info, in_dims, reduction, options, args):
+def _vmap(info, in_dims, bound, call, args):
     """The vmapped dimension becomes a leading batch dimension of every input (size 1, i.e.
     broadcast, for an input that is not vmapped), after which each input gets singleton batch
     dimensions so that all have as many as the one with most: the core broadcasts batch
     dimensions as NumPy does, aligned on the right. Block-sparse ranges index one batch entry, so
     a vmap with ranges loops over the vmapped entries instead."""
     dims = in_dims[2:]
+    reduction = bound.reduction
     n_out = reduction.num_outputs
-    if options.get("ranges") is not None:
-        rows = [GenredFunction.apply(reduction, options,
+    if call[2] is not None:  # ranges
+        rows = [GenredFunction.apply(bound, call,
                                      *(a if d is None else a.select(d, v)
                                        for a, d in zip(args, dims)))
                 for v in range(info.batch_size)]
@@ -159,7 +167,7 @@ def _vmap(info, in_dims, reduction, options, args):
         if pad > 0:
             a = a.reshape(a.shape[:1] + (1,) * pad + a.shape[1:])
         moved.append(a)
-    out = GenredFunction.apply(reduction, options, *moved)
+    out = GenredFunction.apply(bound, call, *moved)
     return out, (0 if n_out == 1 else (0,) * n_out)
 
 
@@ -167,14 +175,14 @@ if TORCH2:
 
     class GenredFunction(torch.autograd.Function):
         @staticmethod
-        def forward(reduction, options, *args):
-            return _result(run(reduction, options, args))
+        def forward(bound, call, *args):
+            return _result(run(bound, call, args))
 
         @staticmethod
         def setup_context(ctx, inputs, output):
-            reduction, options, *args = inputs
+            bound, call, *args = inputs
             outs = output if isinstance(output, tuple) else (output,)
-            _setup(ctx, reduction, options, args, outs)
+            _setup(ctx, bound, call, args, outs)
             ctx.out_shape = outs[0].shape
             ctx.save_for_forward(*args)
 
@@ -187,16 +195,16 @@ if TORCH2:
             return _jvp(ctx, tangents)
 
         @staticmethod
-        def vmap(info, in_dims, reduction, options, *args):
-            return _vmap(info, in_dims, reduction, options, args)
+        def vmap(info, in_dims, bound, call, *args):
+            return _vmap(info, in_dims, bound, call, args)
 
 else:
 
     class GenredFunction(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, reduction, options, *args):
-            outs = run(reduction, options, args)
-            _setup(ctx, reduction, options, args, outs)
+        def forward(ctx, bound, call, *args):
+            outs = run(bound, call, args)
+            _setup(ctx, bound, call, args, outs)
             return _result(outs)
 
         @staticmethod

@@ -21,7 +21,8 @@ import torch
 
 from ._genred import GenredSpec, grad_of
 from ._lru import LruCache
-from ._torch_autograd import run
+from . import _core
+from ._torch_autograd import CUDA_IO, run
 
 AVAILABLE = hasattr(torch, "library") and hasattr(torch.library, "custom_op")
 
@@ -35,7 +36,7 @@ def _drop_reductions():
     # the core objects their entries hold are dropped here so that none outlives the module.
     _rebuilt.clear()
     for e in list(_entries.values()):
-        e.reduction, e.grads = None, {}
+        e.bound, e.grads = None, {}
     # Dynamo's compiled frames keep what their guards read (a Genred, its reduction) until reset.
     dynamo = sys.modules.get("torch._dynamo")
     if dynamo is not None:
@@ -43,12 +44,12 @@ def _drop_reductions():
 
 
 class OpEntry:
-    """A reduction, its build options and what the fake implementation reads off it."""
+    """A bound reduction (its settings with it) and what the fake implementation reads off it."""
 
-    __slots__ = ("key", "reduction", "options", "grads", "_shape_facts", "__weakref__")
+    __slots__ = ("key", "bound", "grads", "_shape_facts", "__weakref__")
 
-    def __init__(self, key, reduction, options):
-        self.key, self.reduction, self.options = key, reduction, options
+    def __init__(self, key, bound):
+        self.key, self.bound = key, bound
         self.grads = {}  # variable -> OpEntry of the gradient reduction, kept alive with this
         self._shape_facts = None
 
@@ -58,21 +59,21 @@ class OpEntry:
         process) finds it from its key alone."""
         e = self.grads.get(k)
         if e is None:
-            e = self.grads[k] = OpEntry(f"{self.key}|g{k}", grad_of(self.reduction, k),
-                                        self.options)
+            e = self.grads[k] = OpEntry(f"{self.key}|g{k}",
+                                        self.bound.derive(grad_of(self.bound.reduction, k)))
         return e
 
     def shape_facts(self):
         """(category by input, the outer rows' category, output dims, index outputs, summed)."""
         if self._shape_facts is None:
-            r = self.reduction
+            r = self.bound.reduction
             self._shape_facts = ({i: c for i, c, _ in r.inputs()}, 0 if r.axis == 1 else 1,
                                  [r.output_dim(k) for k in range(r.num_outputs)],
                                  [r.output_is_index(k) for k in range(r.num_outputs)], r.full_sum)
         return self._shape_facts
 
 
-def register(spec):
+def register(spec, bound):
     """The entry of a GenredSpec, or None when its arguments do not serialise (then the call runs
     eagerly under torch.compile). The key is the spec's arguments as JSON: it names the reduction
     and its options on its own, so an entry that was freed, or never made in this process (a
@@ -83,7 +84,7 @@ def register(spec):
         return None
     e = _entries.get(key)
     if e is None:
-        e = _entries[key] = OpEntry(key, spec.reduction, spec.options)
+        e = _entries[key] = OpEntry(key, bound)
     return e
 
 
@@ -96,7 +97,8 @@ def _lookup(key):
         except (TypeError, ValueError) as err:
             raise RuntimeError(f"tessel::genred: {base!r} does not name a reduction: "
                                f"{err}") from None
-        e = _entries[base] = OpEntry(base, spec.reduction, spec.options)
+        e = _entries[base] = OpEntry(base, _core.Bound(spec.reduction, spec.settings, "Genred",
+                                                       "torch", *CUDA_IO))
         _rebuilt.get_or_make(base, lambda: e)
     for step in derivation:
         e = e.grad(int(step[1:]))
@@ -108,7 +110,7 @@ if AVAILABLE:
     @torch.library.custom_op("tessel::genred", mutates_args=())
     def genred(key: str, args: list[torch.Tensor], ni: int, nj: int) -> list[torch.Tensor]:
         e = _lookup(key)
-        return run(e.reduction, dict(e.options, ni=ni, nj=nj, ranges=None), args)
+        return run(e.bound, (ni, nj, None, None), args)
 
     @genred.register_fake
     def _genred_fake(key, args, ni, nj):

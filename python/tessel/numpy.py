@@ -23,17 +23,12 @@ class Genred(GenredBase):
     """
 
 
+    _kind = "numpy"
+
     def __call__(self, *args, backend=None, ni=None, nj=None, ranges=None):
         spec = self._spec
-        arrays, opts = spec.prepare(args, "Genred", backend, ni, nj, ranges)
-        for k, a in enumerate(arrays):
-            if not isinstance(a, np.ndarray):
-                raise TypeError(f"Genred: argument {k} is a {type(a).__name__}; expected a "
-                                "numpy.ndarray")
-            if a.dtype not in _DTYPES:
-                raise TypeError(f"Genred: argument {k} has dtype {a.dtype}; expected float32, "
-                                "float64 or float16")
-        out = _core.evaluate(spec.reduction, arrays, **opts)
+        arrays, call = spec.prepare(args, "Genred", backend, ni, nj, ranges)
+        out = self._bound(arrays, *call)
         if not arrays and args:  # a formula that reads no array: the call's dtype
             dtype = _one_dtype({np.asarray(a).dtype for a in args}, "Genred")
             out = [o if o.dtype == np.int64 else o.astype(dtype) for o in out]

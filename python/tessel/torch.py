@@ -7,11 +7,13 @@ as deep as asked without storing an N x M matrix; on PyTorch 2.x so do the torch
 operator tessel::genred (_torch_op).
 """
 import torch
+import torch.autograd.forward_ad as _forward_ad
 
 from . import _core
 from .lazytensor import ArrayAdapter, LazyTensor, Vi, Vj, Pm, register_adapter  # noqa: F401
 from ._genred import GenredBase
-from ._torch_autograd import GenredFunction, ZeroGrads, live_ctx, transforms_active
+
+from ._torch_autograd import CUDA_IO, GenredFunction, ZeroGrads, live_ctx, run, transforms_active
 from . import _torch_op
 from ._solve import KernelSolveBase
 # The memory tools (tessel.loops), offered beside Genred where the README shows them.
@@ -36,30 +38,30 @@ class Genred(GenredBase):
     Min/Max/KMin (via the selected indices) and LogSumExp/SumSoftMaxWeight, to any order.
     """
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._register()
+    _kind = "torch"
+    _cuda_io = CUDA_IO
 
-    def __setstate__(self, state):
-        super().__setstate__(state)
-        self._register()
-
-    def _register(self):
+    def _bind(self):
+        super()._bind()
         # The key by which torch.compile's traced graphs name the reduction (see _torch_op).
-        self._op = _torch_op.register(self._spec) if _OP else None
+        self._op = _torch_op.register(self._spec, self._bound) if _OP else None
 
     def __call__(self, *args, backend=None, ni=None, nj=None, ranges=None):
         """`ni` / `nj` give the number of i / j rows when no i- / j-variable tells them;
         `ranges` makes the reduction block-sparse (KeOps's 6-array layout). Under torch.compile
         the call is traced as the operator tessel::genred (a graph break with `ranges`)."""
         spec = self._spec
-        tensors, opts = spec.prepare(args, "Genred", backend, ni, nj, ranges)
-        _check_tensors(tensors, "Genred")
+        tensors, call = spec.prepare(args, "Genred", backend, ni, nj, ranges)
         if _OP and self._op is not None and _is_compiling() and ranges is None and backend is None:
-            out = _torch_op.genred(self._op.key, list(tensors), opts["ni"], opts["nj"])
+            _check_tensors(tensors, "Genred")
+            out = _torch_op.genred(self._op.key, list(tensors), call[0], call[1])
             out = out[0] if len(out) == 1 else tuple(out)
-        else:
-            out = GenredFunction.apply(spec.reduction, opts, *tensors)
+        elif _plain(tensors):
+            # Nothing to differentiate: the core's call alone, no autograd node.
+            out = run(self._bound, call, tensors)
+            out = out[0] if len(out) == 1 else tuple(out)
+        else:  # the core checks the tensors, with the same messages as _check_tensors
+            out = GenredFunction.apply(self._bound, call, *tensors)
         unread = args[spec.n_core:]
         if not tensors and unread:  # a formula that reads no array: the call's dtype and device
             _check_tensors(unread, "Genred")
@@ -69,6 +71,21 @@ class Genred(GenredBase):
             out = ZeroGrads.apply(out, *unread) if not isinstance(out, tuple) else (
                 ZeroGrads.apply(out[0], *unread), *out[1:])
         return out
+
+
+def _plain(tensors):
+    """Whether a call needs no autograd Function: no tensor requires grad (or grad mode is off),
+    no forward-mode level is open (dual tensors need not require grad) and no torch.func
+    transform is active."""
+    if _fw_level() >= 0 or transforms_active():
+        return False
+    if not torch.is_grad_enabled():
+        return True
+    return not any(getattr(t, "requires_grad", False) for t in tensors)
+
+
+def _fw_level():
+    return _forward_ad._current_level
 
 
 def _like(out, like):
@@ -176,8 +193,10 @@ class _KernelSolveFunction(torch.autograd.Function):
                 for k in others:
                     proxies[k] = args[k].view_as(args[k])
                 proxies[var] = x
-                kx = GenredFunction.apply(solver.reduction, _eval_options(opts),
-                                           *proxies[:solver._spec.n_core])
+                bound = _core.Bound(solver.reduction, opts["settings"], solver._who, "torch",
+                                    *CUDA_IO)
+                kx = GenredFunction.apply(bound, (-1, -1, opts["ranges"], None),
+                                          *proxies[:solver._spec.n_core])
                 gs = torch.autograd.grad(kx, [proxies[k] for k in others], grad_outputs=-u,
                                          create_graph=True, allow_unused=True)
                 for k, gk in zip(others, gs):
@@ -188,11 +207,6 @@ class _KernelSolveFunction(torch.autograd.Function):
             if needs[k] and grads[k] is None:
                 grads[k] = torch.zeros_like(args[k])
         return (None, None, grad_alpha, *grads)
-
-
-def _eval_options(opts):
-    keep = ("backend", "sum_scheme", "accumulate_f64", "ranges", "gpu_memory_budget")
-    return {k: v for k, v in opts.items() if k in keep}
 
 
 class KernelSolve(KernelSolveBase):

@@ -1,4 +1,4 @@
-"""The extension module itself: parse, Reduction, evaluate and evaluate_into on NumPy and torch."""
+"""The extension module itself: parse, Reduction, evaluate and Bound on NumPy and torch."""
 import numpy as np
 import pytest
 import torch
@@ -21,15 +21,31 @@ def test_evaluate_matches_dense_numpy():
     np.testing.assert_allclose(out, gauss_dense(x, y, b, 2.5), rtol=1e-12)
 
 
-def test_evaluate_into_torch_strided_zero_copy():
+def test_bound_reads_strided_tensors_that_require_grad():
     f = tessel.parse("Exp(-SqDist(X,Y))*B", ["X = Vi(3)", "Y = Vj(3)", "B = Vj(1)"])
     r = tessel.Reduction("Sum", f)
     x = torch.rand(3, 9, dtype=torch.float64).t()  # non-contiguous view
     y, b = torch.rand(5, 3, dtype=torch.float64), torch.rand(5, 1, dtype=torch.float64)
-    out = torch.empty(9, 1, dtype=torch.float64)
-    _core.evaluate_into(r, [x, y, b], [out])
-    ref = gauss_dense(x.numpy(), y.numpy(), b.numpy(), 1.0)
-    np.testing.assert_allclose(out.numpy(), ref, rtol=1e-12)
+    y.requires_grad_(True)  # read through its memory, no detach
+    bound = _core.Bound(r, _core.Settings("test", {}), "test", "torch")
+    (out,) = bound([x, y, b])
+    ref = gauss_dense(x.numpy(), y.detach().numpy(), b.numpy(), 1.0)
+    np.testing.assert_allclose(out, ref, rtol=1e-12)
+
+
+def test_bound_refuses_views_whose_memory_is_not_their_values():
+    r = tessel.Reduction("Sum", tessel.parse("X", ["X = Vi(1)"]))
+    bound = _core.Bound(r, _core.Settings("test", {}), "G", "torch")
+    x = torch.rand(4, 1, dtype=torch.float64)
+    if hasattr(torch, "_neg_view"):
+        with pytest.raises(ValueError, match="G: argument 0 is a negative view"):
+            bound([torch._neg_view(x)])
+    with pytest.raises(ValueError, match="G: argument 0 is a torch.sparse_coo tensor"):
+        bound([x.to_sparse()])
+    with pytest.raises(TypeError, match="G: argument 0 is a list; expected a torch.Tensor"):
+        bound([[1.0]])
+    with pytest.raises(TypeError, match="G: argument 1 has dtype torch.float32 but argument 0"):
+        bound([x, x.float()])
 
 
 def test_errors_are_value_errors_naming_the_input():

@@ -530,7 +530,7 @@ def test_formula_reading_no_array_keeps_the_arrays_dtype(dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
 def test_output_specs_let_callers_allocate_what_evaluate_returns(dtype):
-    """What CUDA calls do (outputs allocated on the device, then evaluate_into), on the CPU:
+    """What CUDA calls do (outputs allocated on the device, then evaluated into), on the CPU:
     the same shapes, dtypes and values as the allocating evaluate, batched and index outputs
     included."""
     from tessel import _core
@@ -544,7 +544,7 @@ def test_output_specs_let_callers_allocate_what_evaluate_returns(dtype):
             want = _core.evaluate(red.reduction, args)
             specs = _core.output_specs(red.reduction, args)
             outs = [torch.empty(s, dtype=getattr(torch, d)) for s, d in specs]
-            _core.evaluate_into(red.reduction, args, outs)
+            _core.evaluate(red.reduction, args, outputs=outs)
             assert len(outs) == len(want)
             for o, w in zip(outs, want):
                 assert tuple(o.shape) == w.shape and str(o.dtype) == "torch." + str(w.dtype)

@@ -2,8 +2,8 @@
 import math
 
 from ... import _core
-from ..._genred import (_K_REDUCTIONS, alias_index, check_formula, check_text,
-                        normalize_options, read_aliases, reduction_name)
+from ..._genred import (_K_REDUCTIONS, alias_index, check_aliases, check_formula, check_text,
+                        normalize_options, read_aliases, read_texts, reduction_name)
 
 __all__ = ["GenredBase", "KernelSolveBase", "make_generic_ops"]
 
@@ -40,7 +40,7 @@ class GenredBase:
                  sum_scheme="auto", enable_chunks=True, rec_multVar_highdim=False,
                  use_fast_math=True):
         who = self._who
-        read_aliases(aliases, who)
+        check_aliases(aliases, who)
         self._init_args = dict(formula=formula, aliases=list(aliases), reduction_op=reduction_op,
                                axis=axis, opt_arg=opt_arg, formula2=formula2,
                                dtype_acc=dtype_acc, use_double_acc=use_double_acc,
@@ -73,22 +73,25 @@ class GenredBase:
         if op not in _K_REDUCTIONS and opt_arg:
             raise ValueError(f"{who}: opt_arg is only used by the KMin, ArgKMin and KMin_ArgKMin "
                              f"reductions, got opt_arg={opt_arg!r} with {reduction_op}")
-        dim = _core.parse(formula, list(aliases)).dim
+        # One pass of the core's parser; the tessel Genreds behind this one take its formulas.
+        # Variables that only the text names (simplified away, as Grad(x, y, e) = 0 drops them)
+        # still take an argument, as in pykeops: they join the aliases as Var(index,dim,cat).
+        aliases = check_aliases(aliases, who)
+        texts = [formula] if formula2 is None else [formula, formula2]
+        declared, (f, *w), named = read_texts(texts, aliases, who)
+        dim = f.dim
         # tessel's K-reductions take a scalar formula; KeOps reduces each component separately.
         if op in _K_REDUCTIONS and dim > 1:
-            formulas = [f"Elem({formula},{d})" for d in range(dim)]
+            formulas = [_core.make("Elem", [f], [d]) for d in range(dim)]
         else:
-            formulas = [formula]
+            formulas = [f]
+        have = {index for _, index, _, _ in declared}
+        self.aliases = aliases + [f"Var({i},{d},{c})" for i, d, c in named if i not in have]
         Genred = self._frontend.Genred
-        self._genreds = [Genred(f, list(aliases), reduction_op=op, axis=axis, opt_arg=k,
-                                formula2=formula2, **options) for f in formulas]
+        self._genreds = [Genred(g, self.aliases, reduction_op=op, axis=axis, opt_arg=k,
+                                formula2=w[0] if w else None, **options) for g in formulas]
         self._op, self._dim = op, dim
         spec = self._genreds[0]._spec
-        # pykeops's aliases: the given ones, then Var(index,dim,cat) for each variable that only
-        # the formula text names (the call takes an argument for each, as tessel's Genred does).
-        declared = {index for _, index, _, _ in read_aliases(aliases, who)}
-        self.aliases = list(aliases) + [f"Var({i},{d},{c})" for i, (c, d) in
-                                        sorted(spec.slots.items()) if i not in declared]
         self.nargs = spec.n_inputs
         # A formula with no i- (j-) variable at all has 1 row along i (j), as in pykeops.
         cats = {c for c, _ in spec.slots.values()}
@@ -177,7 +180,7 @@ class KernelSolveBase:
     def _solver(self):
         """The tessel KernelSolve on the translated formula (built once, on first call)."""
         if getattr(self, "_tessel_solver", None) is None:
-            spec = self.genred._genreds[0]._spec.args
+            spec = self.genred._genreds[0]._spec._args  # its Formula: no text parsed again
             self._tessel_solver = self._genred_class._frontend.KernelSolve(
                 spec["formula"], spec["aliases"], self.varinvpos, axis=spec["axis"],
                 **spec["options"])
