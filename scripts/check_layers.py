@@ -7,6 +7,11 @@ backend layer and may not include each other). A file may include public headers
 only other public headers. Python: no import cycle between the modules of python/tessel, counting
 imports inside functions too (a deferred import hides a cycle; it does not remove it).
 
+The engine (src/engine, and src/algos, which drive it) names no backend: it asks the registry for
+a backend and the device interface for device memory, so no BackendId, no built-in backend's
+accessor and no include of backend/cpu or backend/cuda there. Python: nothing outside
+tessel.compat imports tessel.compat, the pykeops compatibility layer at the package's edge.
+
 Usage: scripts/check_layers.py [--root DIR]; prints each violation and exits 1 if there is any.
 """
 import argparse
@@ -120,6 +125,24 @@ def check_cpp(root):
     return problems
 
 
+# What the engine may not write: a backend's slot, a built-in backend, a backend's own files.
+NAMES_A_BACKEND = re.compile(r'\bBackendId::\w+|\b(?:compiled|interpreter|cuda)_backend\(\)|'
+                             r'#\s*include\s+"backend/(?:cpu|cuda)/')
+
+
+def check_engine_names_no_backend(root):
+    problems = []
+    for rel in cpp_files(root):
+        if room_of(rel) not in ("engine", "algos"):
+            continue
+        with open(os.path.join(root, rel), encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                m = NAMES_A_BACKEND.search(line.split("//")[0])
+                if m:
+                    problems.append(f"{rel}:{n}: the engine names a backend ({m.group(0).strip()})")
+    return problems
+
+
 def py_modules(root):
     base = os.path.join(root, "python")
     mods = {}
@@ -162,7 +185,16 @@ def check_python(root):
             if not t or t == name or name.startswith(t + "."):
                 continue
             graph.setdefault(name, set()).add(t)
-    return ["import cycle: " + " -> ".join(c) for c in find_cycles(graph)]
+    problems = ["import cycle: " + " -> ".join(c) for c in find_cycles(graph)]
+    edge = "tessel.compat"
+    for name, deps in sorted(graph.items()):
+        if name == edge or name.startswith(edge + "."):
+            continue
+        for t in sorted(deps):
+            if t == edge or t.startswith(edge + "."):
+                problems.append(f"{name} imports {t}: only the compatibility layer's own "
+                                "modules may (it sits at the package's edge)")
+    return problems
 
 
 def main():
@@ -170,7 +202,7 @@ def main():
     ap.add_argument("--root", default=os.path.join(os.path.dirname(__file__), ".."))
     args = ap.parse_args()
     root = os.path.abspath(args.root)
-    problems = check_cpp(root) + check_python(root)
+    problems = check_cpp(root) + check_engine_names_no_backend(root) + check_python(root)
     for p in problems:
         print("check_layers:", p)
     print(f"check_layers: {len(problems)} problem(s)")

@@ -62,8 +62,17 @@ fi
 # locked per kernel.
 echo "test: running pytest on tests/python"
 TESSEL_CACHE_DIR="$PWD/build/test-cache" PYTHONPATH="$PWD/build/python" \
-  "$python" -m pytest -q -p no:cacheprovider -n "$(nproc 2> /dev/null || echo 2)" tests/python
+  "$python" -m pytest -q -p no:cacheprovider -n "$(nproc 2> /dev/null || echo 2)" \
+  --durations=10 --durations-min=1 tests/python
 py_rc=$?
+# The ten slowest C++ tests over every ctest run above (pytest listed its own), so that a test
+# that grows slow is seen when it does.
+echo "test: the ten slowest C++ tests (seconds, run)"
+for log in build/ctest*.log; do
+  run=${log#build/ctest}
+  run=${run%.log}
+  sed -nE "s/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) .* ([0-9.]+) sec\$/\2 \1 ${run:--native}/p" "$log"
+done | sort -rn | head -10 | awk '{ printf "  %8.1f  %s (%s)\n", $1, $2, substr($3, 2) }'
 set -e
 ((rc == 0)) || exit "$rc"
 exit "$py_rc"

@@ -1,0 +1,64 @@
+"""scripts/check_layers.py fails on what it is there to refuse: the engine naming a backend, a
+module below the compatibility layer importing it, an include up a layer; a clean tree passes."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "check_layers.py")
+
+
+def check(root):
+    p = subprocess.run([sys.executable, SCRIPT, "--root", str(root)], capture_output=True,
+                       text=True)
+    return p.returncode, p.stdout
+
+
+def tree(tmp_path, files):
+    for rel, text in files.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return tmp_path
+
+
+CLEAN = {
+    "src/engine/dispatch.cpp": '#include "backend/registry.hpp"\nint f() { return 0; }\n',
+    "src/backend/registry.hpp": "#pragma once\n",
+    "src/backend/cuda/launch.cpp": '#include "backend/registry.hpp"\n',
+    "python/tessel/__init__.py": "",
+    "python/tessel/ot/__init__.py": "from .. import cluster\n",
+    "python/tessel/cluster.py": "",
+    "python/tessel/compat/__init__.py": "from ..ot import cluster\n",
+}
+
+
+def test_a_clean_tree_passes(tmp_path):
+    rc, out = check(tree(tmp_path, CLEAN))
+    assert rc == 0, out
+
+
+@pytest.mark.parametrize("rel, text, said", [
+    ("src/engine/half_io.cpp", "auto& d = reg.get(BackendId::Cuda);\n", "names a backend"),
+    ("src/algos/solve.cpp", "KernelBackend& b = cuda_backend();\n", "names a backend"),
+    ("src/engine/x.cpp", '#include "backend/cuda/driver.hpp"\n', "names a backend"),
+    ("python/tessel/ot/multiscale.py", "from ..compat.pykeops.torch import cluster\n",
+     "imports tessel.compat"),
+    ("python/tessel/cluster.py", "import tessel.compat\n", "imports tessel.compat"),
+    ("src/backend/registry.cpp", '#include "engine/dispatch.hpp"\n', "upper layer"),
+])
+def test_each_violation_fails(tmp_path, rel, text, said):
+    files = dict(CLEAN)
+    files["src/engine/dispatch.hpp"] = "#pragma once\n"
+    files["src/backend/cuda/driver.hpp"] = "#pragma once\n"
+    files[rel] = text
+    rc, out = check(tree(tmp_path, files))
+    assert rc == 1 and said in out, out
+
+
+def test_a_comment_naming_a_backend_is_no_violation(tmp_path):
+    files = dict(CLEAN)
+    files["src/engine/x.cpp"] = "int g();  // unlike BackendId::Cuda, this asks the registry\n"
+    rc, out = check(tree(tmp_path, files))
+    assert rc == 0, out
