@@ -50,13 +50,13 @@ KernelBackend* BackendRegistry::replace(BackendId id, KernelBackend* b) {
 }
 
 KernelBackend& BackendRegistry::backend_for(DeviceKind kind) const {
-  TESSEL_ASSERT(kind == DeviceKind::CUDA);
+  TESSEL_ASSERT(kind == DeviceKind::CUDA, "host arrays have no backend or device of their own");
   return get(BackendId::Cuda);
 }
 
 DeviceApi& BackendRegistry::device_for(DeviceKind kind) const {
   DeviceApi* d = backend_for(kind).device();
-  TESSEL_ASSERT(d != nullptr);
+  TESSEL_ASSERT(d != nullptr, "the ", backend_for(kind).name(), " backend has no device");
   return *d;
 }
 

@@ -126,8 +126,8 @@ void check_input_count(const ReductionImpl& r, const Context& ctx, bool top) {
                  ctx.inputs.size(), ": the reduction does not use the extra ones");
 }
 
-// Binds the caller's inputs and learns the dtype and the sizes (rows[c]: the rows of category c,
-// from `from[c]` or the call's sizes).
+// Binds the caller's inputs and learns the dtype and the sizes (rows[k]: the rows of category k,
+// given by the call's sizes or learnt here, all inputs of the category agreeing).
 void bind_inputs(Call& c, int64_t rows[2]) {
   const char* fn = "evaluate";
   int from[2] = {-1, -1};
@@ -339,7 +339,7 @@ void run_backend(Call& c) {
   chosen.fallback->run(c.p, c.views);
 }
 
-// The sum over the rows of src, (rows, d), accumulated in double: a (1, d) array of src's dtype.
+// The sum over the rows of src, (rows, d), accumulated in double: a (1, d) array of `dtype`.
 Array sum_over_rows(const Array& src, int64_t rows, int d, DType dtype) {
   Array total(dtype, {1, d});
   for (int k = 0; k < d; ++k) {
