@@ -100,6 +100,26 @@ def test_pykeops_genred_and_lazytensor():
 
     assert parses_per_call(lazy) == 0
 
+    rhs = torch.rand(6, 1, dtype=torch.float64)
+
+    def solve():
+        k = (-pk.LazyTensor(x[:, None, :]).sqdist(pk.LazyTensor(x[None, :, :]))).exp()
+        k.solve(pk.LazyTensor(rhs[:, None, :]), alpha=0.5)
+
+    assert parses_per_call(solve) == 0
+
+
+def test_lazytensor_solve():
+    from tessel.torch import LazyTensor
+    x = data()[0]
+    rhs = torch.rand(6, 1, dtype=torch.float64)
+
+    def solve():
+        k = (-LazyTensor(x[:, None, :]).sqdist(LazyTensor(x[None, :, :]))).exp()
+        k.solve(LazyTensor(rhs[:, None, :]), alpha=0.5)
+
+    assert parses_per_call(solve) == 0
+
 
 def test_samples_loss_call():
     from tessel.ot import SamplesLoss

@@ -56,13 +56,12 @@ class GenredBase:
         if axis not in (0, 1):
             raise ValueError(f"{who}: axis should be 0 (reduction over i) or 1 (reduction over "
                              f"j), got {axis!r}")
-        if not isinstance(formula, str):
-            raise TypeError(f"{who}: formula must be a string, got {type(formula).__name__}")
+        # KeOps text, or (tessel's LazyTensors hand it over) a tessel.Formula, read as it is.
         check_formula(formula, "formula", who)
         if formula2 is not None:
             check_formula(formula2, "formula2", who)
         self.reduction_op, self.axis, self.opt_arg = reduction_op, axis, opt_arg
-        self.formula, self.formula2 = formula, formula2
+        self._formulas = (formula, formula2)
         # Every pykeops option goes to the core's normaliser (the ignored ones too, so that their
         # types are checked).
         options = dict(dtype=dtype, cuda_type=cuda_type, dtype_acc=dtype_acc,
@@ -77,8 +76,12 @@ class GenredBase:
         # Variables that only the text names (simplified away, as Grad(x, y, e) = 0 drops them)
         # still take an argument, as in pykeops: they join the aliases as Var(index,dim,cat).
         aliases = check_aliases(aliases, who)
-        texts = [formula] if formula2 is None else [formula, formula2]
-        declared, (f, *w), named = read_texts(texts, aliases, who)
+        texts = [t for t in (formula, formula2) if isinstance(t, str)]
+        declared, parsed, named = read_texts(texts, aliases, who)
+        parsed = iter(parsed)
+        f = formula if isinstance(formula, _core.Formula) else next(parsed)
+        w = [] if formula2 is None else [formula2 if isinstance(formula2, _core.Formula)
+                                         else next(parsed)]
         dim = f.dim
         # tessel's K-reductions take a scalar formula; KeOps reduces each component separately.
         if op in _K_REDUCTIONS and dim > 1:
@@ -96,6 +99,15 @@ class GenredBase:
         # A formula with no i- (j-) variable at all has 1 row along i (j), as in pykeops.
         cats = {c for c, _ in spec.slots.values()}
         self._size_from = {key: 1 for cat, key in ((0, "ni"), (1, "nj")) if cat not in cats}
+
+    @property
+    def formula(self):
+        """The formula's text (a tessel.Formula given is printed when asked for, not before)."""
+        return str(self._formulas[0])
+
+    @property
+    def formula2(self):
+        return None if self._formulas[1] is None else str(self._formulas[1])
 
     # -- library hooks -------------------------------------------------------------------------
     def _stack(self, arrays):
@@ -161,7 +173,7 @@ class KernelSolveBase:
                                axis=axis, **options)
         self.genred = self._genred_class(formula, list(aliases), reduction_op="Sum", axis=axis,
                                          **options)
-        self.formula, self.aliases, self.axis = formula, self.genred.aliases, axis
+        self.aliases, self.axis = self.genred.aliases, axis
         if not isinstance(varinvalias, str):
             raise TypeError(f"{self._who}: varinvalias must be an alias name or 'Var(index,dim,"
                             f"cat)', got {type(varinvalias).__name__}")
@@ -176,6 +188,10 @@ class KernelSolveBase:
                              f"variable, but axis={axis} reduces over "
                              f"{'ij'[axis]}: the unknown must be indexed by the reduced index")
         self.varinvpos = pos
+
+    @property
+    def formula(self):
+        return self.genred.formula
 
     def _solver(self):
         """The tessel KernelSolve on the translated formula (built once, on first call)."""

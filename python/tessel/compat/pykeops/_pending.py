@@ -26,11 +26,13 @@ _genred_cache = LruCache(1024)
 atexit.register(_genred_cache.clear)  # as tessel.lazytensor's: nothing core left at exit
 
 
-def _cached_genred(cls, text, text2, aliases, op, axis, k, init):
-    key = (cls, text, text2, aliases, op, axis, k, init)
+def _cached_genred(cls, f, f2, aliases, op, axis, k, init):
+    """The pykeops Genred of core formulas `f`, `f2` (hash-consed: equal formulas are one object,
+    so they key the cache without being printed)."""
+    key = (cls, f, f2, aliases, op, axis, k, init)
     return _genred_cache.get_or_make(
-        key, lambda: cls(text, list(aliases), reduction_op=op, axis=axis, opt_arg=k,
-                         formula2=text2, **dict(init)))
+        key, lambda: cls(f, list(aliases), reduction_op=op, axis=axis, opt_arg=k, formula2=f2,
+                         **dict(init)))
 
 
 def clear_caches():
@@ -67,9 +69,9 @@ def symbolic_of(lt):
 
 def call_formulas(lts):
     """The formulas of tessel LazyTensors over one numbering in which each placeholder keeps its
-    index and the other variables follow them; returns (formula texts, the other variables,
-    their aliases, the number of symbolic arguments). The texts come from the core's printer
-    once per reduction: the pykeops Genred takes text."""
+    index and the other variables follow them; returns (core Formulas, the other variables,
+    their aliases, the number of symbolic arguments). Nothing is printed: the pykeops Genred
+    takes the Formulas as they are."""
     formulas, variables = _tl.joint(*lts)
     symbolic = [v.placeholder for v in variables if v.placeholder is not None]
     nsym = 1 + max(symbolic) if symbolic else 0
@@ -80,9 +82,9 @@ def call_formulas(lts):
         else:
             index.append(nsym + len(arrays))
             arrays.append(v)
-    texts = [str(f.relabel(index)) for f in formulas]
+    relabelled = [f.relabel(index) for f in formulas]
     aliases = [f"Var({nsym + k},{v.dim},{v.cat})" for k, v in enumerate(arrays)]
-    return texts, arrays, aliases, nsym
+    return relabelled, arrays, aliases, nsym
 
 
 def describe(formula, symbolic, shape, reduction=None):
@@ -107,15 +109,24 @@ class PendingReduction:
     it with one array per symbolic variable (in index order) runs the Genred."""
 
     def __init__(self, lt_cls, lts, op, axis, k, init, call, shape=None):
-        texts, self._vars, self.aliases, self._nsym = call_formulas(lts)
-        self._cls, self.formula = lt_cls, texts[0]
-        self.formula2 = texts[1] if len(texts) > 1 else None
+        formulas, self._vars, self.aliases, self._nsym = call_formulas(lts)
+        self._cls, self._f = lt_cls, formulas[0]
+        self._f2 = formulas[1] if len(formulas) > 1 else None
         self.reduction_op, self.axis, self.opt_arg = op, axis, k
         self._init, self.kwargs, self.shape = init, dict(call), shape
         self.symbolic_variables = tuple(sorted({s for lt in lts for s in symbolic_of(lt)}))
 
+    @property
+    def formula(self):
+        """The formula's text, as pykeops shows it (printed when asked for)."""
+        return str(self._f)
+
+    @property
+    def formula2(self):
+        return None if self._f2 is None else str(self._f2)
+
     def _genred(self, init=()):
-        return _cached_genred(self._cls._genred_class, self.formula, self.formula2,
+        return _cached_genred(self._cls._genred_class, self._f, self._f2,
                               tuple(self.aliases), self.reduction_op, self.axis, self.opt_arg,
                               tuple(sorted({**dict(self._init), **dict(init)}.items())))
 
@@ -157,12 +168,21 @@ class PendingSolve:
         """kernel: the tessel LazyTensor K of dim 1; the unknown, Var(0, dim, axis), is indexed
         by the reduced index `axis`; b: the right-hand side, None when the call gives it."""
         unknown = _tl.Var(0, dim, axis)
-        (self.formula,), self._vars, self.aliases, _ = call_formulas([kernel * unknown])
+        (self._f,), self._vars, self.aliases, _ = call_formulas([kernel * unknown])
         self._cls, self._b, self.axis, self.shape = lt_cls, b, axis, shape
         self.kwargs = dict(call)
         self.symbolic_variables = ((0, dim, axis),)
-        self.callfun = lt_cls._kernelsolve_class(self.formula, self.aliases,
-                                                 f"Var(0,{dim},{axis})", axis=axis, **init)
+        # Built once per formula and options, as the reductions' Genreds are: a solve's call
+        # path parses nothing.
+        cls = lt_cls._kernelsolve_class
+        key = (cls, self._f, tuple(self.aliases), dim, axis, tuple(sorted(dict(init).items())))
+        self.callfun = _genred_cache.get_or_make(
+            key, lambda: cls(self._f, self.aliases, f"Var(0,{dim},{axis})", axis=axis, **init))
+
+    @property
+    def formula(self):
+        """The formula's text, as pykeops shows it (printed when asked for)."""
+        return str(self._f)
 
     def __call__(self, *args, **kwargs):
         who = "solve(call=False)"
