@@ -2,6 +2,7 @@
 // against the interpreter: both axes, float32 and float64, NaN/ties/-inf, split inner rows, odd
 // tile sizes, long float sums and the softmax's edge values.
 #include "cuda_emulated_harness.hpp"
+#include "reduction_cases.hpp"
 #include "sum_bounds.hpp"
 
 using namespace tessel;
@@ -9,48 +10,12 @@ using namespace tessel::testing;
 
 namespace {
 
-struct Case {
-  ReductionOp op;
-  int k = 0;
-  bool weighted = false;
-};
-const Case kCases[] = {
-    {ReductionOp::Sum},
-    {ReductionOp::Min},
-    {ReductionOp::Max},
-    {ReductionOp::ArgMin},
-    {ReductionOp::ArgMax},
-    {ReductionOp::MinArgMin},
-    {ReductionOp::MaxArgMax},
-    {ReductionOp::KMin, 5},
-    {ReductionOp::ArgKMin, 5},
-    {ReductionOp::KMinArgKMin, 5},
-    {ReductionOp::LogSumExp},
-    {ReductionOp::LogSumExp, 0, true},
-    {ReductionOp::SumSoftMaxWeight},
-};
+const std::vector<ReductionCase> kCases = reduction_cases();
 
-// The formulas of test_reductions.cpp: rounded values make exact ties common.
-Reduction case_reduction(const Case& c, int axis) {
-  const Formula x = vi(0, 2), y = vj(1, 2), b = vj(2, 3), s = pm(3, 1);
-  const bool scalar = c.op == ReductionOp::KMin || c.op == ReductionOp::ArgKMin ||
-                      c.op == ReductionOp::KMinArgKMin || c.op == ReductionOp::LogSumExp ||
-                      c.op == ReductionOp::SumSoftMaxWeight;
-  Formula f = scalar ? round(s * sqdist(x, y) * 4.0) * 0.25 - 1.0 : round(4.0 * (x - y) * s) * 0.25;
-  Formula w = c.weighted || c.op == ReductionOp::SumSoftMaxWeight ? b : Formula{};
-  if (axis == 0) {  // the same formula with the roles of i and j swapped
-    f = substitute(f, {x, y, b}, {vj(0, 2), vi(1, 2), vi(2, 3)});
-    if (w.valid()) w = vi(2, 3);
-  }
-  return Reduction(c.op, f, axis, c.k, w);
-}
-
-// Inputs for case_reduction: n_out output rows reduced over n_red rows; variable 1 is the
-// reduced-over one on both axes, and its rows 10 and 250 may be NaN (the first one must win).
+// tie_inputs with, when `nan`, NaN at rows 10 and 250 of variable 1 (the reduced-over one on
+// both axes) where it has them: the first one must win.
 std::vector<Array> case_inputs(DType t, int axis, int64_t n_out, int64_t n_red, bool nan) {
-  const int64_t n0 = axis == 1 ? n_out : n_red, n1 = axis == 1 ? n_red : n_out;
-  std::vector<Array> in = {random_array(t, {n0, 2}, 1, -2, 2), random_array(t, {n1, 2}, 2, -2, 2),
-                           random_array(t, {n1, 3}, 3, 0.1, 1), random_array(t, {1}, 4, 0.5, 1)};
+  std::vector<Array> in = tie_inputs(t, axis, n_out, n_red);
   if (nan && in[1].shape()[0] > 10) set(in[1], 20, NAN);
   if (nan && in[1].shape()[0] > 250) set(in[1], 501, NAN);
   return in;
@@ -68,8 +33,8 @@ bool kmin_family(ReductionOp op) {
 TEST_P(CudaEmulatedKernels, EveryReductionOverJ) {
   SKIP_WITHOUT_COMPILER();
   const double tol = tol_of(dtype());
-  for (const Case& c : kCases) {
-    const Reduction r = case_reduction(c, 1);
+  for (const ReductionCase& c : kCases) {
+    const Reduction r = tie_reduction(c, 1);
     for (const CudaPlanOverrides& force : {CudaPlanOverrides{128, 1, 0}, CudaPlanOverrides{}})
       for (bool nan : {false, true})
         expect_matches(r, case_inputs(dtype(), 1, 300, 200, nan), force, tol, tol,
@@ -81,8 +46,8 @@ TEST_P(CudaEmulatedKernels, EveryReductionOverJ) {
 TEST_P(CudaEmulatedKernels, ReductionsOverI) {
   SKIP_WITHOUT_COMPILER();
   const double tol = tol_of(dtype());
-  for (const Case& c : {kCases[0], kCases[5], kCases[9], kCases[11], kCases[12]}) {
-    const Reduction r = case_reduction(c, 0);
+  for (const ReductionCase& c : {kCases[0], kCases[5], kCases[9], kCases[11], kCases[12]}) {
+    const Reduction r = tie_reduction(c, 0);
     for (bool nan : {false, true})
       expect_matches(r, case_inputs(dtype(), 0, 150, 90, nan), {.block = 64}, tol, tol,
                      r.str() + (nan ? " with NaN" : ""));
@@ -100,8 +65,8 @@ TEST_P(CudaEmulatedKernels, SplitInnerRowsEveryReduction) {
                                       {.block = 32, .rows_per_thread = 1, .split_j = 7},
                                       {.block = 64, .rows_per_thread = 2, .split_j = 5},
                                       {.block = 32, .rows_per_thread = 4, .split_j = 2}};
-  for (const Case& c : kCases) {
-    const Reduction r = case_reduction(c, 1);
+  for (const ReductionCase& c : kCases) {
+    const Reduction r = tie_reduction(c, 1);
     for (int k = 0; k < 4; ++k) {
       const bool nan = k % 2;  // NaN makes every LogSumExp NaN: half the splits see numbers
       expect_matches(r, case_inputs(dtype(), 1, 70, 300, nan), splits[k], tol, tol,

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "cuda_emulated_harness.hpp"
+#include "reduction_cases.hpp"
 #include "tessel/half.hpp"
 
 using namespace tessel;
@@ -31,31 +32,27 @@ std::shared_ptr<BlockRanges> make_ranges(int64_t n, int64_t m, int max_len, uint
   for (auto& row : keep)
     for (size_t q = 0; q < b; ++q) row[q] = rng() % 3 != 0;
   keep[0].assign(b, false);
+  // One side of the table: the kept clusters of `rows`, each with the intervals of `other` it
+  // reduces over; the j side is the same with the keep mask transposed.
+  auto side = [&](const std::vector<int64_t>& rows, const std::vector<int64_t>& other, bool by_j,
+                  std::vector<int64_t>& ranges, std::vector<int64_t>& red,
+                  std::vector<int64_t>& slices) {
+    for (size_t x = 0; x + 1 < rows.size(); ++x) {
+      if (gaps && x % 3 == 2) continue;
+      ranges.insert(ranges.end(), {rows[x], rows[x + 1]});
+      for (size_t y = 0; y + 1 < other.size(); ++y)
+        if (by_j ? keep[y][x] : keep[x][y]) red.insert(red.end(), {other[y], other[y + 1]});
+      slices.push_back(static_cast<int64_t>(red.size() / 2));
+    }
+  };
   auto br = std::make_shared<BlockRanges>();
-  for (size_t x = 0; x < a; ++x) {
-    if (gaps && x % 3 == 2) continue;
-    br->ranges_i.insert(br->ranges_i.end(), {ci[x], ci[x + 1]});
-    for (size_t y = 0; y < b; ++y)
-      if (keep[x][y]) br->redranges_j.insert(br->redranges_j.end(), {cj[y], cj[y + 1]});
-    br->slices_i.push_back(static_cast<int64_t>(br->redranges_j.size() / 2));
-  }
-  for (size_t y = 0; y < b; ++y) {
-    if (gaps && y % 3 == 2) continue;
-    br->ranges_j.insert(br->ranges_j.end(), {cj[y], cj[y + 1]});
-    for (size_t x = 0; x < a; ++x)
-      if (keep[x][y]) br->redranges_i.insert(br->redranges_i.end(), {ci[x], ci[x + 1]});
-    br->slices_j.push_back(static_cast<int64_t>(br->redranges_i.size() / 2));
-  }
+  side(ci, cj, false, br->ranges_i, br->redranges_j, br->slices_i);
+  side(cj, ci, true, br->ranges_j, br->redranges_i, br->slices_j);
   return br;
 }
 
-struct Case {
-  ReductionOp op;
-  int k = 0;
-  bool weighted = false;
-};
-
-Reduction case_reduction(const Case& c, int axis) {
+// Unlike tie_reduction: no parameter, and a weight of dim 2.
+Reduction case_reduction(const ReductionCase& c, int axis) {
   const Formula x = vi(0, 2), y = vj(1, 2), b = vj(2, 2);
   const bool scalar = c.op == ReductionOp::ArgKMin || c.op == ReductionOp::KMinArgKMin ||
                       c.op == ReductionOp::LogSumExp || c.op == ReductionOp::SumSoftMaxWeight;
@@ -78,7 +75,7 @@ std::vector<Array> case_inputs(DType t, int axis, int64_t n_out, int64_t n_red, 
   return in;
 }
 
-const Case kCases[] = {{ReductionOp::Sum},
+const ReductionCase kCases[] = {{ReductionOp::Sum},
                        {ReductionOp::MinArgMin},
                        {ReductionOp::MaxArgMax},
                        {ReductionOp::KMinArgKMin, 3},
@@ -99,7 +96,7 @@ TEST_P(CudaEmulatedKernels, BlockSparseRangesEveryReduction) {
                                       {.block = 32, .rows_per_thread = 2},
                                       {.block = 64, .rows_per_thread = 4}};
   int seed = 0;
-  for (const Case& c : kCases)
+  for (const ReductionCase& c : kCases)
     for (int axis : {1, 0})
       for (bool nan : {false, true}) {
         const Reduction r = case_reduction(c, axis);

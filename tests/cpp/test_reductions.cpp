@@ -2,47 +2,18 @@
 #include <limits>
 #include <tuple>
 
-#include "reduction_helpers.hpp"
+#include "reduction_cases.hpp"
 
 using namespace tessel;
 using namespace tessel::testing;
 
 namespace {
 
-// One case per reduction row built by name, and a weighted one where the weight is optional.
-struct Case {
-  ReductionOp op;
-  int k = 0;
-  bool weighted = false;
-};
+const std::vector<ReductionCase> kCases = reduction_cases();
 
-std::vector<Case> table_cases() {
-  std::vector<Case> v;
-  for (const ReductionInfo& info : reduction_rows()) {
-    if (!info.by_name) continue;
-    const int k = info.uses_k ? 5 : 0;
-    v.push_back({info.op, k, info.weight == WeightUse::Required});
-    if (info.weight == WeightUse::Optional) v.push_back({info.op, k, true});
-  }
-  return v;
-}
-const std::vector<Case> kCases = table_cases();
-
-void run_case(const Case& c, int axis, Backend backend, DType dtype, bool with_nan) {
-  const int64_t N = 37, M = 53;
-  Formula x = vi(0, 2), y = vj(1, 2), b = vj(2, 3), s = pm(3, 1);
-  const bool scalar = reduction_info(c.op).scalar_formula;
-  // Rounded values make exact ties common.
-  Formula f = scalar ? round(s * sqdist(x, y) * 4.0) * 0.25 - 1.0 : round(4.0 * (x - y) * s) * 0.25;
-  Formula w = c.weighted ? b : Formula{};
-  if (axis == 0) {  // same formula, roles of i and j swapped
-    f = substitute(f, {x, y, b}, {vj(0, 2), vi(1, 2), vi(2, 3)});
-    if (w.valid()) w = vi(2, 3);
-  }
-  Reduction r(c.op, f, axis, c.k, w);
-  const int64_t n0 = axis == 1 ? N : M, n1 = axis == 1 ? M : N;
-  std::vector<Array> in = {random_array(dtype, {n0, 2}, 1, -2, 2), random_array(dtype, {n1, 2}, 2, -2, 2),
-                           random_array(dtype, {n1, 3}, 3, 0.1, 1), random_array(dtype, {1}, 4, 0.5, 1)};
+void run_case(const ReductionCase& c, int axis, Backend backend, DType dtype, bool with_nan) {
+  const Reduction r = tie_reduction(c, axis);
+  std::vector<Array> in = tie_inputs(dtype, axis, 37, 53);
   if (with_nan) {
     Array& yy = in[1];  // the reduced-over variable in both layouts
     if (dtype == DType::Float32) yy.as<float>()[10] = NAN;
@@ -69,7 +40,7 @@ TEST_P(ReductionBrute, MatchesBruteForce) {
   auto [case_idx, axis, variant] = GetParam();
   const Backend backend = variant % 2 == 0 ? Backend::Interpreter : Backend::Auto;
   const DType dtype = variant < 2 ? DType::Float64 : DType::Float32;
-  const Case& c = kCases[case_idx];
+  const ReductionCase& c = kCases[case_idx];
   run_case(c, axis, backend, dtype, false);
   // Sums carry NaN through; Min/Max/KMin rank it, which is what this compares.
   const bool nan_ok = reduction_info(c.op).keeps_index();
