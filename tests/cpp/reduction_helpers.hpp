@@ -220,6 +220,18 @@ inline void expect_close(const Array& got, const std::vector<double>& want, doub
   }
 }
 
+// Output 0 of r on the compiled backend against the interpreter. float32: the inputs are exact
+// in both paths, but the interpreter computes in float64.
+inline void expect_compiled_matches_interpreter(const Reduction& r, const std::vector<Array>& in,
+                                                bool f64, const std::string& what) {
+  const Array want = evaluate(r, in, with(Backend::Interpreter))[0];
+  const Array got = evaluate(r, in, with(Backend::Compiled))[0];
+  std::vector<double> w(want.size());
+  for (int64_t k = 0; k < want.size(); ++k) w[k] = want.at(k);
+  const double tol = f64 ? 1e-12 : 3e-5;
+  expect_close(got, w, tol, tol * 10, what + (f64 ? " f64" : " f32"));
+}
+
 // <output 0 of r, cot> as a function of the inputs, in float64 through the interpreter.
 inline double pairing(const Reduction& r, const std::vector<Array>& in, const Array& cot,
                       const Options& opt) {

@@ -44,13 +44,7 @@ void expect_matches_interpreter(const Reduction& r, const std::vector<Array>& in
                                 const std::string& what) {
   int used = 0;  // variables 0..used-1 must be passed
   for (const VarSlot& v : r.inputs()) used = std::max(used, v.index + 1);
-  const std::vector<Array> use(in.begin(), in.begin() + used);
-  const Array want = evaluate(r, use, with(Backend::Interpreter))[0];
-  const Array got = evaluate(r, use, with(Backend::Compiled))[0];
-  std::vector<double> w(want.size());
-  for (int64_t k = 0; k < want.size(); ++k) w[k] = want.at(k);
-  const double tol = f64 ? 1e-12 : 3e-5;
-  expect_close(got, w, tol, tol * 10, what + (f64 ? " f64" : " f32"));
+  expect_compiled_matches_interpreter(r, {in.begin(), in.begin() + used}, f64, what);
 }
 
 // A wide output of a loop-nest contraction: d outputs of 30 terms each.

@@ -4,6 +4,7 @@
 
 #include "ops/op.hpp"
 #include "reduction_helpers.hpp"
+#include "simd_level_test.hpp"
 #include "temp_env.hpp"
 
 using namespace tessel;
@@ -120,16 +121,8 @@ void expect_compiled_matches(const Formula& f, bool f64, const std::string& what
   const DType t = f64 ? DType::Float64 : DType::Float32;
   std::vector<Array> in = {random_array(t, {23, 3}, 5, -1.5, 1.5),
                            random_array(t, {41, 3}, 6, -1.5, 1.5)};
-  for (ReductionOp op : {ReductionOp::Sum, ReductionOp::Max}) {
-    Reduction r(op, f);
-    const Array want = evaluate(r, in, with(Backend::Interpreter))[0];
-    const Array got = evaluate(r, in, with(Backend::Compiled))[0];
-    std::vector<double> w(want.size());
-    for (int64_t k = 0; k < want.size(); ++k) w[k] = want.at(k);
-    // float32: inputs are exact in both paths; the interpreter computes in float64.
-    const double tol = f64 ? 1e-12 : 3e-5;
-    expect_close(got, w, tol, tol * 10, what + (f64 ? " f64" : " f32"));
-  }
+  for (ReductionOp op : {ReductionOp::Sum, ReductionOp::Max})
+    expect_compiled_matches_interpreter(Reduction(op, f), in, f64, what);
 }
 
 class CompiledOp : public ::testing::TestWithParam<std::tuple<int, bool>> {};
@@ -230,13 +223,10 @@ TEST(CompiledLayout, NonContiguousAndParamsAndBothAxes) {
 }
 
 // The AVX2, SSE and scalar code paths are what other machines run: check them here too.
-class CompiledSimdLevel : public ::testing::TestWithParam<const char*> {};
+class CompiledSimdLevel : public SimdLevelTest {};
 
 TEST_P(CompiledSimdLevel, MatchesInterpreter) {
-  const std::string level = GetParam();
-  if (!simd_level_runs(level)) GTEST_SKIP() << "this machine does not run " << level << " code";
-  // Scoped, so a run of the whole suite at TESSEL_SIMD=avx2 keeps that level after this test.
-  test_env::ScopedEnv simd("TESSEL_SIMD", level);
+  const std::string level = this->level();
   const Formula x = vi(0, 3), y = vj(1, 3), b = vj(2, 2), a = x - y;
   const std::vector<std::pair<ReductionOp, Formula>> cases = {
       {ReductionOp::Sum, exp(-sqdist(x, y)) * b},

@@ -11,7 +11,7 @@
 
 #include "backend/cpu/compiled.hpp"
 #include "reduction_helpers.hpp"
-#include "temp_env.hpp"
+#include "simd_level_test.hpp"
 
 using namespace tessel;
 using namespace tessel::testing;
@@ -136,12 +136,10 @@ std::shared_ptr<BlockRanges> crossing_ranges() {
   return br;
 }
 
-class CompiledChunks : public ::testing::TestWithParam<const char*> {};
+class CompiledChunks : public SimdLevelTest {};
 
 TEST_P(CompiledChunks, DenseChunkedEqualsUnchunkedBitForBit) {
-  const std::string level = GetParam();
-  if (!simd_level_runs(level)) GTEST_SKIP() << "this CPU does not run " << level << " code";
-  test_env::ScopedEnv force("TESSEL_SIMD", level);
+  const std::string level = this->level();
   for (DType t : {DType::Float32, DType::Float64})
     for (bool nan : {false, true}) {
       const std::vector<Array> all = inputs(t, nan);
@@ -166,9 +164,7 @@ TEST_P(CompiledChunks, DenseChunkedEqualsUnchunkedBitForBit) {
 }
 
 TEST_P(CompiledChunks, BlockSparseChunkedWithinBound) {
-  const std::string level = GetParam();
-  if (!simd_level_runs(level)) GTEST_SKIP() << "this CPU does not run " << level << " code";
-  test_env::ScopedEnv force("TESSEL_SIMD", level);
+  const std::string level = this->level();
   const std::vector<Array> all = inputs(DType::Float64, false);
   for (Case c : cases()) {
     const std::vector<Array> in = args_for(c.r, all);
@@ -201,9 +197,7 @@ TEST_P(CompiledChunks, BlockSparseChunkedWithinBound) {
 // regroup, within their schemes' bounds: float64 accumulators for block sums (1e-6 covers the
 // final float32 rounding), M u for direct float32 sums, a few u for Kahan.
 TEST_P(CompiledChunks, FewRowsSplitAcrossThreads) {
-  const std::string level = GetParam();
-  if (!simd_level_runs(level)) GTEST_SKIP() << "this CPU does not run " << level << " code";
-  test_env::ScopedEnv force("TESSEL_SIMD", level);
+  const std::string level = this->level();
   for (DType t : {DType::Float32, DType::Float64})
     for (bool nan : {false, true})
       for (int64_t rows : {1, 3})
@@ -251,6 +245,6 @@ TEST_P(CompiledChunks, FewRowsSplitAcrossThreads) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, CompiledChunks, ::testing::ValuesIn(kSimdLevels),
-                         [](const auto& p) { return std::string(p.param); });
+                         simd_level_name);
 
 }  // namespace

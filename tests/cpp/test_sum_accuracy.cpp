@@ -7,8 +7,8 @@
 #include <random>
 
 #include "reduction_helpers.hpp"
+#include "simd_level_test.hpp"
 #include "sum_bounds.hpp"
-#include "temp_env.hpp"
 #include "tessel/runtime.hpp"
 
 using namespace tessel;
@@ -81,17 +81,15 @@ std::vector<SumSetup> setups() {
   return all;
 }
 
-class SumAccuracyAtLevel : public ::testing::TestWithParam<const char*> {};
+class SumAccuracyAtLevel : public SimdLevelTest {};
 
 TEST_P(SumAccuracyAtLevel, EverySchemeWithinItsBound) {
-  const std::string level = GetParam();
-  if (!simd_level_runs(level)) GTEST_SKIP() << "this CPU does not run " << level << " code";
-  test_env::ScopedEnv force("TESSEL_SIMD", level);
+  const std::string level = this->level();
   for (const SumSetup& c : setups()) check_sums(c, Backend::Compiled, level + " " + setup_name(c));
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, SumAccuracyAtLevel, ::testing::ValuesIn(kSimdLevels),
-                         [](const auto& p) { return std::string(p.param); });
+                         simd_level_name);
 
 // LogSumExp adds its exponentials like block sums: float runs of L per lane, then float64. The
 // first tile holds every lane's maximum (so no rescaling rounds), the rest are uniform below
@@ -99,9 +97,7 @@ INSTANTIATE_TEST_SUITE_P(Levels, SumAccuracyAtLevel, ::testing::ValuesIn(kSimdLe
 // relative terms of the sum, whatever the width. A float running sum per lane (the earlier
 // kernels) is off by ~1e-4 here.
 TEST_P(SumAccuracyAtLevel, LogSumExpSumsAsBlocks) {
-  const std::string level = GetParam();
-  if (!simd_level_runs(level)) GTEST_SKIP() << "this CPU does not run " << level << " code";
-  test_env::ScopedEnv force("TESSEL_SIMD", level);
+  const std::string level = this->level();
   const int64_t n = int64_t{1} << 21;
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<double> u01(-3, 0);
