@@ -26,12 +26,7 @@ inline void add_complex_cases(std::vector<OpCase>& cs) {
   using namespace tessel;
   using GK = GradKind;
   const Draw u2 = uniform(-2, 2);
-  auto add = [&](std::string name, OpCode op, std::vector<int> dims,
-                 std::function<Formula(const std::vector<Formula>&)> f,
-                 std::function<Vec(const Point&)> ref, std::vector<Draw> d, GK g = GK::Smooth,
-                 std::function<bool(const Point&)> ok = {}) {
-    cs.push_back(OpCase{name, op, dims, f, ref, d, ok, g});
-  };
+  const CaseAdder add(cs);
   // Binary: equal dims and either operand one complex number broadcast over the other.
   auto binary = [&](std::string name, OpCode op, std::function<Cplx(Cplx, Cplx)> f,
                     std::vector<Draw> d) {

@@ -64,6 +64,23 @@ struct OpCase {
   GradKind grad = GradKind::Smooth;
 };
 
+// Appends cases to a table, the fields in the order the case lists write them: the gradient kind
+// and the point filter last, as most cases leave them out.
+class CaseAdder {
+ public:
+  explicit CaseAdder(std::vector<OpCase>& cs) : cs_(cs) {}
+  void operator()(std::string name, OpCode op, std::vector<int> dims,
+                  std::function<Formula(const std::vector<Formula>&)> f,
+                  std::function<Vec(const Point&)> ref, std::vector<Draw> d,
+                  GradKind g = GradKind::Smooth, std::function<bool(const Point&)> ok = {}) const {
+    cs_.push_back(OpCase{std::move(name), op, std::move(dims), std::move(f), std::move(ref),
+                         std::move(d), std::move(ok), g});
+  }
+
+ private:
+  std::vector<OpCase>& cs_;
+};
+
 inline std::vector<Formula> make_vars(const OpCase& c) {
   std::vector<Formula> v;
   for (size_t k = 0; k < c.dims.size(); ++k)
@@ -255,12 +272,7 @@ inline std::vector<OpCase> all_cases() {
       cs.push_back(c);
     }
   };
-  auto vec = [&](std::string name, OpCode op, std::vector<int> dims,
-                 std::function<Formula(const std::vector<Formula>&)> f,
-                 std::function<Vec(const Point&)> ref, std::vector<Draw> d, GK g = GK::Smooth,
-                 std::function<bool(const Point&)> ok = {}) {
-    cs.push_back(OpCase{name, op, dims, f, ref, d, ok, g});
-  };
+  const CaseAdder vec(cs);
   const Draw u2 = uniform(-2, 2), tri = ints(-1, 1) /* ties are frequent */;
   const auto apart = [](double a, double b) { return std::fabs(a - b) > 1e-3; };
   // A binary vector op at several argument dims, each case named by them ("Concat23").

@@ -34,11 +34,7 @@ inline void add_linear_cases(std::vector<OpCase>& cs) {
   using namespace tessel;
   using GK = GradKind;
   const Draw u2 = uniform(-2, 2);
-  auto add = [&](std::string name, OpCode op, std::vector<int> dims,
-                 std::function<Formula(const std::vector<Formula>&)> f,
-                 std::function<Vec(const Point&)> ref, std::vector<Draw> d, GK g = GK::Smooth) {
-    cs.push_back(OpCase{name, op, dims, f, ref, d, {}, g});
-  };
+  const CaseAdder add(cs);
   for (auto [n, m] : std::vector<std::pair<int, int>>{{5, 3}, {4, 0}, {4, 3}, {1, 0}})
     add(
         "ElemT" + std::to_string(n) + std::to_string(m), OpCode::ElemT, {1},
