@@ -17,73 +17,46 @@ namespace {
 // One formula per table op, with dims that op accepts and no simplification firing.
 Formula sample(OpCode code) {
   const Formula x = vi(0, 3), y = vj(1, 3), z = pm(2, 3), s = pm(3, 1);
-  switch (code) {
-    case OpCode::Pow:
-      return make(code, {x}, {3});
-    case OpCode::Round:
-      return make(code, {x}, {2});
-    case OpCode::ClampInt:
-      return make(code, {x}, {0, 1});
-    case OpCode::Elem:
-      return make(code, {x}, {1});
-    case OpCode::Extract:
-      return make(code, {x}, {1, 2});
-    case OpCode::OneHot:
-      return make(code, {s}, {4});
-    case OpCode::SqNormIso:
-      return make(code, {s, x});
-    case OpCode::SymSqNorm:
-      return make(code, {pm(4, 9), x});
-    case OpCode::MatVecMult:
-      return make(code, {pm(4, 6), x});
-    case OpCode::VecMatMult:
-      return make(code, {vj(5, 2), pm(4, 6)});
-    case OpCode::TensorProd:
-      return make(code, {x, vj(5, 2)});
-    case OpCode::TensorDot: {
-      // (2x3) . (3x4) -> (2x4), then transposed: a permutation the builder never makes
-      TensorDotSpec t{{2, 3}, {3, 4}, {1}, {0}, {1, 0}};
-      return make(code, {pm(4, 6), vj(5, 12)}, t.encode());
-    }
-    case OpCode::ComplexAdd:
-    case OpCode::ComplexSubtract:
-    case OpCode::ComplexMult:
-    case OpCode::ComplexDivide:
-    case OpCode::Conj:
-    case OpCode::ComplexExp:
-    case OpCode::ComplexReal:
-    case OpCode::ComplexImag:
-    case OpCode::ComplexSquareAbs:
-    case OpCode::ComplexAbs:
-    case OpCode::ComplexAngle:
-    case OpCode::ComplexSum: {  // complex operands: even dims
-      std::vector<Formula> args = {vi(0, 4), vj(1, 4)};
-      args.resize(op_info(code).arity);
-      return make(code, args);
-    }
-    case OpCode::ComplexRealScal:
-      return make(code, {s, vi(0, 4)});
-    case OpCode::ComplexSumT:
-      return make(code, {vj(1, 2)}, {4});
-    case OpCode::ElemT:
-      return make(code, {s}, {4, 1});
-    case OpCode::ExtractT:
-      return make(code, {x}, {1, 5});
-    case OpCode::SumT:
-      return make(code, {s}, {4});
-    case OpCode::DiffClampInt:
-      return make(code, {x}, {0, 1});
-    case OpCode::BSpline:
-      return make(code, {x, s}, {1});
-    case OpCode::SoftDTW:
-    case OpCode::SoftDTWGrad:
-      return make(code, {x, vj(5, 2), s});
-    case OpCode::SoftDTWGradDir:
-      return make(code, {x, vj(5, 2), s, pm(4, 12)});
-    default:
-      break;
-  }
+  // The ops that take other arguments than (x, y, z) cut to their arity, or parameters.
+  struct Sample {
+    OpCode code;
+    std::vector<Formula> args;
+    std::vector<int64_t> params;
+  };
+  // (2x3) . (3x4) -> (2x4), then transposed: a permutation the builder never makes
+  const TensorDotSpec td{{2, 3}, {3, 4}, {1}, {0}, {1, 0}};
+  const Sample samples[] = {
+      {OpCode::Pow, {x}, {3}},
+      {OpCode::Round, {x}, {2}},
+      {OpCode::ClampInt, {x}, {0, 1}},
+      {OpCode::Elem, {x}, {1}},
+      {OpCode::Extract, {x}, {1, 2}},
+      {OpCode::OneHot, {s}, {4}},
+      {OpCode::SqNormIso, {s, x}, {}},
+      {OpCode::SymSqNorm, {pm(4, 9), x}, {}},
+      {OpCode::MatVecMult, {pm(4, 6), x}, {}},
+      {OpCode::VecMatMult, {vj(5, 2), pm(4, 6)}, {}},
+      {OpCode::TensorProd, {x, vj(5, 2)}, {}},
+      {OpCode::TensorDot, {pm(4, 6), vj(5, 12)}, td.encode()},
+      {OpCode::ComplexRealScal, {s, vi(0, 4)}, {}},
+      {OpCode::ComplexSumT, {vj(1, 2)}, {4}},
+      {OpCode::ElemT, {s}, {4, 1}},
+      {OpCode::ExtractT, {x}, {1, 5}},
+      {OpCode::SumT, {s}, {4}},
+      {OpCode::DiffClampInt, {x}, {0, 1}},
+      {OpCode::BSpline, {x, s}, {1}},
+      {OpCode::SoftDTW, {x, vj(5, 2), s}, {}},
+      {OpCode::SoftDTWGrad, {x, vj(5, 2), s}, {}},
+      {OpCode::SoftDTWGradDir, {x, vj(5, 2), s, pm(4, 12)}, {}},
+  };
+  for (const Sample& c : samples)
+    if (c.code == code) return make(code, c.args, c.params);
   std::vector<Formula> args = {x, y, z};
+  for (OpCode c : {OpCode::ComplexAdd, OpCode::ComplexSubtract, OpCode::ComplexMult,
+                   OpCode::ComplexDivide, OpCode::Conj, OpCode::ComplexExp, OpCode::ComplexReal,
+                   OpCode::ComplexImag, OpCode::ComplexSquareAbs, OpCode::ComplexAbs,
+                   OpCode::ComplexAngle, OpCode::ComplexSum})
+    if (c == code) args = {vi(0, 4), vj(1, 4)};  // complex operands: even dims
   args.resize(op_info(code).arity);
   return make(code, args);
 }
