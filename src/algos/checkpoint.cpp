@@ -2,6 +2,7 @@
 #include "tessel/checkpoint.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
 
 #include "tessel/error.hpp"
@@ -113,22 +114,15 @@ class Builder {
 
 }  // namespace
 
+// In CheckpointAction order; Python's drivers match on these names.
+constexpr const char* kActionNames[] = {"advance",       "snapshot", "restore",
+                                        "first_reverse", "reverse",  "done"};
+static_assert(std::size(kActionNames) == static_cast<size_t>(CheckpointAction::Done) + 1,
+              "every CheckpointAction needs a name");
+
 const char* checkpoint_action_name(CheckpointAction a) {
-  switch (a) {
-    case CheckpointAction::Advance:
-      return "advance";
-    case CheckpointAction::Snapshot:
-      return "snapshot";
-    case CheckpointAction::Restore:
-      return "restore";
-    case CheckpointAction::FirstReverse:
-      return "first_reverse";
-    case CheckpointAction::Reverse:
-      return "reverse";
-    case CheckpointAction::Done:
-      return "done";
-  }
-  return "unknown";
+  const auto q = static_cast<size_t>(a);
+  return q < std::size(kActionNames) ? kActionNames[q] : "unknown";
 }
 
 std::vector<CheckpointStep> revolve_schedule(int64_t n_steps, int snapshots) {
