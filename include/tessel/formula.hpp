@@ -85,7 +85,9 @@ Formula cos(const Formula& a);
 Formula asin(const Formula& a);
 Formula acos(const Formula& a);
 Formula atan(const Formula& a);
-Formula sinc(const Formula& a);  // sin(x)/x, 1 at 0: KeOps's SinXDivX
+Formula sin_x_div_x(const Formula& a);  // sin(x)/x, 1 at 0: KeOps's SinXDivX
+// The normalised sinc of NumPy, PyTorch and pykeops's LazyTensor.sinc: sin(pi x)/(pi x), 1 at 0.
+Formula sinc(const Formula& a);
 Formula floor(const Formula& a);
 Formula round(const Formula& a);  // half away from zero
 Formula pow(const Formula& a, int n);

@@ -3,7 +3,7 @@
 Every operation calls the core (`_core.make` and friends), which checks dims and simplifies: the
 dim rules live in the core only, and their errors are re-raised naming the LazyTensor method
 the user called. Variables of different operands are merged by identity and renumbered by the
-core (`Formula.relabel`). Methods for the table's plain ops (exp, sinc, atan2, sqdist, ...) are
+core (`Formula.relabel`). Methods for the table's plain ops (exp, sinxdivx, atan2, sqdist, ...) are
 generated from `_core.op_table()`, so a new core op needs no edit here.
 """
 import math
@@ -391,7 +391,7 @@ def _table_method(op, arity, n_params, name):
 
 
 def add_table_methods(cls):
-    """A method per op of the core's table that cls does not spell itself (exp, sinc, atan2,
+    """A method per op of the core's table that cls does not spell itself (exp, sinxdivx, atan2,
     sqdist, matvecmult, ...): the table's method name (the lower-case op name unless the op says
     otherwise; none for internal ops), operands then integer parameters. Returns the names
     added."""

@@ -181,8 +181,8 @@ class LazyTensor(ToComplex, Reductions, FormulaOps):
                         f"{type(key).__name__}")
 
     def sinc(self):
-        """sinc(x) = sin(pi x) / (pi x), 1 at 0: the normalised sinc of NumPy, PyTorch and pykeops
-        (the unnormalised sin(x) / x is `sinxdivx`)."""
+        """sinc(x) = sin(pi x) / (pi x), 1 at 0: the normalised sinc of NumPy, PyTorch, pykeops and
+        C++ `tessel::sinc` (the unnormalised sin(x) / x is `sinxdivx`, C++ `sin_x_div_x`)."""
         return (math.pi * self).sinxdivx()
 
     # ---- transpose -----------------------------------------------------------------------------

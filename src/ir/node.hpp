@@ -40,7 +40,7 @@ enum class OpCode : uint16_t {
   Asin,
   Acos,
   Atan,
-  Sinc,
+  SinXDivX,
   Atan2,
   Floor,
   Round,

@@ -1,6 +1,7 @@
 // Elementwise math ops (transcendental, rounding, comparisons, conditionals) and their VJPs.
 #include <array>
 #include <cmath>
+#include <numbers>
 
 #include "ops/op.hpp"
 
@@ -220,14 +221,14 @@ struct AtanOp : Unary<AtanOp> {
 };
 Formula atan(const Formula& a) { return make(OpCode::Atan, {a}); }
 
-// sin(x)/x, KeOps's SinXDivX, with its limit 1 at 0 (pykeops's LazyTensor.sinc is this op at
-// pi x). Its derivative (cos x - sinc x) / x cancels near 0 (relative error ~6 eps / x^2), so for
+// sin(x)/x, KeOps's SinXDivX, with its limit 1 at 0 (the normalised sinc, sinc(), is this op at
+// pi x). Its derivative (cos x - sin(x)/x) / x cancels near 0 (relative error ~6 eps / x^2), so for
 // |x| < 1 it is the Taylor series x P(x^2), sum_k (-1)^k 2k x^(2k-1) / (2k+1)!, to k = 9: the first
 // omitted term is below 1.2e-18 of the sum there, and at |x| >= 1 the closed form loses at most
 // ~6 eps. Each branch reads an input that the select replaces where it is not taken (1 and 0),
 // so neither evaluates 0/0 or overflows and second derivatives stay finite (0 * NaN otherwise).
-struct SincOp : Unary<SincOp> {
-  TESSEL_OP_NAMED(Sinc, "SinXDivX");
+struct SinXDivXOp : Unary<SinXDivXOp> {
+  TESSEL_OP(SinXDivX);
   template <class S> static S f(const Node&, const S& x) {
     return t_eq(x, S(0.0), S(1.0), t_sin(x) / x);
   }
@@ -246,7 +247,9 @@ struct SincOp : Unary<SincOp> {
     return {g * ifelse(far, closed, near)};
   }
 };
-Formula sinc(const Formula& a) { return make(OpCode::Sinc, {a}); }
+Formula sin_x_div_x(const Formula& a) { return make(OpCode::SinXDivX, {a}); }
+// Named as NumPy, PyTorch and pykeops name it, so that C++ sinc(x) and Python's x.sinc() agree.
+Formula sinc(const Formula& a) { return sin_x_div_x(std::numbers::pi * a); }
 
 struct Atan2Op : Binary<Atan2Op> {
   TESSEL_OP(Atan2);
@@ -398,7 +401,7 @@ Formula not_equal(const Formula& a, const Formula& b) { return make(OpCode::NotE
 
 void register_math(std::vector<OpInfo>& t) {
   register_ops<ExpOp, LogOp, XLogXOp, SqrtOp, RsqrtOp, InvOp, PowOp, PowfOp, SquareOp, AbsOp,
-               SignOp, StepOp, ReluOp, SinOp, CosOp, AsinOp, AcosOp, AtanOp, SincOp, Atan2Op,
+               SignOp, StepOp, ReluOp, SinOp, CosOp, AsinOp, AcosOp, AtanOp, SinXDivXOp, Atan2Op,
                FloorOp, RoundOp, ModOp, ClampOp, ClampIntOp, IfElseOp, ElemMinOp, ElemMaxOp,
                CompareOp<Cmp::Less>, CompareOp<Cmp::LessEq>, CompareOp<Cmp::Greater>,
                CompareOp<Cmp::GreaterEq>, CompareOp<Cmp::Equal>, CompareOp<Cmp::NotEqual>>(t);

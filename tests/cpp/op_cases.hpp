@@ -327,16 +327,18 @@ inline std::vector<OpCase> all_cases() {
   ew("Asin", OpCode::Asin, {}, Ref1([](double x) { return std::asin(x); }), {uniform(-.9, .9)});
   ew("Acos", OpCode::Acos, {}, Ref1([](double x) { return std::acos(x); }), {uniform(-.9, .9)});
   ew("Atan", OpCode::Atan, {}, Ref1([](double x) { return std::atan(x); }), {uniform(-3, 3)});
-  // Sinc (SinXDivX): around 0 (exact zeros, tiny, the series/closed-form switch at |x| = 1) and
-  // at large |x|; singular::sinc_ref is an independent long-double reference.
-  const Ref1 sinc_v = [](double x) { return static_cast<double>(tessel::singular::sinc_ref(x, 0)); };
-  ew("Sinc", OpCode::Sinc, {}, sinc_v, {uniform(-4, 4)});
-  ew("Sinc_near0", OpCode::Sinc, {}, sinc_v,
+  // SinXDivX: around 0 (exact zeros, tiny, the series/closed-form switch at |x| = 1) and
+  // at large |x|; singular::sin_x_div_x_ref is an independent long-double reference.
+  const Ref1 sin_x_div_x_v = [](double x) {
+    return static_cast<double>(tessel::singular::sin_x_div_x_ref(x, 0));
+  };
+  ew("SinXDivX", OpCode::SinXDivX, {}, sin_x_div_x_v, {uniform(-4, 4)});
+  ew("SinXDivX_near0", OpCode::SinXDivX, {}, sin_x_div_x_v,
      {[](Rng& r) {
        const double pts[] = {0.0, -0.0, 1e-300, -3e-9, 1e-4, 0.999999, -1.000001, 1.0};
        return r() & 1 ? pts[r() % 8] : unif(r, -1.2, 1.2);
      }});
-  ew("Sinc_large", OpCode::Sinc, {}, sinc_v, {away0(1e2, 1e6)});
+  ew("SinXDivX_large", OpCode::SinXDivX, {}, sin_x_div_x_v, {away0(1e2, 1e6)});
   ew("Atan2", OpCode::Atan2, {}, Ref2([](double y, double x) { return std::atan2(y, x); }),
      {away0(0.1, 2)});
   ew("Floor", OpCode::Floor, {}, Ref1([](double x) { return std::floor(x); }),

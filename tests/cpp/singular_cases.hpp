@@ -27,7 +27,7 @@ struct UnaryCase {
 
 // sin(x)/x (order 0) and its first and second derivatives in long double: the Taylor series
 // below |x| = 2 (30 terms: the remainder is below 1e-40), the closed forms above.
-inline long double sinc_ref(double xd, int order) {
+inline long double sin_x_div_x_ref(double xd, int order) {
   const long double x = xd;
   if (std::fabs(xd) < 2) {
     long double sum = 0, c = 1;  // c = (-1)^k / (2k+1)!
@@ -64,10 +64,11 @@ inline const std::vector<UnaryCase>& unary_cases() {
        [](double x) { return x < 0 ? 0.0 : 1.0; }, [](double) { return 0.0; },
        {0.0, -0.0, 1e-3, -1e-3, 2}},
       // sin(x)/x: 1 at 0, derivatives 0 and -1/3 there (the series branch of its VJP).
-      {"Sinc", [](const Formula& a) { return sinc(a); },
-       [](double x) { return static_cast<double>(sinc_ref(x, 0)); },
-       [](double x) { return static_cast<double>(sinc_ref(x, 1)); },
-       [](double x) { return static_cast<double>(sinc_ref(x, 2)); }, {0.0, -0.0, 1e-8, 1, -30}},
+      {"SinXDivX", [](const Formula& a) { return sin_x_div_x(a); },
+       [](double x) { return static_cast<double>(sin_x_div_x_ref(x, 0)); },
+       [](double x) { return static_cast<double>(sin_x_div_x_ref(x, 1)); },
+       [](double x) { return static_cast<double>(sin_x_div_x_ref(x, 2)); },
+       {0.0, -0.0, 1e-8, 1, -30}},
       // Poles: IEEE infinities, no convention needed.
       {"Log", [](const Formula& a) { return log(a); }, [](double x) { return std::log(x); },
        [](double x) { return 1 / x; }, [](double x) { return -1 / (x * x); }, {0.0, 1e-3, 0.5, 1, 3}},

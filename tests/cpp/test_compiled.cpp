@@ -40,7 +40,7 @@ Formula sample(OpCode code) {
     case OpCode::Asin: return asin(0.9 * u);
     case OpCode::Acos: return acos(0.9 * u);
     case OpCode::Atan: return atan(3.0 * a);
-    case OpCode::Sinc: return sinc(3.0 * a * step(s)) + sinc(1e3 * a);
+    case OpCode::SinXDivX: return sin_x_div_x(3.0 * a * step(s)) + sin_x_div_x(1e3 * a);
     case OpCode::Atan2: return atan2(x, y);
     case OpCode::Floor: return floor(4.0 * a);
     case OpCode::Round: return round(4.0 * a) + make(OpCode::Round, {a}, {2});

@@ -309,10 +309,10 @@ TEST(OpGrads, SharedVariablesAccumulate) {
 }
 
 // SinXDivX's derivative from 1e-300 to 1e3, across the series/closed-form switch at |x| = 1,
-// against a long-double reference: the naive (cos x - sinc x) / x would lose all digits below
+// against a long-double reference: the naive (cos x - sin(x)/x) / x would lose all digits below
 // ~1e-8. Bounds: the series' rounding (a few ulp), ~6 eps for the closed form near |x| = 1.
-TEST(OpGrads, SincDerivativeIsAccurateFromTinyToLarge) {
-  const Formula x = vi(0, 1), d1 = grad(sinc(x), x, constant(1.0));
+TEST(OpGrads, SinXDivXDerivativeIsAccurateFromTinyToLarge) {
+  const Formula x = vi(0, 1), d1 = grad(sin_x_div_x(x), x, constant(1.0));
   const Formula d2 = grad(d1, x, constant(1.0));
   std::vector<double> xs = {0.0, -0.0, 1e-300, 1e-150, 3e-9, 1e-4, 0.5, 0.999999999999,
                             1.0, 1.000000000001, 1.5, 7.25, 100.0, 1e3};
@@ -320,8 +320,8 @@ TEST(OpGrads, SincDerivativeIsAccurateFromTinyToLarge) {
   for (double v : xs)
     for (double s : {1.0, -1.0}) {
       const double at = s * v;
-      const double want1 = static_cast<double>(tessel::singular::sinc_ref(at, 1));
-      const double want2 = static_cast<double>(tessel::singular::sinc_ref(at, 2));
+      const double want1 = static_cast<double>(tessel::singular::sin_x_div_x_ref(at, 1));
+      const double want2 = static_cast<double>(tessel::singular::sin_x_div_x_ref(at, 2));
       const double got1 = eval_at(d1, {{at}})[0], got2 = eval_at(d2, {{at}})[0];
       EXPECT_LE(std::fabs(got1 - want1), 2e-15 * std::fabs(want1) + 1e-300) << "x = " << at;
       // the second derivative's closed form subtracts terms of ~1/x^2 near its zeros: absolute

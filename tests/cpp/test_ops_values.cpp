@@ -65,7 +65,7 @@ TEST(OpValues, PublicBuildersMatchTheTable) {
       {asin(a), m(OpCode::Asin, {a})},
       {acos(a), m(OpCode::Acos, {a})},
       {atan(a), m(OpCode::Atan, {a})},
-      {sinc(a), m(OpCode::Sinc, {a})},
+      {sin_x_div_x(a), m(OpCode::SinXDivX, {a})},
       {floor(a), m(OpCode::Floor, {a})},
       {powf(a, b), m(OpCode::Powf, {a, b})},
       {atan2(a, b), m(OpCode::Atan2, {a, b})},

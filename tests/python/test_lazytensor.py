@@ -1,4 +1,6 @@
 """LazyTensor (tessel.numpy, tessel.torch): operations and reductions against dense references."""
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -425,6 +427,16 @@ def test_sinc_is_the_normalised_sinc_of_torch_and_numpy():
     assert torch.allclose(g_got, g_want, rtol=1e-12, atol=1e-15)
     u = (tt.Vi(x).sinxdivx() * tt.Vj(ones)).sum(1)
     assert torch.allclose(u, torch.sinc(x / torch.pi), rtol=1e-14, atol=1e-15)
+
+
+def test_sinc_is_the_cpp_builders_sinc():
+    # The formula and points of tests/cpp/test_sinc_naming.cpp: C++ sinc(x) and x.sinc() agree.
+    x = np.array([[0.0], [0.5], [-0.5], [1.5], [0.25], [1.0], [2.0], [-3.0]])
+    s = Vi(x).sinc()
+    assert str(s.formula) == "SinXDivX((3.1415926535897931*Vi(0,1)))"
+    got = (s * Vj(np.ones((1, 1)))).sum(1)[:, 0]
+    want = [1.0, 2 / math.pi, 2 / math.pi, -2 / (3 * math.pi), 2 * math.sqrt(2) / math.pi, 0, 0, 0]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)
 
 
 def test_genred_cache_is_bounded():
