@@ -24,12 +24,9 @@ echo "test: running ctest (full log in $log)"
 run_ctest "$@"
 rc=$?
 # Then again at each SIMD level below this CPU's (other users' machines run those kernels), the
-# tests that generate, compile or evaluate CPU kernels. Left out as independent of the level:
-# CUDA codegen/emulation, the disk and PTX caches, the parser, IR, compiler and runtime probes,
-# the install test, the interpreter-only accuracy test, and the Levels/ tests, which force every
-# level themselves.
-# TESSEL_TEST_SIMD_LEVELS=none skips this part.
-simd_independent='^(Cuda|PtxCache|DiskCache|Parser\.|IR\.|RuntimeCompiler\.|RuntimeInfo\.|Levels/|SumAccuracy\.|install_and_find_package$)'
+# tests whose code the level changes (scripts/arch_tests.sh); the Levels/ tests force every level
+# themselves. TESSEL_TEST_SIMD_LEVELS="avx2 sse2" picks the levels, =none skips this part.
+source scripts/arch_tests.sh
 native=$(env -u TESSEL_SIMD TESSEL_CACHE_DIR="$PWD/build/test-cache" build/tessel doctor --quick |
   awk '$1 == "SIMD" { print $2 }')
 levels="avx512 avx2 sse2 scalar"
@@ -40,7 +37,7 @@ for level in ${TESSEL_TEST_SIMD_LEVELS:-$lower}; do
   log=build/ctest-$level.log
   echo "test: running ctest at TESSEL_SIMD=$level (native: $native; full log in $log)"
   start=$SECONDS
-  TESSEL_SIMD=$level run_ctest -E "$simd_independent" "$@"
+  TESSEL_SIMD=$level run_ctest -R "$ARCH_TESTS" "$@"
   level_rc=$?
   echo "test: TESSEL_SIMD=$level took $((SECONDS - start)) s"
   ((level_rc == 0)) || rc=$level_rc

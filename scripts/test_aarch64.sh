@@ -37,16 +37,15 @@ fi
 export QEMU_LD_PREFIX=/usr/aarch64-linux-gnu
 export TESSEL_CXX=aarch64-linux-gnu-g++
 export TESSEL_CACHE_DIR=$PWD/$build/test-cache
-# The whole C++ suite but the CUDA kernels' emulation (GPU code, covered natively), the install
-# test (it builds and runs the examples with the host's tools) and what no instruction set
-# changes (the parser and its fuzzing, the IR, the disk cache, the
-# null backend's guarded-memory tests, the layering check), which the
-# native run covers. TESSEL_AARCH64_TESTS, a ctest -R regex, narrows it.
+# The tests whose code the instruction set changes (scripts/arch_tests.sh), and the Levels/ tests
+# (NEON and scalar forced in turn); the rest of the suite is the same on every architecture and
+# runs natively. TESSEL_AARCH64_TESTS, a ctest -R regex, replaces the list.
+source scripts/arch_tests.sh
 start=$SECONDS
 if (($#)); then
   ctest --test-dir "$build/tessel" -j "$jobs" --output-on-failure "$@"
 else
   ctest --test-dir "$build/tessel" -j "$jobs" --output-on-failure \
-    -R "${TESSEL_AARCH64_TESTS:-.}" -E 'Cuda|install_and_find_package|^(Parser\.|IR\.|DiskCache|DeviceGuard|fuzz_parser|layers$)'
+    -R "${TESSEL_AARCH64_TESTS:-$ARCH_TESTS|^Levels/}"
 fi
 echo "test_aarch64: ctest under qemu-aarch64 took $((SECONDS - start)) s" >&2

@@ -1,0 +1,9 @@
+# Sourced by the test scripts: which C++ tests run again at each SIMD level below the machine's
+# and under qemu-aarch64. Those whose code the instruction set changes: every op compiled and
+# checked against the interpreter, reductions against brute force (tiles, lanes, remainders),
+# elementary functions and their singular points, half precision, index outputs, block-sparse and
+# edge-sized problems, the CPU code generator's layouts. Front ends, options, errors, algorithms
+# (Sinkhorn, CG, checkpointing), caches, tools and the parser run once, natively: they call the
+# same kernels, which the tests above cover at every level.
+# ctest -R regex:
+ARCH_TESTS='^(EveryOp/|All/ReductionBrute|Backends/SingularPoints|OpValues|OpsLinear|DerivativeOps|Dtypes/CompiledTrig|Half/|HalfConversion|KMinLargeK|BlockSparse|ReductionEdge|Compiled(Math|Layout|Indices|WithClang)|WideOutputCodegen|ContractionCodegen|Hoist)'
