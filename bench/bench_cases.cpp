@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "cli.hpp"
+#include "timing.hpp"
 
 namespace tessel::bench {
 
@@ -26,7 +26,7 @@ bool is_case(const std::string& name) {
 
 Array uniform_array(DType dtype, int64_t rows, int64_t dim, uint64_t seed, double lo, double hi) {
   Array a(dtype, {rows, dim});
-  cli::SplitMix rng(seed);
+  SplitMix rng(seed);
   for (int64_t k = 0; k < a.size(); ++k) {
     const double v = lo + (hi - lo) * rng.uniform();
     if (dtype == DType::Float32)
@@ -137,9 +137,9 @@ std::vector<std::vector<Array>> run_problem(const BenchProblem& p, const Options
 Timing time_problem(const BenchProblem& p, int reps, const Options& opt) {
   Timing t;
   t.reps = reps;
-  const double t0 = cli::now_s();
+  const double t0 = now_s();
   const std::vector<std::vector<Array>> outs = run_problem(p, opt);
-  t.first_call_s = cli::now_s() - t0;
+  t.first_call_s = now_s() - t0;
   // Later calls write into the same buffers, so allocation is not part of what is measured.
   std::vector<std::vector<ArrayView>> in_views, out_views;
   for (size_t s = 0; s < p.reductions.size(); ++s) {
@@ -151,12 +151,12 @@ Timing time_problem(const BenchProblem& p, int reps, const Options& opt) {
   }
   std::vector<double> times;
   for (int k = 0; k < reps; ++k) {
-    const double s = cli::now_s();
+    const double s = now_s();
     for (size_t r = 0; r < p.reductions.size(); ++r)
       evaluate(p.reductions[r], in_views[r], out_views[r], opt);
-    times.push_back(cli::now_s() - s);
+    times.push_back(now_s() - s);
   }
-  t.median_s = cli::median(times);
+  t.median_s = median(times);
   return t;
 }
 

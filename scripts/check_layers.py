@@ -11,6 +11,7 @@ The engine (src/engine, and src/algos, which drive it) names no backend: it asks
 a backend and the device interface for device memory, so no BackendId, no built-in backend's
 accessor and no include of backend/cpu or backend/cuda there. Python: nothing outside
 tessel.compat imports tessel.compat, the pykeops compatibility layer at the package's edge.
+bench/ (the benchmark cases) includes nothing from tools/ (the command that runs them).
 
 Usage: scripts/check_layers.py [--root DIR]; prints each violation and exits 1 if there is any.
 """
@@ -197,12 +198,31 @@ def check_python(root):
     return problems
 
 
+def check_bench_below_tools(root):
+    """bench/ (the benchmark cases) sits below tools/ (the `tessel` command that runs them): the
+    command includes the cases, never the reverse, so no include in bench/ names a tools/ file."""
+    problems = []
+    bench = os.path.join(root, "bench")
+    for n in sorted(os.listdir(bench)) if os.path.isdir(bench) else []:
+        if not n.endswith((".cpp", ".hpp")):
+            continue
+        with open(os.path.join(bench, n), encoding="utf-8") as f:
+            text = f.read()
+        for target in INCLUDE.findall(text):
+            if not os.path.isfile(os.path.join(bench, target)) and \
+                    os.path.isfile(os.path.join(root, "tools", target)):
+                problems.append(f"bench/{n}: includes tools/{target}, an upper layer (the "
+                                "command uses the benchmark cases, not the reverse)")
+    return problems
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", default=os.path.join(os.path.dirname(__file__), ".."))
     args = ap.parse_args()
     root = os.path.abspath(args.root)
-    problems = check_cpp(root) + check_engine_names_no_backend(root) + check_python(root)
+    problems = (check_cpp(root) + check_engine_names_no_backend(root) + check_bench_below_tools(root)
+                + check_python(root))
     for p in problems:
         print("check_layers:", p)
     print(f"check_layers: {len(problems)} problem(s)")

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "timing.hpp"  // now_s, median, SplitMix: bench/, which this command uses
+
 namespace tessel::cli {
 
 // A mistake on the command line (unknown command, bad option): printed with a hint, exit code 2.
@@ -25,27 +27,7 @@ int demo_main(const Args& args);
 
 const char* library_version();
 
-// A tiny fixed-seed generator: the same built-in data on every platform and standard library
-// (std::*_distribution results are implementation-defined).
-class SplitMix {
- public:
-  explicit SplitMix(uint64_t seed) : s_(seed) {}
-  uint64_t next() {
-    uint64_t z = (s_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
-  double normal();                                                            // Box-Muller
-
- private:
-  uint64_t s_;
-};
-
 // ---- utilities (cli_util.cpp) -------------------------------------------------------------------
-double now_s();  // monotonic clock, seconds
-double median(std::vector<double> v);
 double peak_rss_mib();                      // this process's peak resident memory
 std::string format_bytes(double bytes);     // binary units: "1.5 MiB"
 std::string format_si_bytes(double bytes);  // decimal units: "40.0 GB", as disk makers count

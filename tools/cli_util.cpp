@@ -1,4 +1,4 @@
-// Small utilities of the `tessel` command: clocks, sizes, option values, processes and JSON lines.
+// Small utilities of the `tessel` command: sizes, option values, processes and JSON lines.
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/resource.h>
@@ -6,10 +6,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <charconv>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -21,23 +19,6 @@
 extern char** environ;
 
 namespace tessel::cli {
-
-double now_s() {
-  using Clock = std::chrono::steady_clock;
-  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
-}
-
-double SplitMix::normal() {
-  const double u = 1.0 - uniform();  // (0, 1]: log(u) stays finite
-  return std::sqrt(-2.0 * std::log(u)) * std::cos(6.283185307179586 * uniform());
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  const size_t h = v.size() / 2;
-  return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
-}
 
 double peak_rss_mib() {
   struct rusage ru;

@@ -22,7 +22,7 @@ struct DemoData {
 DemoData make_data(int64_t n, int64_t m) {
   DemoData d{Array(DType::Float32, {n, 3}), Array(DType::Float32, {m, 3}),
              Array(DType::Float32, {m, 1})};
-  SplitMix rng(2024);
+  bench::SplitMix rng(2024);
   float* x = d.x.as<float>();
   for (int64_t i = 0; i < n; ++i) {
     double p[3] = {rng.normal(), rng.normal(), rng.normal()};
@@ -75,13 +75,13 @@ struct Timed {
 Timed run_twice(const Reduction& r, const std::vector<Array>& in) {
   Timed t;
   const size_t before = cache_list().size();
-  double t0 = now_s();
+  double t0 = bench::now_s();
   t.out = evaluate(r, in);
-  t.first_s = now_s() - t0;
+  t.first_s = bench::now_s() - t0;
   t.compiled = cache_list().size() - before;
-  t0 = now_s();
+  t0 = bench::now_s();
   t.out = evaluate(r, in);
-  t.second_s = now_s() - t0;
+  t.second_s = bench::now_s() - t0;
   return t;
 }
 

@@ -95,9 +95,9 @@ std::string kernel_check_line(bool* ok) {
     Options compiled, interp;
     compiled.backend = Backend::Compiled;
     interp.backend = Backend::Interpreter;
-    const double t0 = now_s();
+    const double t0 = bench::now_s();
     const auto got = evaluate(r, in, compiled);
-    const double dt = now_s() - t0;
+    const double dt = bench::now_s() - t0;
     const auto want = evaluate(r, in, interp);
     double err = 0;
     for (int64_t k = 0; k < want[0].size(); ++k)

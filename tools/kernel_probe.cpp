@@ -220,10 +220,10 @@ PeakProbe::PeakProbe(bool f64, const std::string& work_dir) : f64_(f64) {
   if (!sym_) detail::fail("bench", "the peak probe has no tessel_peak symbol");
   // Iterations per second of one thread, from a run of at least 20 ms.
   for (long iters = 1 << 16;; iters *= 4) {
-    const double t0 = now_s();
+    const double t0 = bench::now_s();
     volatile double sink = call(iters);
     (void)sink;
-    const double dt = now_s() - t0;
+    const double dt = bench::now_s() - t0;
     if (dt > 0.02 || iters > (1L << 40)) {
       iters_per_s_ = static_cast<double>(iters) / dt;
       break;
@@ -249,10 +249,10 @@ double PeakProbe::fma_per_s(int threads, int runs, double seconds) const {
   for (int run = 0; run < runs; ++run) {
     std::vector<std::thread> pool;
     std::vector<double> sinks(static_cast<size_t>(threads));
-    const double t0 = now_s();
+    const double t0 = bench::now_s();
     for (int k = 0; k < threads; ++k) pool.emplace_back([&, k] { sinks[k] = call(iters); });
     for (std::thread& t : pool) t.join();
-    const double dt = now_s() - t0;
+    const double dt = bench::now_s() - t0;
     best = std::max(best, static_cast<double>(threads) * static_cast<double>(iters) * kChains *
                               lanes_ / dt);
   }
