@@ -22,6 +22,7 @@ from fractions import Fraction
 import torch
 
 from ._captured import Captured
+from ._state import outputs_like
 from .checkpoint import checkpoint_loop
 
 __all__ = ["Controller", "Field", "grid", "march", "dopri5"]
@@ -52,22 +53,12 @@ class Field:
     def __call__(self, s, z):
         out = self.f(s, tuple(z) if self.is_tuple else z[0])
         self.stats[self.key] += 1
-        if self.is_tuple:
-            if not isinstance(out, (tuple, list)) or len(out) != len(self.spec):
-                raise ValueError(f"{_NAME}: f returned a {type(out).__name__}; expected a tuple "
-                                 f"of {len(self.spec)} tensors like y0")
-            out = list(out)
-        else:
-            out = [out]
-        for j, (o, (shape, dtype, device)) in enumerate(zip(out, self.spec)):
-            if not isinstance(o, torch.Tensor):
-                raise ValueError(f"{_NAME}: f returned a {type(o).__name__} for state {j}; "
-                                 "expected a tensor")
-            if o.shape != shape or o.dtype != dtype or o.device != device:
-                raise ValueError(
-                    f"{_NAME}: f returned shape {tuple(o.shape)}, {o.dtype} on {o.device} for "
+
+        def mismatch(j, o, shape, dtype, device):
+            return (f"{_NAME}: f returned shape {tuple(o.shape)}, {o.dtype} on {o.device} for "
                     f"state {j} at t={float(s):g}; expected shape {tuple(shape)}, {dtype} on "
                     f"{device} like y0 (f must return dy/dt with the state's shape and dtype)")
+        out = outputs_like(out, self.spec, self.is_tuple, f"{_NAME}: f", "y0", mismatch)
         if self.watch is not None:
             self.watch.append((s, self.stats[self.key], _finite(z), _finite(out)))
         return out

@@ -20,6 +20,7 @@ import torch
 from .. import _core
 from ._captured import Captured, grad_once
 from ._rng import RngStates
+from ._state import outputs_like
 from .snapshot_levels import check_storage
 
 __all__ = ["checkpoint_loop", "revolve_schedule", "revolve_optimal_recomputations", "MAX_STEPS"]
@@ -153,25 +154,13 @@ class _Revolve:
     def call(self, state, k):
         out = self.step(state if self.is_tuple else state[0], k)
         self.stats["step_calls"] += 1
-        if self.is_tuple:
-            if not isinstance(out, (tuple, list)) or len(out) != len(self.spec):
-                raise ValueError(f"{self.name}: step {k} returned {type(out).__name__}; "
-                                 f"expected a tuple of {len(self.spec)} tensors like the state")
-            out = tuple(out)
-        else:
-            if isinstance(out, (tuple, list)):
-                raise ValueError(f"{self.name}: step {k} returned a {type(out).__name__}; "
-                                 "expected a tensor like the state")
-            out = (out,)
-        for j, (o, (shape, dtype, device)) in enumerate(zip(out, self.spec)):
-            if not isinstance(o, torch.Tensor):
-                raise ValueError(f"{self.name}: step {k} returned a {type(o).__name__} for "
-                                 f"state {j}; expected a tensor")
-            if o.shape != shape or o.dtype != dtype or o.device != device:
-                raise ValueError(
-                    f"{self.name}: step {k} changed state {j} from shape {tuple(shape)}, "
+
+        def mismatch(j, o, shape, dtype, device):
+            return (f"{self.name}: step {k} changed state {j} from shape {tuple(shape)}, "
                     f"{dtype} on {device} to shape {tuple(o.shape)}, {o.dtype} on {o.device}; "
                     "a step must keep the state's shapes, dtypes and devices")
+        out = tuple(outputs_like(out, self.spec, self.is_tuple, f"{self.name}: step {k}",
+                                 "the state", mismatch))
         return out
 
     def _advance(self, a, b):
