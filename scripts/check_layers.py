@@ -11,15 +11,18 @@ The engine (src/engine, and src/algos, which drive it) names no backend: it asks
 a backend and the device interface for device memory, so no BackendId, no built-in backend's
 accessor and no include of backend/cpu or backend/cuda there. Python: nothing outside
 tessel.compat imports tessel.compat, the pykeops compatibility layer at the package's edge.
-bench/ (the benchmark cases) includes nothing from tools/ (the command that runs them).
+bench/ (the benchmark cases) includes nothing from tools/ (the command that runs them). And no
+function in src/ or python/ is longer than --function-limit lines (check_function_length.py).
 
-Usage: scripts/check_layers.py [--root DIR]; prints each violation and exits 1 if there is any.
+Usage: scripts/check_layers.py [--root DIR] [--function-limit N]; prints each violation and exits 1 if there is any.
 """
 import argparse
 import ast
 import os
 import re
 import sys
+
+import check_function_length
 
 # Top to bottom: a layer may use only the layers after it in this list.
 LAYERS = ["engine", "algos", "autodiff", "backend", "codegen", "reduction", "text", "ops", "ir",
@@ -219,10 +222,11 @@ def check_bench_below_tools(root):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", default=os.path.join(os.path.dirname(__file__), ".."))
+    ap.add_argument("--function-limit", type=int, default=120)
     args = ap.parse_args()
     root = os.path.abspath(args.root)
     problems = (check_cpp(root) + check_engine_names_no_backend(root) + check_bench_below_tools(root)
-                + check_python(root))
+                + check_python(root) + check_function_length.check(root, args.function_limit))
     for p in problems:
         print("check_layers:", p)
     print(f"check_layers: {len(problems)} problem(s)")

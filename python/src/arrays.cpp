@@ -86,8 +86,9 @@ std::vector<int64_t> int_tuple(nb::handle seq) {
 // A tensor read through its attributes: the memory PyTorch holds, whatever its autograd state.
 ArrayView read_tensor(nb::handle t, const TorchNames& torch, const std::string& who, size_t k) {
   if (!t.attr("layout").is(torch.strided))
-    fail_argument(who, k, "is a " + text_of(t.attr("layout")) +
-                              " tensor; expected a dense (strided) tensor", false);
+    fail_argument(
+        who, k, "is a " + text_of(t.attr("layout")) + " tensor; expected a dense (strided) tensor",
+        false);
   // A negative view's memory holds the values before the negation (which is a flag).
   if (nb::hasattr(t, "is_neg") && nb::cast<bool>(t.attr("is_neg")()))
     fail_argument(who, k, "is a negative view (is_neg()); pass x.resolve_neg()", false);
@@ -96,15 +97,17 @@ ArrayView read_tensor(nb::handle t, const TorchNames& torch, const std::string& 
   auto hit = std::find_if(torch.dtypes.begin(), torch.dtypes.end(),
                           [&](const auto& e) { return e.first.is(dt); });
   if (hit == torch.dtypes.end())
-    fail_argument(who, k, "has dtype " + text_of(dt) +
-                              "; expected torch.float32, torch.float64, torch.float16 or "
-                              "torch.bfloat16", true);
+    fail_argument(who, k,
+                  "has dtype " + text_of(dt) +
+                      "; expected torch.float32, torch.float64, torch.float16 or "
+                      "torch.bfloat16",
+                  true);
   v.dtype = hit->second;
   if (nb::cast<bool>(t.attr("is_cuda"))) {
     v.device = Device{DeviceKind::CUDA, nb::cast<int>(t.attr("get_device")())};
   } else if (!nb::cast<bool>(t.attr("is_cpu"))) {
-    fail_argument(who, k, "is on " + text_of(t.attr("device")) +
-                              "; expected CPU or CUDA tensors", false);
+    fail_argument(who, k, "is on " + text_of(t.attr("device")) + "; expected CPU or CUDA tensors",
+                  false);
   }
   v.shape = int_tuple(t.attr("shape"));
   v.strides = int_tuple(t.attr("stride")());
@@ -145,16 +148,18 @@ ArrayView read_argument(nb::handle h, const std::string& who, size_t k, ArrayKin
   InArray a;
   if (!nb::try_cast(h, a)) {
     if (is_numpy_array(h))  // object, string or structured dtypes have no DLPack form
-      fail_argument(who, k, "has dtype " + text_of(h.attr("dtype")) +
-                                "; expected float32, float64 or float16", true);
+      fail_argument(
+          who, k,
+          "has dtype " + text_of(h.attr("dtype")) + "; expected float32, float64 or float16", true);
     fail_argument(who, k, "is a " + py_type(h) + "; expected an array", true);
   }
   if (kind == ArrayKind::Numpy) {
     const nb::dlpack::dtype t = a.dtype();
     if (!(t == nb::dtype<float>() || t == nb::dtype<double>() ||
           (t.bits == 16 && t.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Float))))
-      fail_argument(who, k, "has dtype " + text_of(h.attr("dtype")) +
-                                "; expected float32, float64 or float16", true);
+      fail_argument(
+          who, k,
+          "has dtype " + text_of(h.attr("dtype")) + "; expected float32, float64 or float16", true);
   }
   return view_any(a, "argument", k);
 }

@@ -1,11 +1,13 @@
 // Formulas: the Formula object, the op table and the builders front ends use (no text on a hot
 // path), the alias parser, symbolic derivatives of formulas.
-
 #include "bindings.hpp"
 
 namespace tessel::py {
 
-void bind_formulas(nb::module_& m) {
+namespace {
+
+// The Formula object: its hash, equality by identity (hash-consing), pickling, variables.
+void bind_formula_class(nb::module_& m) {
   // Formulas are built here through the op table (make, var, constant, ...), never from text on
   // a front end's hot path; their printed text is their pickled state, which parses back to the
   // same hash.
@@ -42,6 +44,10 @@ void bind_formulas(nb::module_& m) {
            nb::arg("swap_ij") = false,
            "Variable k renumbered to index_map[k] (empty: unchanged); swap_ij exchanges the i "
            "and j categories (the transpose).");
+}
+
+// Building formulas through the op table: the front ends' only way (no text on a hot path).
+void bind_builders(nb::module_& m) {
   m.def("make", &make_op, nb::arg("op"), nb::arg("args"),
         nb::arg("params") = std::vector<int64_t>{},
         "Op `op` (a name of op_table()) on formulas `args` and integer `params`, with its dim "
@@ -69,6 +75,10 @@ void bind_formulas(nb::module_& m) {
         "KeOps TensorDot of row-major tensors.");
   m.def("kron", &kron, nb::arg("a"), nb::arg("b"), nb::arg("dims_a"), nb::arg("dims_b"),
         "KeOps Kron: numpy.kron of row-major tensors of equal ranks, flattened.");
+}
+
+// KeOps text: the parser, the aliases, the op table as front ends read it.
+void bind_text(nb::module_& m) {
   m.def(
       "parse_texts",
       [](const std::vector<std::string>& texts, const std::vector<std::string>& aliases) {
@@ -121,6 +131,14 @@ void bind_formulas(nb::module_& m) {
       },
       nb::arg("text"), nb::arg("aliases") = std::vector<std::string>{},
       "(index, dim, category) of each variable the formula text names, simplified away or not.");
+}
+
+}  // namespace
+
+void bind_formulas(nb::module_& m) {
+  bind_formula_class(m);
+  bind_builders(m);
+  bind_text(m);
   m.def("grad_formula",
         [](const Formula& f, const Formula& v, const Formula& e) { return grad(f, v, e); });
   m.def("grad_matrix", &grad_matrix, nb::arg("f"), nb::arg("v"));

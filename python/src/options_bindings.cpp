@@ -17,9 +17,9 @@ OptionValue option_value(nb::handle v) {
   if (PyBool_Check(p) || type == "numpy.bool_" || type == "numpy.bool") {
     o.kind = OptionValue::Kind::Bool;
     o.b = PyObject_IsTrue(p) == 1;
-  } else if (PyFloat_Check(p) || (type.starts_with("numpy.") && !PyIndex_Check(p) &&
-                                  Py_TYPE(p)->tp_as_number &&
-                                  Py_TYPE(p)->tp_as_number->nb_float)) {  // NumPy floats too
+  } else if (PyFloat_Check(p) ||
+             (type.starts_with("numpy.") && !PyIndex_Check(p) && Py_TYPE(p)->tp_as_number &&
+              Py_TYPE(p)->tp_as_number->nb_float)) {  // NumPy floats too
     o.kind = OptionValue::Kind::Float;
     o.f = PyFloat_AsDouble(p);
   } else if (PyUnicode_Check(p)) {
@@ -134,8 +134,9 @@ void bind_options(nb::module_& m) {
           nb::arg("reduction") = nb::none(),
           "The options of a reduction, checked by the core's normaliser once: calls take this "
           "object.")
-      .def("as_dict", [](const Settings& s) { return as_dict(s.given); },
-           "The options given, in canonical form (as normalize_options returns them).")
+      .def(
+          "as_dict", [](const Settings& s) { return as_dict(s.given); },
+          "The options given, in canonical form (as normalize_options returns them).")
       .def_prop_ro("backend", [](const Settings& s) { return backend_name(s.eval.backend); })
       .def("__repr__", [](const Settings& s) {
         return "tessel.Settings(" + nb::cast<std::string>(nb::repr(as_dict(s.given))) + ")";

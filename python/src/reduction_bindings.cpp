@@ -27,17 +27,6 @@ struct Bound {
   }
 };
 
-const char* dtype_word(DType d) {
-  switch (d) {
-    case DType::Float32: return "float32";
-    case DType::Float64: return "float64";
-    case DType::Float16: return "float16";
-    case DType::BFloat16: return "bfloat16";
-    case DType::Int64: return "int64";
-  }
-  return "?";
-}
-
 // What a front end promises its users of one call's arrays: one dtype, and CUDA arrays on one
 // device (the core checks the rest: shapes, strides, sizes).
 void check_call(const Bound& b, const std::vector<ArrayView>& in) {
@@ -46,17 +35,19 @@ void check_call(const Bound& b, const std::vector<ArrayView>& in) {
   for (size_t k = 1; k < in.size(); ++k) {
     if (in[k].dtype != in[0].dtype)
       throw nb::type_error((b.who + ": argument " + std::to_string(k) + " has dtype " + prefix +
-                            dtype_word(in[k].dtype) + " but argument 0 has " + prefix +
-                            dtype_word(in[0].dtype) + "; all arguments must share one dtype")
+                            dtype_name(in[k].dtype) + " but argument 0 has " + prefix +
+                            dtype_name(in[0].dtype) + "; all arguments must share one dtype")
                                .c_str());
   }
   const ArrayView* cuda = nullptr;
   for (size_t k = 0; k < in.size(); ++k) {
     if (in[k].device.kind != DeviceKind::CUDA) continue;
     if (cuda && cuda->device.index != in[k].device.index)
-      throw nb::value_error((b.who + ": argument " + std::to_string(k) + " is on cuda:" +
-                             std::to_string(in[k].device.index) + " but an earlier argument is "
-                             "on cuda:" + std::to_string(cuda->device.index) +
+      throw nb::value_error((b.who + ": argument " + std::to_string(k) +
+                             " is on cuda:" + std::to_string(in[k].device.index) +
+                             " but an earlier argument is "
+                             "on cuda:" +
+                             std::to_string(cuda->device.index) +
                              "; all CUDA tensors must be on one device")
                                 .c_str());
     cuda = &in[k];
@@ -73,7 +64,7 @@ nb::list call_on_gpu(const Bound& b, const std::vector<ArrayView>& in, Options& 
   std::vector<OutArray> held;
   std::vector<ArrayView> out;
   for (const OutputSpec& s : output_specs(b.reduction, in, sizes)) {
-    nb::object a = b.alloc(nb::tuple(nb::cast(s.shape)), dtype_word(s.dtype), device);
+    nb::object a = b.alloc(nb::tuple(nb::cast(s.shape)), dtype_name(s.dtype), device);
     res.append(a);
     held.push_back(nb::cast<OutArray>(a));
     out.push_back(view_of(held.back(), "output", held.size() - 1));
@@ -113,9 +104,8 @@ ArrayKind kind_from_name(const std::string& kind) {
   if (kind == "torch") return ArrayKind::Torch;
   if (kind == "numpy") return ArrayKind::Numpy;
   if (kind == "any") return ArrayKind::Any;
-  throw nb::value_error(("tessel.Bound: kind must be 'torch', 'numpy' or 'any', got '" + kind +
-                         "'")
-                            .c_str());
+  throw nb::value_error(
+      ("tessel.Bound: kind must be 'torch', 'numpy' or 'any', got '" + kind + "'").c_str());
 }
 
 nb::list reduction_table_dicts() {
@@ -149,8 +139,7 @@ void bind_reduction_class(nb::module_& m) {
           "__init__",
           [](Reduction* self, const std::string& op, const Formula& f, int axis, int k,
              std::optional<Formula> weight) {
-            new (self)
-                Reduction(reduction_from_name(op), f, axis, k, weight ? *weight : Formula{});
+            new (self) Reduction(reduction_from_name(op), f, axis, k, weight ? *weight : Formula{});
           },
           nb::arg("op"), nb::arg("formula"), nb::arg("axis") = 1, nb::arg("k") = 0,
           nb::arg("weight") = nb::none())
@@ -185,8 +174,12 @@ void bind_bound_class(nb::module_& m) {
           "__init__",
           [](Bound* self, const Reduction& r, const Settings& s, const std::string& who,
              const std::string& kind, nb::object alloc, nb::object stream) {
-            new (self) Bound{r, std::make_shared<const Settings>(s), who, kind_from_name(kind),
-                             std::move(alloc), std::move(stream)};
+            new (self) Bound{r,
+                             std::make_shared<const Settings>(s),
+                             who,
+                             kind_from_name(kind),
+                             std::move(alloc),
+                             std::move(stream)};
           },
           nb::arg("reduction"), nb::arg("settings"), nb::arg("who") = "Genred",
           nb::arg("kind") = "any", nb::arg("alloc") = nb::none(), nb::arg("stream") = nb::none(),
@@ -198,8 +191,7 @@ void bind_bound_class(nb::module_& m) {
       .def("derive", &Bound::derive, nb::arg("reduction"),
            "Another reduction (a gradient, say) with these settings.")
       .def("__str__", [](const Bound& b) { return b.reduction.str(); })
-      .def("__repr__",
-           [](const Bound& b) { return "tessel.Bound(" + b.reduction.str() + ")"; })
+      .def("__repr__", [](const Bound& b) { return "tessel.Bound(" + b.reduction.str() + ")"; })
       .def("__call__", &call, nb::arg("args"), nb::arg("ni") = -1, nb::arg("nj") = -1,
            nb::arg("ranges") = nb::none(), nb::arg("backend") = nb::none(),
            "Evaluates on `args` (one array per input the reduction reads, by index); returns "
@@ -211,7 +203,9 @@ void bind_bound_class(nb::module_& m) {
 void bind_reductions(nb::module_& m) {
   m.def(
       "reduction_name",
-      [](const std::string& name) { return std::string(reduction_name(reduction_from_name(name))); },
+      [](const std::string& name) {
+        return std::string(reduction_name(reduction_from_name(name)));
+      },
       nb::arg("name"), "tessel's name of a reduction given by any of its KeOps spellings.");
   m.def("reduction_table", &reduction_table_dicts,
         "Every reduction of the core, as dicts: name, spellings (other KeOps names), by_name "
@@ -240,9 +234,8 @@ void bind_reductions(nb::module_& m) {
                  Sizes{ni, nj});
         return nb::none();
       },
-      nb::arg("reduction"), nb::arg("inputs"), nb::arg("settings") = nb::none(),
-      nb::arg("ni") = -1, nb::arg("nj") = -1, nb::arg("ranges") = nb::none(),
-      nb::arg("outputs") = nb::none(),
+      nb::arg("reduction"), nb::arg("inputs"), nb::arg("settings") = nb::none(), nb::arg("ni") = -1,
+      nb::arg("nj") = -1, nb::arg("ranges") = nb::none(), nb::arg("outputs") = nb::none(),
       "Evaluates with `settings` (default: the core's defaults): into `outputs` (arrays on the "
       "inputs' device, shaped as output_specs says), else into freshly allocated NumPy arrays, "
       "which it returns. `ranges`: KeOps block-sparse ranges.");
@@ -253,7 +246,7 @@ void bind_reductions(nb::module_& m) {
         for (size_t k = 0; k < inputs.size(); ++k) in.push_back(view_of(inputs[k], "input", k));
         nb::list res;
         for (const OutputSpec& s : output_specs(r, std::span<const ArrayView>(in), Sizes{ni, nj}))
-          res.append(nb::make_tuple(nb::tuple(nb::cast(s.shape)), dtype_word(s.dtype)));
+          res.append(nb::make_tuple(nb::tuple(nb::cast(s.shape)), dtype_name(s.dtype)));
         return res;
       },
       nb::arg("reduction"), nb::arg("inputs"), nb::arg("ni") = -1, nb::arg("nj") = -1,

@@ -43,17 +43,16 @@ void bind_solve(nb::module_& m) {
         return std::make_tuple(rep.iterations, rep.residual, rep.converged);
       },
       nb::arg("reduction"), nb::arg("var"), nb::arg("inputs"), nb::arg("x"), nb::arg("settings"),
-      nb::arg("alpha") = 0.0, nb::arg("tol") = 1e-6, nb::arg("atol") = 0.0,
-      nb::arg("maxiter") = 0, nb::arg("raise_on_nonconvergence") = false,
-      nb::arg("ranges") = nb::none(),
+      nb::arg("alpha") = 0.0, nb::arg("tol") = 1e-6, nb::arg("atol") = 0.0, nb::arg("maxiter") = 0,
+      nb::arg("raise_on_nonconvergence") = false, nb::arg("ranges") = nb::none(),
       "Solve (alpha I + K) x = b (b = inputs[var]) into x; returns (iterations, residual, "
       "converged).");
   m.def(
       "kernel_solve_grad",
-      [](const Reduction& r, int var, const std::vector<InArray>& inputs, InArray x,
-         InArray grad_x, const std::vector<int>& wrt, const std::vector<OutArray>& grads,
-         const Settings& settings, double alpha, double tol, double atol, int64_t maxiter,
-         bool raise, const RangesArg& ranges) {
+      [](const Reduction& r, int var, const std::vector<InArray>& inputs, InArray x, InArray grad_x,
+         const std::vector<int>& wrt, const std::vector<OutArray>& grads, const Settings& settings,
+         double alpha, double tol, double atol, int64_t maxiter, bool raise,
+         const RangesArg& ranges) {
         const std::vector<ArrayView> in = views(inputs, "input");
         std::vector<ArrayView> out;
         for (size_t k = 0; k < grads.size(); ++k) out.push_back(view_of(grads[k], "gradient", k));

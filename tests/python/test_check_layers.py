@@ -1,5 +1,6 @@
 """scripts/check_layers.py fails on what it is there to refuse: the engine naming a backend, a
-module below the compatibility layer importing it, an include up a layer; a clean tree passes."""
+module below the compatibility layer importing it, an include up a layer, a function over the
+length limit; a clean tree passes."""
 import os
 import subprocess
 import sys
@@ -61,4 +62,35 @@ def test_a_comment_naming_a_backend_is_no_violation(tmp_path):
     files = dict(CLEAN)
     files["src/engine/x.cpp"] = "int g();  // unlike BackendId::Cuda, this asks the registry\n"
     rc, out = check(tree(tmp_path, files))
+    assert rc == 0, out
+
+
+def check_length(root, limit=10):
+    p = subprocess.run([sys.executable, SCRIPT, "--root", str(root), "--function-limit",
+                        str(limit)], capture_output=True, text=True)
+    return p.returncode, p.stdout
+
+
+def cpp_function(name, body_lines):
+    body = "".join(f"  x += {k};  // {{ a brace in a comment\n" for k in range(body_lines))
+    return f"int {name}(int x) {{\n  auto f = [&] {{ return x; }};\n{body}  return f();\n}}\n"
+
+
+def test_function_length_counts_cpp_and_python(tmp_path):
+    files = {
+        "src/ops/short.cpp": "namespace tessel {\n" + cpp_function("fine", 5) + "}\n",
+        "python/tessel/short.py": "def fine():\n" + "    x = 1\n" * 5,
+    }
+    rc, out = check_length(tree(tmp_path, files))
+    assert rc == 0, out
+    files["src/ops/long.cpp"] = ("namespace tessel {\nstruct S {\n" + cpp_function("long_one", 12)
+                                 + "};\n}\n")
+    files["python/tessel/long.py"] = "def long_one():\n" + "    x = '{'\n" * 12
+    rc, out = check_length(tree(tmp_path, files))
+    assert rc == 1 and "src/ops/long.cpp:3: 16 lines" in out and "(long_one)" in out, out
+
+
+def test_a_table_can_be_exempted(tmp_path):
+    text = "// function-length: table\n" + cpp_function("table", 12)
+    rc, out = check_length(tree(tmp_path, {"src/ops/t.cpp": text}))
     assert rc == 0, out
