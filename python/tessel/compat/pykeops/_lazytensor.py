@@ -313,9 +313,6 @@ class GenericLazyTensor:
             return self._forward("sum", -1)
         return self._reduction("Sum", axis, who="sum", **kwargs)
 
-    def sum_reduction(self, axis=None, dim=None, **kwargs):
-        return self._reduction("Sum", axis, dim, who="sum_reduction", **kwargs)
-
     def logsumexp(self, axis=None, dim=None, weight=None, **kwargs):
         """log sum_j exp(self) (or log sum_j exp(self) * weight) over i or j; pykeops also takes
         the weight as `other`."""
@@ -326,16 +323,10 @@ class GenericLazyTensor:
             w = weight if isinstance(weight, GenericLazyTensor) else type(self)(weight)
         return self._reduction("LogSumExp", axis, dim, weight=w, who="logsumexp", **kwargs)
 
-    def logsumexp_reduction(self, **kwargs):
-        return self.logsumexp(**kwargs)
-
     def sumsoftmaxweight(self, weight, axis=None, dim=None, **kwargs):
         w = weight if isinstance(weight, GenericLazyTensor) else type(self)(weight)
         return self._reduction("SumSoftMaxWeight", axis, dim, weight=w, who="sumsoftmaxweight",
                                **kwargs)
-
-    def sumsoftmaxweight_reduction(self, **kwargs):
-        return self.sumsoftmaxweight(**kwargs)
 
     def _extreme(self, op, axis, dim, kwargs):
         if dim is not None:
@@ -355,55 +346,6 @@ class GenericLazyTensor:
 
     def argmax(self, axis=-1, dim=None, **kwargs):
         return self._extreme("ArgMax", axis, dim, kwargs)
-
-    def min_reduction(self, axis=None, dim=None, **kwargs):
-        return self._reduction("Min", axis, dim, who="min_reduction", **kwargs)
-
-    def max_reduction(self, axis=None, dim=None, **kwargs):
-        return self._reduction("Max", axis, dim, who="max_reduction", **kwargs)
-
-    def argmin_reduction(self, axis=None, dim=None, **kwargs):
-        return self._reduction("ArgMin", axis, dim, who="argmin_reduction", **kwargs)
-
-    def argmax_reduction(self, axis=None, dim=None, **kwargs):
-        return self._reduction("ArgMax", axis, dim, who="argmax_reduction", **kwargs)
-
-    def __min__(self, **kwargs):
-        return self.min(**kwargs)
-
-    def __max__(self, **kwargs):
-        return self.max(**kwargs)
-
-    def min_argmin(self, axis=None, dim=None, **kwargs):
-        return self._reduction("Min_ArgMin", axis, dim, who="min_argmin", **kwargs)
-
-    def max_argmax(self, axis=None, dim=None, **kwargs):
-        return self._reduction("Max_ArgMax", axis, dim, who="max_argmax", **kwargs)
-
-    def min_argmin_reduction(self, **kwargs):
-        return self.min_argmin(**kwargs)
-
-    def max_argmax_reduction(self, **kwargs):
-        return self.max_argmax(**kwargs)
-
-    def Kmin(self, K, axis=None, dim=None, **kwargs):
-        return self._reduction("KMin", axis, dim, opt_arg=K, who="Kmin", **kwargs)
-
-    def argKmin(self, K, axis=None, dim=None, **kwargs):
-        return self._reduction("ArgKMin", axis, dim, opt_arg=K, who="argKmin", **kwargs)
-
-    def Kmin_argKmin(self, K, axis=None, dim=None, **kwargs):
-        return self._reduction("KMin_ArgKMin", axis, dim, opt_arg=K, who="Kmin_argKmin",
-                               **kwargs)
-
-    def Kmin_reduction(self, **kwargs):
-        return self.Kmin(**kwargs)
-
-    def argKmin_reduction(self, **kwargs):
-        return self.argKmin(**kwargs)
-
-    def Kmin_argKmin_reduction(self, **kwargs):
-        return self.Kmin_argKmin(**kwargs)
 
     def solve(self, other, var=None, call=True, **kwargs):
         """Solves (alpha * Id + self) a = other by conjugate gradient, self being a (symmetric,
@@ -442,12 +384,50 @@ class GenericLazyTensor:
         return pending() if call and b is not None else pending
 
 
+def _named(method, name, doc):
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = doc
+    return method
+
+
 def _make_forwarder(name):
     def method(self, *args, **kwargs):
         return self._forward(name, *args, **kwargs)
-    method.__name__ = name
-    method.__doc__ = f"As tessel's LazyTensor.{name} (pykeops semantics)."
-    return method
+    return _named(method, name, f"As tessel's LazyTensor.{name} (pykeops semantics).")
+
+
+def _make_reduction(name, op, takes_k):
+    if takes_k:
+        def method(self, K, axis=None, dim=None, **kwargs):
+            return self._reduction(op, axis, dim, opt_arg=K, who=name, **kwargs)
+    else:
+        def method(self, axis=None, dim=None, **kwargs):
+            return self._reduction(op, axis, dim, who=name, **kwargs)
+    return _named(method, name, f"The {op} reduction over i or j (axis or dim 0 or 1).")
+
+
+def _make_alias(name, target):
+    def method(self, **kwargs):
+        return getattr(self, target)(**kwargs)  # getattr: a subclass's override is the one called
+    return _named(method, name, f"pykeops's other name for {target}.")
+
+
+# pykeops's reduction methods that only name the reduction: (method, op, takes K first), and its
+# second names for reduction methods. Before the forwarders below, as methods of the class body.
+for _name, _op, _k in (("sum_reduction", "Sum", False), ("min_reduction", "Min", False),
+                       ("max_reduction", "Max", False), ("argmin_reduction", "ArgMin", False),
+                       ("argmax_reduction", "ArgMax", False), ("min_argmin", "Min_ArgMin", False),
+                       ("max_argmax", "Max_ArgMax", False), ("Kmin", "KMin", True),
+                       ("argKmin", "ArgKMin", True), ("Kmin_argKmin", "KMin_ArgKMin", True)):
+    setattr(GenericLazyTensor, _name, _make_reduction(_name, _op, _k))
+for _name, _target in (("__min__", "min"), ("__max__", "max"),
+                       ("logsumexp_reduction", "logsumexp"),
+                       ("sumsoftmaxweight_reduction", "sumsoftmaxweight"),
+                       ("min_argmin_reduction", "min_argmin"),
+                       ("max_argmax_reduction", "max_argmax"), ("Kmin_reduction", "Kmin"),
+                       ("argKmin_reduction", "argKmin"),
+                       ("Kmin_argKmin_reduction", "Kmin_argKmin")):
+    setattr(GenericLazyTensor, _name, _make_alias(_name, _target))
 
 
 # The operators and methods with pykeops's spelling, and every method tessel's LazyTensor makes
