@@ -335,7 +335,7 @@ Module::Module(const std::string& cuda_source) {
         args.insert(args.end(), {"-o", out, src, "-lm"});
         run_compiler(cc.path, args, src + ".log");
       });
-  handle_ = ::dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+  handle_.reset(::dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL));
   if (!handle_) detail::fail("emu::Module", "cannot load ", so, ": ", ::dlerror());
   bind_ = reinterpret_cast<void (*)(const void*)>(symbol("tessel_emu_bind"));
   auto abi = reinterpret_cast<unsigned long (*)()>(symbol("tessel_emu_abi"));
@@ -344,12 +344,10 @@ Module::Module(const std::string& cuda_source) {
                  sizeof(ThreadCtx));
 }
 
-Module::~Module() {
-  if (handle_) ::dlclose(handle_);
-}
+void Module::Unload::operator()(void* handle) const { ::dlclose(handle); }
 
 void* Module::symbol(const char* name) const {
-  void* p = ::dlsym(handle_, name);
+  void* p = ::dlsym(handle_.get(), name);
   if (!p) detail::fail("emu::Module", "the emulated kernel has no symbol ", name);
   return p;
 }

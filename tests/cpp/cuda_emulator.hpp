@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -56,9 +57,6 @@ class Module {
  public:
   // Throws tessel::Error with the compiler's log when the source does not compile.
   explicit Module(const std::string& cuda_source);
-  ~Module();
-  Module(const Module&) = delete;
-  Module& operator=(const Module&) = delete;
 
   // The address of an `extern "C"` kernel, to be called from launch()'s body.
   template <class Fn>
@@ -75,8 +73,12 @@ class Module {
   const std::string& source_path() const { return source_path_; }
 
  private:
+  struct Unload {
+    void operator()(void* handle) const;  // dlclose
+  };
   void* symbol(const char* name) const;
-  void* handle_ = nullptr;
+  // The loaded library: unloaded with the Module, or when its constructor throws after loading.
+  std::unique_ptr<void, Unload> handle_;
   void (*bind_)(const void*) = nullptr;
   std::string source_, source_path_;
 };
