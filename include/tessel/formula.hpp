@@ -204,14 +204,21 @@ std::vector<Formula> variables(const Formula& f);
 // How an op's output dim follows from its argument dims, read off the op's own dim rule:
 // "elementwise" (equal dims, dim-1 arguments broadcast), "to_scalar" (one argument, any dim -> 1),
 // "same_to_scalar" (equal dims -> 1) or "custom" (anything else, or a rule that depends on the
-// op's integer parameters).
+// op's integer parameters). Composites, entries that build other ops (Kron: a TensorDot), are
+// listed after the ops, "custom".
 struct OpSummary {
   std::string name;        // the KeOps text name the parser reads
   int arity = 0;           // formula arguments
-  int n_int_params = 0;    // integer parameters after them (TensorDot: tuples, listed as 0)
+  int n_int_params = 0;    // integer parameters after them (ops that take tuples: 0)
   std::string infix;       // "+", "-", "*", "/", "|" for ops printed infix, else empty
   std::string dim_rule;
   std::string method;      // the LazyTensor method name ("sinxdivx", "power"), "" for none
+  // The parameters as a caller writes them: integers or tuples of integers (TensorDot, Kron),
+  // from min to max of them (Round's decimals may be left out), named by `param_names`
+  // (space-separated; empty where they are positional only).
+  bool tuple_params = false;
+  int min_params = 0, max_params = 0;
+  std::string param_names;
 };
 std::vector<OpSummary> op_table();
 
@@ -253,9 +260,13 @@ uint64_t parser_entries();
 
 // ---- rebuilding formulas (front ends build and transform formulas through these) ----------------
 // Op `name` of op_table() on formula arguments and its integer parameters, with the checks of
-// the text syntax (Round's decimals may be left out). TensorDot takes tuples: use tensordot().
+// the text syntax (Round's decimals may be left out).
 Formula make_op(const std::string& name, std::vector<Formula> args,
                 std::vector<int64_t> params = {});
+// The same with the parameters as written, one vector each: a tuple for ops that take tuples
+// (TensorDot, Kron), a vector of one for an integer.
+Formula make_op_written(const std::string& name, std::vector<Formula> args,
+                        const std::vector<std::vector<int64_t>>& params);
 // Replace variables: every leaf `from[k]` becomes `to[k]` (dims must match).
 Formula substitute(const Formula& f, const std::vector<Formula>& from,
                    const std::vector<Formula>& to);

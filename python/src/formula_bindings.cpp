@@ -48,10 +48,21 @@ void bind_formula_class(nb::module_& m) {
 
 // Building formulas through the op table: the front ends' only way (no text on a hot path).
 void bind_builders(nb::module_& m) {
-  m.def("make", &make_op, nb::arg("op"), nb::arg("args"),
-        nb::arg("params") = std::vector<int64_t>{},
-        "Op `op` (a name of op_table()) on formulas `args` and integer `params`, with its dim "
-        "checks and simplifications.");
+  // Each parameter an integer or a sequence of integers, as op_table() says the op takes them.
+  using Param = std::variant<int64_t, std::vector<int64_t>>;
+  m.def(
+      "make",
+      [](const std::string& op, std::vector<Formula> args, const std::vector<Param>& params) {
+        std::vector<std::vector<int64_t>> written;
+        for (const Param& p : params)
+          written.push_back(std::holds_alternative<int64_t>(p)
+                                ? std::vector<int64_t>{std::get<int64_t>(p)}
+                                : std::get<std::vector<int64_t>>(p));
+        return make_op_written(op, std::move(args), written);
+      },
+      nb::arg("op"), nb::arg("args"), nb::arg("params") = std::vector<Param>{},
+      "Op `op` (a name of op_table()) on formulas `args` and its parameters (integers, or "
+      "tuples of integers where the table says so), with its dim checks and simplifications.");
   m.def(
       "var",
       [](int index, int dim, int cat) {
@@ -70,11 +81,6 @@ void bind_builders(nb::module_& m) {
   m.def("weighted_sqnorm", &weighted_sqnorm, nb::arg("s"), nb::arg("a"),
         "a^T S a with S of dim 1 (isotropic), dim(a) (diagonal) or dim(a)^2 (full, row-major).");
   m.def("weighted_sqdist", &weighted_sqdist, nb::arg("s"), nb::arg("a"), nb::arg("b"));
-  m.def("tensordot", &tensordot, nb::arg("a"), nb::arg("b"), nb::arg("dims_a"), nb::arg("dims_b"),
-        nb::arg("contr_a"), nb::arg("contr_b"), nb::arg("perm") = std::vector<int>{},
-        "KeOps TensorDot of row-major tensors.");
-  m.def("kron", &kron, nb::arg("a"), nb::arg("b"), nb::arg("dims_a"), nb::arg("dims_b"),
-        "KeOps Kron: numpy.kron of row-major tensors of equal ranks, flattened.");
 }
 
 // KeOps text: the parser, the aliases, the op table as front ends read it.
@@ -102,14 +108,19 @@ void bind_text(nb::module_& m) {
   m.def(
       "op_table",
       [] {
-        std::vector<std::tuple<std::string, int, int, std::string, std::string, std::string>> v;
+        using Params = std::tuple<bool, int, int, std::string>;
+        std::vector<std::tuple<std::string, int, int, std::string, std::string, std::string,
+                               Params>>
+            v;
         for (const OpSummary& o : op_table())
-          v.emplace_back(o.name, o.arity, o.n_int_params, o.infix, o.dim_rule, o.method);
+          v.emplace_back(o.name, o.arity, o.n_int_params, o.infix, o.dim_rule, o.method,
+                         Params{o.tuple_params, o.min_params, o.max_params, o.param_names});
         return v;
       },
-      "Every op of the core: (name, arity, integer parameters, infix symbol or '', dim rule: "
-      "'elementwise', 'to_scalar', 'same_to_scalar' or 'custom', LazyTensor method name or '' for "
-      "none).");
+      "Every op of the core, then the composites (Kron): (name, arity, integer parameters, infix "
+      "symbol or '', dim rule: 'elementwise', 'to_scalar', 'same_to_scalar' or 'custom', "
+      "LazyTensor method name or '' for none, parameters as written: (tuples or integers, least "
+      "and most count, space-separated names or '')).");
   m.def(
       "parse_aliases",
       [](const std::vector<std::string>& aliases) {

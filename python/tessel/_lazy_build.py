@@ -245,26 +245,6 @@ class FormulaOps:
                              f"in dim {self.ndim}")
         return self._apply("extract", "Extract", [self], (start, length))
 
-    def keops_tensordot(self, other, dimfa, dimfb, contfa, contfb, *args):
-        """KeOps TensorDot: self and other are row-major tensors of shapes dimfa and dimfb; the
-        axes contfa of self are contracted with the axes contfb of other. The free axes, self's
-        then other's, come out in that order, or, given a permutation `permute` (one more
-        argument), free axis q goes to output position permute[q], as in KeOps:
-        torch.tensordot(a, b, (contfa, contfb)).permute(argsort(permute))."""
-        o = self._operand(other, "keops_tensordot")
-        tuples = [lv.int_tuple("keops_tensordot", name, v) for name, v in (
-            ("dimfa", dimfa), ("dimfb", dimfb), ("contfa", contfa), ("contfb", contfb))]
-        tuples += [lv.int_tuple("keops_tensordot", "permute", a) for a in args]
-        return self._build("keops_tensordot", _core.tensordot, [self, o], *map(list, tuples))
-
-    def keops_kron(self, other, dimfself, dimfother):
-        """KeOps Kron: numpy.kron of self and other seen as row-major tensors of shapes dimfself
-        and dimfother (equal lengths), flattened: dim = self's dim times other's."""
-        o = self._operand(other, "keops_kron")
-        dims = [list(lv.int_tuple("keops_kron", name, v))
-                for name, v in (("dimfself", dimfself), ("dimfother", dimfother))]
-        return self._build("keops_kron", _core.kron, [self, o], *dims)
-
     def grad(self, other, gradin):
         """The symbolic gradient of <self, gradin> with respect to `other`, a LazyTensor that is
         one variable (of self or not: the gradient is then 0)."""
@@ -374,31 +354,46 @@ for _py, _op in _OPERATORS.items():
         setattr(FormulaOps, f"__r{_py}__", _operator(_op, f"__{_py}__", True))
 
 
-def _table_method(op, arity, n_params, name):
+def _table_method(op, arity, params, name):
+    """A method for op `op` of the table: operands, then its parameters as the table writes them
+    (integers, or tuples such as TensorDot's and Kron's axes; by position, or by the table's
+    names where it gives them)."""
+    tuples, least, most, names = params
+    names = names.split()
     n_operands = arity - 1
+    what = "tuple(s) of integers" if tuples else "integer parameter(s)"
+    count = str(most) if least == most else f"{least} to {most}"
 
-    def method(self, *args):
-        if len(args) != n_operands + n_params:
-            raise TypeError(f"LazyTensor.{name}: takes {n_operands} operand(s) and {n_params} "
-                            f"integer parameter(s), got {len(args)} argument(s)")
+    def method(self, *args, **kwargs):
+        given = list(args[n_operands:])
+        for key, v in kwargs.items():
+            if key not in names or names.index(key) != len(given):
+                raise TypeError(f"LazyTensor.{name}: unexpected keyword argument {key!r}")
+            given.append(v)
+        if len(args) < n_operands or not least <= len(given) <= most:
+            raise TypeError(f"LazyTensor.{name}: takes {n_operands} operand(s) and {count} "
+                            f"{what}, got {len(args) + len(kwargs)} argument(s)")
+        if tuples:
+            given = [list(lv.int_tuple(name, names[k] if k < len(names) else f"parameter {k + 1}",
+                                       v)) for k, v in enumerate(given)]
         operands = [self] + [self._operand(a, name) for a in args[:n_operands]]
-        return self._apply(name, op, operands, args[n_operands:])
+        return self._apply(name, op, operands, given)
 
     method.__name__ = method.__qualname__ = name
-    method.__doc__ = f"The core op {op} ({arity} formula argument(s), {n_params} integer " \
-                     "parameter(s))."
+    method.__doc__ = f"The core op {op} ({arity} formula argument(s), {count} {what}" + \
+        (f": {', '.join(names)})." if names else ").")
     return method
 
 
 def add_table_methods(cls):
     """A method per op of the core's table that cls does not spell itself (exp, sinxdivx, atan2,
-    sqdist, matvecmult, ...): the table's method name (the lower-case op name unless the op says
-    otherwise; none for internal ops), operands then integer parameters. Returns the names
-    added."""
+    sqdist, matvecmult, keops_tensordot, keops_kron, ...): the table's method name (the
+    lower-case op name unless the op says otherwise; none for internal ops), operands then the
+    parameters as the table says they are written. Returns the names added."""
     added = []
-    for op, arity, n_params, infix, _, name in _core.op_table():
-        if not name or infix or op == "TensorDot" or hasattr(cls, name):
+    for op, arity, _, infix, _, name, params in _core.op_table():
+        if not name or infix or hasattr(cls, name):
             continue
-        setattr(cls, name, _table_method(op, arity, n_params, name))
+        setattr(cls, name, _table_method(op, arity, params, name))
         added.append(name)
     return tuple(added)

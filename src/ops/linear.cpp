@@ -141,6 +141,28 @@ Formula kron(const Formula& a, const Formula& b, const std::vector<int>& dims_a,
   return tensordot(a, b, dims_a, dims_b, {}, {}, perm);
 }
 
+namespace {
+
+std::vector<int> ints(const std::vector<int64_t>& v) { return {v.begin(), v.end()}; }
+
+// Kron(a, b, dims_a, dims_b) is a TensorDot, so a composite: an entry of the table that the
+// parser and the front ends build by name, with no node of its own.
+struct KronComposite {
+  static constexpr const char* name = "Kron";
+  static constexpr const char* method = "keops_kron";
+  static constexpr int arity = 2;
+  static constexpr ParamSpec params{true, 2, 2, "dimfself dimfother"};
+  static Formula build(std::span<const Formula> a, WrittenParams p) {
+    return kron(a[0], a[1], ints(p[0]), ints(p[1]));
+  }
+};
+
+}  // namespace
+
+void register_linear_composites(std::vector<OpInfo>& t) {
+  register_ops<KronComposite>(t);
+}
+
 Formula int_inv(int64_t n) {
   if (n == 0) detail::fail("IntInv", "n must be non-zero, got 0");
   if (n == INT64_MIN) detail::fail("IntInv", "n must lie within +-", INT64_MAX, ", got ", n);

@@ -274,6 +274,8 @@ Formula floor(const Formula& a) { return make(OpCode::Floor, {a}); }
 struct RoundOp : Unary<RoundOp> {
   TESSEL_OP(Round);  // Round(x, d): to d decimal places, halves away from zero
   static constexpr int n_ip = 1;
+  static constexpr ParamSpec params{false, 0, 1, "decimals"};  // Round(x) is Round(x, 0)
+  static std::vector<int64_t> encode(WrittenParams p) { return {p.empty() ? 0 : p[0][0]}; }
   static constexpr bool zero_preserving = true;
   template <class S> static S f(const Node& n, const S& x) {
     if (n.ip[0] == 0) return t_round(x);

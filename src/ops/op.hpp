@@ -5,6 +5,8 @@
 // operations on Expr emit source text), using the primitives declared below. That is how a new op
 // touches one place: its struct, builder and register_ops entry in its family file (ops/*.cpp),
 // plus its OpCode (ir/node.hpp) and its builder's declaration (include/tessel/formula.hpp).
+// How its parameters are written (ParamSpec: integers or tuples, how many, defaults through
+// `encode`) sits in the struct too: the parser, make_op and Python read it from the table.
 // Python reads the op table (`_core.op_table()`), so needs no edit; the C++ tests fail
 // until the op has a value case (tests/cpp/op_cases.hpp) and a kernel sample (test_compiled.cpp).
 #pragma once
@@ -142,6 +144,22 @@ using SimplifyFn = Formula (*)(std::span<const Formula> args, std::span<const in
 using Grads = std::vector<Formula>;
 using VjpFn = Grads (*)(const Formula& self, const Formula& g);
 
+// How a caller writes an op's parameters (the text syntax, make_op and Python's generated
+// methods all read this): integers, or tuples of integers (TensorDot's axes), `min` to `max` of
+// them (-1: the op's n_ip, all given). `names` (space-separated, pykeops's where it has them)
+// name them in Python's keyword arguments.
+struct ParamSpec {
+  bool tuples = false;
+  int min = -1, max = -1;
+  const char* names = "";
+};
+// The parameters as written, one vector each (an integer is a vector of one).
+using WrittenParams = std::span<const std::vector<int64_t>>;
+// The node's integer parameters from the written ones: defaults, and tuples encoded (TensorDot).
+using EncodeFn = std::vector<int64_t> (*)(WrittenParams);
+// A composite's builder: a table entry with no node of its own (Kron builds a TensorDot).
+using BuildFn = Formula (*)(std::span<const Formula> args, WrittenParams);
+
 struct OpInfo {
   OpCode code = OpCode::Count_;
   const char* name = nullptr;  // KeOps text name
@@ -155,6 +173,9 @@ struct OpInfo {
   // internal derivative ops).
   const char* method = nullptr;
   bool zero_preserving = false;  // f(0) = 0 (unary ops): Zero in gives Zero out
+  ParamSpec params;               // as written; min and max are filled in by describe()
+  EncodeFn encode = nullptr;      // null: the node's parameters are the integers as written
+  BuildFn build = nullptr;        // set for composites only (code Count_, no apply)
   DimFn dim = nullptr;
   SimplifyFn simplify = nullptr;
   VjpFn vjp = nullptr;
@@ -164,33 +185,49 @@ struct OpInfo {
 };
 
 const OpInfo& op_info(OpCode code);
-const OpInfo* op_by_name(const std::string& name);  // nullptr when unknown
+// An op or a composite by its text name or another spelling; nullptr when unknown.
+const OpInfo* op_by_name(const std::string& name);
+// The composites (Kron), after the ops in op_table().
+const std::vector<OpInfo>& composites();
+
+// Op or composite `o` on its arguments and its parameters as written, checked against its
+// ParamSpec: the one way the parser, make_op and the Python builders build a named op.
+Formula make_written(const OpInfo& o, std::vector<Formula> args, WrittenParams params);
 
 // Builds a node through the table: checks arity and dims, simplifies, interns.
 Formula make(OpCode code, std::vector<Formula> args, std::vector<int64_t> ip = {});
 
 // Fills an OpInfo from a struct with static members code, name, arity, dim, vjp and template
-// apply<S>; the optional members keep their defaults when absent.
+// apply<S>, or, for a composite, name, arity, params and build; the optional members keep their
+// defaults when absent.
 template <class Impl>
 OpInfo describe() {
   OpInfo o;
-  o.code = Impl::code;
   o.name = Impl::name;
   o.arity = Impl::arity;
-  o.dim = Impl::dim;
-  o.vjp = Impl::vjp;
-  o.apply_d = &Impl::template apply<double>;
-  o.apply_l = &Impl::template apply<Lanes>;
-  o.apply_e = &Impl::template apply<Expr>;
+  if constexpr (requires { Impl::build; }) {
+    o.build = Impl::build;
+  } else {
+    o.code = Impl::code;
+    o.dim = Impl::dim;
+    o.vjp = Impl::vjp;
+    o.apply_d = &Impl::template apply<double>;
+    o.apply_l = &Impl::template apply<Lanes>;
+    o.apply_e = &Impl::template apply<Expr>;
+  }
   if constexpr (requires { Impl::n_ip; }) o.n_ip = Impl::n_ip;
   if constexpr (requires { Impl::infix; }) o.infix = Impl::infix;
   if constexpr (requires { Impl::also; }) o.also = Impl::also;
   if constexpr (requires { Impl::method; }) o.method = Impl::method;
   if constexpr (requires { Impl::zero_preserving; }) o.zero_preserving = Impl::zero_preserving;
   if constexpr (requires { Impl::simplify; }) o.simplify = Impl::simplify;
+  if constexpr (requires { Impl::params; }) o.params = Impl::params;
+  if constexpr (requires { Impl::encode; }) o.encode = Impl::encode;
+  if (o.params.max < 0) o.params.max = o.n_ip;
+  if (o.params.min < 0) o.params.min = o.params.max;
   return o;
 }
-// Registers a family's ops: register_ops<AddOp, SubOp, ...>(t).
+// Registers a family's ops (or composites): register_ops<AddOp, SubOp, ...>(t).
 template <class... Impl>
 void register_ops(std::vector<OpInfo>& t) {
   (t.push_back(describe<Impl>()), ...);
@@ -213,6 +250,7 @@ void register_complex(std::vector<OpInfo>& t);
 void register_linear(std::vector<OpInfo>& t);
 void register_sequence(std::vector<OpInfo>& t);
 void register_soft_dtw(std::vector<OpInfo>& t);
+void register_linear_composites(std::vector<OpInfo>& t);  // Kron
 
 // ---- helpers shared by op definitions ------------------------------------------------------------
 [[noreturn]] void dim_error(const char* op, const std::string& what);

@@ -1,6 +1,8 @@
 // Formulas rebuilt through the op table: ops by name (for front ends), substitution and
 // relabelling.
 #include <algorithm>
+#include <climits>
+#include <string>
 #include <tuple>
 #include <unordered_map>
 
@@ -33,16 +35,58 @@ Formula rebuild(const Formula& f, std::unordered_map<const Node*, Formula> leave
 
 }  // namespace
 
-Formula make_op(const std::string& name, std::vector<Formula> args, std::vector<int64_t> params) {
+Formula make_written(const OpInfo& o, std::vector<Formula> args, WrittenParams params) {
+  const ParamSpec& p = o.params;
+  const auto n = static_cast<int>(params.size());
+  if (n < p.min || n > p.max) {
+    const std::string count = p.min == p.max
+                                  ? std::to_string(p.max)
+                                  : std::to_string(p.min) + " to " + std::to_string(p.max);
+    detail::fail(o.name, "expected ", count,
+                 p.tuples ? " tuples of integers" : " integer parameters", ", got ", n);
+  }
+  for (const std::vector<int64_t>& v : params) {
+    if (!p.tuples && v.size() != 1)
+      detail::fail(o.name, "expected integer parameters, got a tuple of ", v.size());
+    for (int64_t x : v)  // the ops read their parameters as ints
+      if (x < INT_MIN || x > INT_MAX)
+        detail::fail(o.name, "parameter ", x, " is out of the range of an int");
+  }
+  if (o.build) {
+    if (static_cast<int>(args.size()) != o.arity)
+      detail::fail(o.name, "expected ", o.arity, " arguments, got ", args.size());
+    for (size_t k = 0; k < args.size(); ++k)
+      if (!args[k].valid()) detail::fail(o.name, "argument ", k + 1, " is a null formula");
+    return o.build(args, params);
+  }
+  std::vector<int64_t> ip;
+  if (o.encode) {
+    ip = o.encode(params);
+  } else {
+    for (const std::vector<int64_t>& v : params) ip.push_back(v[0]);
+  }
+  return make(o.code, std::move(args), std::move(ip));
+}
+
+namespace {
+
+const OpInfo& named_op(const std::string& name) {
   const OpInfo* o = op_by_name(name);
   if (!o) detail::fail("make", "'", name, "' is not an op of the table (see op_table())");
-  if (o->code == OpCode::TensorDot)
-    detail::fail("make", "TensorDot takes tuples of axes; build it with tensordot()");
-  // Round's decimals default to 0, as in the text syntax.
-  if (o->code == OpCode::Round && params.empty()) params.push_back(0);
-  if (static_cast<int>(params.size()) != o->n_ip)
-    detail::fail(o->name, "expected ", o->n_ip, " integer parameters, got ", params.size());
-  return make(o->code, std::move(args), std::move(params));
+  return *o;
+}
+
+}  // namespace
+
+Formula make_op(const std::string& name, std::vector<Formula> args, std::vector<int64_t> params) {
+  std::vector<std::vector<int64_t>> written;
+  for (int64_t v : params) written.push_back({v});
+  return make_written(named_op(name), std::move(args), written);
+}
+
+Formula make_op_written(const std::string& name, std::vector<Formula> args,
+                        const std::vector<std::vector<int64_t>>& params) {
+  return make_written(named_op(name), std::move(args), params);
 }
 
 Formula substitute(const Formula& f, const std::vector<Formula>& from,

@@ -45,12 +45,25 @@ const std::vector<OpInfo>& table() {
 
 const OpInfo& op_info(OpCode code) { return table()[static_cast<size_t>(code)]; }
 
+const std::vector<OpInfo>& composites() {
+  static const std::vector<OpInfo> c = [] {
+    std::vector<OpInfo> v;
+    register_linear_composites(v);
+    return v;
+  }();
+  return c;
+}
+
 const OpInfo* op_by_name(const std::string& name) {
   static const auto by_name = [] {
     std::unordered_map<std::string, const OpInfo*> m;
-    for (const auto& o : table()) {
-      if (!o.apply_d) continue;
-      m.emplace(o.name, &o);
+    std::vector<const OpInfo*> entries;
+    for (const auto& o : table())
+      if (o.apply_d) entries.push_back(&o);
+    for (const auto& o : composites()) entries.push_back(&o);
+    for (const OpInfo* e : entries) {
+      const OpInfo& o = *e;
+      TESSEL_ASSERT(m.emplace(o.name, &o).second, "the op name ", o.name, " is taken twice");
       for (std::string_view rest = o.also ? o.also : ""; !rest.empty();) {
         const size_t end = std::min(rest.find(' '), rest.size());
         const std::string spelling(rest.substr(0, end));
@@ -115,13 +128,18 @@ std::string dim_rule_kind(const OpInfo& o) {
 
 std::vector<OpSummary> op_table() {
   std::vector<OpSummary> v;
-  for (const OpInfo& o : table()) {
-    if (!o.apply_d) continue;  // leaves (variables, constants, zeros) are no ops
+  auto add = [&](const OpInfo& o) {
     std::string method = o.method ? o.method : o.name;
     if (!o.method)
       for (char& ch : method) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    v.push_back({o.name, o.arity, o.n_ip, o.infix ? o.infix : "", dim_rule_kind(o), method});
-  }
+    const ParamSpec& p = o.params;
+    v.push_back({o.name, o.arity, p.tuples ? 0 : o.n_ip, o.infix ? o.infix : "",
+                 o.build ? "custom" : dim_rule_kind(o), method, p.tuples, p.min, p.max,
+                 p.names});
+  };
+  for (const OpInfo& o : table())
+    if (o.apply_d) add(o);  // leaves (variables, constants, zeros) are no ops
+  for (const OpInfo& o : composites()) add(o);
   return v;
 }
 

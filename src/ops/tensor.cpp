@@ -87,6 +87,26 @@ Formula tensorprod(const Formula& a, const Formula& b) { return make(OpCode::Ten
 struct TensorDotOp {
   TESSEL_OP(TensorDot);
   static constexpr int arity = 2;
+  // TensorDot(a, b, dims_a, dims_b, contr_a, contr_b[, perm]), with pykeops's names; the
+  // permutation defaults to the identity, as in the builder, so both spellings give one node.
+  static constexpr ParamSpec params{true, 4, 5, "dimfa dimfb contfa contfb permute"};
+  static constexpr const char* method = "keops_tensordot";
+  static std::vector<int64_t> encode(WrittenParams p) {
+    TensorDotSpec t{p[0], p[1], p[2], p[3], {}};
+    if (t.contr_a.size() != t.contr_b.size())
+      detail::fail("TensorDot", "the contracted axis lists have lengths ", t.contr_a.size(),
+                   " and ", t.contr_b.size());
+    const size_t axes = t.dims_a.size() + t.dims_b.size();
+    if (2 * t.contr_a.size() > axes)
+      detail::fail("TensorDot", "more contracted axes than the tensors have");
+    if (p.size() == 5) {
+      t.perm = p[4];
+    } else {
+      t.perm.resize(axes - 2 * t.contr_a.size());
+      std::iota(t.perm.begin(), t.perm.end(), 0);
+    }
+    return t.encode();
+  }
   static int dim(std::span<const Formula> a, std::span<const int64_t> ip) {
     TensorDotSpec t = TensorDotSpec::decode(ip);
     t.check(a[0].dim(), a[1].dim());
@@ -106,20 +126,10 @@ struct TensorDotOp {
 Formula tensordot(const Formula& a, const Formula& b, const std::vector<int>& dims_a,
                   const std::vector<int>& dims_b, const std::vector<int>& contr_a,
                   const std::vector<int>& contr_b, const std::vector<int>& perm) {
-  TensorDotSpec t;
-  t.dims_a.assign(dims_a.begin(), dims_a.end());
-  t.dims_b.assign(dims_b.begin(), dims_b.end());
-  t.contr_a.assign(contr_a.begin(), contr_a.end());
-  t.contr_b.assign(contr_b.begin(), contr_b.end());
-  if (t.contr_a.size() > std::min(t.dims_a.size(), t.dims_b.size()))
-    detail::fail("TensorDot", "more contracted axes than the tensors have");
-  if (!perm.empty()) {
-    t.perm.assign(perm.begin(), perm.end());
-  } else {
-    t.perm.resize(t.dims_a.size() + t.dims_b.size() - 2 * t.contr_a.size());
-    std::iota(t.perm.begin(), t.perm.end(), 0);
-  }
-  return make(OpCode::TensorDot, {a, b}, t.encode());
+  std::vector<std::vector<int64_t>> written;
+  for (const std::vector<int>* v : {&dims_a, &dims_b, &contr_a, &contr_b, &perm})
+    if (v != &perm || !perm.empty()) written.emplace_back(v->begin(), v->end());
+  return make_written(op_info(OpCode::TensorDot), {a, b}, written);
 }
 
 void register_tensor(std::vector<OpInfo>& t) {

@@ -8,14 +8,12 @@
 #include <charconv>
 #include <climits>
 #include <map>
-#include <numeric>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "ops/op.hpp"
-#include "ops/tensordot.hpp"
 #include "text/cursor.hpp"
 
 namespace tessel {
@@ -25,16 +23,16 @@ namespace {
 using namespace parse_detail;
 
 // ---- what a function name means -----------------------------------------------------------------
-enum class Form {
-  TableOp, Var, VarCat, IntCst, Rat, Zero, TensorDot, WSqNorm, WSqDist, Grad, Kron, IntInv
-};
+// Table ops and composites (Kron) are read as the table says (ParamSpec); the other forms are
+// leaves, builders without parameters and KeOps's derivative operators.
+enum class Form { TableOp, Var, VarCat, IntCst, Rat, Zero, WSqNorm, WSqDist, Grad, IntInv };
 
 struct Callee {
   Form form = Form::TableOp;
   const OpInfo* op = nullptr;
   Category cat = Category::I;
   size_t n_f = 0;                   // formula arguments
-  size_t n_p_min = 0, n_p_max = 0;  // then integer parameters (TensorDot: tuples)
+  size_t n_p_min = 0, n_p_max = 0;  // then integer parameters, or tuples (op->params.tuples)
 };
 
 std::optional<Callee> callee(const std::string& name) {
@@ -48,10 +46,9 @@ std::optional<Callee> callee(const std::string& name) {
       {"Vy", v(Category::J)}, {"Pm", v(Category::Param)}, {"Var", f(Form::VarCat, 0, 3, 3)},
       {"IntCst", f(Form::IntCst, 0, 1, 1)}, {"Rat", f(Form::Rat, 0, 2, 2)},
       {"RatCst", f(Form::Rat, 0, 2, 2)},
-      {"Zero", f(Form::Zero, 0, 1, 1)}, {"TensorDot", f(Form::TensorDot, 2, 4, 5)},
+      {"Zero", f(Form::Zero, 0, 1, 1)},
       {"WeightedSqNorm", f(Form::WSqNorm, 2, 0, 0)}, {"WeightedSqDist", f(Form::WSqDist, 3, 0, 0)},
-      {"Grad", f(Form::Grad, 3, 0, 0)}, {"Kron", f(Form::Kron, 2, 2, 2)},
-      {"IntInv", f(Form::IntInv, 0, 1, 1)},
+      {"Grad", f(Form::Grad, 3, 0, 0)}, {"IntInv", f(Form::IntInv, 0, 1, 1)},
       // KeOps's derivative operators (expanded by the autodiff layer) and its factorisation
       // hints: the IR is hash-consed and each distinct node is evaluated once, so a repeated
       // sub-formula is already shared and Factorize(f, g) / AutoFactorize(f) are f.
@@ -65,8 +62,8 @@ std::optional<Callee> callee(const std::string& name) {
   Callee c;
   c.op = o;
   c.n_f = static_cast<size_t>(o->arity);
-  c.n_p_max = static_cast<size_t>(o->n_ip);
-  c.n_p_min = o->code == OpCode::Round ? 0 : c.n_p_max;  // Round(x) is Round(x, 0)
+  c.n_p_min = static_cast<size_t>(o->params.min);
+  c.n_p_max = static_cast<size_t>(o->params.max);
   return c;
 }
 
@@ -77,7 +74,7 @@ std::string range(size_t lo, size_t hi, const char* what) {
   return lo == hi ? plural(lo, what) : std::to_string(lo) + " or " + plural(hi, what);
 }
 std::string found(size_t n) { return ", found " + (n ? std::to_string(n) : std::string("none")); }
-bool takes_tuples(const Callee& c) { return c.form == Form::TensorDot || c.form == Form::Kron; }
+bool takes_tuples(const Callee& c) { return c.op && c.op->params.tuples; }
 std::string signature(const std::string& name, const Callee& c) {
   std::string s = "'" + name + "' takes " + range(c.n_f + c.n_p_min, c.n_f + c.n_p_max, "argument");
   if (c.n_f > 0 && c.n_p_max > 0)
@@ -248,8 +245,8 @@ class Parser {
     return t;
   }
 
-  // Reads a call's integer parameters (TensorDot: tuples) and its ')'. Each is one vector. As in
-  // Python, the argument list may end with a comma: "Pow(x, 2,)".
+  // Reads a call's integer parameters (or tuples, where the table says so) and its ')'. Each is
+  // one vector. As in Python, the argument list may end with a comma: "Pow(x, 2,)".
   std::vector<std::vector<int64_t>> close_call(const Frame& f, bool after_formulas) {
     const Callee& c = f.callee;
     std::vector<std::vector<int64_t>> out;
@@ -302,15 +299,10 @@ class Parser {
           return weighted_sqdist(a[0], a[1], a[2]);
         case Form::Grad:
           return calculus(f.name, a);
-        case Form::TensorDot:
-          return tensor_dot(a, ps);
-        case Form::Kron:
-          return kron(a[0], a[1], ints(ps[0]), ints(ps[1]));
         case Form::IntInv:
           return int_inv(ip[0]);
         case Form::TableOp:
-          if (f.callee.op->code == OpCode::Round && ip.empty()) ip.push_back(0);
-          return make(f.callee.op->code, a, ip);
+          return make_written(*f.callee.op, a, ps);
       }
       return {};
     });
@@ -325,28 +317,6 @@ class Parser {
     if (name == "Laplacian") return laplacian(a[0], a[1]);
     return trace_operator(a[0], a[1]);
   }
-  static std::vector<int> ints(const std::vector<int64_t>& v) { return {v.begin(), v.end()}; }
-
-  // TensorDot(a, b, dims_a, dims_b, contr_a, contr_b[, perm]); the permutation defaults to the
-  // identity, as in the builder, so both spellings give one node.
-  static Formula tensor_dot(const std::vector<Formula>& a,
-                            const std::vector<std::vector<int64_t>>& ps) {
-    TensorDotSpec t{ps[0], ps[1], ps[2], ps[3], {}};
-    if (t.contr_a.size() != t.contr_b.size())
-      detail::fail("TensorDot", "the contracted axis lists have lengths ", t.contr_a.size(),
-                   " and ", t.contr_b.size());
-    const size_t axes = t.dims_a.size() + t.dims_b.size();
-    if (2 * t.contr_a.size() > axes)
-      detail::fail("TensorDot", "more contracted axes than the tensors have");
-    if (ps.size() == 5) {
-      t.perm = ps[4];
-    } else {
-      t.perm.resize(axes - 2 * t.contr_a.size());
-      std::iota(t.perm.begin(), t.perm.end(), 0);
-    }
-    return make(OpCode::TensorDot, {a[0], a[1]}, t.encode());
-  }
-
   void reduce(Frame& f) {
     const PendingOp o = f.ops.back();
     f.ops.pop_back();

@@ -112,6 +112,9 @@ NOT_DRAWN = {
     # SoftDTW_SqDist values exceed the hard DTW on this CPU
     "BSpline": "pykeops 2.3 builds no float64 BSpline kernel",
     "SoftDTW_SqDist": "pykeops 2.3's values disagree with soft-DTW's definition",
+    # a composite of the table: it builds a TensorDot, which is drawn; test_keops_ops_linear.py
+    # compares it with torch.kron
+    "Kron": "builds a TensorDot (drawn)",
 }
 
 

@@ -42,15 +42,43 @@ def test_relabel_and_substitute_are_the_cores():
         _core.make("Elem", [x])
 
 
+def test_parameters_are_written_as_the_table_says():
+    """make, the parser and the generated methods read an op's parameters from the table: how
+    many, integers or tuples, defaults (Round), names; Kron is a composite of the table."""
+    table = {o[0]: o[6] for o in _core.op_table()}
+    assert table["TensorDot"] == (True, 4, 5, "dimfa dimfb contfa contfb permute")
+    assert table["Kron"] == (True, 2, 2, "dimfself dimfother")
+    assert table["Round"] == (False, 0, 1, "decimals")
+    assert table["Elem"][:3] == (False, 1, 1)
+    a, b = _core.var(0, 6, 0), _core.var(1, 4, 1)
+    aliases = ["a = Vi(0, 6)", "b = Vj(1, 4)"]
+    kron = _core.make("Kron", [a, b], [(2, 3), (2, 2)])
+    assert kron == _core.parse("Kron(a, b, (2, 3), (2, 2))", aliases)
+    assert kron == _core.make("TensorDot", [a, b], [(2, 3), (2, 2), (), (), (0, 2, 1, 3)])
+    dot = _core.make("TensorDot", [a, b], [[2, 3], [2, 2], [0], [1]])
+    assert dot == _core.parse("TensorDot(a, b, (2, 3), (2, 2), (0,), (1,))", aliases)
+    assert _core.make("Round", [a]) == _core.make("Round", [a], [0])
+    with pytest.raises(ValueError, match="Kron: expected 2 tuples of integers, got 1"):
+        _core.make("Kron", [a, b], [(2, 3)])
+    with pytest.raises(ValueError, match="Elem: expected integer parameters, got a tuple"):
+        _core.make("Elem", [a], [(1, 2)])
+    x, y = Vi(np.ones((2, 6))), Vj(np.ones((3, 4)))
+    assert x.keops_kron(y, (2, 3), dimfother=[2, 2]).formula == kron
+    with pytest.raises(TypeError, match="keops_kron: dimfself must be an integer or a sequence"):
+        x.keops_kron(y, "ab", (2, 2))
+    with pytest.raises(TypeError, match="keops_tensordot: takes 1 operand"):
+        x.keops_tensordot(y, (6,))
+
+
 def test_every_table_op_is_a_method():
     """Each op of the core's table is reachable from LazyTensor: operators, hand-written methods
     for ops whose Python spelling differs, and generated methods for the rest (lower-case)."""
-    spelled = {"Add", "Subtract", "Mult", "Divide", "Minus", "Scalprod", "TensorDot", "Round",
+    spelled = {"Add", "Subtract", "Mult", "Divide", "Minus", "Scalprod", "Round",
                "Mod", "ClampInt", "Clamp", "Pow", "Powf", "Less", "LessEq", "Greater",
                "GreaterEq", "Equal", "NotEqual", "Sum", "Max", "Min", "ArgMax", "ArgMin", "Elem",
                "Extract", "OneHot", "Real2Complex", "Imag2Complex", "BSpline",
                "DifferenceMatrix"}
-    for op, arity, n_params, infix, _, name in _core.op_table():
+    for op, arity, n_params, infix, _, name, _ in _core.op_table():
         if op in spelled or not name:
             continue
         assert name in lazytensor.TABLE_METHODS, op
@@ -64,8 +92,10 @@ def test_every_table_op_is_a_method():
         series = [Vi(X), Vj(Y), Pm(np.ones(1))]  # SoftDTW_SqDist and its derivative ops
         special.update({"SoftDTW_SqDist": series, "SoftDTW_SqDist_Grad": series,
                         "SoftDTW_SqDist_GradDir": series + [Pm(np.ones(2 * X.shape[1] + 1))]})
-        params = {"ElemT": [3, 1], "ExtractT": [1, 4], "SumT": [2],
-                  "ComplexSumT": [4]}.get(op, [1] * n_params)
+        # TensorDot and Kron take tuples of axes (the table's params say so).
+        params = {"ElemT": [3, 1], "ExtractT": [1, 4], "SumT": [2], "ComplexSumT": [4],
+                  "TensorDot": [(3,), (3,), (0,), (0,)], "Kron": [(3,), (3,)]}.get(
+                      op, [1] * n_params)
         operands = special.get(op, [Vi(X)] + [Vj(Y)] * (arity - 1))
         out = getattr(operands[0], name)(*operands[1:], *params)
         assert isinstance(out, LazyTensor) and out.formula.dim == out.ndim
@@ -114,7 +144,8 @@ def test_lazytensor_modules_import_no_front_end():
 
 def test_a_new_op_needs_no_python_edit(monkeypatch):
     """Methods come from the op table: an op the table gains becomes a LazyTensor method."""
-    table = _core.op_table() + [("Exp2ForTest", 1, 0, "", "elementwise", "exp2fortest")]
+    table = _core.op_table() + [("Exp2ForTest", 1, 0, "", "elementwise", "exp2fortest",
+                                 (False, 0, 0, ""))]
     monkeypatch.setattr(_core, "op_table", lambda: table)
 
     class Fresh(LazyTensor):

@@ -436,10 +436,9 @@ for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__
               "__rtruediv__", "__or__", "__ror__", "__pow__", "__rpow__", "__lt__", "__le__",
               "__gt__", "__ge__", "__eq__", "__ne__", "__neg__", "__abs__", "round", "mod",
               "clamp", "power", "norm", "weightedsqnorm", "weightedsqdist", "elem", "extract",
-              "__getitem__", "one_hot", "keops_tensordot", "sinc", "grad_matrix", "diff",
-              "divergence", "laplacian", "trace_operator", "factorize", "auto_factorize",
-              "real2complex", "imag2complex", "exp1j", "keops_kron", "bspline",
-              "difference_matrix") + _tl.TABLE_METHODS:
+              "__getitem__", "one_hot", "sinc", "grad_matrix", "diff", "divergence",
+              "laplacian", "trace_operator", "factorize", "auto_factorize", "real2complex",
+              "imag2complex", "exp1j", "bspline", "difference_matrix") + _tl.TABLE_METHODS:
     if _name not in GenericLazyTensor.__dict__:
         setattr(GenericLazyTensor, _name, _make_forwarder(_name))
 
