@@ -8,6 +8,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <tuple>
+#include <utility>
 
 #include "tessel/error.hpp"
 
@@ -94,33 +96,45 @@ std::string describe(const Api& a, int rc) {
          (text ? std::string(" (") + text + ")" : std::string());
 }
 
+// Each Api member and the driver symbol it is loaded from (the _v2 names take 64-bit sizes).
+constexpr auto kSymbols = std::tuple{
+    std::pair{"cuInit", &Api::init},
+    std::pair{"cuDriverGetVersion", &Api::driver_version},
+    std::pair{"cuDeviceGetCount", &Api::device_count},
+    std::pair{"cuDeviceGet", &Api::device_get},
+    std::pair{"cuDeviceGetName", &Api::device_name},
+    std::pair{"cuDeviceGetAttribute", &Api::device_attribute},
+    std::pair{"cuDeviceTotalMem_v2", &Api::device_total_mem},
+    std::pair{"cuDevicePrimaryCtxRetain", &Api::primary_ctx_retain},
+    std::pair{"cuCtxSetCurrent", &Api::ctx_set_current},
+    std::pair{"cuCtxGetCurrent", &Api::ctx_get_current},
+    std::pair{"cuModuleLoadDataEx", &Api::module_load},
+    std::pair{"cuModuleGetFunction", &Api::module_function},
+    std::pair{"cuFuncSetAttribute", &Api::func_set_attribute},
+    std::pair{"cuLaunchKernel", &Api::launch},
+    std::pair{"cuMemAlloc_v2", &Api::mem_alloc},
+    std::pair{"cuMemFree_v2", &Api::mem_free},
+    std::pair{"cuMemcpy2DAsync_v2", &Api::memcpy_2d},
+    std::pair{"cuMemcpyAsync", &Api::memcpy},
+    std::pair{"cuMemsetD8Async", &Api::memset_d8},
+    std::pair{"cuStreamSynchronize", &Api::stream_sync},
+    std::pair{"cuGetErrorName", &Api::error_name},
+    std::pair{"cuGetErrorString", &Api::error_string},
+    std::pair{"cuPointerGetAttribute", &Api::pointer_attribute},
+    std::pair{"cuMemHostAlloc", &Api::mem_host_alloc},
+    std::pair{"cuMemFreeHost", &Api::mem_free_host},
+    std::pair{"cuStreamCreate", &Api::stream_create},
+    std::pair{"cuStreamDestroy_v2", &Api::stream_destroy},
+    std::pair{"cuEventCreate", &Api::event_create},
+    std::pair{"cuEventRecord", &Api::event_record},
+    std::pair{"cuEventSynchronize", &Api::event_sync},
+    std::pair{"cuEventDestroy_v2", &Api::event_destroy},
+    std::pair{"cuStreamWaitEvent", &Api::stream_wait_event},
+};
+
 bool bind_all(void* lib, Api& a) {
-  return bind(lib, "cuInit", a.init) && bind(lib, "cuDriverGetVersion", a.driver_version) &&
-         bind(lib, "cuDeviceGetCount", a.device_count) && bind(lib, "cuDeviceGet", a.device_get) &&
-         bind(lib, "cuDeviceGetName", a.device_name) &&
-         bind(lib, "cuDeviceGetAttribute", a.device_attribute) &&
-         bind(lib, "cuDeviceTotalMem_v2", a.device_total_mem) &&
-         bind(lib, "cuDevicePrimaryCtxRetain", a.primary_ctx_retain) &&
-         bind(lib, "cuCtxSetCurrent", a.ctx_set_current) &&
-         bind(lib, "cuCtxGetCurrent", a.ctx_get_current) &&
-         bind(lib, "cuModuleLoadDataEx", a.module_load) &&
-         bind(lib, "cuModuleGetFunction", a.module_function) &&
-         bind(lib, "cuFuncSetAttribute", a.func_set_attribute) &&
-         bind(lib, "cuLaunchKernel", a.launch) && bind(lib, "cuMemAlloc_v2", a.mem_alloc) &&
-         bind(lib, "cuMemFree_v2", a.mem_free) && bind(lib, "cuMemcpy2DAsync_v2", a.memcpy_2d) &&
-         bind(lib, "cuMemcpyAsync", a.memcpy) && bind(lib, "cuMemsetD8Async", a.memset_d8) &&
-         bind(lib, "cuStreamSynchronize", a.stream_sync) &&
-         bind(lib, "cuGetErrorName", a.error_name) &&
-         bind(lib, "cuGetErrorString", a.error_string) &&
-         bind(lib, "cuPointerGetAttribute", a.pointer_attribute) &&
-         bind(lib, "cuMemHostAlloc", a.mem_host_alloc) &&
-         bind(lib, "cuMemFreeHost", a.mem_free_host) &&
-         bind(lib, "cuStreamCreate", a.stream_create) &&
-         bind(lib, "cuStreamDestroy_v2", a.stream_destroy) &&
-         bind(lib, "cuEventCreate", a.event_create) && bind(lib, "cuEventRecord", a.event_record) &&
-         bind(lib, "cuEventSynchronize", a.event_sync) &&
-         bind(lib, "cuEventDestroy_v2", a.event_destroy) &&
-         bind(lib, "cuStreamWaitEvent", a.stream_wait_event);
+  return std::apply([&](const auto&... s) { return (bind(lib, s.first, a.*s.second) && ...); },
+                    kSymbols);
 }
 
 Loaded* load() {
