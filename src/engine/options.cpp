@@ -1,7 +1,9 @@
 // normalize_options(): the one reader of the front ends' keyword options and their spellings.
 #include "tessel/options.hpp"
 
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <sstream>
 
 #include "reduction/reduction_info.hpp"
@@ -209,18 +211,14 @@ Backend backend_from_name(std::string_view n, std::string_view who) {
               "'GPU_1D_host', 'GPU_1D_device', 'GPU_2D_host', 'GPU_2D_device'");
 }
 
+// In Backend order: the name each backend prints as (backend_from_name reads each back).
+constexpr const char* kBackendNames[] = {"auto", "compiled", "interpreter", "cuda"};
+static_assert(std::size(kBackendNames) == static_cast<size_t>(Backend::Cuda) + 1,
+              "every Backend needs a name");
+
 const char* backend_name(Backend b) {
-  switch (b) {
-    case Backend::Auto:
-      return "auto";
-    case Backend::Compiled:
-      return "compiled";
-    case Backend::Interpreter:
-      return "interpreter";
-    case Backend::Cuda:
-      return "cuda";
-  }
-  return "auto";
+  const auto q = static_cast<size_t>(b);
+  return q < std::size(kBackendNames) ? kBackendNames[q] : "auto";
 }
 
 SumScheme sum_scheme_from_name(std::string_view n, std::string_view who) {
@@ -233,16 +231,14 @@ SumScheme sum_scheme_from_name(std::string_view n, std::string_view who) {
               quoted(detail::escape_text(n, true)));
 }
 
+// In SumScheme order: the name each scheme prints as (sum_scheme_from_name reads each back).
+constexpr const char* kSumSchemeNames[] = {"block", "kahan", "direct"};
+static_assert(std::size(kSumSchemeNames) == static_cast<size_t>(SumScheme::Direct) + 1,
+              "every SumScheme needs a name");
+
 const char* sum_scheme_name(SumScheme s) {
-  switch (s) {
-    case SumScheme::Block:
-      return "block";
-    case SumScheme::Kahan:
-      return "kahan";
-    case SumScheme::Direct:
-      return "direct";
-  }
-  return "block";
+  const auto q = static_cast<size_t>(s);
+  return q < std::size(kSumSchemeNames) ? kSumSchemeNames[q] : "block";
 }
 
 std::vector<std::pair<std::string, std::string>> ignored_options() {
