@@ -8,9 +8,9 @@
 #include <random>
 #include <vector>
 
-#include "support/null_backend.hpp"
 #include "backend/registry.hpp"
 #include "reduction_helpers.hpp"
+#include "support/null_backend.hpp"
 #include "tessel/tessel.hpp"
 
 using namespace tessel;
@@ -92,6 +92,14 @@ Solved solve(const SolveProblem& p, const SolveOptions& opt = {}) {
   return s;
 }
 
+// alpha 0.05, CG run to a residual of 1e-12: the options of the tests that compare solutions.
+SolveOptions tight_options() {
+  SolveOptions opt;
+  opt.alpha = 0.05;
+  opt.tol = 1e-12;
+  return opt;
+}
+
 double max_diff(const Array& a, const std::vector<double>& ref) {
   double m = 0;
   for (size_t k = 0; k < ref.size(); ++k) m = std::max(m, std::abs(a.at(k) - ref[k]));
@@ -100,9 +108,7 @@ double max_diff(const Array& a, const std::vector<double>& ref) {
 
 TEST(KernelSolve, MatchesDenseSolveFloat64) {
   const SolveProblem p;
-  SolveOptions opt;
-  opt.alpha = 0.05;
-  opt.tol = 1e-12;
+  const SolveOptions opt = tight_options();
   const auto [x, rep] = solve(p, opt);
   EXPECT_TRUE(rep.converged) << rep.str();
   EXPECT_LT(rep.residual, 1e-11);
@@ -250,9 +256,7 @@ TEST(KernelSolve, NonConvergenceIsReportedWithoutRaising) {
 // host solve's (b and x on the host: CG's vectors there, each product on the device).
 TEST(KernelSolve, PointsOnAGpuRunEveryProductThere) {
   const SolveProblem p;
-  SolveOptions opt;
-  opt.alpha = 0.05;
-  opt.tol = 1e-12;
+  const SolveOptions opt = tight_options();
   const Solved host = solve(p, opt);
   NullBackend dev(true, true);
   ScopedBackend use(BackendId::Cuda, dev);
@@ -287,9 +291,7 @@ TEST(KernelSolve, PointsOnAGpuRunEveryProductThere) {
 // gradients as on the host. A vector on the wrong device is a clear error.
 TEST(KernelSolve, CgVectorsStayOnTheDevice) {
   const SolveProblem p;
-  SolveOptions opt;
-  opt.alpha = 0.05;
-  opt.tol = 1e-12;
+  const SolveOptions opt = tight_options();
   const Solved host = solve(p, opt);
   const std::vector<Array> in = p.arrays(p.b);
   const Array gx = tessel::testing::random_array(DType::Float64, {kN, kC}, 5);
