@@ -7,11 +7,11 @@
 #include "backend/cuda/driver.hpp"
 #include "backend/cuda/plan_table.hpp"
 #include "backend/lru_map.hpp"
-#include "support/null_backend.hpp"
 #include "backend/registry.hpp"
 #include "engine/engine_impl.hpp"
 #include "reduction/reduction_info.hpp"
 #include "reduction_helpers.hpp"
+#include "support/null_backend.hpp"
 
 using namespace tessel;
 using namespace tessel::testing;
@@ -295,6 +295,22 @@ void expect_near_all(const Array& got, const Array& want, const std::string& wha
     EXPECT_NEAR(got.at(q), want.at(q), 1e-12 * (1 + std::abs(want.at(q)))) << what;
 }
 
+// Evaluates r on the null device as above and checks what holds whenever results stay there: no
+// load from or store to the host, one device add per chain-rule addend, the interpreter's values.
+// `more(dev)` checks the device's other counters.
+template <class More>
+void expect_stays_on_device(const Reduction& r, const std::vector<Array>& args, More more) {
+  const std::vector<Array> want = evaluate(r, args, with(Backend::Interpreter));
+  NullBackend dev(true, true);
+  ScopedBackend use(BackendId::Cuda, dev);
+  const Array out = eval_on_null_device(r, args, want[0].shape());
+  EXPECT_EQ(dev.loads(), 0) << r.str();
+  EXPECT_EQ(dev.stores(), 0) << r.str();
+  EXPECT_EQ(dev.adds(), static_cast<int>(r.impl().addends.size())) << r.str();
+  more(dev);
+  expect_near_all(out, want[0], r.str());
+}
+
 }  // namespace
 
 // A call on a GPU whose backend keeps results there makes no host round trip: outputs written in
@@ -312,18 +328,12 @@ TEST(NullBackend, DeviceResultsStayOnTheDevice) {
       random_array(DType::Float64, {n, 1}, 3), random_array(DType::Float64, {n, 3}, 4)};
   for (const auto& [r, n_in] : {std::pair{lse, 2}, std::pair{g1, 3}, std::pair{g2, 4}}) {
     const std::vector<Array> args(in.begin(), in.begin() + n_in);
-    const std::vector<Array> want = evaluate(r, args, with(Backend::Interpreter));
-    NullBackend dev(true, true);
-    ScopedBackend use(BackendId::Cuda, dev);
-    const Array out = eval_on_null_device(r, args, want[0].shape());
-    EXPECT_EQ(dev.loads(), 0) << r.str();
-    EXPECT_EQ(dev.stores(), 0) << r.str();
-    EXPECT_EQ(dev.allocs(),
-              static_cast<int>(r.impl().computed.size() + 2 * r.impl().addends.size()))
-        << r.str();
-    EXPECT_EQ(dev.adds(), static_cast<int>(r.impl().addends.size())) << r.str();
-    for (const NullCall& c : dev.calls()) EXPECT_EQ(c.device, 0);
-    expect_near_all(out, want[0], r.str());
+    expect_stays_on_device(r, args, [&](const NullBackend& dev) {
+      EXPECT_EQ(dev.allocs(),
+                static_cast<int>(r.impl().computed.size() + 2 * r.impl().addends.size()))
+          << r.str();
+      for (const NullCall& c : dev.calls()) EXPECT_EQ(c.device, 0);
+    });
   }
 }
 
@@ -342,15 +352,8 @@ TEST(NullBackend, SumsOverAllRowsStayOnTheDevice) {
       random_array(DType::Float64, {n, 2}, 5),      random_array(DType::Float64, {1}, 6)};
   for (const auto& [g, n_in] : {std::pair{g1, 5}, std::pair{g2, 6}}) {
     const std::vector<Array> args(in.begin(), in.begin() + n_in);
-    const std::vector<Array> want = evaluate(g, args, with(Backend::Interpreter));
-    NullBackend dev(true, true);
-    ScopedBackend use(BackendId::Cuda, dev);
-    const Array out = eval_on_null_device(g, args, want[0].shape());
-    EXPECT_EQ(dev.loads(), 0) << g.str();
-    EXPECT_EQ(dev.stores(), 0) << g.str();
-    EXPECT_GE(dev.sums(), 1) << g.str();
-    EXPECT_EQ(dev.adds(), static_cast<int>(g.impl().addends.size())) << g.str();
-    expect_near_all(out, want[0], g.str());
+    expect_stays_on_device(g, args,
+                           [&](const NullBackend& dev) { EXPECT_GE(dev.sums(), 1) << g.str(); });
   }
 }
 
