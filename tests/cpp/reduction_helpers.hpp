@@ -220,6 +220,27 @@ inline void expect_close(const Array& got, const std::vector<double>& want, doub
   }
 }
 
+// Every output of two evaluations of one reduction, entry by entry: NaN where `want` has NaN,
+// indices and infinities (rows reducing nothing) exactly, other values within tol * (1 + |want|);
+// tol = 0: every entry equal, as == compares doubles.
+inline void expect_outputs_near(const std::vector<Array>& got, const std::vector<Array>& want,
+                                double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t k = 0; k < got.size(); ++k) {
+    ASSERT_EQ(got[k].size(), want[k].size()) << what;
+    for (int64_t q = 0; q < got[k].size(); ++q) {
+      const double a = got[k].at(q), b = want[k].at(q);
+      if (std::isnan(b)) {
+        EXPECT_TRUE(std::isnan(a)) << what << " output " << k << " entry " << q;
+      } else if (got[k].dtype() == DType::Int64 || std::isinf(b)) {
+        EXPECT_EQ(a, b) << what << " output " << k << " entry " << q;
+      } else {
+        EXPECT_NEAR(a, b, tol * (1 + std::abs(b))) << what << " output " << k << " entry " << q;
+      }
+    }
+  }
+}
+
 // Output 0 of r on the compiled backend against the interpreter. float32: the inputs are exact
 // in both paths, but the interpreter computes in float64.
 inline void expect_compiled_matches_interpreter(const Reduction& r, const std::vector<Array>& in,

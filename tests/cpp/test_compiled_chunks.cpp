@@ -90,22 +90,6 @@ std::vector<Case> cases() {
   };
 }
 
-void expect_identical(const std::vector<Array>& got, const std::vector<Array>& want,
-                      const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t o = 0; o < got.size(); ++o) {
-    ASSERT_EQ(got[o].size(), want[o].size()) << what;
-    for (int64_t k = 0; k < got[o].size(); ++k) {
-      const double g = got[o].at(k), w = want[o].at(k);
-      if (std::isnan(w)) {
-        EXPECT_TRUE(std::isnan(g)) << what << " output " << o << " entry " << k;
-      } else {
-        EXPECT_EQ(g, w) << what << " output " << o << " entry " << k;
-      }
-    }
-  }
-}
-
 // Against the interpreter (which computes float32 data in float64): the same indices, exactly,
 // ties between copies of a point resolved to the first; values to the compiled exp's and the
 // float32 rounding's bound.
@@ -114,7 +98,7 @@ void expect_same_choice(const std::vector<Array>& got, const std::vector<Array>&
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t o = 0; o < got.size(); ++o) {
     if (got[o].dtype() == DType::Int64) {
-      expect_identical({got[o]}, {want[o]}, what + " indices");
+      expect_outputs_near({got[o]}, {want[o]}, 0, what + " indices");
       continue;
     }
     std::vector<double> w(want[o].size());
@@ -153,7 +137,7 @@ TEST_P(CompiledChunks, DenseChunkedEqualsUnchunkedBitForBit) {
           ScopedChunk tiny(1);  // one block of tiles per chunk: 3 to 47 chunks here
           chunked = evaluate(c.r, in, c.opt);
         }
-        expect_identical(chunked, whole, what);
+        expect_outputs_near(chunked, whole, 0, what);
         // And both against the interpreter where the order of terms cannot matter.
         if (reduction_info(c.r.op()).family != ReductionFamily::Sum &&
             reduction_info(c.r.op()).family != ReductionFamily::SoftMax)
@@ -214,9 +198,9 @@ TEST_P(CompiledChunks, FewRowsSplitAcrossThreads) {
           br->redranges_i = {0, rows, 0, rows};
           br->slices_j = {1, 2};
           for (Case c : cases()) {
-            const std::string what = level + " " + c.name + (t == DType::Float32 ? " f32" : " f64") +
-                                     (nan ? " NaN" : "") + " rows " + std::to_string(rows) +
-                                     (sparse ? " ranges" : "");
+            const std::string what = level + " " + c.name +
+                                     (t == DType::Float32 ? " f32" : " f64") + (nan ? " NaN" : "") +
+                                     " rows " + std::to_string(rows) + (sparse ? " ranges" : "");
             if (sparse) c.opt.ranges = br;
             const std::vector<Array> in = args_for(c.r, all);
             c.opt.threads = 1;
@@ -229,7 +213,7 @@ TEST_P(CompiledChunks, FewRowsSplitAcrossThreads) {
             }
             const ReductionFamily fam = reduction_info(c.r.op()).family;
             if (fam != ReductionFamily::Sum && fam != ReductionFamily::SoftMax) {
-              expect_identical(split, whole, what);
+              expect_outputs_near(split, whole, 0, what);
               continue;
             }
             const bool direct32 = t == DType::Float32 && c.opt.sum_scheme == SumScheme::Direct &&
@@ -244,7 +228,6 @@ TEST_P(CompiledChunks, FewRowsSplitAcrossThreads) {
         }
 }
 
-INSTANTIATE_TEST_SUITE_P(Levels, CompiledChunks, ::testing::ValuesIn(kSimdLevels),
-                         simd_level_name);
+INSTANTIATE_TEST_SUITE_P(Levels, CompiledChunks, ::testing::ValuesIn(kSimdLevels), simd_level_name);
 
 }  // namespace

@@ -83,24 +83,6 @@ struct OnDevice {
   }
 };
 
-void expect_same(const std::vector<Array>& got, const std::vector<Array>& want, double tol,
-                 const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t k = 0; k < got.size(); ++k) {
-    ASSERT_EQ(got[k].size(), want[k].size()) << what;
-    for (int64_t q = 0; q < got[k].size(); ++q) {
-      const double a = got[k].at(q), b = want[k].at(q);
-      if (std::isnan(b)) {
-        EXPECT_TRUE(std::isnan(a)) << what << " output " << k << " entry " << q;
-      } else if (got[k].dtype() == DType::Int64 || std::isinf(b)) {  // rows reducing nothing
-        EXPECT_EQ(a, b) << what << " output " << k << " entry " << q;
-      } else {
-        EXPECT_NEAR(a, b, tol * (1 + std::abs(b))) << what << " output " << k << " entry " << q;
-      }
-    }
-  }
-}
-
 // Each test runs in float32 and in float64 (the parameter), the GPU against the interpreter.
 class CudaGpu : public ::testing::TestWithParam<bool> {
  protected:
@@ -125,10 +107,10 @@ TEST_P(CudaGpu, EveryReductionMatchesTheInterpreter) {
       const std::vector<Array> in = used_by(c.r, with_dtype(inputs(t, n, m), t));
       const std::string what = c.name + " n=" + std::to_string(n) + " m=" + std::to_string(m);
       const std::vector<Array> want = evaluate(c.r, in, cpu);
-      expect_same(evaluate(c.r, in, gpu), want, tol, what + " (host arrays)");
+      expect_outputs_near(evaluate(c.r, in, gpu), want, tol, what + " (host arrays)");
       const OnDevice dev(in);
-      expect_same(evaluate(c.r, std::span<const ArrayView>(dev.views)), want, tol,
-                  what + " (device arrays)");
+      expect_outputs_near(evaluate(c.r, std::span<const ArrayView>(dev.views)), want, tol,
+                          what + " (device arrays)");
     }
   }
 }
@@ -142,8 +124,8 @@ TEST_P(CudaGpu, GradientsMatchTheInterpreter) {
       const Reduction gr = grad(c.r, var);
       std::vector<Array> in = with_dtype(inputs(t, n, m), t);
       in.push_back(random_array(t, {n, c.r.output_dim(0)}, 9));
-      expect_same(evaluate(gr, in, gpu), evaluate(gr, in, cpu), tol,
-                  c.name + " gradient in var " + std::to_string(var));
+      expect_outputs_near(evaluate(gr, in, gpu), evaluate(gr, in, cpu), tol,
+                          c.name + " gradient in var " + std::to_string(var));
     }
   }
 }
@@ -165,13 +147,13 @@ TEST_P(CudaGpu, SelectionGradientsOfDeviceArrays) {
                                random_array(t, {n, r.output_dim(0)}, 9)};
       const OnDevice dev(in);
       const std::string what = c.name + " gradient in var " + std::to_string(var);
-      expect_same(evaluate(g, std::span<const ArrayView>(dev.views)), evaluate(g, in, cpu), tol,
-                  what);
+      expect_outputs_near(evaluate(g, std::span<const ArrayView>(dev.views)), evaluate(g, in, cpu),
+                          tol, what);
       const Reduction g2 = grad(g, 2);  // in the cotangent: one-hot slots
       in.push_back(random_array(t, {var == 0 ? n : m, 3}, 11));
       const OnDevice dev2(in);
-      expect_same(evaluate(g2, std::span<const ArrayView>(dev2.views)), evaluate(g2, in, cpu), tol,
-                  what + ", then in the cotangent");
+      expect_outputs_near(evaluate(g2, std::span<const ArrayView>(dev2.views)),
+                          evaluate(g2, in, cpu), tol, what + ", then in the cotangent");
     }
   }
 }
@@ -185,14 +167,14 @@ TEST_P(CudaGpu, BatchesAndSecondDerivatives) {
   const std::vector<Array> batched = {random_array(t, {3, 500, 3}, 1),
                                       random_array(t, {1, 700, 3}, 2)};
   const OnDevice dev_b(batched);
-  expect_same(evaluate(lse, std::span<const ArrayView>(dev_b.views)), evaluate(lse, batched, cpu),
-              tol, "batched LogSumExp");
+  expect_outputs_near(evaluate(lse, std::span<const ArrayView>(dev_b.views)),
+                      evaluate(lse, batched, cpu), tol, "batched LogSumExp");
   const Reduction g2 = grad(grad(lse, 0), 0);
   const std::vector<Array> in = {random_array(t, {500, 3}, 1), random_array(t, {700, 3}, 2),
                                  random_array(t, {500, 1}, 3), random_array(t, {500, 3}, 4)};
   const OnDevice dev(in);
-  expect_same(evaluate(g2, std::span<const ArrayView>(dev.views)), evaluate(g2, in, cpu), tol,
-              "second derivative of LogSumExp");
+  expect_outputs_near(evaluate(g2, std::span<const ArrayView>(dev.views)), evaluate(g2, in, cpu),
+                      tol, "second derivative of LogSumExp");
 }
 
 // Block-sparse ranges: clusters of 1 to 300 rows (within and across CUDA blocks), a random
@@ -219,7 +201,8 @@ TEST_P(CudaGpu, BlockSparseRangesMatchTheInterpreter) {
   for (const GpuCase& c : cases()) {
     if (c.r.axis() != 1) continue;
     const std::vector<Array> in = used_by(c.r, with_dtype(inputs(t, n, m), t));
-    expect_same(evaluate(c.r, in, gpu), evaluate(c.r, in, cpu), tol, c.name + " with ranges");
+    expect_outputs_near(evaluate(c.r, in, gpu), evaluate(c.r, in, cpu), tol,
+                        c.name + " with ranges");
   }
 }
 
@@ -235,7 +218,8 @@ TEST_P(CudaGpu, MemoryBudgetStreamsBlocks) {
     for (int64_t budget : {int64_t{2} << 20, int64_t{256} << 10}) {
       Options o = gpu;
       o.gpu_memory_budget = budget;
-      expect_same(evaluate(c.r, in, o), want, tol, c.name + " budget " + std::to_string(budget));
+      expect_outputs_near(evaluate(c.r, in, o), want, tol,
+                          c.name + " budget " + std::to_string(budget));
     }
   }
 }
@@ -256,7 +240,7 @@ TEST_P(CudaGpu, SumsOverAllRowsAndHalfArraysOnTheDevice) {
   cuda_copy_2d(got.data(), dtype_size(t), out.views[0].data, dtype_size(t), dtype_size(t), 1,
                nullptr);
   cuda_synchronize(nullptr);
-  expect_same({got}, evaluate(gp, in, cpu), tol, "gradient in a parameter, device output");
+  expect_outputs_near({got}, evaluate(gp, in, cpu), tol, "gradient in a parameter, device output");
   if (t != DType::Float32) return;
   for (DType h : {DType::Float16, DType::BFloat16}) {
     // The half inputs' values, in float32, give the reference: rounded once to the half dtype.
@@ -316,7 +300,7 @@ TEST_P(CudaGpu, KernelSolveKeepsItsVectorsOnTheDevice) {
   const size_t bytes = static_cast<size_t>(x.size()) * dtype_size(t);
   cuda_copy_2d(x.data(), bytes, out.views[0].data, bytes, bytes, 1, nullptr);
   cuda_synchronize(nullptr);
-  expect_same({x}, {hx}, t == DType::Float64 ? 1e-8 : 1e-3, "device solve");
+  expect_outputs_near({x}, {hx}, t == DType::Float64 ? 1e-8 : 1e-3, "device solve");
   // The gradient in the points, its cotangent on the device too.
   const OnDevice gx(std::vector<Array>{random_array(t, {n, 2}, 7)});
   const int wrt[1] = {0};
@@ -329,7 +313,7 @@ TEST_P(CudaGpu, KernelSolveKeepsItsVectorsOnTheDevice) {
   const size_t gb = static_cast<size_t>(d.size()) * dtype_size(t);
   cuda_copy_2d(d.data(), gb, out.views[1].data, gb, gb, 1, nullptr);
   cuda_synchronize(nullptr);
-  expect_same({d}, {hd}, t == DType::Float64 ? 1e-7 : 1e-2, "device solve's gradient");
+  expect_outputs_near({d}, {hd}, t == DType::Float64 ? 1e-7 : 1e-2, "device solve's gradient");
 }
 
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaGpu, ::testing::Bool(),
