@@ -185,9 +185,7 @@ class FormulaOps:
         return self.__pow__(other)
 
     # ---- ops whose Python spelling differs from the table's -------------------------------------
-    def round(self, decimals=0):
-        return self._apply("round", "Round", [self], (decimals,))
-
+    # (round(decimals=0) is the table's: Round's decimals are optional and named there.)
     def mod(self, modulus, offset=0):
         """self - modulus * floor((self - offset) / modulus), elementwise."""
         return self._apply("mod", "Mod", [self, self._operand(modulus, "mod"),
