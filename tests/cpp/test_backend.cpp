@@ -2,6 +2,7 @@
 // sees it (shapes, strides, blocks, batches, devices), and the CUDA plan table's bound.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <string>
 
 #include "backend/cuda/driver.hpp"
@@ -19,6 +20,11 @@ using namespace tessel::testing;
 namespace {
 
 const Reduction kGauss(ReductionOp::Sum, exp(-sqdist(vi(0, 3), vj(1, 3))) * vj(2, 2));
+
+// kGauss's inputs for n rows i and m rows j: x (n, 3), y (m, 3), b (m, 2), from seeds 1, 2, 3.
+std::array<Array, 3> gauss_inputs(DType t, int64_t n, int64_t m) {
+  return {random_array(t, {n, 3}, 1), random_array(t, {m, 3}, 2), random_array(t, {m, 2}, 3)};
+}
 
 ArrayView on_cuda(ArrayView v, int device) {
   v.device = Device{DeviceKind::CUDA, device};
@@ -128,9 +134,7 @@ TEST(NullBackend, SeesTheBoundProblem) {
 TEST(NullBackend, AutoFallsBackOnlyWhenCompiledDeclines) {
   NullBackend compiled(true), interp(true);
   ScopedBackend use_c(BackendId::Compiled, compiled), use_i(BackendId::Interpreter, interp);
-  const Array x = random_array(DType::Float32, {4, 3}, 1),
-              y = random_array(DType::Float32, {6, 3}, 2),
-              b = random_array(DType::Float32, {6, 2}, 3);
+  const auto [x, y, b] = gauss_inputs(DType::Float32, 4, 6);
   const std::vector<Array> in{x, y, b};
   evaluate(kGauss, in, with(Backend::Auto));
   EXPECT_EQ(compiled.calls().size(), 1u);
@@ -170,9 +174,7 @@ TEST(NullBackend, BatchPlanSlicesInputsAndOutputs) {
 TEST(NullBackend, BlockSparseRangesAndComputedVariables) {
   NullBackend null;
   ScopedBackend use(BackendId::Interpreter, null);
-  const Array x = random_array(DType::Float64, {5, 3}, 1),
-              y = random_array(DType::Float64, {7, 3}, 2),
-              b = random_array(DType::Float64, {7, 2}, 3);
+  const auto [x, y, b] = gauss_inputs(DType::Float64, 5, 7);
   auto br = std::make_shared<BlockRanges>();
   br->ranges_i = {0, 2, 3, 5};
   br->slices_i = {1, 2};
@@ -204,9 +206,7 @@ TEST(NullBackend, BlockSparseRangesAndComputedVariables) {
 TEST(NullBackend, CudaSlotGetsDeviceArraysAndOwnsTheirCopies) {
   NullBackend null;
   ScopedBackend use(BackendId::Cuda, null);
-  const Array x = random_array(DType::Float32, {4, 3}, 1),
-              y = random_array(DType::Float32, {6, 3}, 2),
-              b = random_array(DType::Float32, {6, 2}, 3);
+  const auto [x, y, b] = gauss_inputs(DType::Float32, 4, 6);
   // Backend::Cuda on host arrays: the device asked for is opened and named in the problem.
   Options gpu = with(Backend::Cuda);
   gpu.device = 2;
@@ -430,9 +430,7 @@ TEST(CudaBackend, RequestWithoutGpuGivesTheDriverError) {
     want = e.what();
   }
   ASSERT_NE(want.find("CUDA is not usable"), std::string::npos) << want;
-  const Array x = random_array(DType::Float32, {4, 3}, 1),
-              y = random_array(DType::Float32, {6, 3}, 2),
-              b = random_array(DType::Float32, {6, 2}, 3);
+  const auto [x, y, b] = gauss_inputs(DType::Float32, 4, 6);
   try {
     evaluate(kGauss, std::vector<Array>{x, y, b}, with(Backend::Cuda));
     FAIL() << "expected an error";
