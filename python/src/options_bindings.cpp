@@ -2,6 +2,8 @@
 // options a reduction is built with (declared once, in the core's option table).
 #include <nanobind/stl/pair.h>
 
+#include <algorithm>
+
 #include "bindings.hpp"
 
 namespace tessel::py {
@@ -67,6 +69,23 @@ nb::dict as_dict(const NormalizedOptions& n) {
   return out;
 }
 
+// Several GPUs sharing a call on host arrays: distinct indices >= 0.
+std::vector<int> gpu_devices(const std::string& who, nb::handle value) {
+  std::vector<int> out;
+  const std::string want = who + ": gpu_devices must be a list of distinct GPU indices >= 0";
+  if (!nb::isinstance<nb::list>(value) && !nb::isinstance<nb::tuple>(value))
+    throw nb::type_error((want + ", got " + nb::str(value.type().attr("__name__")).c_str())
+                             .c_str());
+  for (nb::handle v : value) {
+    int d = -1;
+    if (PyBool_Check(v.ptr()) || !nb::try_cast(v, d, false) || d < 0 ||
+        std::count(out.begin(), out.end(), d))
+      throw nb::value_error((want + ", got " + nb::repr(value).c_str()).c_str());
+    out.push_back(d);
+  }
+  return out;
+}
+
 Settings make_settings(const std::string& who, nb::dict options, unsigned scope,
                        std::optional<std::string> reduction) {
   Settings s;
@@ -75,6 +94,8 @@ Settings make_settings(const std::string& who, nb::dict options, unsigned scope,
   s.eval.sum_scheme = s.given.sum_scheme.value_or(SumScheme::Block);
   s.eval.accumulate_f64 = s.given.accumulate_f64.value_or(false);
   s.eval.gpu_memory_budget = s.given.gpu_memory_budget.value_or(0);
+  if (std::count(s.given.passed.begin(), s.given.passed.end(), "gpu_devices"))
+    s.eval.gpu_devices = gpu_devices(who, options["gpu_devices"]);
   return s;
 }
 
@@ -138,6 +159,7 @@ void bind_options(nb::module_& m) {
           "as_dict", [](const Settings& s) { return as_dict(s.given); },
           "The options given, in canonical form (as normalize_options returns them).")
       .def_prop_ro("backend", [](const Settings& s) { return backend_name(s.eval.backend); })
+      .def_prop_ro("gpu_devices", [](const Settings& s) { return s.eval.gpu_devices; })
       .def("__repr__", [](const Settings& s) {
         return "tessel.Settings(" + nb::cast<std::string>(nb::repr(as_dict(s.given))) + ")";
       });

@@ -234,3 +234,16 @@ def test_gradient_cache_stays_bounded_over_many_formulas():
     (gx,) = torch.autograd.grad(out.sum(), [x])
     torch.testing.assert_close(gx, 12345 * y.sum().expand(3, 1))
     assert len(_genred._grad_cache) == size
+
+
+def test_gpu_devices_are_kept_with_the_reduction():
+    """README: Genred(..., gpu_devices=[0, 1]) shares a host-array call between GPUs; the list is
+    read once, when the reduction is built, and a bad one is refused there."""
+    g = tn.Genred("SqDist(X,Y)", ["X = Vi(3)", "Y = Vj(3)"], gpu_devices=[0, 1])
+    assert g._spec.settings.gpu_devices == [0, 1]
+    assert tn.Genred("SqDist(X,Y)", ["X = Vi(3)", "Y = Vj(3)"])._spec.settings.gpu_devices == []
+    for bad in ([0, 0], [-1], [True], [0.5]):
+        with pytest.raises(ValueError, match="Genred: gpu_devices must be a list of distinct GPU"):
+            tn.Genred("SqDist(X,Y)", ["X = Vi(3)", "Y = Vj(3)"], gpu_devices=bad)
+    with pytest.raises(TypeError, match="Genred: gpu_devices must be a list .* got int"):
+        tn.Genred("SqDist(X,Y)", ["X = Vi(3)", "Y = Vj(3)"], gpu_devices=0)

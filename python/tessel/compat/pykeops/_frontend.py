@@ -3,6 +3,11 @@ alike, made from each one's Genred, KernelSolve and array library."""
 from ._complex import ComplexDispatch, complex_class
 from ._lazytensor import GenericLazyTensor, variable_constructors
 
+# What pykeops.numpy and pykeops.torch export.
+FRONTEND_ALL = sorted(["Genred", "generic_sum", "generic_logsumexp", "generic_argmin",
+                       "generic_argkmin", "KernelSolve", "LazyTensor", "ComplexLazyTensor", "Vi",
+                       "Vj", "Pm"])
+
 
 def lazy_tensor_classes(module, genred, kernel_solve, array_type, make_array, as_complex, what):
     """(LazyTensor, ComplexLazyTensor, (Var, Vi, Vj, Pm)) of the front-end module `module` (its

@@ -3,25 +3,22 @@ import numpy as np
 
 from .... import numpy as _tnumpy
 from .._genred import GenredBase, KernelSolveBase, make_generic_ops
-from .._frontend import lazy_tensor_classes
+from .._frontend import FRONTEND_ALL, lazy_tensor_classes
 from .._lazytensor import GenericLazyTensor  # noqa: F401  (as in pykeops.*.lazytensor)
 from . import cluster  # noqa: F401
 
-__all__ = sorted(["Genred", "generic_sum", "generic_logsumexp", "generic_argmin",
-                  "generic_argkmin", "KernelSolve", "LazyTensor", "ComplexLazyTensor", "Vi", "Vj",
-                  "Pm"])
+__all__ = FRONTEND_ALL
+
+
+def _copy_into(out, result):
+    out[...] = result
+    return out
 
 
 class Genred(GenredBase):
     __doc__ = GenredBase.__doc__
-    _frontend = _tnumpy
-
-    def _stack(self, arrays):
-        return np.stack(arrays, axis=-1)
-
-    def _copy_into(self, out, result):
-        out[...] = result
-        return out
+    _frontend, _copy_into = _tnumpy, staticmethod(_copy_into)
+    _stack = staticmethod(lambda arrays: np.stack(arrays, axis=-1))
 
 
 generic_sum, generic_logsumexp, generic_argmin, generic_argkmin = make_generic_ops(Genred)

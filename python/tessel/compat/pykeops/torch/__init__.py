@@ -3,25 +3,18 @@ import torch
 
 from .... import torch as _ttorch
 from .._genred import GenredBase, KernelSolveBase, make_generic_ops
-from .._frontend import lazy_tensor_classes
+from .._frontend import FRONTEND_ALL, lazy_tensor_classes
 from .._lazytensor import GenericLazyTensor  # noqa: F401  (as in pykeops.*.lazytensor)
 from . import cluster  # noqa: F401
 
-__all__ = sorted(["Genred", "generic_sum", "generic_logsumexp", "generic_argmin",
-                  "generic_argkmin", "KernelSolve", "LazyTensor", "ComplexLazyTensor", "Vi", "Vj",
-                  "Pm"])
+__all__ = FRONTEND_ALL
 
 
 class Genred(GenredBase):
     __doc__ = GenredBase.__doc__
     _frontend = _ttorch
-
-    def _stack(self, arrays):
-        return torch.stack(arrays, dim=-1)
-
-    def _copy_into(self, out, result):
-        out.copy_(result)
-        return out
+    _copy_into = staticmethod(lambda out, result: out.copy_(result))
+    _stack = staticmethod(lambda arrays: torch.stack(arrays, dim=-1))
 
 
 generic_sum, generic_logsumexp, generic_argmin, generic_argkmin = make_generic_ops(Genred)
