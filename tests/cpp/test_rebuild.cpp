@@ -14,7 +14,7 @@ TEST(Rebuild, MakeOpByNameEqualsTheBuilder) {
   EXPECT_THROW(make_op("NoSuchOp", {x}), Error);
   EXPECT_THROW(make_op("Elem", {x}), Error);           // a missing parameter
   EXPECT_THROW(make_op("Add", {x, vj(1, 2)}), Error);  // the op's dim rule
-  EXPECT_THROW(make_op("TensorDot", {x, y}), Error);   // tuples: tensordot()
+  EXPECT_THROW(make_op("TensorDot", {x, y}), Error);   // none of its 4 tuple parameters
 }
 
 TEST(Rebuild, RelabelRenumbersAndTransposes) {
