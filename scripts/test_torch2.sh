@@ -27,7 +27,7 @@ if [[ ! -x $py ]]; then
 fi
 # pykeops, geomloss and torchdiffeq are compared against; the suite skips what needs them when
 # they are absent.
-want=("$torch_spec" numpy pytest hypothesis nanobind scikit-build-core)
+want=("$torch_spec" numpy pytest pytest-xdist hypothesis nanobind scikit-build-core)
 optional=(pykeops==2.3 geomloss torchdiffeq==0.2.5)
 if ! "$py" -m pip install -q "${want[@]}"; then
   echo "torch2: could not install ${want[*]}" >&2
