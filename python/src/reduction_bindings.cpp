@@ -31,11 +31,10 @@ struct Bound {
 // device (the core checks the rest: shapes, strides, sizes).
 void check_call(const Bound& b, const std::vector<ArrayView>& in) {
   if (b.kind != ArrayKind::Torch) return;
-  const std::string prefix = "torch.";
   for (size_t k = 1; k < in.size(); ++k) {
     if (in[k].dtype != in[0].dtype)
-      throw nb::type_error((b.who + ": argument " + std::to_string(k) + " has dtype " + prefix +
-                            dtype_name(in[k].dtype) + " but argument 0 has " + prefix +
+      throw nb::type_error((b.who + ": argument " + std::to_string(k) + " has dtype torch." +
+                            dtype_name(in[k].dtype) + " but argument 0 has torch." +
                             dtype_name(in[0].dtype) + "; all arguments must share one dtype")
                                .c_str());
   }
@@ -43,13 +42,12 @@ void check_call(const Bound& b, const std::vector<ArrayView>& in) {
   for (size_t k = 0; k < in.size(); ++k) {
     if (in[k].device.kind != DeviceKind::CUDA) continue;
     if (cuda && cuda->device.index != in[k].device.index)
-      throw nb::value_error((b.who + ": argument " + std::to_string(k) +
-                             " is on cuda:" + std::to_string(in[k].device.index) +
-                             " but an earlier argument is "
-                             "on cuda:" +
-                             std::to_string(cuda->device.index) +
-                             "; all CUDA tensors must be on one device")
-                                .c_str());
+      throw nb::value_error(
+          (b.who + ": argument " + std::to_string(k) +
+           " is on cuda:" + std::to_string(in[k].device.index) +
+           " but an earlier argument is on cuda:" + std::to_string(cuda->device.index) +
+           "; all CUDA tensors must be on one device")
+              .c_str());
     cuda = &in[k];
   }
 }
