@@ -31,6 +31,9 @@ namespace tessel {
 enum class SinkhornUpdate : uint8_t {
   Symmetric,    // f and g both from the previous pair, then averaged with it (GeomLoss's)
   Alternating,  // f from g, then g from the new f (classic Sinkhorn; no averaging)
+  // Symmetric along the schedule, then alternating at blur^p (tol > 0): averaged updates are
+  // robust while eps descends but converge slowly at a small eps. The debiasing problems average.
+  SymmetricThenAlternating,
 };
 
 struct SinkhornOptions {
@@ -57,6 +60,31 @@ struct SinkhornOptions {
   Options eval;  // options of the reductions (backend, threads, accumulate_f64, ...)
 };
 
+// A warm start: potentials from a coarser solve (float64; p and q with debias), the temperature
+// they are at, and the temperatures still to run (descending; may be empty). The loop starts
+// from them instead of zero potentials at diameter^p, and goes on at blur^p past `schedule` while
+// tol asks it to. No start (empty f): the loop runs GeomLoss's whole schedule from zero.
+struct SinkhornStart {
+  double eps = 0;
+  std::vector<double> f, g, p, q;
+  std::vector<double> schedule;
+};
+
+// Block-sparse softmins by clusters (multiscale Sinkhorn). x and y are sorted by cluster: the
+// points [bounds_x[c], bounds_x[c + 1]) form the cluster c of x (Kx + 1 offsets), bounds_y
+// likewise. cmin_xy (Kx * Ky, row-major) is a lower bound of the cost between any point of a
+// cluster of x and any of a cluster of y (e.g. the cost of the gap between their balls); cmin_xx
+// and cmin_yy serve the debiasing problems. Each softmin visits the blocks (I, J) with
+//   max_{i in I} f_i + max_{j in J} g_j - cmin_IJ >= -tau eps,
+// the mask recomputed from the potentials after every step of the schedule (and from the start's
+// potentials before the first), then held while the loop runs on at blur^p, so that the errors
+// it stops on are those of one problem. Without tau every block is kept. Empty bounds_x: dense.
+struct SinkhornClusters {
+  std::vector<int64_t> bounds_x, bounds_y;
+  std::vector<double> cmin_xy, cmin_xx, cmin_yy;
+  std::optional<double> tau;
+};
+
 // One iteration of the loop: its eps and the marginal errors of the potentials entering it,
 // L1 distances in mass units: |pi 1 - a exp(-f / rho_x)|_1 + |pi^T 1 - b exp(-g / rho_y)|_1
 // (the exponentials are 1 when balanced), pi the plan of (f, g) at that eps. Zero at the fixed
@@ -79,6 +107,9 @@ struct SinkhornResult {
   std::optional<double> rho_x, rho_y;      // the marginal penalties (none: balanced)
   double diameter = 0;                     // the schedule's start
   std::vector<SinkhornIteration> history;  // one entry per iteration of the loop
+  // With clusters: the masks the softmins last ran with (row-major, Kx * Ky, Kx * Kx, Ky * Ky;
+  // 1 = kept), the last two with debias. Empty without clusters.
+  std::vector<uint8_t> keep_xy, keep_xx, keep_yy;
   bool converged = false;   // the last errors were <= tol (tol > 0); false when tol = 0
   std::string str() const;  // e.g. "12 iterations, eps 0.0025, marginal error 3e-07"
 };
@@ -94,9 +125,11 @@ std::vector<double> epsilon_schedule(double p, double diameter, double blur, dou
 // device, and then opt.diameter is required): every reduction then runs on that GPU, with only
 // O(N + M) potentials crossing to and from the host per softmin. With host points,
 // opt.eval.backend = Backend::Cuda runs the reductions on the GPU too (the points uploaded by
-// each call).
+// each call). `start` and `clusters`: see SinkhornStart and SinkhornClusters (multiscale
+// Sinkhorn: a coarse solve's potentials and block-sparse softmins).
 SinkhornResult sinkhorn(const ArrayView& a, const ArrayView& x, const ArrayView& b,
-                        const ArrayView& y, const SinkhornOptions& opt = {});
+                        const ArrayView& y, const SinkhornOptions& opt = {},
+                        const SinkhornStart& start = {}, const SinkhornClusters& clusters = {});
 
 // The envelope gradient of the returned potentials: given cotangents for f, g, p, q (null views
 // for those without one; p, q need debias), writes into grad_x (N, D) and grad_y (M, D) the

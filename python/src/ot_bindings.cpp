@@ -17,6 +17,10 @@ nb::object float64_numpy(const std::vector<double>& v) {
 std::vector<double> values(const std::optional<InArray>& a, const char* what) {
   if (!a) return {};
   const ArrayView v = view_of(*a, what);
+  if (v.device.kind != DeviceKind::CPU || v.shape.size() != 1 ||
+      (v.dtype != DType::Float32 && v.dtype != DType::Float64))
+    throw nb::value_error(
+        (std::string("tessel.ot: ") + what + " must be a 1-D float CPU array").c_str());
   std::vector<double> out(static_cast<size_t>(v.size()));
   for (size_t i = 0; i < out.size(); ++i) {
     const int64_t at = static_cast<int64_t>(i) * v.stride(0);
@@ -54,6 +58,40 @@ SinkhornResult result_of(const std::vector<std::optional<InArray>>& parts, DType
   return r;
 }
 
+// The warm start and the clusters of a multiscale solve (tessel.ot.multiscale builds them).
+void bind_multiscale_parts(nb::module_& m) {
+  nb::class_<SinkhornStart>(m, "SinkhornStart")
+      .def(
+          "__init__",
+          [](SinkhornStart* st, double eps, std::vector<double> schedule, InArray f, InArray g,
+             std::optional<InArray> p, std::optional<InArray> q) {
+            new (st) SinkhornStart{eps,
+                                   values(f, "start.f"),
+                                   values(g, "start.g"),
+                                   values(p, "start.p"),
+                                   values(q, "start.q"),
+                                   std::move(schedule)};
+          },
+          nb::arg("eps"), nb::arg("schedule"), nb::arg("f"), nb::arg("g"),
+          nb::arg("p").none() = nb::none(), nb::arg("q").none() = nb::none(),
+          "Potentials of a coarser solve at eps and the temperatures still to run.");
+  nb::class_<SinkhornClusters>(m, "SinkhornClusters")
+      .def(
+          "__init__",
+          [](SinkhornClusters* c, std::vector<int64_t> bounds_x, std::vector<int64_t> bounds_y,
+             InArray cmin_xy, std::optional<InArray> cmin_xx, std::optional<InArray> cmin_yy,
+             std::optional<double> tau) {
+            new (c) SinkhornClusters{std::move(bounds_x),        std::move(bounds_y),
+                                     values(cmin_xy, "cmin_xy"), values(cmin_xx, "cmin_xx"),
+                                     values(cmin_yy, "cmin_yy"), tau};
+          },
+          nb::arg("bounds_x"), nb::arg("bounds_y"), nb::arg("cmin_xy"),
+          nb::arg("cmin_xx").none() = nb::none(), nb::arg("cmin_yy").none() = nb::none(),
+          nb::arg("tau").none() = nb::none(),
+          "Clusters of the sorted clouds (offsets), least costs between them (flat, row-major) "
+          "and the truncation's tau.");
+}
+
 }  // namespace
 
 void bind_ot(nb::module_& m) {
@@ -61,7 +99,8 @@ void bind_ot(nb::module_& m) {
   auto sinkhorn_options =
       [](double p, std::optional<Formula> cost, double blur, std::optional<double> reach_x,
          std::optional<double> reach_y, std::optional<double> diameter, double scaling, bool debias,
-         bool alternating, double tol, int64_t max_iter, const std::string& backend) {
+         bool alternating, double tol, int64_t max_iter, const std::string& backend,
+         bool alternate_after_schedule = false, bool last_extrapolation = true) {
         SinkhornOptions o;
         o.p = p;
         if (cost) o.cost = *cost;
@@ -71,7 +110,10 @@ void bind_ot(nb::module_& m) {
         o.diameter = diameter;
         o.scaling = scaling;
         o.debias = debias;
-        o.update = alternating ? SinkhornUpdate::Alternating : SinkhornUpdate::Symmetric;
+        o.update = alternating                ? SinkhornUpdate::Alternating
+                   : alternate_after_schedule ? SinkhornUpdate::SymmetricThenAlternating
+                                              : SinkhornUpdate::Symmetric;
+        o.last_extrapolation = last_extrapolation;
         o.tol = tol;
         o.max_iter = max_iter;
         o.eval.backend = backend_from_name(backend, "tessel.ot");
@@ -96,30 +138,46 @@ void bind_ot(nb::module_& m) {
                        h.emplace_back(it.eps, it.error, it.error_x, it.error_y);
                      return h;
                    })
+      .def_prop_ro("keep",
+                   [](const SinkhornResult& r) {
+                     auto arr = [](const std::vector<uint8_t>& k) -> nb::object {
+                       // Bytes (0 or 1 each), row-major: numpy.frombuffer reads them.
+                       if (k.empty()) return nb::none();
+                       return nb::bytes(reinterpret_cast<const char*>(k.data()), k.size());
+                     };
+                     return nb::make_tuple(arr(r.keep_xy), arr(r.keep_xx), arr(r.keep_yy));
+                   })
       .def("__str__", &SinkhornResult::str);
+  bind_multiscale_parts(m);
   m.def("epsilon_schedule", &epsilon_schedule, nb::arg("p"), nb::arg("diameter"), nb::arg("blur"),
         nb::arg("scaling"), "GeomLoss's eps schedule from diameter^p down to blur^p.");
   m.def(
       "sinkhorn",
-      [sinkhorn_options](InArray a, InArray x, InArray b, InArray y, double p,
-                         std::optional<Formula> cost, double blur, std::optional<double> reach_x,
-                         std::optional<double> reach_y, std::optional<double> diameter,
-                         double scaling, bool debias, bool alternating, double tol,
-                         int64_t max_iter, const std::string& backend) {
-        const SinkhornOptions o =
-            sinkhorn_options(p, cost, blur, reach_x, reach_y, diameter, scaling, debias,
-                             alternating, tol, max_iter, backend);
+      [sinkhorn_options](
+          InArray a, InArray x, InArray b, InArray y, double p, std::optional<Formula> cost,
+          double blur, std::optional<double> reach_x, std::optional<double> reach_y,
+          std::optional<double> diameter, double scaling, bool debias, bool alternating, double tol,
+          int64_t max_iter, const std::string& backend, bool alternate_after_schedule,
+          bool last_extrapolation, std::optional<SinkhornStart> start,
+          std::optional<SinkhornClusters> clusters) {
+        const SinkhornOptions o = sinkhorn_options(
+            p, cost, blur, reach_x, reach_y, diameter, scaling, debias, alternating, tol, max_iter,
+            backend, alternate_after_schedule, last_extrapolation);
         const ArrayView av = view_of(a, "a"), xv = view_of(x, "x"), bv = view_of(b, "b"),
                         yv = view_of(y, "y");
         nb::gil_scoped_release release;
-        return sinkhorn(av, xv, bv, yv, o);
+        return sinkhorn(av, xv, bv, yv, o, start ? *start : SinkhornStart{},
+                        clusters ? *clusters : SinkhornClusters{});
       },
       nb::arg("a"), nb::arg("x"), nb::arg("b"), nb::arg("y"), nb::arg("p") = 2.0,
       nb::arg("cost") = nb::none(), nb::arg("blur") = 0.05, nb::arg("reach_x") = nb::none(),
       nb::arg("reach_y") = nb::none(), nb::arg("diameter") = nb::none(), nb::arg("scaling") = 0.5,
       nb::arg("debias") = true, nb::arg("alternating") = false, nb::arg("tol") = 0.0,
       nb::arg("max_iter") = 1000, nb::arg("backend") = "auto",
-      "Log-domain Sinkhorn with eps-scaling; returns a SinkhornResult.");
+      nb::arg("alternate_after_schedule") = false, nb::arg("last_extrapolation") = true,
+      nb::arg("start").none() = nb::none(), nb::arg("clusters").none() = nb::none(),
+      "Log-domain Sinkhorn with eps-scaling (warm-started and block-sparse for multiscale "
+      "solves); returns a SinkhornResult.");
   m.def(
       "sinkhorn_potentials_vjp",
       [sinkhorn_options](

@@ -1,10 +1,12 @@
-// The log-domain Sinkhorn loop with ε-scaling (balanced, unbalanced, debiased) and the envelope
-// gradient of its potentials.
+// The one log-domain Sinkhorn loop (ε-scaling; balanced, unbalanced, debiased; warm-started and
+// block-sparse for multiscale solves) and the envelope gradient of its potentials.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <tuple>
 
 #include "algos/sinkhorn_softmin.hpp"
+#include "algos/sinkhorn_truncation.hpp"
 #include "tessel/error.hpp"
 #include "tessel/ot.hpp"
 
@@ -68,6 +70,173 @@ double bbox_diameter(const Cloud& cx, const Cloud& cy, int64_t dim) {
   return std::sqrt(d2);
 }
 
+void check_start(const SinkhornStart& st, int64_t n, int64_t m, bool debias) {
+  if (!(st.eps > 0) || !std::isfinite(st.eps))
+    detail::fail(kWho, "start.eps must be the finite temperature > 0 of the start's potentials, ",
+                 "got ", st.eps);
+  for (const auto& [v, name, rows, needed] :
+       {std::tuple{&st.f, "f", n, true}, std::tuple{&st.g, "g", m, true},
+        std::tuple{&st.p, "p", n, debias}, std::tuple{&st.q, "q", m, debias}}) {
+    const size_t want = needed ? static_cast<size_t>(rows) : 0;
+    if (v->size() != want)
+      detail::fail(kWho, "start.", name, " has ", v->size(), " values; expected ", want,
+                   needed ? " (one per point)" : " (p and q are the debiasing problems')");
+    for (size_t i = 0; i < v->size(); ++i)
+      if (!std::isfinite((*v)[i]))
+        detail::fail(kWho, "start.", name, "[", i, "] = ", (*v)[i], "; expected finite values");
+  }
+  for (double e : st.schedule)
+    if (!(e > 0) || !std::isfinite(e))
+      detail::fail(kWho, "start.schedule holds ", e, "; temperatures must be finite and > 0");
+}
+
+// The loop's potentials (f, g of the x-y problem; p, q of the x-x and y-y ones) and the softmins
+// that update them, each over the blocks its truncation keeps when the solve has clusters.
+class Loop {
+ public:
+  struct Pots {
+    Vec f, g, p, q;
+  };
+  Pots st;  // the potentials
+
+  Loop(const Cloud& cx, const Cloud& cy, const Setup& s, const SinkhornOptions& opt,
+       const SinkhornClusters& cl)
+      : cx_(cx), cy_(cy), s_(s), opt_(opt), sm_(s) {
+    if (cl.bounds_x.empty()) return;
+    xy_.emplace(cl.bounds_x, cl.bounds_y, cl.cmin_xy, cl.tau, opt.eval);
+    if (!opt.debias) return;
+    xx_.emplace(cl.bounds_x, cl.bounds_x, cl.cmin_xx, cl.tau, opt.eval);
+    yy_.emplace(cl.bounds_y, cl.bounds_y, cl.cmin_yy, cl.tau, opt.eval);
+  }
+
+  // The softmin of x's points against (y, g), of y's against (x, f), and the symmetric ones.
+  void f_from(const Vec& g, double eps, Vec& out) const {
+    sm_.xy().apply(cx_, cy_, g, eps, out, xy_ ? xy_->rows() : opt_.eval);
+  }
+  void g_from(const Vec& f, double eps, Vec& out) const {
+    sm_.yx().apply(cy_, cx_, f, eps, out, xy_ ? xy_->cols() : opt_.eval);
+  }
+  void p_from(const Vec& p, double eps, Vec& out) const {
+    sm_.xy().apply(cx_, cx_, p, eps, out, xx_ ? xx_->rows() : opt_.eval);
+  }
+  void q_from(const Vec& q, double eps, Vec& out) const {
+    sm_.xy().apply(cy_, cy_, q, eps, out, yy_ ? yy_->rows() : opt_.eval);
+  }
+
+  // Every potential replaced by its damped softmin of the others at eps (the initialisation from
+  // zero, and the last extrapolation).
+  void sweep(double eps) {
+    f_from(st.g, eps, sm_out_.f);
+    g_from(st.f, eps, sm_out_.g);
+    scale_into(st.f, sm_out_.f, damping(eps, s_.rho_x));
+    scale_into(st.g, sm_out_.g, damping(eps, s_.rho_y));
+    if (!opt_.debias) return;
+    p_from(st.p, eps, sm_out_.p);
+    q_from(st.q, eps, sm_out_.q);
+    scale_into(st.p, sm_out_.p, damping(eps, s_.rho_x));
+    scale_into(st.q, sm_out_.q, damping(eps, s_.rho_y));
+  }
+
+  void cold_start(double eps) {
+    st.f.assign(static_cast<size_t>(cx_.n), 0.0);
+    st.g.assign(static_cast<size_t>(cy_.n), 0.0);
+    if (opt_.debias) {
+      st.p = st.f;
+      st.q = st.g;
+    }
+    sweep(eps);
+    retruncate(eps);
+  }
+
+  // The masks from the potentials at eps (nothing without clusters).
+  void retruncate(double eps) {
+    if (xy_) xy_->update(st.f, st.g, eps);
+    if (xx_) xx_->update(st.p, st.p, eps);
+    if (yy_) yy_->update(st.q, st.q, eps);
+  }
+
+  void keep_into(SinkhornResult& r) const {
+    if (xy_) r.keep_xy = xy_->keep();
+    if (xx_) r.keep_xx = xx_->keep();
+    if (yy_) r.keep_yy = yy_->keep();
+  }
+
+  // One iteration per temperature of the schedule, then at blur^p while tol asks (max_iter in
+  // all); each records its eps and marginal errors in r.history.
+  void iterate(const Vec& schedule, SinkhornResult& r) {
+    const int64_t n_sched = static_cast<int64_t>(schedule.size());
+    const int64_t n_max = opt_.tol > 0 ? std::max(n_sched, opt_.max_iter) : n_sched;
+    for (int64_t k = 0; k < n_max; ++k) {
+      const bool on_schedule = k < n_sched;
+      const double eps = on_schedule ? schedule[k] : s_.eps;
+      const SinkhornIteration it = step(eps, alternating(on_schedule));
+      r.history.push_back(it);
+      if (opt_.tol > 0 && k >= n_sched - 1 && it.error <= opt_.tol && it.error_x <= opt_.tol &&
+          it.error_y <= opt_.tol) {
+        r.converged = true;
+        return;  // the potentials entering this iteration meet the tolerance: keep them
+      }
+      finish_step(eps, alternating(on_schedule));
+      // Past the schedule the masks hold: the errors the loop stops on are of one problem.
+      if (on_schedule) retruncate(eps);
+    }
+  }
+
+ private:
+  bool alternating(bool on_schedule) const {
+    return opt_.update == SinkhornUpdate::Alternating ||
+           (opt_.update == SinkhornUpdate::SymmetricThenAlternating && !on_schedule);
+  }
+
+  // The softmins of one iteration and the marginal errors of the potentials entering it.
+  SinkhornIteration step(double eps, bool alternate) {
+    SinkhornIteration it;
+    it.eps = eps;
+    f_from(st.g, eps, sm_out_.f);
+    if (alternate) {
+      // The pair (new f, g): its row marginal is exact, the error is the columns'.
+      scale_into(st.f, sm_out_.f, damping(eps, s_.rho_x));
+      g_from(st.f, eps, sm_out_.g);
+      it.error = marginal_error(cy_, st.g, sm_out_.g, eps, s_.rho_y);
+    } else {
+      g_from(st.f, eps, sm_out_.g);
+      it.error = marginal_error(cx_, st.f, sm_out_.f, eps, s_.rho_x) +
+                 marginal_error(cy_, st.g, sm_out_.g, eps, s_.rho_y);
+    }
+    if (opt_.debias) {
+      p_from(st.p, eps, sm_out_.p);
+      q_from(st.q, eps, sm_out_.q);
+      // Both marginals of a symmetric plan are equal.
+      it.error_x = 2 * marginal_error(cx_, st.p, sm_out_.p, eps, s_.rho_x);
+      it.error_y = 2 * marginal_error(cy_, st.q, sm_out_.q, eps, s_.rho_y);
+    }
+    return it;
+  }
+
+  // The potentials after the iteration's softmins: g from the new f, or both averaged.
+  void finish_step(double eps, bool alternate) {
+    const double dx = damping(eps, s_.rho_x), dy = damping(eps, s_.rho_y);
+    if (alternate) {
+      scale_into(st.g, sm_out_.g, dy);
+    } else {
+      average_into(st.f, sm_out_.f, dx);
+      average_into(st.g, sm_out_.g, dy);
+    }
+    // The symmetric problems always average: their plain fixed-point map oscillates.
+    if (opt_.debias) {
+      average_into(st.p, sm_out_.p, dx);
+      average_into(st.q, sm_out_.q, dy);
+    }
+  }
+
+  const Cloud &cx_, &cy_;
+  const Setup& s_;
+  const SinkhornOptions& opt_;
+  const Softmins sm_;
+  std::optional<Truncation> xy_, xx_, yy_;
+  Pots sm_out_;  // the softmins of the last sweep or step
+};
+
 }  // namespace
 
 std::vector<double> epsilon_schedule(double p, double diameter, double blur, double scaling) {
@@ -92,9 +261,14 @@ std::string SinkhornResult::str() const {
 }
 
 SinkhornResult sinkhorn(const ArrayView& a, const ArrayView& x, const ArrayView& b,
-                        const ArrayView& y, const SinkhornOptions& opt) {
+                        const ArrayView& y, const SinkhornOptions& opt, const SinkhornStart& start,
+                        const SinkhornClusters& clusters) {
   const Cloud cx = read_cloud(a, x, "a", "x"), cy = read_cloud(b, y, "b", "y");
   const Setup s = make_setup(cx, cy, opt);
+  const bool warm = !start.f.empty();
+  if (warm) check_start(start, cx.n, cy.n, opt.debias);
+  if (!clusters.bounds_x.empty() || !clusters.bounds_y.empty())
+    check_clusters(clusters, cx.n, cy.n, opt.debias);
   SinkhornResult r;
   r.eps = s.eps;
   r.rho_x = s.rho_x;
@@ -108,95 +282,29 @@ SinkhornResult sinkhorn(const ArrayView& a, const ArrayView& x, const ArrayView&
   const double bbox = on_device ? 0 : bbox_diameter(cx, cy, s.dim);
   // Coincident clouds have no scale to descend from: start at blur.
   r.diameter = opt.diameter ? *opt.diameter : bbox > 0 ? bbox : opt.blur;
-  const Vec schedule = epsilon_schedule(opt.p, r.diameter, opt.blur, opt.scaling);
+  const Vec schedule =
+      warm ? start.schedule : epsilon_schedule(opt.p, r.diameter, opt.blur, opt.scaling);
 
-  const Softmins sm(s);
-  const Softmin &fwd = sm.xy(), &bwd = sm.yx();
-  const Options& ev = opt.eval;
-  const bool alternating = opt.update == SinkhornUpdate::Alternating;
-
-  // Initialisation at the first temperature, from zero potentials.
-  double eps = schedule[0];
-  const Vec zx(static_cast<size_t>(cx.n), 0.0), zy(static_cast<size_t>(cy.n), 0.0);
-  Vec f, g, p, q, sf, sg, sp, sq;
-  fwd.apply(cx, cy, zy, eps, sf, ev);
-  bwd.apply(cy, cx, zx, eps, sg, ev);
-  scale_into(f, sf, damping(eps, s.rho_x));
-  scale_into(g, sg, damping(eps, s.rho_y));
-  if (opt.debias) {
-    fwd.apply(cx, cx, zx, eps, sp, ev);
-    fwd.apply(cy, cy, zy, eps, sq, ev);
-    scale_into(p, sp, damping(eps, s.rho_x));
-    scale_into(q, sq, damping(eps, s.rho_y));
+  Loop loop(cx, cy, s, opt, clusters);
+  if (warm) {
+    loop.st = {start.f, start.g, start.p, start.q};
+    loop.retruncate(start.eps);
+  } else {
+    loop.cold_start(schedule[0]);
   }
-
-  const int64_t n_sched = static_cast<int64_t>(schedule.size());
-  const int64_t n_max = opt.tol > 0 ? std::max(n_sched, opt.max_iter) : n_sched;
-  for (int64_t k = 0; k < n_max; ++k) {
-    eps = k < n_sched ? schedule[k] : s.eps;
-    const double dx = damping(eps, s.rho_x), dy = damping(eps, s.rho_y);
-    SinkhornIteration it;
-    it.eps = eps;
-    fwd.apply(cx, cy, g, eps, sf, ev);
-    if (alternating) {
-      // The pair (new f, g): its row marginal is exact, the error is the columns'.
-      scale_into(f, sf, dx);
-      bwd.apply(cy, cx, f, eps, sg, ev);
-      it.error = marginal_error(cy, g, sg, eps, s.rho_y);
-    } else {
-      bwd.apply(cy, cx, f, eps, sg, ev);
-      it.error = marginal_error(cx, f, sf, eps, s.rho_x) + marginal_error(cy, g, sg, eps, s.rho_y);
-    }
-    if (opt.debias) {
-      fwd.apply(cx, cx, p, eps, sp, ev);
-      fwd.apply(cy, cy, q, eps, sq, ev);
-      // Both marginals of a symmetric plan are equal.
-      it.error_x = 2 * marginal_error(cx, p, sp, eps, s.rho_x);
-      it.error_y = 2 * marginal_error(cy, q, sq, eps, s.rho_y);
-    }
-    r.history.push_back(it);
-    const bool at_final = k >= n_sched - 1;
-    if (opt.tol > 0 && at_final && it.error <= opt.tol && it.error_x <= opt.tol &&
-        it.error_y <= opt.tol) {
-      r.converged = true;
-      break;  // the potentials entering this iteration meet the tolerance: keep them
-    }
-    if (alternating) {
-      scale_into(g, sg, dy);
-    } else {
-      average_into(f, sf, dx);
-      average_into(g, sg, dy);
-    }
-    // The symmetric problems always average: their plain fixed-point map oscillates.
-    if (opt.debias) {
-      average_into(p, sp, dx);
-      average_into(q, sq, dy);
-    }
-  }
-
-  r.f_in = f;
-  r.g_in = g;
-  r.p_in = p;
-  r.q_in = q;
-  if (opt.last_extrapolation) {
-    // Every potential from the converged ones at blur^p: one softmin away from x and y.
-    eps = s.eps;
-    fwd.apply(cx, cy, r.g_in, eps, sf, ev);
-    bwd.apply(cy, cx, r.f_in, eps, sg, ev);
-    scale_into(f, sf, damping(eps, s.rho_x));
-    scale_into(g, sg, damping(eps, s.rho_y));
-    if (opt.debias) {
-      fwd.apply(cx, cx, r.p_in, eps, sp, ev);
-      fwd.apply(cy, cy, r.q_in, eps, sq, ev);
-      scale_into(p, sp, damping(eps, s.rho_x));
-      scale_into(q, sq, damping(eps, s.rho_y));
-    }
-  }
-  r.f = to_array(f, s.dtype);
-  r.g = to_array(g, s.dtype);
+  loop.iterate(schedule, r);
+  r.f_in = loop.st.f;
+  r.g_in = loop.st.g;
+  r.p_in = loop.st.p;
+  r.q_in = loop.st.q;
+  // Every potential from the converged ones at blur^p: one softmin away from x and y.
+  if (opt.last_extrapolation) loop.sweep(s.eps);
+  loop.keep_into(r);
+  r.f = to_array(loop.st.f, s.dtype);
+  r.g = to_array(loop.st.g, s.dtype);
   // Without debias p and q are empty (shape (0,)).
-  r.p = to_array(p, s.dtype);
-  r.q = to_array(q, s.dtype);
+  r.p = to_array(loop.st.p, s.dtype);
+  r.q = to_array(loop.st.q, s.dtype);
   return r;
 }
 

@@ -148,3 +148,27 @@ def test_verbose_prints_the_clusters_and_scales(capsys):
     assert "clusters" in out and "Successive scales" in out and "Keep " in out
     SamplesLoss(blur=0.1, backend="multiscale")(a, x, b, y)
     assert capsys.readouterr().out == ""
+
+
+def test_the_fine_iterations_are_the_core_loops_and_reported():
+    # The points' iterations run in the core's loop (the online solver's): their history is
+    # reported, ends at blur^p, and with tol stops on the error the loop measured.
+    a, x, b, y = weighted_clouds(300, 250, 3, seed=6, shift=0.2)
+    r = solve_sample(a, x, b, y, blur=0.1, tol=1e-7, max_iter=3000, backend="multiscale",
+                     cluster_scale=0.3)
+    assert r.converged and r.n_iter == len(r.history) > 0
+    eps, err, err_x, err_y = r.history[-1]
+    assert eps == pytest.approx(0.01) and max(err, err_x, err_y) <= 1e-7
+    assert all(h[0] >= eps * (1 - 1e-12) for h in r.history)
+
+
+def test_the_loops_multiscale_inputs_are_checked():
+    from tessel import _core
+    with pytest.raises(ValueError, match="start.f must be a 1-D float CPU array"):
+        _core.SinkhornStart(1.0, [], torch.zeros(3, 2, dtype=torch.float64),
+                            torch.zeros(3, dtype=torch.float64))
+    a, x, b, y = (t.detach() for t in weighted_clouds(30, 20, 2, seed=1))
+    clusters = _core.SinkhornClusters([0, 30], [0, 10, 20], torch.zeros(3, dtype=torch.float64),
+                                      tau=2.0)
+    with pytest.raises(ValueError, match="clusters.cmin_xy has 3 values; expected 1 x 2"):
+        _core.sinkhorn(a, x, b, y, debias=False, clusters=clusters)

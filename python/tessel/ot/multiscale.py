@@ -7,16 +7,19 @@ and the exact transport mass the truncation drops.
 2. Coarse: the core's Sinkhorn loop on the weighted centroids, down to the temperature
    eps_c = max(blur, 2 r)^p, r the largest radius; its potentials are carried to the points by
    one softmin against the other side's clusters.
-3. Fine: the rest of the schedule on the points, each softmin a block-sparse LogSumExp
+3. Fine: the core's Sinkhorn loop (the one every tessel.ot solver runs) on the points, warm
+   started from the carried potentials: the rest of the schedule with averaged updates, then
+   alternating ones at blur^p while `tol` asks; each softmin a block-sparse LogSumExp
    reduction over the cluster pairs kept: (I, J) is kept when the potentials leave it within
    tau * eps of tightness at the least distance between the two clusters,
    F_I + G_J - Cmin_IJ >= -tau eps (Cmin: the cost of max(0, |c_I - d_J| - r_I - r_J)), with
    tau = truncate^2 / 2 for p = 2 and truncate for p = 1 (GeomLoss's truncate is a multiple of
-   the blur: its kernel exp(-C / eps) cut at |x - y| = truncate blur). First with the coarse
-   potentials at eps_c, then after each finer step again with the points' own: F_I, G_J the
+   the blur: its kernel exp(-C / eps) cut at |x - y| = truncate blur). First with the carried
+   potentials at eps_c, then after each finer step again: F_I, G_J the
    largest potential in each cluster bound f_i + g_j - C_ij for every pair of the block, so a
    dropped block holds no pair above exp(-tau) of its tight pairs; as eps shrinks, fewer blocks
-   are kept.
+   are kept. Past the schedule the masks hold, so that the errors the loop stops on are those
+   of one problem.
 4. What was dropped: at the returned potentials, the plan's mass in the dropped blocks is
    computed exactly by one block-sparse Sum over them (`dropped_mass`, mass units; the x-y
    problem and, with debias, the x-x and y-y ones); above `tol_dropped` times the total mass
@@ -116,11 +119,11 @@ def _cmin(u, v, p):
 
 
 class MultiscaleProblem:
-    """One pair of clouds (u: the rows' side, v: the columns'), clustered, with its softmins."""
+    """One pair of clouds (u: the rows' side, v: the columns'), clustered, with its softmins
+    over the cluster pairs a mask keeps (the core's loop chooses the mask)."""
 
-    def __init__(self, u, v, p, dim, truncate):
-        self.u, self.v, self.p, self.truncate = u, v, p, truncate
-        self.tau = None if truncate is None else (truncate ** 2 / 2 if p == 2 else truncate)
+    def __init__(self, u, v, p, dim):
+        self.u, self.v, self.p = u, v, p
         self.cmin = _cmin(u, v, p)
         cost = _cost_text(p)
         # The cost is symmetric: the columns' softmin is the same reduction, sides swapped.
@@ -130,31 +133,13 @@ class MultiscaleProblem:
                                 "IEps = Pm(1)"], reduction_op="Sum", axis=1)
         self.ranges = None
 
-    def set_mask(self, f_c, g_c, eps):
-        """Keeps the block (I, J) when the cluster potentials f_c (on x's clusters) and g_c (on
-        y's), at the temperature eps, leave it within tau * eps of the tight pairs at the least
-        distance between the clusters: f_c[I] + g_c[J] - Cmin_IJ >= -tau eps. What this drops
-        is measured exactly afterwards (dropped_mass)."""
-        if self.tau is None:  # GeomLoss's truncate=None: no truncation
-            keep = torch.ones(self.cmin.shape, dtype=torch.bool, device=self.cmin.device)
-        else:
-            keep = (f_c[:, None] + g_c[None, :] - self.cmin) >= -self.tau * eps
-        keep |= ~keep.any(1, keepdim=True)  # no cluster is left without a partner
-        keep |= ~keep.any(0, keepdim=True)
+    def set_keep(self, keep):
+        """The blocks (I, J) the softmins visit: keep, a (Ku, Kv) boolean mask."""
         self.keep = keep
         self.ranges = from_matrix(self.u.ranges, self.v.ranges, keep)
         self.ranges_t = from_matrix(self.v.ranges, self.u.ranges, keep.t())
         drop = ~keep
         self.ranges_drop = from_matrix(self.u.ranges, self.v.ranges, drop) if drop.any() else None
-
-    def retruncate(self, f, g, eps):
-        """The mask again from the points' potentials f (on u) and g (on v) at eps: each
-        cluster's largest potential bounds its points', so F_I + G_J - Cmin_IJ bounds every
-        f_i + g_j - C_ij of the block."""
-        if self.tau is None:
-            return
-        self.set_mask(_segment_max(f.detach(), self.u.lab, self.cmin.shape[0]),
-                      _segment_max(g.detach(), self.v.lab, self.cmin.shape[1]), eps)
 
     def softmin_rows(self, g, eps):
         """-eps log sum_j b_j exp((g_j - C_ij) / eps) over the kept blocks, for every x_i."""
@@ -216,17 +201,19 @@ class _Solver:
         self.u, self.v, self.pw, self.debias = u, v, settings["p"], settings["debias"]
         self.rho_x = None if settings["reach_x"] is None else settings["reach_x"] ** self.pw
         self.rho_y = None if settings["reach_y"] is None else settings["reach_y"] ** self.pw
+        # GeomLoss's truncate is a multiple of the blur (its kernel exp(-C / eps) cut at
+        # |x - y| = truncate blur): tau in units of eps. None: no truncation.
+        self.tau = None if truncate is None else (truncate ** 2 / 2 if self.pw == 2 else truncate)
         dim = u.x.shape[1]
-        self.probs = [MultiscaleProblem(u, v, self.pw, dim, truncate)]
+        self.probs = [MultiscaleProblem(u, v, self.pw, dim)]
         if self.debias:
-            self.probs += [MultiscaleProblem(u, u, self.pw, dim, truncate),
-                           MultiscaleProblem(v, v, self.pw, dim, truncate)]
+            self.probs += [MultiscaleProblem(u, u, self.pw, dim),
+                           MultiscaleProblem(v, v, self.pw, dim)]
 
     def coarse(self, settings, diameter, blur_c):
         """Step 2: the core's loop on the weighted centroids down to eps_c = blur_c^p, its
-        potentials carried to the points (the state the fine steps start from, in the points'
-        dtype) and the first masks, from the centroids' potentials."""
-        u, v, pw, probs = self.u, self.v, self.pw, self.probs
+        potentials carried to the points (float64, on the host): where the fine loop starts."""
+        u, v, pw = self.u, self.v, self.pw
         eps_c = blur_c ** pw
         res = core_sinkhorn(u.mass, u.centre, v.mass, v.centre,
                             dict(p=pw, blur=blur_c, reach_x=settings["reach_x"],
@@ -238,13 +225,34 @@ class _Solver:
                                                  device=u.x.device)
         state = [_carry(u.x, v.centre, lv, t(res.g), eps_c, dx, pw),
                  _carry(v.x, u.centre, lu, t(res.f), eps_c, dy, pw)]
-        probs[0].set_mask(t(res.f_in), t(res.g_in), eps_c)
         if self.debias:
             state += [_carry(u.x, u.centre, lu, t(res.p), eps_c, dx, pw),
                       _carry(v.x, v.centre, lv, t(res.q), eps_c, dy, pw)]
-            probs[1].set_mask(t(res.p_in), t(res.p_in), eps_c)
-            probs[2].set_mask(t(res.q_in), t(res.q_in), eps_c)
-        return [s_.to(u.x.dtype).detach() for s_ in state]
+        return [s_.cpu() for s_ in state]
+
+    def fine(self, state, eps_c, schedule, settings, diameter, tol, max_iter):
+        """Step 3: the core's Sinkhorn loop on the points from the carried potentials: the rest
+        of the schedule with averaged updates, then at blur^p with alternating ones until the
+        marginal errors are <= tol (max_iter iterations in all); each softmin block-sparse over
+        the cluster pairs the truncation keeps, the masks renewed from the potentials after
+        every step of the schedule. Returns the core's result (potentials without the last
+        extrapolation, which extrapolate runs with autograd)."""
+        u, v, probs = self.u, self.v, self.probs
+        flat = [(pr.cmin.detach().to(torch.float64).reshape(-1).cpu()) for pr in probs]
+        bounds = [[0] + side.ranges[:, 1].tolist() for side in (u, v)]
+        clusters = _core.SinkhornClusters(bounds[0], bounds[1], flat[0],
+                                          *(flat[1:] if self.debias else ()), tau=self.tau)
+        start = _core.SinkhornStart(eps_c, list(schedule), *state)
+        res = core_sinkhorn(u.w, u.x, v.w, v.x, dict(
+            p=self.pw, blur=settings["blur"], reach_x=settings["reach_x"],
+            reach_y=settings["reach_y"], diameter=diameter, scaling=settings["scaling"],
+            debias=self.debias, tol=float(tol), max_iter=int(max_iter),
+            alternate_after_schedule=True, last_extrapolation=False, start=start,
+            clusters=clusters))
+        for pr, keep in zip(probs, res.keep):
+            mask = torch.frombuffer(bytearray(keep), dtype=torch.uint8).to(torch.bool)
+            pr.set_keep(mask.reshape(pr.cmin.shape).to(u.x.device))
+        return res
 
     def sweep(self, st, eps):
         """Every potential updated once from st at eps (damped softmins over the kept blocks)."""
@@ -256,49 +264,13 @@ class _Solver:
             out += [dx * probs[1].softmin_rows(st[2], eps), dy * probs[2].softmin_rows(st[3], eps)]
         return out
 
-    def descend(self, state, fine):
-        """Step 3: one averaged sweep per temperature of the fine schedule, each followed by new
-        masks from the points' own potentials."""
-        for eps in fine:
-            new = self.sweep(state, eps)
-            state = [(s_ + n_) / 2 for s_, n_ in zip(state, new)]
-            self.probs[0].retruncate(state[0], state[1], eps)
-            if self.debias:
-                self.probs[1].retruncate(state[2], state[2], eps)
-                self.probs[2].retruncate(state[3], state[3], eps)
-        return state
-
-    def until_tol(self, state, it, eps, tol, max_iter):
-        """Past the schedule (tol > 0): iterations at eps until the marginal errors are <= tol
-        or max_iter iterations ran in all. Returns (state, it, converged, the last error)."""
-        u, v, probs, rho_x, rho_y = self.u, self.v, self.probs, self.rho_x, self.rho_y
-        converged, move, cols_exact = False, math.inf, False
-        while tol > 0 and it < max_iter:
-            # Classic alternating updates for the x-y problem (averaged ones converge slowly at
-            # small eps), averaged for the symmetric ones (which oscillate). Each update's
-            # softmins also give the marginal errors of the state it starts from: the rows'
-            # directly, the columns' being exact once g is the softmin of f.
-            dx, dy = damping(eps, rho_x), damping(eps, rho_y)
-            f1 = dx * probs[0].softmin_rows(state[1], eps)
-            errs = [_row_error(u.w, state[0], f1 / dx, eps, rho_x) if cols_exact else math.inf]
-            new = [f1, dy * probs[0].softmin_cols(f1, eps)]
-            if self.debias:
-                p1 = dx * probs[1].softmin_rows(state[2], eps)
-                q1 = dy * probs[2].softmin_rows(state[3], eps)
-                errs += [_row_error(u.w, state[2], p1 / dx, eps, rho_x),
-                         _row_error(v.w, state[3], q1 / dy, eps, rho_y)]
-                new += [(state[2] + p1) / 2, (state[3] + q1) / 2]
-            move = max(errs)
-            if move <= tol:  # the state these errors are of is the result
-                converged = True
-                break
-            state, it, cols_exact = new, it + 1, True
-        return state, it, converged, move
-
-    def extrapolate(self, state, eps):
-        """Step 4: the last extrapolation, differentiable in x and y (the potentials it reads
-        held constant), and the plan's mass in the blocks the masks dropped."""
-        out = self.sweep([s_.detach() for s_ in state], eps)
+    def extrapolate(self, res, eps):
+        """Step 4: the last extrapolation from the loop's potentials, differentiable in x and y
+        (the potentials it reads held constant), and the plan's mass in the blocks the masks
+        dropped."""
+        ins = [res.f_in, res.g_in] + ([res.p_in, res.q_in] if self.debias else [])
+        out = self.sweep([torch.from_numpy(t).to(dtype=self.u.x.dtype, device=self.u.x.device)
+                          for t in ins], eps)
         probs = self.probs
         dropped = probs[0].dropped_mass(out[0], out[1], eps)
         if self.debias:
@@ -353,8 +325,8 @@ def multiscale_potentials(a, x, b, y, settings, truncate=5.0, cluster_scale=None
     clusters, the scales and the blocks kept, as GeomLoss's verbose multiscale solver does.
 
     The steps: the clouds clustered (_sides), the coarse solve carried to the points
-    (_Solver.coarse), the fine schedule (descend), iterations to tol (until_tol), the last
-    extrapolation and the dropped mass (extrapolate)."""
+    (_Solver.coarse), the core's loop on the points (fine), the last extrapolation and the
+    dropped mass (extrapolate)."""
     pw = settings["p"]
     # Envelope gradients: differentiating them again would drop the potentials' dependence.
     x, y = first_order_only(x, y, hint="use backend='online' with gradient='implicit' (exact) "
@@ -375,10 +347,8 @@ def multiscale_potentials(a, x, b, y, settings, truncate=5.0, cluster_scale=None
     solver = _Solver(u, v, settings, truncate)
     state = solver.coarse(settings, diameter, blur_c)
     eps = blur ** pw
-    with torch.no_grad():
-        state = solver.descend(state, fine)
-        state, it, converged, move = solver.until_tol(state, len(fine), eps, tol, max_iter)
-    out, dropped = solver.extrapolate(state, eps)
+    res = solver.fine(state, eps_c, fine, settings, diameter, tol, max_iter)
+    out, dropped = solver.extrapolate(res, eps)
     keep = solver.probs[0].keep
     total = float(a.detach().sum() * b.detach().sum())
     errors = None
@@ -388,15 +358,15 @@ def multiscale_potentials(a, x, b, y, settings, truncate=5.0, cluster_scale=None
     if verbose:
         _print_summary(u, v, keep, r_max, blur_c, schedule, pw, dropped, total)
     if report is not None:
-        report.update(eps=eps, diameter=diameter, converged=converged, n_iter=it,
-                      history=[], stop_error=move,
+        report.update(eps=eps, diameter=diameter, converged=res.converged, history=res.history,
                       clusters=(u.mass.shape[0], v.mass.shape[0]), coarse_blur=blur_c,
                       kept_blocks=float(keep.float().mean()),
                       truncation=dict(labels_x=u.lab[u.inv], labels_y=v.lab[v.inv], keep=keep),
                       dropped_mass=dropped, marginal_errors=errors)
-    if tol > 0 and not converged:
+    if tol > 0 and not res.converged:
+        worst = max(res.history[-1][1:]) if res.history else math.inf
         warnings.warn(f"tessel.ot multiscale: stopped after max_iter={max_iter} iterations with "
-                      f"a marginal error of {move:.3g} > tol={tol:g}", RuntimeWarning,
+                      f"a marginal error of {worst:.3g} > tol={tol:g}", RuntimeWarning,
                       stacklevel=4)
     if dropped > tol_dropped * total:
         warnings.warn(f"tessel.ot multiscale: the truncated blocks hold {dropped:.3g} of the "

@@ -30,9 +30,10 @@ class OTResult:
     eps, diameter: the final temperature blur^p and the schedule's start; history: one
     (eps, error, error_x, error_y) per iteration (marginal errors in mass units); n_iter;
     converged: the last errors were <= tol (tol > 0 only); marginal_error: the last error.
-    backend="multiscale": history is empty, marginal_error is measured once at the returned
-    potentials over the kept blocks (its stopping test, with tol, is the same error measured
-    during its iterations), and dropped_mass is the plan's mass in the blocks
+    backend="multiscale": history holds the iterations on the points (the coarse solve's are
+    not listed), marginal_error is measured once more at the returned potentials over the kept
+    blocks (its stopping test, with tol, is the same error measured during its iterations), and
+    dropped_mass is the plan's mass in the blocks
     its truncation left out, computed exactly (mass units; None for the online solver);
     kept_blocks the share of cluster pairs its last mask kept (None for the online solver).
     """
@@ -52,8 +53,10 @@ class OTResult:
         self.kept_blocks = kept[0] if len(kept) == 1 else kept
         conv = [r["converged"] for r in reports]
         self.converged = conv[0] if len(conv) == 1 else conv
-        errs = [max(h[-1][1:]) if h else max(r.get("marginal_errors") or (math.nan,))
-                for h, r in zip(hist, reports)]
+        # Measured at the returned potentials when the solver did (multiscale), else the loop's
+        # last iteration's.
+        errs = [max(r["marginal_errors"]) if r.get("marginal_errors") else
+                max(h[-1][1:]) if h else math.nan for h, r in zip(hist, reports)]
         self.marginal_error = errs[0] if len(errs) == 1 else errs
         self._marginals = None
         self._reports = reports  # each problem's solver report (tests read the truncation)
