@@ -1,0 +1,271 @@
+"""Shapes as light objects over tensors: weighted point clouds, curves and triangle meshes.
+
+Every shape exposes the same three views that the data attachments read, each computed from the
+vertices by differentiable torch operations (so a loss on a deformed shape reaches the
+deformation's parameters):
+
+- `centers` (M, D): where the shape's measure sits (points, segment midpoints, face centroids);
+- `measures` (M,): its masses (point weights, segment lengths, face areas);
+- `normals` (M, D) or None: length- or area-weighted orientations (a curve's segment vectors
+  p1 - p0, a mesh's face normals (p1 - p0) x (p2 - p0) / 2, whose norms are the measures);
+  None for a point cloud.
+
+`with_points(x)` gives the same connectivity on new vertices (the deformed shape); shapes hold
+their tensors on any device, float32 or float64, and are checked once, when built.
+"""
+import torch
+
+_FLOATS = (torch.float32, torch.float64)
+
+
+def _fail(who, msg):
+    raise ValueError(f"tessel.shapes.{who}: {msg}")
+
+
+def _check_points(who, points, dims=None):
+    if not isinstance(points, torch.Tensor):
+        raise TypeError(f"tessel.shapes.{who}: points must be a torch.Tensor (N, D), got "
+                        f"{type(points).__name__}")
+    if points.dim() != 2 or points.shape[0] == 0 or points.shape[1] == 0:
+        _fail(who, f"points has shape {tuple(points.shape)}; expected (N, D) with N >= 1 points "
+                   "of dimension D >= 1 (an empty shape has no measure to compare)")
+    if points.dtype not in _FLOATS:
+        raise TypeError(f"tessel.shapes.{who}: points has dtype {points.dtype}; expected "
+                        "torch.float32 or torch.float64")
+    if dims is not None and points.shape[1] not in dims:
+        _fail(who, f"points has dimension {points.shape[1]}; expected {' or '.join(map(str, dims))}")
+    bad = ~torch.isfinite(points.detach()).all(1)
+    if bool(bad.any()):
+        i = int(torch.nonzero(bad)[0, 0])
+        _fail(who, f"points[{i}] = {points[i].detach().tolist()} is not finite; every vertex "
+                   "must be a finite point")
+
+
+def _check_cells(who, name, cells, k, n_points, device):
+    if not isinstance(cells, torch.Tensor):
+        raise TypeError(f"tessel.shapes.{who}: {name} must be an integer torch.Tensor "
+                        f"(F, {k}), got {type(cells).__name__}")
+    if cells.dtype.is_floating_point or cells.dtype == torch.bool or cells.is_complex():
+        raise TypeError(f"tessel.shapes.{who}: {name} has dtype {cells.dtype}; expected an "
+                        "integer dtype (vertex indices)")
+    if cells.dim() != 2 or cells.shape[1] != k or cells.shape[0] == 0:
+        _fail(who, f"{name} has shape {tuple(cells.shape)}; expected (F, {k}) with F >= 1")
+    if cells.device != device:
+        _fail(who, f"{name} is on {cells.device} but the points on {device}; expected one device")
+    lo, hi = int(cells.min()), int(cells.max())
+    if lo < 0 or hi >= n_points:
+        row = int(torch.nonzero((cells < 0).any(1) | (cells >= n_points).any(1))[0, 0])
+        _fail(who, f"{name}[{row}] = {cells[row].tolist()} refers to a vertex out of range; "
+                   f"expected indices in [0, {n_points})")
+    cells = cells.to(torch.int64)
+    same = torch.zeros(cells.shape[0], dtype=torch.bool, device=device)
+    for a in range(k):
+        for b in range(a + 1, k):
+            same |= cells[:, a] == cells[:, b]
+    if bool(same.any()):
+        row = int(torch.nonzero(same)[0, 0])
+        _fail(who, f"{name}[{row}] = {cells[row].tolist()} repeats a vertex; a degenerate "
+                   f"{'segment' if k == 2 else 'triangle'} has no orientation")
+    return cells
+
+
+def _check_degenerate(who, name, sizes):
+    zero = sizes.detach() <= 0
+    if bool(zero.any()):
+        row = int(torch.nonzero(zero)[0, 0])
+        what = "length" if name == "edges" else "area"
+        _fail(who, f"{name}[{row}] has zero {what} (its vertices coincide"
+                   f"{'' if name == 'edges' else ' or are collinear'}); remove it or merge "
+                   "its vertices")
+
+
+class PointCloud:
+    """Points (N, D) with weights (N,) (default: 1 / N each): a measure sum_i w_i delta_{x_i}."""
+
+    kind = "points"
+
+    def __init__(self, points, weights=None):
+        _check_points("PointCloud", points)
+        if weights is None:
+            weights = torch.full((points.shape[0],), 1.0 / points.shape[0], dtype=points.dtype,
+                                 device=points.device)
+        elif not isinstance(weights, torch.Tensor) or weights.shape != (points.shape[0],):
+            _fail("PointCloud", f"weights must be a tensor of shape ({points.shape[0]},), got "
+                                f"{getattr(weights, 'shape', type(weights).__name__)}")
+        elif weights.dtype != points.dtype or weights.device != points.device:
+            _fail("PointCloud", f"weights are {weights.dtype} on {weights.device} but points "
+                                f"{points.dtype} on {points.device}; expected the same")
+        elif not bool((torch.isfinite(weights.detach()) & (weights.detach() >= 0)).all()):
+            _fail("PointCloud", "weights must be finite and >= 0")
+        self.points, self.weights = points, weights
+
+    def with_points(self, points):
+        out = object.__new__(type(self))
+        out.__dict__.update(self.__dict__)
+        out.points = points
+        return out
+
+    @property
+    def centers(self):
+        return self.points
+
+    @property
+    def measures(self):
+        return self.weights
+
+    @property
+    def normals(self):
+        return None
+
+    # What every shape shares.
+    @property
+    def dim(self):
+        return self.points.shape[1]
+
+    @property
+    def device(self):
+        return self.points.device
+
+    @property
+    def dtype(self):
+        return self.points.dtype
+
+    def to(self, *args, **kwargs):
+        """The shape with every tensor moved (device and/or float dtype, as Tensor.to)."""
+        out = self.with_points(self.points.to(*args, **kwargs))
+        for k, v in self.__dict__.items():
+            if k != "points" and isinstance(v, torch.Tensor):
+                floating = v.dtype.is_floating_point
+                out.__dict__[k] = v.to(out.points.dtype if floating else v.dtype).to(out.device)
+        return out
+
+    def __repr__(self):
+        extra = "".join(f", {k}={tuple(v.shape)[0]}" for k, v in self.__dict__.items()
+                        if k in ("edges", "faces"))
+        return (f"{type(self).__name__}(points={tuple(self.points.shape)[0]}{extra}, "
+                f"dim={self.dim}, dtype={self.dtype}, device={self.device})")
+
+
+class Curve(PointCloud):
+    """A polygonal curve (or a set of them): vertices (N, D) and segments `edges` (E, 2) of
+    vertex indices, oriented from edges[:, 0] to edges[:, 1]."""
+
+    kind = "curve"
+
+    def __init__(self, points, edges):
+        _check_points("Curve", points)
+        self.points = points
+        self.edges = _check_cells("Curve", "edges", edges, 2, points.shape[0], points.device)
+        _check_degenerate("Curve", "edges", self.lengths)
+
+    @classmethod
+    def polyline(cls, points, closed=False):
+        """The curve through the points in order (closed: back to the first)."""
+        n = points.shape[0]
+        i = torch.arange(n if closed else n - 1, device=points.device)
+        return cls(points, torch.stack((i, (i + 1) % n), 1))
+
+    @property
+    def weights(self):
+        return self.lengths
+
+    @property
+    def tangents(self):
+        """(E, D) segment vectors p1 - p0 (their norms are the lengths)."""
+        return self.points[self.edges[:, 1]] - self.points[self.edges[:, 0]]
+
+    @property
+    def lengths(self):
+        return self.tangents.norm(dim=1)
+
+    @property
+    def length(self):
+        return self.lengths.sum()
+
+    @property
+    def centers(self):
+        return (self.points[self.edges[:, 0]] + self.points[self.edges[:, 1]]) / 2
+
+    @property
+    def measures(self):
+        return self.lengths
+
+    @property
+    def normals(self):
+        return self.tangents
+
+
+class Mesh(PointCloud):
+    """A triangle mesh in 3-D: vertices (N, 3) and `faces` (F, 3) of vertex indices, oriented
+    by the right-hand rule ((p1 - p0) x (p2 - p0) points outwards for counter-clockwise
+    faces)."""
+
+    kind = "mesh"
+
+    def __init__(self, points, faces):
+        _check_points("Mesh", points, dims=(3,))
+        self.points = points
+        self.faces = _check_cells("Mesh", "faces", faces, 3, points.shape[0], points.device)
+        _check_degenerate("Mesh", "faces", self.areas)
+
+    def _corners(self):
+        p = self.points
+        return p[self.faces[:, 0]], p[self.faces[:, 1]], p[self.faces[:, 2]]
+
+    @property
+    def weights(self):
+        return self.areas
+
+    @property
+    def normals(self):
+        """(F, 3) area-weighted normals (p1 - p0) x (p2 - p0) / 2 (their norms: the areas)."""
+        a, b, c = self._corners()
+        return torch.linalg.cross(b - a, c - a, dim=1) / 2
+
+    @property
+    def areas(self):
+        return self.normals.norm(dim=1)
+
+    @property
+    def area(self):
+        return self.areas.sum()
+
+    @property
+    def centers(self):
+        a, b, c = self._corners()
+        return (a + b + c) / 3
+
+    @property
+    def measures(self):
+        return self.areas
+
+    def subdivide(self):
+        """Each triangle split in four at its edges' midpoints (the same surface, finer): the
+        varifold of the result equals this one's up to the discretisation."""
+        f, p = self.faces, self.points
+        edges = torch.cat((f[:, [0, 1]], f[:, [1, 2]], f[:, [2, 0]]))
+        key = torch.sort(edges, dim=1).values
+        uniq, inv = torch.unique(key, dim=0, return_inverse=True)
+        mids = (p[uniq[:, 0]] + p[uniq[:, 1]]) / 2
+        m = inv.reshape(3, -1) + p.shape[0]  # the midpoints of edges 01, 12, 20 per face
+        new_faces = torch.cat((torch.stack((f[:, 0], m[0], m[2]), 1),
+                               torch.stack((m[0], f[:, 1], m[1]), 1),
+                               torch.stack((m[2], m[1], f[:, 2]), 1),
+                               torch.stack((m[0], m[1], m[2]), 1)))
+        return Mesh(torch.cat((p, mids)), new_faces)
+
+
+def check_pair(who, source, target):
+    """Two shapes that a loss may compare: same dimension, dtype and device."""
+    for name, s in (("source", source), ("target", target)):
+        if not isinstance(s, PointCloud):
+            raise TypeError(f"tessel.shapes.{who}: {name} must be a PointCloud, Curve or Mesh, "
+                            f"got {type(s).__name__}")
+    if source.dim != target.dim:
+        _fail(who, f"source has dimension {source.dim} but target {target.dim}; expected the same")
+    if source.device != target.device:
+        _fail(who, f"source is on {source.device} but target on {target.device}; expected one "
+                   "device")
+    if source.dtype != target.dtype:
+        raise TypeError(f"tessel.shapes.{who}: source is {source.dtype} but target "
+                        f"{target.dtype}; expected one dtype")
