@@ -414,3 +414,26 @@ def test_autograd_grad_at_read_views_indexing_and_genred_outputs(tool):
     ts = [x0, P, V, R, Gz]
     close(grads(run().square().sum(), ts, allow_unused=True), grads(ref().square().sum(), ts),
           tol=1e-9)
+
+
+@pytest.mark.parametrize("passthrough", ["to", "contiguous", "type_as"])
+def test_a_call_handing_back_its_argument_keeps_the_gradient(passthrough):
+    # x.to(x.dtype), x.contiguous() and x.type_as(x) return x itself: the leaf read through them
+    # is still an outside tensor, and must get the gradient of unrolled autograd in every tool.
+    s = torch.tensor(0.7, dtype=F64, requires_grad=True)
+    x0 = torch.linspace(-1, 1, 6, dtype=F64).reshape(3, 2).requires_grad_()
+
+    def read_s():
+        return {"to": lambda: s.to(dtype=F64, device=s.device), "contiguous": s.contiguous,
+                "type_as": lambda: s.type_as(s)}[passthrough]()
+
+    def step(x, k):
+        return x + 0.1 * torch.sin(read_s() * x)
+
+    ref = grads(unrolled(step, x0, 5).square().sum(), [x0, s])
+    close(grads(checkpoint_loop(step, x0, 5, 2).square().sum(), [x0, s]), ref)
+    t = torch.linspace(0, 1, 2, dtype=F64)
+    out = odeint_reversible(lambda _t, y: torch.sin(read_s() * y), x0, t, steps_per_interval=4)
+    ref_ode = grads(heun_unrolled(lambda _t, y: torch.sin(read_s() * y), x0, t, 4)[-1]
+                    .square().sum(), [x0, s])
+    close(grads(out[-1].square().sum(), [x0, s]), ref_ode, tol=1e-9)

@@ -69,10 +69,11 @@ class _Reads(TorchFunctionMode):
         if kwargs:
             self._note_args(kwargs.values())
         out = func(*args, **kwargs)
-        if isinstance(out, torch.Tensor):
-            self.made.add(id(out))
-        elif isinstance(out, (tuple, list)):
-            for t in _flat(out, []):
+        # A call may hand back one of its arguments (a no-op `x.to(x.dtype)`, `x.contiguous()`):
+        # that tensor was not made here, and taking it for one would drop its gradient.
+        given = {id(t) for t in _flat(list(args) + list(kwargs.values()), [])}
+        for t in _flat(out, []) if isinstance(out, (tuple, list)) else [out]:
+            if isinstance(t, torch.Tensor) and id(t) not in given:
                 self.made.add(id(t))
         return out
 
