@@ -7,12 +7,10 @@ PyTorch >= 2 the Function has the `setup_context` form that torch.func requires,
 rule (`jvp`) and a `vmap` rule: the vmapped dimension becomes one more batch dimension of the
 core's batched reductions, so a vmap is one core call, not a loop.
 """
-import atexit
-import weakref
-
 import torch
 
 from . import _core
+from ._exit import keep_until_exit
 from ._genred import fused_grads_of, grad_of, jvp_of
 
 TORCH2 = int(torch.__version__.split(".")[0]) >= 2
@@ -50,24 +48,11 @@ def _tensor(o):
     return t.view(torch.bfloat16) if t.dtype == torch.int16 else t
 
 
-# torch never frees the Python side of an autograd graph that is still alive when the interpreter
-# exits (a script's global `loss`, say): its nodes skip the decref once finalization has begun.
-# The core objects on such a graph's ctx would never be freed and nanobind would report them as
-# leaked, so each ctx that holds one is dropped at exit (the graph cannot be used after that).
-live_ctx = weakref.WeakSet()
-
-
-@atexit.register
-def _drop_live_ctx():
-    for ctx in list(live_ctx):
-        ctx.__dict__.clear()
-
-
 def _setup(ctx, bound, call, args, outs):
     ctx.bound, ctx.call = bound, call
     reduction = bound.reduction
     if any(ctx.needs_input_grad):  # else the ctx dies with this call
-        live_ctx.add(ctx)
+        keep_until_exit(ctx)
     ctx.save_for_backward(*args)
     index_outs = [o for k, o in enumerate(outs) if reduction.output_is_index(k)]
     if index_outs:

@@ -13,7 +13,8 @@ from . import _core
 from .lazytensor import ArrayAdapter, LazyTensor, Vi, Vj, Pm, register_adapter  # noqa: F401
 from ._genred import GenredBase
 
-from ._torch_autograd import CUDA_IO, GenredFunction, ZeroGrads, live_ctx, run, transforms_active
+from ._exit import keep_until_exit
+from ._torch_autograd import CUDA_IO, GenredFunction, ZeroGrads, run, transforms_active
 from . import _torch_op
 from ._solve import KernelSolveBase
 # The memory tools (tessel.loops), offered beside Genred where the README shows them.
@@ -149,7 +150,7 @@ class _KernelSolveFunction(torch.autograd.Function):
         solver._report(rep, mode, stats)
         ctx.solver, ctx.settings = solver, settings
         if any(ctx.needs_input_grad):
-            live_ctx.add(ctx)
+            keep_until_exit(ctx)
         ctx.save_for_backward(alpha, x, *args)
         return x
 

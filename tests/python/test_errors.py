@@ -231,13 +231,21 @@ K = (-((LazyTensor(X[:, None, :]) - LazyTensor(Y[None, :, :])) ** 2).sum(-1)).ex
 lt = K.sum(1).sum()
 lt.backward()
 sol = tt.KernelSolve(f, al, "B")(X, X, torch.rand(5, 2), alpha=0.5).sum()
+# The loop tools hold the user's function (and the Genreds it calls) on their graphs.
+field = tt.Genred("Exp(-SqDist(X,Y))*B", ["X=Vi(3)", "Y=Vj(3)", "B=Vj(3)"])
+y0 = torch.rand(4, 3, requires_grad=True)
+ode = tt.odeint_reversible(lambda t, y: (field(y[0], y[0], y[1]), field(y[1], y[1], y[0])),
+                           (y0, 2 * y0), torch.tensor([0.0, 1.0]), steps_per_interval=2)
+loop = tt.checkpoint_loop(lambda s, k: s + 0.1 * field(s, s, s), y0, 3, 2)
+fix = tt.fixed_point(lambda z, a: 0.5 * torch.tanh(field(z, z, z)) + a, torch.zeros(4, 3), (y0,))
 print("ok")
 """
 
 
 def test_no_nanobind_leaks_at_exit(tmp_path):
-    """Leak reporting stays on: an interpreter that ran Genred, LazyTensor, KernelSolve and torch
-    autograd (graphs still alive at exit included) ends without nanobind reporting a leak."""
+    """Leak reporting stays on: an interpreter that ran Genred, LazyTensor, KernelSolve, the loop
+    tools and torch autograd (graphs still alive at exit included) ends without nanobind
+    reporting a leak."""
     import os
     import subprocess
     import sys

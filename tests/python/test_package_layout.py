@@ -55,10 +55,15 @@ def test_nothing_below_the_edge_imports_compat(module):
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if _under(m, "tessel.loops")))
 def test_loops_use_the_core_only(module):
     # The memory tools are differentiation machinery for any PyTorch loop: they sit below the
-    # front end and tessel.ot, which build on them.
+    # front end and tessel.ot, which build on them (tessel._exit imports nothing of tessel).
     outside = [m for m in MODULES[module] if not (_under(m, "tessel.loops") or
-                                                  m in ("tessel", "tessel._core"))]
+                                                  m in ("tessel", "tessel._core") or
+                                                  _under(m, "tessel._exit"))]
     assert not outside, (module, outside)
+
+
+def test_the_exit_hook_imports_nothing_of_tessel():
+    assert not [m for m in MODULES["tessel._exit"] if _under(m, "tessel")]
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if _under(m, "tessel._cluster")))

@@ -17,6 +17,7 @@ import operator
 
 import torch
 
+from .._exit import keep_until_exit
 from .. import _core
 from ._captured import Captured, grad_once
 from ._rng import RngStates
@@ -321,6 +322,7 @@ class _RevolveFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, run, outs, n_state, *tensors):
         ctx.run, ctx.n_state = run, n_state
+        keep_until_exit(ctx)  # it holds the user's function: freed at exit
         # Kept as they are (not detached): the taped steps use them through the step's closure,
         # and autograd.grad must reach the very tensors in those graphs.
         ctx.params = tensors[n_state:]

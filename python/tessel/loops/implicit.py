@@ -19,6 +19,8 @@ import warnings
 
 import torch
 
+from .._exit import keep_until_exit
+
 __all__ = ["cg_solve", "fixed_point", "ConvergenceError"]
 
 _POLICIES = ("raise", "warn", "ignore")
@@ -170,6 +172,7 @@ class _Correction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, r, link, outer):
         ctx.link, ctx.outer = link, outer
+        keep_until_exit(ctx)  # it holds the user's function: freed at exit
         return torch.zeros_like(r)
 
     @staticmethod
@@ -378,6 +381,7 @@ class _AdjointIdentity(torch.autograd.Function):
     @staticmethod
     def forward(ctx, spec, xs, *zs):
         ctx.spec, ctx.xs = spec, xs
+        keep_until_exit(ctx)  # it holds the user's function: freed at exit
         return tuple(x.clone() for x in xs)
 
     @staticmethod

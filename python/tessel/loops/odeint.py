@@ -36,6 +36,7 @@ import math
 
 import torch
 
+from .._exit import keep_until_exit
 from ._captured import Captured, grad_once
 from .checkpoint import MAX_STEPS, _as_int
 from ._odeint_adaptive import Controller, Field, dopri5, march
@@ -237,6 +238,7 @@ class _ReversibleFunction(torch.autograd.Function):
         y0s = tensors[:n_y]
         # Kept as they are: the backward's local graphs must reach these very tensors.
         ctx.run, ctx.n_y, ctx.params = run, n_y, tensors[n_y:]
+        keep_until_exit(ctx)  # it holds the user's function: freed at exit
         ctx.save_for_backward(t, *y0s)
         return tuple(outs)
 
