@@ -1,0 +1,240 @@
+"""Deformation kernels k(x, y) and the Hamiltonian fields of LDDMM built on them.
+
+Each kernel is one formula in X (an i-point), Y (a j-point) and its parameters; everything the
+deformations need follows from it by tessel's reductions, none of which stores an N x M matrix:
+
+- `kernel(x, y, b)`: the velocity sum_j k(x_i, y_j) b_j that momenta b on y give the points x;
+- `kernel.hamiltonian(q, p)`: H(q, p) = 1/2 sum_ij k(q_i, q_j) <p_i, p_j>;
+- `kernel.field(q, p)`: (dH/dp, -dH/dq), the geodesic equations' right-hand side, with
+  dH/dq_i = sum_j <p_i, p_j> grad_1 k(q_i, q_j) from the formula's symbolic gradient (no
+  autograd inside a step, so a shooting's backward differentiates one reduction per step).
+
+Conventions (as KeOps's LDDMM tutorial and Deformetrica): gaussian exp(-|x - y|^2 / s^2),
+cauchy 1 / (1 + |x - y|^2 / s^2). Widths (`scale`) may be tensors with requires_grad: they enter
+the reductions as parameters and receive gradients (a learned width).
+"""
+import functools
+import math
+
+import torch
+
+from ..torch import Genred
+
+
+_BACKENDS = ("auto", "compiled", "interpreter", "cuda")
+
+
+def _positive(who, name, value):
+    """A width: a positive finite float, or a tensor of them (kept, to be differentiated)."""
+    if isinstance(value, torch.Tensor):
+        if value.is_complex() or not value.dtype.is_floating_point:
+            raise TypeError(f"tessel.shapes.{who}: {name} must be a float or a floating tensor, "
+                            f"got dtype {value.dtype}")
+        if not bool((torch.isfinite(value.detach()) & (value.detach() > 0)).all()):
+            raise ValueError(f"tessel.shapes.{who}: {name} must be finite and > 0, got "
+                             f"{value.detach().tolist()}")
+        return value
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"tessel.shapes.{who}: {name} must be a number or a tensor, got "
+                        f"{type(value).__name__}") from None
+    if not (v > 0 and math.isfinite(v)):
+        raise ValueError(f"tessel.shapes.{who}: {name} must be finite and > 0, got {v}")
+    return v
+
+
+def _param(value, dtype, device):
+    """A Pm parameter tensor (1-D) in the points' dtype and device, differentiable if value is."""
+    if isinstance(value, torch.Tensor):
+        return value.to(dtype=dtype, device=device).reshape(-1)
+    return torch.tensor([value], dtype=dtype, device=device).reshape(-1)
+
+
+@functools.lru_cache(maxsize=64)
+def _reductions(formula, params, dim):
+    """The three reductions of one kernel formula in dimension dim: velocity (X, Y, B, *params),
+    Hamiltonian density (X, Y, P, Q, *params) and its gradient in X (same inputs)."""
+    xy = [f"X = Vi({dim})", f"Y = Vj({dim})"]
+    pq = [f"P = Vi({dim})", f"Q = Vj({dim})"]
+    pm = [f"{name} = Pm({d})" for name, d in params]
+    velocity = Genred(f"({formula}) * B", xy + [f"B = Vj({dim})"] + pm)
+    density = Genred(f"({formula}) * (P|Q)", xy + pq + pm)
+    force = Genred(f"Grad(({formula}) * (P|Q), X, IntCst(1))", xy + pq + pm)
+    return velocity, density, force
+
+
+class Kernel:
+    """A deformation kernel k(x, y): subclasses give `_formula` (text in X, Y and their
+    parameter names), `_param_dims` ((name, dim) pairs) and `_param_values(dtype, device)`.
+    `backend`: as Genred's ("auto", "compiled", "interpreter", "cuda"), for every reduction."""
+
+    backend = "auto"
+
+    def _set_backend(self, backend):
+        if backend not in _BACKENDS:
+            raise ValueError(f"tessel.shapes.{type(self).__name__}: backend must be one of "
+                             f"{_BACKENDS}, got {backend!r}")
+        self.backend = backend
+
+    def _reductions(self, dim):
+        return _reductions(self._formula(dim), tuple(self._param_dims(dim)), dim)
+
+    def _params(self, like):
+        return self._param_values(like.dtype, like.device)
+
+    def _check(self, who, *ts):
+        d = ts[0].shape[-1]
+        for t in ts:
+            if t.dim() != 2 or t.shape[1] != d:
+                raise ValueError(f"tessel.shapes.{type(self).__name__}.{who}: expected (N, {d}) "
+                                 f"tensors, got shape {tuple(t.shape)}")
+        return d
+
+    def __call__(self, x, y, b):
+        """sum_j k(x_i, y_j) b_j for x (N, D), y (M, D), b (M, D): (N, D)."""
+        d = self._check("__call__", x, y, b)
+        return self._reductions(d)[0](x, y, b, *self._params(x), backend=self.backend)
+
+    def hamiltonian(self, q, p):
+        """H(q, p) = 1/2 sum_ij k(q_i, q_j) <p_i, p_j> (0-dim)."""
+        d = self._check("hamiltonian", q, p)
+        return 0.5 * self._reductions(d)[1](q, q, p, p, *self._params(q),
+                                            backend=self.backend).sum()
+
+    def field(self, q, p):
+        """(dq/dt, dp/dt) = (dH/dp, -dH/dq) at (q, p): the geodesic equations."""
+        d = self._check("field", q, p)
+        velocity, _, force = self._reductions(d)
+        params = self._params(q)
+        return (velocity(q, q, p, *params, backend=self.backend),
+                -force(q, q, p, p, *params, backend=self.backend))
+
+    def __repr__(self):
+        extra = "" if self.backend == "auto" else f", backend={self.backend!r}"
+        return f"{type(self).__name__}({self._describe()}{extra})"
+
+
+class _Radial(Kernel):
+    """phi(|x - y|^2 / scale^2) for the formula FORMULA in G = 1 / scale^2."""
+
+    FORMULA = ""
+
+    def __init__(self, scale, backend="auto"):
+        self.scale = _positive(type(self).__name__, "scale", scale)
+        self._set_backend(backend)
+
+    def _formula(self, dim):
+        return self.FORMULA
+
+    def _param_dims(self, dim):
+        return [("G", 1)]
+
+    def _param_values(self, dtype, device):
+        return [1 / _param(self.scale, dtype, device) ** 2]
+
+    def _describe(self):
+        return f"scale={self.scale}"
+
+
+class GaussianKernel(_Radial):
+    """exp(-|x - y|^2 / scale^2)."""
+
+    FORMULA = "Exp(-G * SqDist(X, Y))"
+
+
+class CauchyKernel(_Radial):
+    """1 / (1 + |x - y|^2 / scale^2): heavier tails than the Gaussian (long-range coupling)."""
+
+    FORMULA = "Inv(IntCst(1) + G * SqDist(X, Y))"
+
+
+class SumOfGaussians(Kernel):
+    """sum_k w_k exp(-|x - y|^2 / s_k^2): several scales at once (coarse and fine motions).
+    scales: K widths; weights: K nonnegative weights (default: 1 each)."""
+
+    def __init__(self, scales, weights=None, backend="auto"):
+        self._set_backend(backend)
+        n = len(scales)
+        if n == 0:
+            raise ValueError("tessel.shapes.SumOfGaussians: scales is empty; expected at least "
+                             "one width")
+        self.scales = [_positive("SumOfGaussians", f"scales[{k}]", s) for k, s in enumerate(scales)]
+        if weights is None:
+            weights = [1.0] * n
+        if len(weights) != n:
+            raise ValueError(f"tessel.shapes.SumOfGaussians: {len(weights)} weights for {n} "
+                             "scales; expected one weight per scale")
+        for k, w in enumerate(weights):
+            wv = w.detach() if isinstance(w, torch.Tensor) else w
+            if not (float(wv) >= 0 and math.isfinite(float(wv))):
+                raise ValueError(f"tessel.shapes.SumOfGaussians: weights[{k}] = {float(wv)}; "
+                                 "expected a finite weight >= 0")
+        self.weights = list(weights)
+
+    def _formula(self, dim):
+        return "(W | Exp(-G * SqDist(X, Y)))"
+
+    def _param_dims(self, dim):
+        return [("G", len(self.scales)), ("W", len(self.scales))]
+
+    def _param_values(self, dtype, device):
+        g = torch.cat([1 / _param(s, dtype, device) ** 2 for s in self.scales])
+        w = torch.cat([_param(w, dtype, device) for w in self.weights])
+        return [g, w]
+
+    def _describe(self):
+        return f"scales={self.scales}, weights={self.weights}"
+
+
+class AnisotropicGaussian(Kernel):
+    """exp(-(x - y)^T A (x - y)) for a symmetric positive definite (D, D) matrix A (e.g. the
+    inverse of a covariance, Sigma^-1: widths along its eigenvectors), or a (D,) diagonal."""
+
+    def __init__(self, matrix, backend="auto"):
+        self._set_backend(backend)
+        if not isinstance(matrix, torch.Tensor) or matrix.dim() not in (1, 2):
+            raise TypeError("tessel.shapes.AnisotropicGaussian: matrix must be a (D, D) or (D,) "
+                            "tensor")
+        m = matrix.detach().to(torch.float64)
+        if matrix.dim() == 2:
+            if m.shape[0] != m.shape[1] or not torch.allclose(m, m.T, rtol=1e-6, atol=1e-12):
+                raise ValueError("tessel.shapes.AnisotropicGaussian: matrix must be square and "
+                                 f"symmetric, got shape {tuple(m.shape)}")
+            smallest = float(torch.linalg.eigvalsh(m).min())
+        else:
+            smallest = float(m.min())
+        if not (smallest > 0):
+            raise ValueError("tessel.shapes.AnisotropicGaussian: matrix must be positive "
+                             f"definite (its smallest eigenvalue is {smallest:g})")
+        self.matrix = matrix
+
+    def _formula(self, dim):
+        return "Exp(-WeightedSqDist(A, X, Y))"
+
+    def _param_dims(self, dim):
+        if self.matrix.shape[0] != dim:
+            raise ValueError(f"tessel.shapes.AnisotropicGaussian: the matrix is for dimension "
+                             f"{self.matrix.shape[0]} but the points have dimension {dim}")
+        return [("A", self.matrix.numel())]
+
+    def _param_values(self, dtype, device):
+        return [self.matrix.to(dtype=dtype, device=device).reshape(-1)]
+
+    def _describe(self):
+        return f"matrix={tuple(self.matrix.shape)}"
+
+
+_BY_NAME = {"gaussian": GaussianKernel, "cauchy": CauchyKernel}
+
+
+def as_kernel(kernel, scale=None, who="kernel"):
+    """A Kernel from a Kernel, or a name ("gaussian", "cauchy") with its scale."""
+    if isinstance(kernel, Kernel):
+        return kernel
+    if kernel in _BY_NAME:
+        if scale is None:
+            raise ValueError(f"tessel.shapes.{who}: kernel={kernel!r} needs a scale")
+        return _BY_NAME[kernel](scale)
+    raise ValueError(f"tessel.shapes.{who}: kernel must be a tessel.shapes Kernel or one of "
+                     f"{sorted(_BY_NAME)}, got {kernel!r}")

@@ -1,0 +1,129 @@
+"""LDDMM: geodesic shooting of momenta on control points, and the transport of shapes along it.
+
+The deformation is the flow of the geodesic equations of H(q, p) = 1/2 sum_ij k(q_i, q_j)
+<p_i, p_j> from (q0, p0) over t in [0, 1]:
+    dq/dt = dH/dp = K(q, q) p,    dp/dt = -dH/dq,    dx/dt = K(x, q) p (any other points),
+each right-hand side one tessel reduction (`Kernel.field`). Integrators: "euler", "ralston"
+(RK2 with weights 1/4, 3/4: KeOps's LDDMM tutorial), "rk4", and "reversible" (reversible Heun:
+its backward rebuilds the trajectory instead of storing it, so memory does not grow with the
+steps). `snapshots=s` runs the explicit integrators in tessel's checkpoint_loop: at most s states
+kept for the backward (Revolve), recomputing the others. Everything is differentiable in p0, q0,
+the transported points and the kernel's parameters, to any order with the explicit integrators.
+"""
+import torch
+
+from ..loops import checkpoint_loop, odeint_reversible
+from ._shape import PointCloud
+from .kernels import Kernel
+
+INTEGRATORS = ("euler", "ralston", "rk4", "reversible")
+
+
+def _axpy(state, k, h):
+    return tuple(s + h * d for s, d in zip(state, k))
+
+
+class LDDMM:
+    """Geodesic shooting with `kernel` (a tessel.shapes Kernel) in `n_steps` steps of
+    `integrator`; `snapshots`: None (plain autograd through every step) or the number of states
+    checkpoint_loop may keep (explicit integrators only)."""
+
+    def __init__(self, kernel, n_steps=10, integrator="ralston", snapshots=None):
+        if not isinstance(kernel, Kernel):
+            raise TypeError("tessel.shapes.LDDMM: kernel must be a tessel.shapes Kernel (e.g. "
+                            f"GaussianKernel(scale)), got {type(kernel).__name__}")
+        if isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps < 1:
+            raise ValueError(f"tessel.shapes.LDDMM: n_steps must be an integer >= 1, got "
+                             f"{n_steps!r}")
+        if integrator not in INTEGRATORS:
+            raise ValueError(f"tessel.shapes.LDDMM: integrator must be one of {INTEGRATORS}, "
+                             f"got {integrator!r}")
+        if snapshots is not None:
+            if integrator == "reversible":
+                raise ValueError("tessel.shapes.LDDMM: snapshots is for the explicit "
+                                 "integrators; the reversible one stores no states already")
+            if isinstance(snapshots, bool) or not isinstance(snapshots, int) or snapshots < 1:
+                raise ValueError(f"tessel.shapes.LDDMM: snapshots must be an integer >= 1 or "
+                                 f"None, got {snapshots!r}")
+        self.kernel, self.n_steps, self.integrator = kernel, n_steps, integrator
+        self.snapshots = snapshots
+
+    def __repr__(self):
+        extra = "" if self.snapshots is None else f", snapshots={self.snapshots}"
+        return (f"LDDMM({self.kernel!r}, n_steps={self.n_steps}, "
+                f"integrator={self.integrator!r}{extra})")
+
+    def field(self, state):
+        """The right-hand side at state = (q, p) or (q, p, x)."""
+        q, p = state[0], state[1]
+        dq, dp = self.kernel.field(q, p)
+        if len(state) == 2:
+            return dq, dp
+        return dq, dp, self.kernel(state[2], q, p)
+
+    def _step(self, state, dt):
+        f = self.field
+        if self.integrator == "euler":
+            return _axpy(state, f(state), dt)
+        if self.integrator == "ralston":
+            k1 = f(state)
+            k2 = f(_axpy(state, k1, 2 * dt / 3))
+            return tuple(s + dt * (a / 4 + 3 * b / 4) for s, a, b in zip(state, k1, k2))
+        k1 = f(state)
+        k2 = f(_axpy(state, k1, dt / 2))
+        k3 = f(_axpy(state, k2, dt / 2))
+        k4 = f(_axpy(state, k3, dt))
+        return tuple(s + dt / 6 * (a + 2 * b + 2 * c + d)
+                     for s, a, b, c, d in zip(state, k1, k2, k3, k4))
+
+    def shoot(self, q0, p0, points=None):
+        """(q1, p1) at t = 1 from control points q0 (N, D) and momenta p0 (N, D); with `points`
+        (M, D), also where the flow takes them: (q1, p1, x1)."""
+        _check_state(q0, p0, points)
+        state = (q0, p0) if points is None else (q0, p0, points)
+        dt = 1.0 / self.n_steps
+        if self.integrator == "reversible":
+            t = torch.tensor([0.0, 1.0], dtype=q0.dtype, device=q0.device)
+            out = odeint_reversible(lambda _t, y: self.field(y), state, t,
+                                    steps_per_interval=self.n_steps)
+            return tuple(y[-1] for y in out)
+        if self.snapshots is not None:
+            return checkpoint_loop(lambda s, _k: self._step(s, dt), state, self.n_steps,
+                                   self.snapshots)
+        for _ in range(self.n_steps):
+            state = self._step(state, dt)
+        return state
+
+    def energy(self, q0, p0):
+        """The deformation's energy H(q0, p0), constant along the geodesic."""
+        _check_state(q0, p0, None)
+        return self.kernel.hamiltonian(q0, p0)
+
+    def deform(self, shape, p0, control_points=None):
+        """`shape` moved by the flow of momenta p0 on control_points (default: the shape's
+        vertices, which then move as the control points do)."""
+        if not isinstance(shape, PointCloud):
+            raise TypeError("tessel.shapes.LDDMM.deform: shape must be a PointCloud, Curve or "
+                            f"Mesh, got {type(shape).__name__}")
+        if control_points is None:
+            q1 = self.shoot(shape.points, p0)[0]
+            return shape.with_points(q1)
+        return shape.with_points(self.shoot(control_points, p0, shape.points)[2])
+
+
+def _check_state(q0, p0, points):
+    for name, t in (("q0", q0), ("p0", p0)) + ((("points", points),) if points is not None
+                                                else ()):
+        if not isinstance(t, torch.Tensor) or t.dim() != 2 or not t.dtype.is_floating_point:
+            raise ValueError(f"tessel.shapes.LDDMM.shoot: {name} must be a floating (N, D) "
+                             f"tensor, got {getattr(t, 'shape', type(t).__name__)}")
+    if p0.shape != q0.shape:
+        raise ValueError(f"tessel.shapes.LDDMM.shoot: p0 has shape {tuple(p0.shape)} but q0 "
+                         f"{tuple(q0.shape)}; expected one momentum per control point")
+    if points is not None and points.shape[1] != q0.shape[1]:
+        raise ValueError(f"tessel.shapes.LDDMM.shoot: points have dimension {points.shape[1]} "
+                         f"but the control points {q0.shape[1]}")
+    for name, t in (("p0", p0), ("points", points)):
+        if t is not None and (t.device != q0.device or t.dtype != q0.dtype):
+            raise ValueError(f"tessel.shapes.LDDMM.shoot: {name} is {t.dtype} on {t.device} "
+                             f"but q0 {q0.dtype} on {q0.device}; expected the same")
