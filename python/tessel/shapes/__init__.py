@@ -1,9 +1,16 @@
 """tessel.shapes: register curves and surfaces on tessel's reductions (memory O(N)).
 
-Shapes (`PointCloud`, `Curve`, `Mesh`) hold tensors on any device; deformation kernels, LDDMM
-shooting, data attachments (kernel norms, currents, varifolds, Sinkhorn) and `register` build on
-them.
+- shapes: `PointCloud`, `Curve`, `Mesh` (tensors on any device, checked once, with
+  differentiable centers, normals and lengths/areas);
+- deformation kernels: `GaussianKernel`, `CauchyKernel`, `SumOfGaussians`,
+  `AnisotropicGaussian` (widths may be learned tensors);
+- `LDDMM`: geodesic shooting (Euler, Ralston, RK4, reversible Heun; `snapshots=`);
+- `register(source, target, ...)`: the momenta that bring source onto target, and the history.
 """
 from ._shape import Curve, Mesh, PointCloud
+from .kernels import AnisotropicGaussian, CauchyKernel, GaussianKernel, Kernel, SumOfGaussians
+from .lddmm import LDDMM
+from .registration import Registration, register
 
-__all__ = ["PointCloud", "Curve", "Mesh"]
+__all__ = ["PointCloud", "Curve", "Mesh", "Kernel", "GaussianKernel", "CauchyKernel",
+           "SumOfGaussians", "AnisotropicGaussian", "LDDMM", "register", "Registration"]

@@ -1,0 +1,213 @@
+"""Registration: the momenta of a deformation that brings a source shape onto a target.
+
+register(source, target) minimises over the momenta p0 on control points q0 (the source's
+vertices unless given)
+    loss(p0) = attachment(deformed source, target) + regularization * H(q0, p0),
+H the deformation's energy, with L-BFGS (strong Wolfe line search) by default or any torch
+optimizer, and returns a `Registration`: the momenta, the deformed shape, the model and a
+history with, per iteration, the loss, the attachment, the energy, the evaluations and the time.
+"""
+import math
+import sys
+import time
+
+import torch
+
+from ._shape import check_pair
+from .kernels import GaussianKernel
+from .lddmm import LDDMM
+
+
+def diameter(*shapes):
+    """The diagonal of the bounding box of the shapes' vertices (their common scale)."""
+    pts = torch.cat([s.points.detach() for s in shapes])
+    return float((pts.max(0).values - pts.min(0).values).norm())
+
+
+def default_model(source, target):
+    """LDDMM with a Gaussian kernel of width a tenth of the shapes' diameter, 10 Ralston steps
+    (KeOps's LDDMM tutorial's integrator)."""
+    return LDDMM(GaussianKernel(0.1 * diameter(source, target)), n_steps=10, integrator="ralston")
+
+
+def default_attachment(source, target):
+    """Curves and meshes: the unoriented (Binet) varifold at a twentieth of the diameter, as
+    KeOps's tutorial and Deformetrica; point clouds: the Gaussian kernel norm at that scale."""
+    from .attachments import KernelNorm, Varifold
+    scale = 0.05 * diameter(source, target)
+    if source.normals is None or target.normals is None:
+        return KernelNorm(scale)
+    return Varifold(scale, orientation="binet")
+
+
+class Registration:
+    """What register returns: `momenta` (N, D) on `control_points`, `deformed` (the source
+    moved by them), `model`, `attachment`, `history` (one dict per iteration: iteration, loss,
+    attachment, energy, evaluations, seconds), `converged` and `n_iter`."""
+
+    def __init__(self, model, attachment, source, control_points, momenta, history, converged):
+        self.model, self.attachment = model, attachment
+        self.control_points, self.momenta = control_points, momenta
+        self.history, self.converged = history, converged
+        with torch.no_grad():
+            self.deformed = self.deform(source)
+
+    @property
+    def n_iter(self):
+        return len(self.history)
+
+    def deform(self, shape):
+        """Any shape (the source, a finer mesh of it, a grid of points) moved by the
+        registration's deformation."""
+        if isinstance(shape, torch.Tensor):
+            return self.model.shoot(self.control_points, self.momenta, shape)[2]
+        return self.model.deform(shape, self.momenta, control_points=self.control_points)
+
+    def __repr__(self):
+        last = self.history[-1] if self.history else {}
+        return (f"Registration(n_iter={self.n_iter}, loss={last.get('loss', math.nan):.6g}, "
+                f"attachment={last.get('attachment', math.nan):.6g}, "
+                f"energy={last.get('energy', math.nan):.6g}, converged={self.converged})")
+
+
+def _optimizer(optimizer, p0, lr, who):
+    if optimizer == "lbfgs":
+        return torch.optim.LBFGS([p0], lr=1.0 if lr is None else lr, max_iter=1,
+                                 line_search_fn="strong_wolfe", history_size=20)
+    if optimizer in ("adam", "sgd"):
+        if lr is None:
+            raise ValueError(f"tessel.shapes.{who}: optimizer={optimizer!r} needs lr (a step "
+                             "size in units of momentum)")
+        return (torch.optim.Adam if optimizer == "adam" else torch.optim.SGD)([p0], lr=lr)
+    if isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer):
+        return optimizer([p0]) if lr is None else optimizer([p0], lr=lr)
+    if callable(optimizer):
+        opt = optimizer([p0])
+        if not isinstance(opt, torch.optim.Optimizer):
+            raise TypeError(f"tessel.shapes.{who}: optimizer([p0]) returned "
+                            f"{type(opt).__name__}; expected a torch.optim.Optimizer")
+        return opt
+    raise ValueError(f"tessel.shapes.{who}: optimizer must be 'lbfgs', 'adam', 'sgd', a "
+                     f"torch.optim.Optimizer class or a function params -> optimizer, got "
+                     f"{optimizer!r}")
+
+
+class _Progress:
+    """One line per iteration on stderr: from the start (True), never (False), or once the run
+    has taken `after` seconds (None)."""
+
+    def __init__(self, setting, max_iter, after=5.0):
+        self.setting, self.max_iter, self.after = setting, max_iter, after
+        self.start = time.perf_counter()
+
+    def show(self, rec):
+        if self.setting is False:
+            return
+        if self.setting is None and time.perf_counter() - self.start < self.after:
+            return
+        print(f"register: iteration {rec['iteration']}/{self.max_iter}  loss "
+              f"{rec['loss']:.6g}  attachment {rec['attachment']:.6g}  energy "
+              f"{rec['energy']:.6g}  {rec['seconds']:.3g} s", file=sys.stderr, flush=True)
+
+
+def _check_args(source, target, control_points, momenta, regularization, max_iter, tol):
+    who = "register"
+    check_pair(who, source, target)
+    q0 = source.points.detach() if control_points is None else control_points
+    if not isinstance(q0, torch.Tensor) or q0.dim() != 2 or q0.shape[1] != source.dim:
+        raise ValueError(f"tessel.shapes.register: control_points must be an (N, {source.dim}) "
+                         "tensor")
+    if q0.dtype != source.dtype or q0.device != source.device:
+        raise ValueError(f"tessel.shapes.register: control_points are {q0.dtype} on "
+                         f"{q0.device} but the source {source.dtype} on {source.device}")
+    if momenta is not None and momenta.shape != q0.shape:
+        raise ValueError(f"tessel.shapes.register: momenta has shape {tuple(momenta.shape)}; "
+                         f"expected {tuple(q0.shape)} (one per control point)")
+    if not (regularization >= 0 and math.isfinite(regularization)):
+        raise ValueError(f"tessel.shapes.register: regularization must be finite and >= 0, got "
+                         f"{regularization}")
+    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 0:
+        raise ValueError(f"tessel.shapes.register: max_iter must be an integer >= 0, got "
+                         f"{max_iter!r}")
+    if not (tol >= 0):
+        raise ValueError(f"tessel.shapes.register: tol must be >= 0, got {tol}")
+    return q0
+
+
+def register(source, target, *, model=None, attachment=None, regularization=0.0,
+             control_points=None, momenta=None, optimizer="lbfgs", lr=None, max_iter=50,
+             tol=1e-7, progress=None, callback=None):
+    """Registers `source` onto `target` (PointCloud, Curve or Mesh of one dimension, dtype and
+    device) and returns a Registration.
+
+    model: an LDDMM (default: default_model, a Gaussian kernel at a tenth of the diameter).
+    attachment: a loss(deformed, target) (default: default_attachment: the Binet varifold for
+        curves and meshes, a kernel norm for point clouds).
+    regularization: the weight of the energy H(q0, p0) in the loss (0: KeOps's tutorial's).
+    control_points: where the momenta sit (default: the source's vertices); momenta: the start
+        (default: zeros).
+    optimizer: "lbfgs" (strong Wolfe line search), "adam" or "sgd" (with lr), a torch optimizer
+        class, or a function params -> optimizer. One `step` per iteration, max_iter in all.
+    tol: stop once an iteration changes the loss by less than tol times its value.
+    progress: one line per iteration on stderr: True, False, or None (after 5 s of running).
+    callback: called as callback(record, momenta) after each iteration (record: the history's
+        dict); returning True stops the run.
+    """
+    q0 = _check_args(source, target, control_points, momenta, float(regularization), max_iter,
+                     tol)
+    model = default_model(source, target) if model is None else model
+    attachment = default_attachment(source, target) if attachment is None else attachment
+    p0 = torch.zeros_like(q0) if momenta is None else momenta.detach().clone()
+    p0.requires_grad_(True)
+    opt = _optimizer(optimizer, p0, lr, "register")
+    evals = {"n": 0}
+    last = {}
+
+    def terms():
+        deformed = model.deform(source, p0, control_points=control_points)
+        att = attachment(deformed, target)
+        energy = model.energy(q0, p0)
+        return att + regularization * energy, att, energy
+
+    def closure():
+        opt.zero_grad()
+        loss, att, energy = terms()
+        loss.backward()
+        evals["n"] += 1
+        last.update(loss=float(loss), attachment=float(att), energy=float(energy),
+                    at=p0.detach().clone())
+        return loss
+
+    def values_at_iterate():
+        """The loss terms at the optimizer's new iterate: the last evaluation's when it was
+        there (L-BFGS's line search usually ends on it), else one more forward pass."""
+        if not torch.equal(last["at"], p0.detach()):
+            with torch.no_grad():
+                loss, att, energy = terms()
+            last.update(loss=float(loss), attachment=float(att), energy=float(energy))
+        return {k: last[k] for k in ("loss", "attachment", "energy")}
+
+    history, converged, show = [], False, _Progress(progress, max_iter)
+    previous = math.inf
+    for it in range(1, max_iter + 1):
+        start, before = time.perf_counter(), evals["n"]
+        opt.step(closure)
+        rec = dict(iteration=it, evaluations=evals["n"] - before,
+                   seconds=time.perf_counter() - start, **values_at_iterate())
+        if not math.isfinite(rec["loss"]):
+            raise FloatingPointError(f"tessel.shapes.register: the loss became {rec['loss']} at "
+                                     f"iteration {it}; lower lr or the kernel's width")
+        history.append(rec)
+        show.show(rec)
+        if callback is not None and callback(rec, p0.detach()):
+            break
+        # A stalled loss, not a rising one (Adam's steps need not descend).
+        if abs(previous - rec["loss"]) <= tol * abs(rec["loss"]):
+            converged = True
+            break
+        previous = rec["loss"]
+    return Registration(model, attachment, source, control_points if control_points is not None
+                        else source.points.detach(), p0.detach(), history, converged)
+
+
+__all__ = ["register", "Registration", "default_model", "default_attachment", "diameter"]

@@ -1,0 +1,119 @@
+"""tessel.shapes.register: it brings a source onto a target, reports its history, accepts any
+torch optimizer and attachment, shows progress when asked, and refuses bad arguments."""
+import math
+
+import pytest
+import torch
+
+from tessel.shapes import LDDMM, Curve, GaussianKernel, PointCloud, register
+
+F64 = torch.float64
+
+
+def ellipse(n, a, b, shift=0.0):
+    t = torch.linspace(0, 2 * math.pi, n + 1, dtype=F64)[:-1]
+    return Curve.polyline(torch.stack((a * t.cos(), b * t.sin() + shift), 1), closed=True)
+
+
+def dense_mmd(scale):
+    """A kernel norm between the shapes' measures written densely (the test's own attachment)."""
+    def k(x, y):
+        return torch.exp(-((x[:, None] - y[None]) ** 2).sum(-1) / scale ** 2)
+
+    def loss(a, b):
+        xa, wa, xb, wb = a.centers, a.measures, b.centers, b.measures
+        return wa @ k(xa, xa) @ wa - 2 * wa @ k(xa, xb) @ wb + wb @ k(xb, xb) @ wb
+    return loss
+
+
+SRC, TGT = ellipse(40, 1.0, 1.0), ellipse(40, 1.5, 0.7, 0.2)
+MODEL = LDDMM(GaussianKernel(0.4, backend="interpreter"), n_steps=5)
+
+
+def test_lbfgs_brings_the_source_onto_the_target():
+    r = register(SRC, TGT, model=MODEL, attachment=dense_mmd(0.2), max_iter=25, progress=False)
+    first, last = r.history[0], r.history[-1]
+    assert last["loss"] < 0.01 * first["loss"], r
+    assert set(first) == {"iteration", "loss", "attachment", "energy", "evaluations", "seconds"}
+    assert [h["iteration"] for h in r.history] == list(range(1, r.n_iter + 1))
+    # The deformed shape is the model's deformation of the source by the returned momenta, and
+    # the history's last attachment is its distance to the target.
+    moved = MODEL.deform(SRC, r.momenta)
+    torch.testing.assert_close(r.deformed.points, moved.points, rtol=0, atol=0)
+    assert torch.equal(r.deformed.edges, SRC.edges)
+    assert dense_mmd(0.2)(moved, TGT).item() == pytest.approx(last["attachment"], rel=1e-12)
+    assert last["energy"] == pytest.approx(MODEL.energy(SRC.points, r.momenta).item(), rel=1e-12)
+    assert "Registration(n_iter=" in repr(r)
+
+
+def test_regularization_trades_attachment_for_energy():
+    loose = register(SRC, TGT, model=MODEL, attachment=dense_mmd(0.2), max_iter=15,
+                     progress=False)
+    tight = register(SRC, TGT, model=MODEL, attachment=dense_mmd(0.2), max_iter=15,
+                     regularization=1.0, progress=False)
+    assert tight.history[-1]["energy"] < loose.history[-1]["energy"]
+    assert tight.history[-1]["loss"] == pytest.approx(
+        tight.history[-1]["attachment"] + tight.history[-1]["energy"], rel=1e-12)
+
+
+@pytest.mark.parametrize("optimizer", ["adam", torch.optim.Adam,
+                                       lambda ps: torch.optim.SGD(ps, lr=0.02, momentum=0.5)])
+def test_any_torch_optimizer(optimizer):
+    lr = None if callable(optimizer) and not isinstance(optimizer, type) else 0.05
+    r = register(SRC, TGT, model=MODEL, attachment=dense_mmd(0.2), optimizer=optimizer, lr=lr,
+                 max_iter=8, progress=False)
+    assert r.history[-1]["loss"] < r.history[0]["loss"]
+    assert all(h["evaluations"] == 1 for h in r.history)
+
+
+def test_control_points_momenta_and_callback():
+    ctrl = SRC.points[::4].clone()
+    seen = []
+    r = register(SRC, TGT, model=MODEL, attachment=dense_mmd(0.2), control_points=ctrl,
+                 max_iter=20, progress=False, callback=lambda rec, p: seen.append(p.shape) or
+                 rec["iteration"] == 3)
+    assert r.n_iter == 3 and seen == [ctrl.shape] * 3 and r.momenta.shape == ctrl.shape
+    torch.testing.assert_close(r.deform(SRC).points, MODEL.shoot(ctrl, r.momenta,
+                                                                 SRC.points)[2])
+    # A warm start from those momenta goes on from where the run stopped.
+    again = register(SRC, TGT, model=MODEL, attachment=dense_mmd(0.2), control_points=ctrl,
+                     momenta=r.momenta, max_iter=1, progress=False)
+    assert again.history[0]["loss"] < r.history[0]["loss"]
+
+
+def test_progress_lines_on_request(capsys):
+    register(SRC, TGT, model=MODEL, attachment=dense_mmd(0.2), max_iter=2, progress=True)
+    err = capsys.readouterr().err
+    assert err.count("register: iteration") == 2 and "attachment" in err
+    register(SRC, TGT, model=MODEL, attachment=dense_mmd(0.2), max_iter=2, progress=False)
+    register(SRC, TGT, model=MODEL, attachment=dense_mmd(0.2), max_iter=2)  # short: silent
+    assert capsys.readouterr().err == ""
+
+
+def test_point_clouds_register_too():
+    src = PointCloud(SRC.points)
+    tgt = PointCloud(TGT.points)
+    r = register(src, tgt, model=MODEL, attachment=dense_mmd(0.3), max_iter=15, progress=False)
+    assert r.history[-1]["loss"] < 0.05 * r.history[0]["loss"]
+    assert isinstance(r.deformed, PointCloud)
+
+
+def test_bad_arguments_are_clear_errors():
+    att = dense_mmd(0.2)
+    with pytest.raises(ValueError, match="source has dimension 2 but target 3"):
+        register(SRC, PointCloud(torch.rand(5, 3, dtype=F64)), model=MODEL, attachment=att)
+    with pytest.raises(TypeError, match="source is torch.float64 but target torch.float32"):
+        register(SRC, PointCloud(TGT.points.float()), model=MODEL, attachment=att)
+    with pytest.raises(ValueError, match="needs lr"):
+        register(SRC, TGT, model=MODEL, attachment=att, optimizer="adam")
+    with pytest.raises(ValueError, match="optimizer must be"):
+        register(SRC, TGT, model=MODEL, attachment=att, optimizer="newton")
+    with pytest.raises(ValueError, match="momenta has shape"):
+        register(SRC, TGT, model=MODEL, attachment=att, momenta=torch.zeros(3, 2, dtype=F64))
+    with pytest.raises(ValueError, match="regularization must be finite and >= 0"):
+        register(SRC, TGT, model=MODEL, attachment=att, regularization=-1.0)
+    with pytest.raises(ValueError, match="max_iter must be an integer >= 0"):
+        register(SRC, TGT, model=MODEL, attachment=att, max_iter=2.5)
+    with pytest.raises(FloatingPointError, match="the loss became nan"):
+        register(SRC, TGT, model=MODEL, attachment=lambda a, b: a.points.sum() * math.nan,
+                 max_iter=2)
