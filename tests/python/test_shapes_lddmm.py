@@ -7,7 +7,7 @@ import torch
 from tessel.shapes import Curve, Mesh
 from tessel.shapes.kernels import (AnisotropicGaussian, CauchyKernel, GaussianKernel,
                                    SumOfGaussians)
-from tessel.shapes.lddmm import LDDMM
+from tessel.shapes.lddmm import LDDMM, NormalizedLDDMM
 
 F64 = torch.float64
 # Dense float64 and tessel's float64 reductions sum the same terms in different orders: a few
@@ -212,6 +212,60 @@ def test_compiled_reductions_equal_the_interpreters():
     close(a, b, tol=1e-12)
 
 
+def dense_normalized_h(s, q, p, mu, nits):
+    k = dense_k("gaussian", q, q, s)
+    lam = torch.ones_like(mu)
+    for _ in range(nits):
+        lam = (lam / (k @ (lam * mu))).sqrt()
+    lp = lam * p
+    return 0.5 * (lp * (k @ lp)).sum()
+
+
+def test_normalized_hamiltonian_shooting_equals_dense_autograd():
+    # H(q, p) = 1/2 <l p, K (l p)>, l from nits symmetric Sinkhorn iterations against mu:
+    # differentiated through the iterations, to second order (the field is dH, its shooting's
+    # gradient needs d2H).
+    s = torch.tensor(0.5, dtype=F64, requires_grad=True)
+    q0 = cloud(12, 19, d=2).requires_grad_()
+    p0 = (0.05 * (cloud(12, 20, d=2) - 0.5)).requires_grad_()
+    mu = torch.linspace(0.5, 1.5, 12, dtype=F64)
+    mu = mu / mu.sum()
+    model = NormalizedLDDMM(GaussianKernel(s, backend="interpreter"), mu=mu, nits=3, n_steps=3)
+    assert float(model.energy(q0, p0)) == pytest.approx(
+        float(dense_normalized_h(s, q0, p0, mu[:, None], 3)), rel=1e-12)
+
+    def dense_step(state, dt):
+        def f(st):
+            h = dense_normalized_h(s, st[0], st[1], mu[:, None], 3)
+            gq, gp = torch.autograd.grad(h, (st[0], st[1]), create_graph=True)
+            return gp, -gq
+        k1 = f(state)
+        k2 = f(tuple(a + 2 * dt / 3 * b for a, b in zip(state, k1)))
+        return tuple(a + dt * (b / 4 + 3 * c / 4) for a, b, c in zip(state, k1, k2))
+
+    want = (q0, p0)
+    for _ in range(3):
+        want = dense_step(want, 1 / 3)
+    got = model.shoot(q0, p0)
+    close(got, want, tol=1e-10)
+    ts = [q0, p0, s]
+    close(torch.autograd.grad(got[0].square().sum() + got[1].sum(), ts),
+          torch.autograd.grad(want[0].square().sum() + want[1].sum(), ts), tol=1e-9)
+
+
+def test_normalized_flow_carries_other_points_with_the_control_points():
+    # Near the normalization's fixed point (many iterations), the extension of the velocity to
+    # space, K(x, q)(l p) / K(x, q)(l mu), equals the control points' own at x = q.
+    model = NormalizedLDDMM(GaussianKernel(0.5, backend="interpreter"), nits=40, n_steps=3)
+    q0, p0 = cloud(15, 21, d=2), 0.02 * (cloud(15, 22, d=2) - 0.5)
+    lam = model.normalization(q0)
+    k = GaussianKernel(0.5, backend="interpreter")
+    mu = torch.full((15, 1), 1 / 15, dtype=F64)
+    assert float((lam * k(q0, q0, lam * mu) - 1).abs().max()) < 1e-9
+    q1, _, x1 = model.shoot(q0, p0, q0.clone())
+    close([x1], [q1], tol=1e-8)
+
+
 def test_bad_input_is_a_clear_error():
     k = GaussianKernel(0.5)
     with pytest.raises(ValueError, match="scale must be finite and > 0"):
@@ -242,3 +296,9 @@ def test_bad_input_is_a_clear_error():
     with pytest.raises(TypeError, match="shape must be a PointCloud, Curve or Mesh"):
         LDDMM(k).deform(q, q)
     assert "Mesh" in repr(Mesh(cloud(3, 1), torch.tensor([[0, 1, 2]])))
+    with pytest.raises(ValueError, match="nits must be an integer >= 1"):
+        NormalizedLDDMM(k, nits=0)
+    with pytest.raises(ValueError, match="mu must be finite and > 0"):
+        NormalizedLDDMM(k, mu=torch.tensor([1.0, 0.0]))
+    with pytest.raises(ValueError, match="mu has 2 masses but there are 4 control points"):
+        NormalizedLDDMM(k, mu=torch.tensor([1.0, 1.0], dtype=F64)).energy(q, q)

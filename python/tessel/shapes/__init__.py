@@ -4,13 +4,14 @@
   differentiable centers, normals and lengths/areas);
 - deformation kernels: `GaussianKernel`, `CauchyKernel`, `SumOfGaussians`,
   `AnisotropicGaussian` (widths may be learned tensors);
-- `LDDMM`: geodesic shooting (Euler, Ralston, RK4, reversible Heun; `snapshots=`);
+- `LDDMM`: geodesic shooting (Euler, Ralston, RK4, reversible Heun; `snapshots=`), and
+  `NormalizedLDDMM`: the normalized Hamiltonian (kernel scaled by symmetric Sinkhorn against mu);
 - `register(source, target, ...)`: the momenta that bring source onto target, and the history.
 """
 from ._shape import Curve, Mesh, PointCloud
 from .kernels import AnisotropicGaussian, CauchyKernel, GaussianKernel, Kernel, SumOfGaussians
-from .lddmm import LDDMM
+from .lddmm import LDDMM, NormalizedLDDMM
 from .registration import Registration, register
 
 __all__ = ["PointCloud", "Curve", "Mesh", "Kernel", "GaussianKernel", "CauchyKernel",
-           "SumOfGaussians", "AnisotropicGaussian", "LDDMM", "register", "Registration"]
+           "SumOfGaussians", "AnisotropicGaussian", "LDDMM", "NormalizedLDDMM", "register", "Registration"]

@@ -53,15 +53,22 @@ def _param(value, dtype, device):
 
 @functools.lru_cache(maxsize=64)
 def _reductions(formula, params, dim):
-    """The three reductions of one kernel formula in dimension dim: velocity (X, Y, B, *params),
-    Hamiltonian density (X, Y, P, Q, *params) and its gradient in X (same inputs)."""
+    """The Hamiltonian density (X, Y, P, Q, *params) of one kernel formula in dimension dim and
+    its gradient in X (same inputs)."""
     xy = [f"X = Vi({dim})", f"Y = Vj({dim})"]
     pq = [f"P = Vi({dim})", f"Q = Vj({dim})"]
     pm = [f"{name} = Pm({d})" for name, d in params]
-    velocity = Genred(f"({formula}) * B", xy + [f"B = Vj({dim})"] + pm)
     density = Genred(f"({formula}) * (P|Q)", xy + pq + pm)
     force = Genred(f"Grad(({formula}) * (P|Q), X, IntCst(1))", xy + pq + pm)
-    return velocity, density, force
+    return density, force
+
+
+@functools.lru_cache(maxsize=64)
+def _velocity(formula, params, dim, bdim):
+    """sum_j k(X_i, Y_j) B_j for B of dimension bdim: (X, Y, B, *params)."""
+    pm = [f"{name} = Pm({d})" for name, d in params]
+    return Genred(f"({formula}) * B", [f"X = Vi({dim})", f"Y = Vj({dim})", f"B = Vj({bdim})"]
+                  + pm)
 
 
 class Kernel:
@@ -92,23 +99,26 @@ class Kernel:
         return d
 
     def __call__(self, x, y, b):
-        """sum_j k(x_i, y_j) b_j for x (N, D), y (M, D), b (M, D): (N, D)."""
-        d = self._check("__call__", x, y, b)
-        return self._reductions(d)[0](x, y, b, *self._params(x), backend=self.backend)
+        """sum_j k(x_i, y_j) b_j for x (N, D), y (M, D), b (M, E) (any E: momenta, masses):
+        (N, E)."""
+        d = self._check("__call__", x, y)
+        if b.dim() != 2 or b.shape[0] != y.shape[0]:
+            raise ValueError(f"tessel.shapes.{type(self).__name__}.__call__: b has shape "
+                             f"{tuple(b.shape)}; expected ({y.shape[0]}, E), one row per y")
+        red = _velocity(self._formula(d), tuple(self._param_dims(d)), d, b.shape[1])
+        return red(x, y, b, *self._params(x), backend=self.backend)
 
     def hamiltonian(self, q, p):
         """H(q, p) = 1/2 sum_ij k(q_i, q_j) <p_i, p_j> (0-dim)."""
         d = self._check("hamiltonian", q, p)
-        return 0.5 * self._reductions(d)[1](q, q, p, p, *self._params(q),
+        return 0.5 * self._reductions(d)[0](q, q, p, p, *self._params(q),
                                             backend=self.backend).sum()
 
     def field(self, q, p):
         """(dq/dt, dp/dt) = (dH/dp, -dH/dq) at (q, p): the geodesic equations."""
         d = self._check("field", q, p)
-        velocity, _, force = self._reductions(d)
-        params = self._params(q)
-        return (velocity(q, q, p, *params, backend=self.backend),
-                -force(q, q, p, p, *params, backend=self.backend))
+        force = self._reductions(d)[1]
+        return self(q, q, p), -force(q, q, p, p, *self._params(q), backend=self.backend)
 
     def __repr__(self):
         extra = "" if self.backend == "auto" else f", backend={self.backend!r}"

@@ -127,3 +127,79 @@ def _check_state(q0, p0, points):
         if t is not None and (t.device != q0.device or t.dtype != q0.dtype):
             raise ValueError(f"tessel.shapes.LDDMM.shoot: {name} is {t.dtype} on {t.device} "
                              f"but q0 {q0.dtype} on {q0.device}; expected the same")
+
+
+class NormalizedLDDMM(LDDMM):
+    """LDDMM with the normalized Hamiltonian of the kernel normalization talk:
+        H(q, p) = 1/2 <l * p, K(q, q) (l * p)>,   l = Lambda(q, mu),
+    the kernel matrix scaled symmetrically, Delta(l) K Delta(l), so that its rows against the
+    measure mu = sum_i mu_i delta_{q_i} carried by the control points sum to 1: l solves
+    l * K(q, q) (l * mu) = 1 (the symmetric Sinkhorn theorem), reached by `nits` iterations
+    l <- sqrt(l / K(q, q)(l * mu)) from l = 1 (2 are often enough; more approach the fixed
+    point). Velocities are then weighted averages of the momenta p_i / mu_i: other points x
+    move with K(x, q)(l * p) / K(x, q)(l * mu) (the normalization extended to all of space).
+
+    Derivatives are exact through the iterations: the field is autograd's of H, built once per
+    evaluation (create_graph), so each step costs a few times plain LDDMM's (the talk's "about
+    4 times"; bench/shapes_bench.py measures it). mu: (N,) positive masses on the control points
+    (default: 1 / N each); nits: an integer >= 1."""
+
+    def __init__(self, kernel, mu=None, nits=2, n_steps=10, integrator="ralston",
+                 snapshots=None):
+        super().__init__(kernel, n_steps=n_steps, integrator=integrator, snapshots=snapshots)
+        if isinstance(nits, bool) or not isinstance(nits, int) or nits < 1:
+            raise ValueError(f"tessel.shapes.NormalizedLDDMM: nits must be an integer >= 1, got "
+                             f"{nits!r}")
+        if mu is not None:
+            if not isinstance(mu, torch.Tensor) or mu.dim() != 1:
+                raise ValueError("tessel.shapes.NormalizedLDDMM: mu must be an (N,) tensor of "
+                                 "masses on the control points")
+            if not bool((mu.detach() > 0).all() & torch.isfinite(mu.detach()).all()):
+                raise ValueError("tessel.shapes.NormalizedLDDMM: mu must be finite and > 0")
+        self.mu, self.nits = mu, nits
+
+    def __repr__(self):
+        return super().__repr__().replace("LDDMM(", "NormalizedLDDMM(", 1)[:-1] + \
+            f", nits={self.nits})"
+
+    def _mu(self, q):
+        if self.mu is None:
+            return torch.full((q.shape[0], 1), 1.0 / q.shape[0], dtype=q.dtype, device=q.device)
+        if self.mu.shape[0] != q.shape[0]:
+            raise ValueError(f"tessel.shapes.NormalizedLDDMM: mu has {self.mu.shape[0]} masses "
+                             f"but there are {q.shape[0]} control points")
+        return self.mu.to(dtype=q.dtype, device=q.device)[:, None]
+
+    def normalization(self, q):
+        """l = Lambda(q, mu), (N, 1): nits symmetric Sinkhorn iterations from 1."""
+        mu = self._mu(q)
+        lam = torch.ones_like(mu)
+        for _ in range(self.nits):
+            lam = (lam / self.kernel(q, q, lam * mu)).sqrt()
+        return lam
+
+    def hamiltonian(self, q, p):
+        lp = self.normalization(q) * p
+        return 0.5 * (lp * self.kernel(q, q, lp)).sum()
+
+    def energy(self, q0, p0):
+        _check_state(q0, p0, None)
+        return self.hamiltonian(q0, p0)
+
+    def field(self, state):
+        q, p = state[0], state[1]
+        with torch.enable_grad():
+            # Without an outer graph (no_grad shooting), q and p are leaves of this one only.
+            qg = q if q.requires_grad else q.detach().requires_grad_()
+            pg = p if p.requires_grad else p.detach().requires_grad_()
+            outer = q.requires_grad or p.requires_grad
+            h = self.hamiltonian(qg, pg)
+            dh_dq, dh_dp = torch.autograd.grad(h, (qg, pg), create_graph=outer)
+        if not outer:
+            dh_dq, dh_dp = dh_dq.detach(), dh_dp.detach()
+        if len(state) == 2:
+            return dh_dp, -dh_dq
+        x = state[2]
+        lam = self.normalization(q)
+        v = self.kernel(x, q, lam * p) / self.kernel(x, q, lam * self._mu(q))
+        return dh_dp, -dh_dq, v
