@@ -6,12 +6,14 @@
   `AnisotropicGaussian` (widths may be learned tensors);
 - `LDDMM`: geodesic shooting (Euler, Ralston, RK4, reversible Heun; `snapshots=`), and
   `NormalizedLDDMM`: the normalized Hamiltonian (kernel scaled by symmetric Sinkhorn against mu);
-- `register(source, target, ...)`: the momenta that bring source onto target, and the history.
+- `register(source, target, ...)`: the momenta that bring source onto target, and the history;
+- `GaussianMixture`: EM fit of a weighted point cloud (memory O(N + K D^2)).
 """
 from ._shape import Curve, Mesh, PointCloud
 from .kernels import AnisotropicGaussian, CauchyKernel, GaussianKernel, Kernel, SumOfGaussians
 from .lddmm import LDDMM, NormalizedLDDMM
+from .mixture import GaussianMixture
 from .registration import Registration, register
 
 __all__ = ["PointCloud", "Curve", "Mesh", "Kernel", "GaussianKernel", "CauchyKernel",
-           "SumOfGaussians", "AnisotropicGaussian", "LDDMM", "NormalizedLDDMM", "register", "Registration"]
+           "SumOfGaussians", "AnisotropicGaussian", "LDDMM", "NormalizedLDDMM", "GaussianMixture", "register", "Registration"]
