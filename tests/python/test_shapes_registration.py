@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from tessel.shapes import LDDMM, Curve, GaussianKernel, PointCloud, register
+from tessel.shapes import LDDMM, Curve, GaussianKernel, PointCloud, atlas, register
 
 F64 = torch.float64
 
@@ -117,3 +117,27 @@ def test_bad_arguments_are_clear_errors():
     with pytest.raises(FloatingPointError, match="the loss became nan"):
         register(SRC, TGT, model=MODEL, attachment=lambda a, b: a.points.sum() * math.nan,
                  max_iter=2)
+
+
+def test_atlas_fits_a_template_and_one_deformation_per_subject():
+    subjects = [ellipse(30, 1.3, 0.8), ellipse(30, 0.8, 1.3), ellipse(30, 1.1, 1.1, 0.3)]
+    start = ellipse(30, 1.0, 1.0)
+    model = LDDMM(GaussianKernel(0.5, backend="interpreter"), n_steps=4)
+    att = dense_mmd(0.3)
+    a = atlas(subjects, template=start, model=model, attachment=att, regularization=0.01,
+              max_iter=25, progress=False)
+    assert a.history[-1]["loss"] < 0.1 * a.history[0]["loss"], a
+    assert torch.equal(a.template.edges, start.edges) and len(a.momenta) == 3
+    # Each deformed template is the model's deformation, and close to its subject.
+    for p, d, s in zip(a.momenta, a.deformed, subjects):
+        torch.testing.assert_close(d.points, model.deform(a.template, p).points, rtol=0, atol=0)
+        assert float(att(d, s)) < 0.1 * float(att(start, s))
+    # The loss is the mean attachment plus the weighted mean energy.
+    last = a.history[-1]
+    mean_att = sum(float(att(d, s)) for d, s in zip(a.deformed, subjects)) / 3
+    assert last["attachment"] == pytest.approx(mean_att, rel=1e-10)
+    assert "Atlas(subjects=3" in repr(a)
+    with pytest.raises(ValueError, match="shapes is empty"):
+        atlas([])
+    with pytest.raises(ValueError, match="source has dimension 2 but target 3"):
+        atlas([start, PointCloud(torch.rand(4, 3, dtype=F64))], model=model, attachment=att)

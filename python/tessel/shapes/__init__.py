@@ -7,13 +7,16 @@
 - `LDDMM`: geodesic shooting (Euler, Ralston, RK4, reversible Heun; `snapshots=`), and
   `NormalizedLDDMM`: the normalized Hamiltonian (kernel scaled by symmetric Sinkhorn against mu);
 - `register(source, target, ...)`: the momenta that bring source onto target, and the history;
+- `atlas(shapes, ...)`: a template and its deformations onto each shape, fitted together;
 - `GaussianMixture`: EM fit of a weighted point cloud (memory O(N + K D^2)).
 """
 from ._shape import Curve, Mesh, PointCloud
+from .atlas import Atlas, atlas
 from .kernels import AnisotropicGaussian, CauchyKernel, GaussianKernel, Kernel, SumOfGaussians
 from .lddmm import LDDMM, NormalizedLDDMM
 from .mixture import GaussianMixture
 from .registration import Registration, register
 
 __all__ = ["PointCloud", "Curve", "Mesh", "Kernel", "GaussianKernel", "CauchyKernel",
-           "SumOfGaussians", "AnisotropicGaussian", "LDDMM", "NormalizedLDDMM", "GaussianMixture", "register", "Registration"]
+           "SumOfGaussians", "AnisotropicGaussian", "LDDMM", "NormalizedLDDMM", "GaussianMixture", "register", "Registration",
+           "atlas", "Atlas"]

@@ -70,21 +70,21 @@ class Registration:
                 f"energy={last.get('energy', math.nan):.6g}, converged={self.converged})")
 
 
-def _optimizer(optimizer, p0, lr, who):
+def _optimizer(optimizer, params, lr, who):
     if optimizer == "lbfgs":
-        return torch.optim.LBFGS([p0], lr=1.0 if lr is None else lr, max_iter=1,
+        return torch.optim.LBFGS(params, lr=1.0 if lr is None else lr, max_iter=1,
                                  line_search_fn="strong_wolfe", history_size=20)
     if optimizer in ("adam", "sgd"):
         if lr is None:
             raise ValueError(f"tessel.shapes.{who}: optimizer={optimizer!r} needs lr (a step "
                              "size in units of momentum)")
-        return (torch.optim.Adam if optimizer == "adam" else torch.optim.SGD)([p0], lr=lr)
+        return (torch.optim.Adam if optimizer == "adam" else torch.optim.SGD)(params, lr=lr)
     if isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer):
-        return optimizer([p0]) if lr is None else optimizer([p0], lr=lr)
+        return optimizer(params) if lr is None else optimizer(params, lr=lr)
     if callable(optimizer):
-        opt = optimizer([p0])
+        opt = optimizer(params)
         if not isinstance(opt, torch.optim.Optimizer):
-            raise TypeError(f"tessel.shapes.{who}: optimizer([p0]) returned "
+            raise TypeError(f"tessel.shapes.{who}: optimizer(params) returned "
                             f"{type(opt).__name__}; expected a torch.optim.Optimizer")
         return opt
     raise ValueError(f"tessel.shapes.{who}: optimizer must be 'lbfgs', 'adam', 'sgd', a "
@@ -96,8 +96,8 @@ class _Progress:
     """One line per iteration on stderr: from the start (True), never (False), or once the run
     has taken `after` seconds (None)."""
 
-    def __init__(self, setting, max_iter, after=5.0):
-        self.setting, self.max_iter, self.after = setting, max_iter, after
+    def __init__(self, setting, max_iter, who, after=5.0):
+        self.setting, self.max_iter, self.after, self.who = setting, max_iter, after, who
         self.start = time.perf_counter()
 
     def show(self, rec):
@@ -105,7 +105,7 @@ class _Progress:
             return
         if self.setting is None and time.perf_counter() - self.start < self.after:
             return
-        print(f"register: iteration {rec['iteration']}/{self.max_iter}  loss "
+        print(f"{self.who}: iteration {rec['iteration']}/{self.max_iter}  loss "
               f"{rec['loss']:.6g}  attachment {rec['attachment']:.6g}  energy "
               f"{rec['energy']:.6g}  {rec['seconds']:.3g} s", file=sys.stderr, flush=True)
 
@@ -159,9 +159,6 @@ def register(source, target, *, model=None, attachment=None, regularization=0.0,
     attachment = default_attachment(source, target) if attachment is None else attachment
     p0 = torch.zeros_like(q0) if momenta is None else momenta.detach().clone()
     p0.requires_grad_(True)
-    opt = _optimizer(optimizer, p0, lr, "register")
-    evals = {"n": 0}
-    last = {}
 
     def terms():
         deformed = model.deform(source, p0, control_points=control_points)
@@ -169,25 +166,38 @@ def register(source, target, *, model=None, attachment=None, regularization=0.0,
         energy = model.energy(q0, p0)
         return att + regularization * energy, att, energy
 
+    history, converged = _minimize("register", [p0], terms, optimizer, lr, max_iter, tol,
+                                   progress, callback, lambda: p0.detach())
+    return Registration(model, attachment, source, control_points if control_points is not None
+                        else source.points.detach(), p0.detach(), history, converged)
+
+
+def _minimize(who, params, terms, optimizer, lr, max_iter, tol, progress, callback, state):
+    """Runs the optimizer on params, one step per iteration, terms() -> (loss, attachment,
+    energy); returns (history, converged)."""
+    opt = _optimizer(optimizer, params, lr, who)
+    evals = {"n": 0}
+    last = {}
+
     def closure():
         opt.zero_grad()
         loss, att, energy = terms()
         loss.backward()
         evals["n"] += 1
         last.update(loss=float(loss), attachment=float(att), energy=float(energy),
-                    at=p0.detach().clone())
+                    at=[p.detach().clone() for p in params])
         return loss
 
     def values_at_iterate():
         """The loss terms at the optimizer's new iterate: the last evaluation's when it was
         there (L-BFGS's line search usually ends on it), else one more forward pass."""
-        if not torch.equal(last["at"], p0.detach()):
+        if not all(torch.equal(a, p.detach()) for a, p in zip(last["at"], params)):
             with torch.no_grad():
                 loss, att, energy = terms()
             last.update(loss=float(loss), attachment=float(att), energy=float(energy))
         return {k: last[k] for k in ("loss", "attachment", "energy")}
 
-    history, converged, show = [], False, _Progress(progress, max_iter)
+    history, converged, show = [], False, _Progress(progress, max_iter, who)
     previous = math.inf
     for it in range(1, max_iter + 1):
         start, before = time.perf_counter(), evals["n"]
@@ -195,19 +205,18 @@ def register(source, target, *, model=None, attachment=None, regularization=0.0,
         rec = dict(iteration=it, evaluations=evals["n"] - before,
                    seconds=time.perf_counter() - start, **values_at_iterate())
         if not math.isfinite(rec["loss"]):
-            raise FloatingPointError(f"tessel.shapes.register: the loss became {rec['loss']} at "
+            raise FloatingPointError(f"tessel.shapes.{who}: the loss became {rec['loss']} at "
                                      f"iteration {it}; lower lr or the kernel's width")
         history.append(rec)
         show.show(rec)
-        if callback is not None and callback(rec, p0.detach()):
+        if callback is not None and callback(rec, state()):
             break
         # A stalled loss, not a rising one (Adam's steps need not descend).
         if abs(previous - rec["loss"]) <= tol * abs(rec["loss"]):
             converged = True
             break
         previous = rec["loss"]
-    return Registration(model, attachment, source, control_points if control_points is not None
-                        else source.points.detach(), p0.detach(), history, converged)
+    return history, converged
 
 
 __all__ = ["register", "Registration", "default_model", "default_attachment", "diameter"]
