@@ -208,6 +208,24 @@ class Mesh(PointCloud):
         self.faces = _check_cells("Mesh", "faces", faces, 3, points.shape[0], points.device)
         _check_degenerate("Mesh", "faces", self.areas)
 
+    @classmethod
+    def icosphere(cls, subdivisions=0, radius=1.0, dtype=torch.float64, device=None):
+        """The sphere of `radius` as an icosahedron whose faces are split in four
+        `subdivisions` times (12, 42, 162, 642, 2562, 10242... vertices), outward normals."""
+        t = (1 + 5 ** 0.5) / 2
+        v = torch.tensor([[-1, t, 0], [1, t, 0], [-1, -t, 0], [1, -t, 0], [0, -1, t], [0, 1, t],
+                          [0, -1, -t], [0, 1, -t], [t, 0, -1], [t, 0, 1], [-t, 0, -1],
+                          [-t, 0, 1]], dtype=dtype, device=device)
+        f = torch.tensor([[0, 11, 5], [0, 5, 1], [0, 1, 7], [0, 7, 10], [0, 10, 11], [1, 5, 9],
+                          [5, 11, 4], [11, 10, 2], [10, 7, 6], [7, 1, 8], [3, 9, 4], [3, 4, 2],
+                          [3, 2, 6], [3, 6, 8], [3, 8, 9], [4, 9, 5], [2, 4, 11], [6, 2, 10],
+                          [8, 6, 7], [9, 8, 1]], device=device)
+        mesh = cls(radius * v / v.norm(dim=1, keepdim=True), f)
+        for _ in range(subdivisions):
+            fine = mesh.subdivide()
+            mesh = cls(radius * fine.points / fine.points.norm(dim=1, keepdim=True), fine.faces)
+        return mesh
+
     def _corners(self):
         p = self.points
         return p[self.faces[:, 0]], p[self.faces[:, 1]], p[self.faces[:, 2]]
