@@ -1,0 +1,319 @@
+"""Data attachments between shapes: kernel (MMD) norms, currents, varifolds and Sinkhorn.
+
+Each attachment is a callable object, `loss(source, target)` -> a 0-dim tensor, differentiable
+to any order with respect to both shapes' points (and to a scale given as a tensor that
+requires grad). The kernel sums are tessel reductions (memory O(N + M), never the N x M
+matrix), built once per dimension and kernel kind.
+
+Spatial kernels, s the `scale`:
+
+- "gaussian": k(x, y) = exp(-|x - y|^2 / s^2);
+- "cauchy":   k(x, y) = 1 / (1 + |x - y|^2 / s^2).
+
+Every kernel attachment is a squared Hilbert norm |mu - nu|^2 = <mu, mu> - 2 <mu, nu> + <nu, nu>
+of the difference of the shapes' (weighted) measures; the three inner products are computed
+separately, one Sum reduction each, and added in torch. `backend=` (the kernel attachments)
+chooses the reductions' backend for every call, as Genred's call option does (None: tessel's
+default).
+"""
+import functools
+import math
+import numbers
+
+import torch
+
+from ..ot import SamplesLoss
+from ..ot.samples_loss import check_gradient
+from ..torch import Genred
+from ._shape import check_pair
+
+SPATIAL = {"gaussian": "Exp(-G * SqDist(X,Y))",
+           "cauchy": "Inv(IntCst(1) + G * SqDist(X,Y))"}
+
+# Orientation kernels on unit normals U, V (as in geomstats' varifold kernels); None: no
+# orientation_scale, else their formula reads GO = 2 / orientation_scale^2.
+ORIENTATIONS = {"constant": (None, False),
+                "linear": ("(U|V)", False),
+                "oriented": ("Exp(GO * ((U|V) - IntCst(1)))", True),
+                "unoriented": ("Exp(GO * (Square((U|V)) - IntCst(1)))", True),
+                "binet": ("Square((U|V))", False)}
+
+
+def _fail(who, msg):
+    raise ValueError(f"tessel.shapes.{who}: {msg}")
+
+
+def _choice(who, name, value, options):
+    if not isinstance(value, str) or value not in options:
+        _fail(who, f"unknown {name} {value!r}; expected one of {', '.join(map(repr, options))}")
+    return value
+
+
+def _check_scale(who, name, value):
+    """A length: a finite Python number > 0, or a 0-dim floating tensor (may require grad)."""
+    if isinstance(value, torch.Tensor):
+        if value.dim() != 0 or not value.dtype.is_floating_point:
+            _fail(who, f"{name} is a tensor of shape {tuple(value.shape)} and dtype "
+                       f"{value.dtype}; expected a 0-dim floating tensor or a number")
+        v = float(value.detach())
+    elif isinstance(value, bool) or not isinstance(value, numbers.Real):
+        _fail(who, f"{name} must be a number or a 0-dim tensor, got {type(value).__name__}")
+    else:
+        v = float(value)
+    if not (v > 0 and math.isfinite(v)):
+        _fail(who, f"{name} = {v!r}; expected a finite number > 0 (a length)")
+    return value
+
+
+def _inverse_square(scale, factor, like):
+    """factor / scale^2 as a (1,) parameter of like's dtype and device: computed in torch, so that
+    a tensor scale that requires grad gets its gradient through the reductions."""
+    if isinstance(scale, torch.Tensor):
+        return (factor / scale.to(device=like.device, dtype=like.dtype) ** 2).reshape(1)
+    return torch.tensor([factor / float(scale) ** 2], dtype=like.dtype, device=like.device)
+
+
+@functools.lru_cache(maxsize=64)
+def _reduction(dim, spatial, orientation=None, weighted=True):
+    """sum_j k(X_i, Y_j) [k_o(U_i, V_j)] [B_j]: one Sum reduction over j, (N, 1).
+
+    `orientation`: a formula in U, V (and GO), or None; `weighted`: whether B_j multiplies."""
+    parts = [SPATIAL[spatial]]
+    aliases = [f"X = Vi({dim})", f"Y = Vj({dim})"]
+    if orientation is not None:
+        parts.append(orientation)
+        aliases += [f"U = Vi({dim})", f"V = Vj({dim})"]
+    if weighted:
+        parts.append("B")
+        aliases.append("B = Vj(1)")
+    aliases.append("G = Pm(1)")
+    if orientation is not None and "GO" in orientation:
+        aliases.append("GO = Pm(1)")
+    return Genred(" * ".join(f"({p})" for p in parts), aliases, reduction_op="Sum", axis=1)
+
+
+def _norm2(pair_product, source, target):
+    """<mu, mu> - 2 <mu, nu> + <nu, nu>, each inner product one reduction of its own: the terms
+    nearly cancel for close shapes, and kept apart each is summed (and differentiated) to its
+    own relative accuracy before the one cancelling difference, taken in torch."""
+    return (pair_product(source, source) - 2 * pair_product(source, target)
+            + pair_product(target, target))
+
+
+class _KernelAttachment:
+    """What the kernel attachments share: the spatial kernel, its scale and the call's checks."""
+
+    _who = "KernelAttachment"
+
+    def __init__(self, scale, kernel, backend):
+        self.scale = _check_scale(self._who, "scale", scale)
+        self.kernel = _choice(self._who, "kernel", kernel, tuple(SPATIAL))
+        # backend: the reductions' backend for every call (None: tessel's default choice).
+        self.backend = backend
+
+    def __call__(self, source, target):
+        check_pair(self._who, source, target)
+        self._check_shapes(source, target)
+        # Each view once per call: the shapes compute them from their points, and every term
+        # that reads a shape then shares one autograd path back to them.
+        return _norm2(self._inner, self._views(source), self._views(target))
+
+    def _views(self, shape):
+        return _Views(shape.dim, shape.centers, shape.measures, shape.normals)
+
+    def _check_shapes(self, source, target):
+        pass
+
+    def _g(self, like):
+        return _inverse_square(self.scale, 1.0, like)
+
+    def _options(self):
+        return {} if self.backend is None else {"backend": self.backend}
+
+    def __repr__(self):
+        return f"{type(self).__name__}(scale={_length_repr(self.scale)}, kernel={self.kernel!r})"
+
+
+def _length_repr(v):
+    return f"{float(v.detach()):g} (tensor)" if isinstance(v, torch.Tensor) else repr(v)
+
+
+class _Views:
+    """What the kernel sums read of one shape, computed once per call."""
+
+    def __init__(self, dim, centers, measures, normals):
+        self.dim, self.centers, self.measures, self.normals = dim, centers, measures, normals
+        # Unit normals: the measures are the normals' norms and no piece is degenerate (the
+        # shapes check it when built).
+        self.units = None if normals is None else normals / measures[:, None]
+
+
+class KernelNorm(_KernelAttachment):
+    """Squared kernel (MMD) distance between the shapes' measures, any shape kind:
+
+        |mu - nu|_k^2 = <mu, mu>_k - 2 <mu, nu>_k + <nu, nu>_k,
+        <mu, nu>_k = sum_ij m_i m'_j k(x_i, y_j),
+
+    with mu = sum_i measures_i delta_{centers_i} (point weights, segment lengths or face areas
+    at the points, segment midpoints or face centroids). Orientation is ignored.
+
+    scale: s, a finite number > 0 or a 0-dim tensor (a learnable scale gets its gradient);
+    kernel: "gaussian" (exp(-|x - y|^2 / s^2)) or "cauchy" (1 / (1 + |x - y|^2 / s^2)).
+    """
+
+    _who = "KernelNorm"
+
+    def __init__(self, scale, kernel="gaussian", backend=None):
+        super().__init__(scale, kernel, backend)
+
+    def _inner(self, a, b):
+        red = _reduction(a.dim, self.kernel)
+        out = red(a.centers, b.centers, b.measures[:, None], self._g(a.centers), **self._options())
+        return (a.measures * out[:, 0]).sum()
+
+
+class Currents(_KernelAttachment):
+    """Squared currents norm: oriented curves and surfaces as vector-valued measures,
+
+        <S, T> = sum_ij k(x_i, y_j) <n_i, n'_j>,
+
+    x the segment midpoints / face centroids, n the length-weighted segment vectors / the
+    area-weighted face normals. Flipping a shape's orientation flips the sign of its current;
+    opposite pieces cancel. Equals Varifold(orientation="linear").
+
+    scale, kernel: as KernelNorm's. A PointCloud has no orientation: a ValueError.
+    """
+
+    _who = "Currents"
+
+    def __init__(self, scale, kernel="gaussian", backend=None):
+        super().__init__(scale, kernel, backend)
+
+    def _check_shapes(self, source, target):
+        _need_normals(self._who, source, target, "")
+
+    def _inner(self, a, b):
+        red = _reduction(a.dim, self.kernel, ORIENTATIONS["linear"][0], weighted=False)
+        out = red(a.centers, b.centers, a.normals, b.normals, self._g(a.centers),
+                  **self._options())
+        return out.sum()
+
+
+def _need_normals(who, source, target, what):
+    for name, s in (("source", source), ("target", target)):
+        if s.normals is None:
+            _fail(who, f"{name} is a {type(s).__name__}, which has no normals{what}; expected "
+                       "a Curve or a Mesh (use KernelNorm or SinkhornLoss for point clouds)")
+    # A curve's tangents and a surface's normals are not comparable directions.
+    if source.kind != target.kind:
+        _fail(who, f"source is a {type(source).__name__} but target a {type(target).__name__}; "
+                   "expected two curves or two meshes")
+
+
+class Varifold(_KernelAttachment):
+    """Squared varifold norm: unit normals (or tangents) u = n / |n| as a second variable,
+
+        <S, T> = sum_ij m_i m'_j k(x_i, y_j) k_o(u_i, v_j),
+
+    m the measures (lengths / areas), x the centers, k the spatial kernel (see KernelNorm) and
+    k_o the orientation kernel, so = orientation_scale:
+
+    - "constant":   1 (the kernel norm of the measures: KernelNorm);
+    - "linear":     <u, v> (equals Currents);
+    - "oriented":   exp(2 (<u, v> - 1) / so^2) (oriented Gaussian, exp(-|u - v|^2 / so^2));
+    - "unoriented": exp(2 (<u, v>^2 - 1) / so^2) (unoriented Gaussian: u and -u alike);
+    - "binet":      <u, v>^2 (unoriented; Deformetrica's and KeOps' LDDMM tutorial's choice).
+
+    The Gaussian ones need orientation_scale (a finite number > 0 or a 0-dim tensor); the others
+    refuse it. A remeshed shape has nearly the same varifold (the measures are those of the
+    surface, not of its vertices). A PointCloud has no normals: a ValueError.
+    """
+
+    _who = "Varifold"
+
+    def __init__(self, scale, orientation="unoriented", orientation_scale=None,
+                 kernel="gaussian", backend=None):
+        super().__init__(scale, kernel, backend)
+        self.orientation = _choice(self._who, "orientation", orientation, tuple(ORIENTATIONS))
+        needs = ORIENTATIONS[orientation][1]
+        if needs and orientation_scale is None:
+            _fail(self._who, f"orientation={orientation!r} is a Gaussian kernel on the unit "
+                             "normals and needs orientation_scale (expected a finite number > 0, "
+                             "e.g. 0.5)")
+        if not needs and orientation_scale is not None:
+            _fail(self._who, f"orientation={orientation!r} has no scale; expected "
+                             f"orientation_scale=None, got {orientation_scale!r}")
+        self.orientation_scale = (None if orientation_scale is None else
+                                  _check_scale(self._who, "orientation_scale", orientation_scale))
+
+    def _check_shapes(self, source, target):
+        _need_normals(self._who, source, target, " (a varifold reads the unit normals)")
+
+    def _inner(self, a, b):
+        formula = ORIENTATIONS[self.orientation][0]
+        red = _reduction(a.dim, self.kernel, formula)
+        x = a.centers
+        args = [x, b.centers]
+        if formula is not None:
+            args += [a.units, b.units]
+        args += [b.measures[:, None], self._g(x)]
+        if self.orientation_scale is not None:
+            args.append(_inverse_square(self.orientation_scale, 2.0, x))
+        out = red(*args, **self._options())
+        return (a.measures * out[:, 0]).sum()
+
+    def __repr__(self):
+        so = self.orientation_scale
+        so = "" if so is None else f", orientation_scale={_length_repr(so)}"
+        return (f"Varifold(scale={_length_repr(self.scale)}, orientation={self.orientation!r}"
+                f"{so}, kernel={self.kernel!r})")
+
+
+class SinkhornLoss:
+    """Debiased Sinkhorn divergence (entropic optimal transport, cost |x - y|^2 / 2, eps =
+    blur^2) between the shapes' measures sum_i m_i delta_{x_i} (m: point weights, lengths or
+    areas, x: the centers), tessel.ot.SamplesLoss("sinkhorn", p=2, blur, reach, scaling) with
+    the measures as weights.
+
+    normalize: divide each shape's measures by their sum (probability measures). Balanced OT
+    (reach=None) moves all of one mass onto the other and needs equal total masses, so the
+    default (normalize=None) is True when reach is None; with a reach (unbalanced OT, mass
+    created or destroyed at a cost reach^2) it is False, and the masses are compared as well.
+
+    gradient: SamplesLoss's. "envelope" (default, GeomLoss's) stops after the annealing
+    schedule (eps from the diameter down to blur^2 by the factor scaling^2), so value and
+    gradient are those of nearly converged potentials (off by ~1e-3 to 1e-1 for coarse
+    schedules); "implicit" converges and differentiates the fixed point exactly (to any order).
+    """
+
+    _who = "SinkhornLoss"
+
+    def __init__(self, blur=0.05, reach=None, scaling=0.5, normalize=None, gradient="envelope"):
+        for name, v in (("blur", blur), ("reach", reach)):
+            if v is not None or name == "blur":
+                if isinstance(v, torch.Tensor) or isinstance(v, bool) or not isinstance(
+                        v, numbers.Real) or not (math.isfinite(v) and v > 0):
+                    _fail(self._who, f"{name} = {v!r}; expected a finite number > 0 (a length)")
+        if isinstance(scaling, bool) or not isinstance(scaling, numbers.Real) or not (
+                0 < scaling < 1):
+            _fail(self._who, f"scaling = {scaling!r}; expected a number in (0, 1)")
+        if normalize is None:
+            normalize = reach is None
+        if not isinstance(normalize, bool):
+            _fail(self._who, f"normalize = {normalize!r}; expected True, False or None")
+        self.blur, self.reach, self.scaling, self.normalize = blur, reach, scaling, normalize
+        self.gradient = check_gradient(f"tessel.shapes.{self._who}", gradient)
+        self._loss = SamplesLoss("sinkhorn", p=2, blur=blur, reach=reach, scaling=scaling,
+                                 gradient=gradient)
+
+    def __call__(self, source, target):
+        check_pair(self._who, source, target)
+        a, b = source.measures, target.measures
+        if self.normalize:
+            a, b = a / a.sum(), b / b.sum()
+        return self._loss(a, source.centers, b, target.centers)
+
+    def __repr__(self):
+        extra = "" if self.gradient == "envelope" else f", gradient={self.gradient!r}"
+        return (f"SinkhornLoss(blur={self.blur!r}, reach={self.reach!r}, "
+                f"scaling={self.scaling!r}, normalize={self.normalize!r}{extra})")
