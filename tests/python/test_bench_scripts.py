@@ -109,3 +109,14 @@ def test_block_sparse_bench_smoke():
     assert out.returncode == 0, out.stdout + out.stderr
     (row,) = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     assert row["cluster"] == 32 and row["n"] == 512 and row["ratio"] > 0
+
+
+def test_shapes_bench_smoke_and_table():
+    # tessel's side only (pykeops's first compilation takes minutes): one fresh-process run.
+    out = subprocess.run([sys.executable, str(BENCH / "shapes_bench.py"), "--n", "42",
+                          "--iters", "1", "--variants", "tessel", "--dtype", "float64",
+                          "--table"], capture_output=True, text=True, check=True, timeout=600)
+    row = json.loads(out.stdout.splitlines()[0])
+    assert row["variant"] == "tessel" and row["n"] == 42 and row["seconds_per_iter"] > 0
+    assert row["loss"] > 0 and row["grad_norm"] > 0
+    assert "| sphere | 42 | float64 | tessel |" in out.stdout
