@@ -141,3 +141,14 @@ def test_atlas_fits_a_template_and_one_deformation_per_subject():
         atlas([])
     with pytest.raises(ValueError, match="source has dimension 2 but target 3"):
         atlas([start, PointCloud(torch.rand(4, 3, dtype=F64))], model=model, attachment=att)
+
+
+def test_defaults_register_a_mesh_with_the_binet_varifold():
+    from tessel.shapes import Mesh, Varifold
+    src = Mesh.icosphere(1)
+    tgt = Mesh(src.points * torch.tensor([1.3, 0.8, 1.0], dtype=F64), src.faces)
+    r = register(src, tgt, max_iter=10, progress=False)
+    assert isinstance(r.attachment, Varifold) and r.attachment.orientation == "binet"
+    assert r.history[-1]["loss"] < 0.2 * r.history[0]["loss"], r
+    cloud = register(PointCloud(src.points), PointCloud(tgt.points), max_iter=3, progress=False)
+    assert type(cloud.attachment).__name__ == "KernelNorm"
