@@ -9,7 +9,8 @@ Both sides compute the same thing, the pipeline of KeOps's LDDMM surface tutoria
 The pykeops side is written as that tutorial does: LazyTensor reductions, the Hamiltonian's
 gradient by torch.autograd.grad with create_graph at every step. tessel's side is
 tessel.shapes: LDDMM(GaussianKernel) (its field one reduction, the force by the formula's
-symbolic gradient) and Varifold(orientation="binet").
+symbolic gradient) and Varifold(orientation="binet"). The variant "normalized" is tessel with
+the normalized Hamiltonian (NormalizedLDDMM, 2 iterations): its cost against plain LDDMM.
 
 Surfaces: --surface sphere (an icosphere of about --n vertices against an ellipsoid) or fsaverage
 (FreeSurfer's fsaverage5 left pial surface against the mirrored right one, 10,242 vertices each,
@@ -32,7 +33,7 @@ import sys
 from tessel.loops.memory import MeasureError, run_isolated
 
 BENCH = pathlib.Path(__file__).resolve().parent
-VARIANTS = ("tessel", "pykeops")
+VARIANTS = ("tessel", "pykeops", "normalized")
 SIGMA, SIGMA_V, STEPS = 0.1, 0.05, 10  # relative to the shapes' diameter
 
 
@@ -62,13 +63,15 @@ def surfaces(kind, n, dtype):
     return src, Mesh(tgt.points, tgt.faces)
 
 
-def tessel_step(source, target):
-    """A function p0 -> loss(p0), backward done: tessel.shapes' pipeline."""
-    from tessel.shapes import LDDMM, GaussianKernel
+def tessel_step(source, target, normalized=False):
+    """A function p0 -> loss(p0), backward done: tessel.shapes' pipeline (normalized: with the
+    normalized Hamiltonian, 2 symmetric Sinkhorn iterations, instead of LDDMM's)."""
+    from tessel.shapes import LDDMM, GaussianKernel, NormalizedLDDMM
     from tessel.shapes.attachments import Varifold
     from tessel.shapes.registration import diameter
     d = diameter(source, target)
-    model = LDDMM(GaussianKernel(SIGMA * d), n_steps=STEPS, integrator="ralston")
+    kind = NormalizedLDDMM if normalized else LDDMM
+    model = kind(GaussianKernel(SIGMA * d), n_steps=STEPS, integrator="ralston")
     att = Varifold(SIGMA_V * d, orientation="binet")
 
     def step(p0):
@@ -76,6 +79,10 @@ def tessel_step(source, target):
         loss.backward()
         return loss
     return step
+
+
+def normalized_step(source, target):
+    return tessel_step(source, target, normalized=True)
 
 
 def pykeops_step(source, target):
