@@ -24,15 +24,32 @@ if [[ -d .venv/lib/python3*/site-packages/numpy ]] 2> /dev/null ||
    compgen -G ".venv/lib/python3*/site-packages/numpy" > /dev/null; then
   "$py" -m pip uninstall -q -y numpy >&2 || true
 fi
+# tessel.shapes.io: meshio (mesh files), nibabel (GIfTI, FreeSurfer), matplotlib (figures); pip
+# picks the releases that work with the pinned numpy (Debian's matplotlib pulls ~40 packages).
 want=(nanobind scikit-build-core pykeops==2.3 geomloss hypothesis torchdiffeq==0.2.5 pytest-xdist
-  "$@")
+  meshio nibabel matplotlib "$@")
+# The installed distributions' normalized names, listed once: a `pip show` per package costs
+# half a second each.
+installed=$("$py" - <<'PY'
+import importlib.metadata as md, re
+print("\n".join(sorted({re.sub(r"[-_.]+", "-", d.metadata["Name"] or "").lower()
+                         for d in md.distributions()})))
+PY
+)
 missing=()
 for pkg in "${want[@]}"; do
   name=${pkg%%[=<>]*}
-  "$py" -m pip show -q "$name" > /dev/null 2>&1 || missing+=("$pkg")
+  name=$(tr '_.A-Z' '--a-z' <<< "$name")
+  grep -qx -- "$name" <<< "$installed" || missing+=("$pkg")
 done
 if ((${#missing[@]})); then
   echo "python: installing ${missing[*]} into .venv" >&2
   "$py" -m pip install -q -c "$constraints" "${missing[@]}" >&2
+fi
+# nilearn only for the fsaverage5 surfaces it ships: without its dependencies (scikit-learn,
+# pandas, scipy...), which tessel never imports.
+if ! grep -qx nilearn <<< "$installed"; then
+  echo "python: installing nilearn (data files only, --no-deps) into .venv" >&2
+  "$py" -m pip install -q --no-deps nilearn==0.14.1 >&2
 fi
 echo "$PWD/$py"
