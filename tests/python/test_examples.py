@@ -21,6 +21,9 @@ EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "python"
     ("ot_seed.py", ["--n", "400", "--check"]),
     ("ot_seed.py", ["--n", "300", "--dtype", "float64", "--tol", "1e-9", "--check"]),
     ("ot_registration.py", ["--n", "600", "--steps", "25", "--png", "{tmp}/flow.png"]),
+    # The real cortex at a reduced size (8 mm cells: about 1,400 vertices), a few iterations.
+    ("register_fsaverage.py", ["--cell", "8", "--iters", "6", "--min-drop", "0.85", "--png",
+                               "{tmp}/fsaverage.png"]),
 ])
 def test_example_runs(script, args, tmp_path):
     args = [args] if isinstance(args, str) else [a.format(tmp=tmp_path) for a in args]

@@ -190,6 +190,12 @@ def test_plot_shapes(tmp_path, cortex):
     plot_shapes(flat, Curve.polyline(torch.stack((torch.cos(t), torch.sin(t)), 1)),
                 PointCloud(torch.randn(20, 2, dtype=F64)))
     _assert_png(flat)
+    # One panel per shape, seen from a given angle (the figure is wider than the overlay's).
+    side = tmp_path / "panels.png"
+    plot_shapes(side, sphere, moved, _helix(), labels=["a", "b", "c"], title="t", panels=True,
+                view=(10, 180))
+    _assert_png(side)
+    assert side.read_bytes()[16:20] > out.read_bytes()[16:20]  # PNG header: width, big-endian
     with pytest.raises(ValueError, match=r"plot_shapes: labels has 1 entries for 2 shapes"):
         plot_shapes(flat, sphere, moved, labels=["one"])
     with pytest.raises(ValueError, match=r"plot_shapes: no shapes given"):

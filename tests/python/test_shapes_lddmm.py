@@ -1,6 +1,6 @@
 """tessel.shapes' deformation kernels and LDDMM shooting against dense float64 autograd: the
 Hamiltonian, its fields, shooting's first and second derivatives, learned widths, integrator
-orders, checkpointed and reversible shooting, and bad input."""
+orders, checkpointed and reversible shooting, mesh decimation, and bad input."""
 import pytest
 import torch
 
@@ -302,3 +302,15 @@ def test_bad_input_is_a_clear_error():
         NormalizedLDDMM(k, mu=torch.tensor([1.0, 0.0]))
     with pytest.raises(ValueError, match="mu has 2 masses but there are 4 control points"):
         NormalizedLDDMM(k, mu=torch.tensor([1.0, 1.0], dtype=F64)).energy(q, q)
+
+
+def test_decimate_keeps_the_surface_with_fewer_vertices():
+    fine = Mesh.icosphere(4)
+    coarse = fine.decimate(0.25)
+    assert 100 < coarse.points.shape[0] < fine.points.shape[0] // 4
+    # Vertex clustering moves vertices by at most a cell's diagonal: the area shrinks a little
+    # (merged vertices sit inside the sphere) and stays within 10 %.
+    assert 0.9 * float(fine.area) < float(coarse.area) <= float(fine.area)
+    assert bool(((coarse.centers * coarse.normals).sum(1) > 0).all())  # still outward
+    with pytest.raises(ValueError, match="merges every face away"):
+        fine.decimate(10.0)

@@ -13,6 +13,8 @@ deformation's parameters):
 `with_points(x)` gives the same connectivity on new vertices (the deformed shape); shapes hold
 their tensors on any device, float32 or float64, and are checked once, when built.
 """
+import warnings
+
 import torch
 
 _FLOATS = (torch.float32, torch.float64)
@@ -226,6 +228,33 @@ class Mesh(PointCloud):
             mesh = cls(radius * fine.points / fine.points.norm(dim=1, keepdim=True), fine.faces)
         return mesh
 
+    def decimate(self, cell):
+        """A coarser mesh of the same surface: the vertices in each cube of side `cell` merged
+        into their mean, the faces that collapse (or become flat) dropped, unused vertices
+        removed (vertex clustering; coarse-to-fine registration, quick previews)."""
+        if not (float(cell) > 0):
+            _fail("Mesh.decimate", f"cell must be > 0, got {cell}")
+        p = self.points
+        cells = torch.floor((p.detach() - p.detach().min(0).values) / cell).to(torch.int64)
+        _, label = torch.unique(cells, dim=0, return_inverse=True)
+        k = int(label.max()) + 1
+        count = torch.zeros(k, dtype=p.dtype, device=p.device).index_add_(
+            0, label, torch.ones_like(p[:, 0]))
+        merged = torch.zeros(k, 3, dtype=p.dtype, device=p.device).index_add_(0, label, p)
+        merged = merged / count[:, None]
+        f = label[self.faces]
+        f = f[(f[:, 0] != f[:, 1]) & (f[:, 1] != f[:, 2]) & (f[:, 2] != f[:, 0])]
+        key = torch.sort(f, dim=1).values
+        _, first = _first_of_each(key)
+        f = f[first]
+        a, b, c = merged[f[:, 0]], merged[f[:, 1]], merged[f[:, 2]]
+        f = f[torch.linalg.cross(b - a, c - a, dim=1).norm(dim=1).detach() > 0]
+        if f.shape[0] == 0:
+            _fail("Mesh.decimate", f"cell = {cell} merges every face away; expected a cell "
+                                   "smaller than the mesh")
+        used, f = torch.unique(f, return_inverse=True)
+        return Mesh(merged[used], f)
+
     def _corners(self):
         p = self.points
         return p[self.faces[:, 0]], p[self.faces[:, 1]], p[self.faces[:, 2]]
@@ -271,6 +300,17 @@ class Mesh(PointCloud):
                                torch.stack((m[2], m[1], f[:, 2]), 1),
                                torch.stack((m[0], m[1], m[2]), 1)))
         return Mesh(torch.cat((p, mids)), new_faces)
+
+
+def _first_of_each(rows):
+    """(unique rows, index of the first occurrence of each) of an integer (F, k) tensor."""
+    uniq, inv = torch.unique(rows, dim=0, return_inverse=True)
+    order = torch.arange(inv.shape[0], device=rows.device)
+    first = torch.full((uniq.shape[0],), inv.shape[0], dtype=torch.int64, device=rows.device)
+    with warnings.catch_warnings():  # scatter_reduce is "beta" in PyTorch 1.13, stable since
+        warnings.simplefilter("ignore", UserWarning)
+        first = first.scatter_reduce(0, inv, order, "amin")
+    return uniq, first
 
 
 def check_pair(who, source, target):

@@ -343,11 +343,13 @@ def _draw(ax, shape, color, dim):
     return p
 
 
-def plot_shapes(path, *shapes, labels=None, title=None):
-    """Draws `shapes` (e.g. source, target and deformed) together in one figure saved at `path`
-    (PNG unless the extension names another format matplotlib writes): meshes as transparent
+def plot_shapes(path, *shapes, labels=None, title=None, panels=False, view=None):
+    """Draws `shapes` (e.g. source, target and deformed) in one figure saved at `path` (PNG
+    unless the extension names another format matplotlib writes): meshes as transparent
     surfaces, curves as segments, point clouds as dots, each shape in its own colour, on 3-D
-    axes when any shape is 3-D, with equal scales on every axis. Returns `path`."""
+    axes when any shape is 3-D, with equal scales on every axis. panels=True: one panel per
+    shape side by side (same limits), else all together; view: (elevation, azimuth) in degrees
+    for 3-D axes. Returns `path`."""
     import numpy as np
     if not shapes:
         _fail("plot_shapes", "no shapes given; expected plot_shapes(path, shape, ...)")
@@ -365,25 +367,35 @@ def plot_shapes(path, *shapes, labels=None, title=None):
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
     dim = max(s.dim for s in shapes)
-    fig = Figure(figsize=(7, 6), dpi=100)
-    ax = fig.add_subplot(projection="3d" if dim == 3 else None)
     colors = [_COLORS[i % len(_COLORS)] for i in range(len(shapes))]
-    pts = np.concatenate([_draw(ax, s, c, dim) for s, c in zip(shapes, colors)])
+    groups = [[k] for k in range(len(shapes))] if panels else [list(range(len(shapes)))]
+    fig = Figure(figsize=(5 * len(groups) if panels else 7, 5 if panels else 6), dpi=100)
+    axes, pts = [], []
+    for n, group in enumerate(groups):
+        ax = fig.add_subplot(1, len(groups), n + 1, projection="3d" if dim == 3 else None)
+        pts += [_draw(ax, shapes[k], colors[k], dim) for k in group]
+        axes.append(ax)
+    pts = np.concatenate(pts)
     lo, hi = pts.min(0), pts.max(0)
     center, half = (lo + hi) / 2, max(float((hi - lo).max()) / 2, 1e-12) * 1.05
-    # Equal scales: a sphere looks round and a deformation is not distorted by the axes.
-    ax.set_xlim(center[0] - half, center[0] + half)
-    ax.set_ylim(center[1] - half, center[1] + half)
-    if dim == 3:
-        ax.set_zlim(center[2] - half, center[2] + half)
-        ax.set_box_aspect((1, 1, 1))
-    else:
-        ax.set_aspect("equal")
-    if labels is not None:
+    for ax, group in zip(axes, groups):
+        # Equal scales: a sphere looks round and a deformation is not distorted by the axes.
+        ax.set_xlim(center[0] - half, center[0] + half)
+        ax.set_ylim(center[1] - half, center[1] + half)
+        if dim == 3:
+            ax.set_zlim(center[2] - half, center[2] + half)
+            ax.set_box_aspect((1, 1, 1))
+            if view is not None:
+                ax.view_init(elev=view[0], azim=view[1])
+        else:
+            ax.set_aspect("equal")
+        if labels is not None and panels:
+            ax.set_title(str(labels[group[0]]))
+    if labels is not None and not panels:
         # Proxy patches: surfaces and line collections have no reliable legend entry of their own.
-        ax.legend(handles=[Patch(color=c, label=str(l)) for c, l in zip(colors, labels)],
-                  loc="upper right")
+        axes[0].legend(handles=[Patch(color=c, label=str(l)) for c, l in zip(colors, labels)],
+                       loc="upper right")
     if title is not None:
-        ax.set_title(str(title))
+        (fig.suptitle if panels else axes[0].set_title)(str(title))
     fig.savefig(os.fspath(path), dpi=100)
     return path
