@@ -49,6 +49,9 @@ def dense_replay(a, x, b, y, schedule, eps, rho, debias, p=2):
     return value - side(a, st[2]) - side(b, st[3]) if debias else value
 
 
+# The mathematics of many second-order derivative reductions: interpreted (compiling them all
+# cost minutes); the compiled path of these reductions is the other tests'.
+@pytest.mark.usefixtures("interpreted")
 @pytest.mark.parametrize("reach,debias,p,snapshots", [
     (None, True, 2, None), (None, False, 2, 3), (0.5, True, 2, 2), (0.5, False, 2, None),
     (None, True, 1, 4)])
