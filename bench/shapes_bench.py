@@ -20,8 +20,12 @@ iterations at full size are timed; peak memory is the rise of the resident set d
 (the meshes themselves excluded). Prints one JSON line per measurement
 (`--table` prints them as a Markdown table).
 
+--memory-steps S measures instead the peak memory of one shooting gradient through S steps
+(plain autograd, snapshots=4, the reversible integrator): the time-for-memory options.
+
 Run: PYTHONPATH=build/python .venv/bin/python bench/shapes_bench.py --surface fsaverage
      [--variants tessel pykeops] [--iters 3] [--repeats 3] [--dtype float32] [--table]
+     or bench/shapes_bench.py --n 10242 --memory-steps 100
 """
 import argparse
 import json
@@ -47,19 +51,21 @@ def _cpu_name():
     return platform.processor() or platform.machine()
 
 
-def surfaces(kind, n, dtype):
+def surfaces(kind, n, dtype, device="cpu"):
     """(source, target) Meshes of about n vertices: sphere -> ellipsoid, or fsaverage5."""
     import torch
     from tessel.shapes import Mesh
     dt = getattr(torch, dtype)
     if kind == "fsaverage":
         from tessel.shapes.io import fsaverage5, mirror
-        return fsaverage5("left", dtype=dt), mirror(fsaverage5("right", dtype=dt))
+        return (fsaverage5("left", dtype=dt, device=device),
+                mirror(fsaverage5("right", dtype=dt, device=device)))
     level = 0
     while 10 * 4 ** (level + 1) + 2 <= n:
         level += 1
-    src = Mesh.icosphere(level, dtype=dt)
-    tgt = src.with_points(src.points * torch.tensor([1.3, 0.8, 1.0], dtype=dt) + 0.1)
+    src = Mesh.icosphere(level, dtype=dt, device=device)
+    tgt = src.with_points(src.points * torch.tensor([1.3, 0.8, 1.0], dtype=dt, device=device)
+                          + 0.1)
     return src, Mesh(tgt.points, tgt.faces)
 
 
@@ -135,14 +141,57 @@ def pykeops_step(source, target):
     return step
 
 
+def memory_step(source, target, mode, steps):
+    """p0 -> loss(p0) with backward through `steps` shooting steps: plain autograd ("plain"),
+    checkpointed with 4 snapshots ("snapshots") or the reversible integrator ("reversible")."""
+    from tessel.shapes import LDDMM, GaussianKernel
+    from tessel.shapes.registration import diameter
+    d = diameter(source, target)
+    kw = dict(integrator="reversible") if mode == "reversible" else dict(
+        integrator="ralston", snapshots=4 if mode == "snapshots" else None)
+    model = LDDMM(GaussianKernel(SIGMA * d), n_steps=steps, **kw)
+
+    def step(p0):
+        loss = ((model.shoot(source.points, p0)[0] - target.points) ** 2).sum()
+        loss.backward()
+        return loss
+    return step
+
+
+_MEMORY_SETUP = """
+import sys, torch
+sys.path.insert(0, {bench!r})
+import shapes_bench as sb
+source, target = sb.surfaces("sphere", {n}, {dtype!r})
+step = sb.memory_step(source, target, {mode!r}, {steps})
+p0 = (0.01 * torch.randn_like(source.points)).requires_grad_(True)
+small_src, small_tgt = sb.surfaces("sphere", 40, {dtype!r})
+sb.memory_step(small_src, small_tgt, {mode!r}, 2)(torch.zeros_like(small_src.points)
+                                                   .requires_grad_(True))
+"""
+
+
+def measure_memory(n, steps, dtype, timeout):
+    """Peak memory of one shooting gradient through `steps` steps, per memory mode."""
+    rows = []
+    for mode in ("plain", "snapshots", "reversible"):
+        setup = _MEMORY_SETUP.format(bench=str(BENCH), n=n, dtype=dtype, mode=mode, steps=steps)
+        r = run_isolated(setup, _WORK.format(iters=1), timeout=timeout)
+        rows.append(dict(bench="shapes_shooting_memory", variant=mode, n=r["result"]["n"],
+                         steps=steps, dtype=dtype, seconds=r["seconds"],
+                         peak_mib=r["peak_bytes"] / 2 ** 20, loss=r["result"]["loss"],
+                         cpu=_cpu_name()))
+    return rows
+
+
 _SETUP = """
 import sys, torch
 sys.path.insert(0, {bench!r})
 import shapes_bench as sb
-source, target = sb.surfaces({surface!r}, {n}, {dtype!r})
+source, target = sb.surfaces({surface!r}, {n}, {dtype!r}, {device!r})
 step = getattr(sb, {variant!r} + "_step")(source, target)
 p0 = torch.zeros_like(source.points).requires_grad_(True)
-small_src, small_tgt = sb.surfaces("sphere", 40, {dtype!r})
+small_src, small_tgt = sb.surfaces("sphere", 40, {dtype!r}, {device!r})
 sb_warm = getattr(sb, {variant!r} + "_step")(small_src, small_tgt)
 sb_warm(torch.zeros_like(small_src.points).requires_grad_(True))  # kernel compilation
 """
@@ -151,19 +200,22 @@ losses = []
 for _ in range({iters}):
     p0.grad = None
     losses.append(float(step(p0)))
+if torch.cuda.is_available():
+    torch.cuda.synchronize()
 RESULT = dict(loss=losses[-1], grad_norm=float(p0.grad.norm()), n=source.points.shape[0])
 """
 
 
-def measure(variant, surface, n, dtype, iters, repeats, timeout):
+def measure(variant, surface, n, dtype, iters, repeats, timeout, device="cpu"):
     runs = []
     for _ in range(repeats):
         setup = _SETUP.format(bench=str(BENCH), surface=surface, n=n, dtype=dtype,
-                              variant=variant)
-        runs.append(run_isolated(setup, _WORK.format(iters=iters), timeout=timeout))
+                              variant=variant, device=device)
+        runs.append(run_isolated(setup, _WORK.format(iters=iters), timeout=timeout,
+                                 cuda=device != "cpu"))
     res = runs[0]["result"]
     return dict(bench="shapes_registration", variant=variant, surface=surface, n=res["n"],
-                dtype=dtype, iters=iters, repeats=repeats,
+                dtype=dtype, device=device, iters=iters, repeats=repeats,
                 seconds_per_iter=statistics.median(r["seconds"] for r in runs) / iters,
                 peak_mib=statistics.median(r["peak_bytes"] for r in runs) / 2 ** 20,
                 loss=res["loss"], grad_norm=res["grad_norm"], cpu=_cpu_name())
@@ -189,18 +241,27 @@ def main(argv=None):
     ap.add_argument("--n", type=int, nargs="+", default=[2562])
     ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     ap.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (peak memory: the GPU's)")
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=3600)
     ap.add_argument("--table", action="store_true")
+    ap.add_argument("--memory-steps", type=int, default=0,
+                    help="instead: peak memory of a shooting gradient through this many steps, "
+                         "plain / snapshots=4 / reversible, on a sphere of --n vertices")
     args = ap.parse_args(argv)
+    if args.memory_steps:
+        for n in args.n:
+            for row in measure_memory(n, args.memory_steps, args.dtype, args.timeout):
+                print(json.dumps(row), flush=True)
+        return 0
     rows = []
     sizes = [10242] if args.surface == "fsaverage" else args.n
     for n in sizes:
         for variant in args.variants:
             try:
                 row = measure(variant, args.surface, n, args.dtype, args.iters, args.repeats,
-                              args.timeout)
+                              args.timeout, args.device)
             except MeasureError as e:
                 row = dict(bench="shapes_registration", variant=variant, surface=args.surface,
                            n=n, error=str(e).splitlines()[-1][:300])
