@@ -164,6 +164,7 @@ sys.path.insert(0, {bench!r})
 import shapes_bench as sb
 source, target = sb.surfaces("sphere", {n}, {dtype!r})
 step = sb.memory_step(source, target, {mode!r}, {steps})
+torch.manual_seed(0)  # the same momenta in every mode's process
 p0 = (0.01 * torch.randn_like(source.points)).requires_grad_(True)
 small_src, small_tgt = sb.surfaces("sphere", 40, {dtype!r})
 sb.memory_step(small_src, small_tgt, {mode!r}, 2)(torch.zeros_like(small_src.points)
