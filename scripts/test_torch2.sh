@@ -28,13 +28,16 @@ fi
 # pykeops, geomloss and torchdiffeq are compared against; the suite skips what needs them when
 # they are absent.
 want=("$torch_spec" numpy pytest pytest-xdist hypothesis nanobind scikit-build-core)
-optional=(pykeops==2.3 geomloss torchdiffeq==0.2.5)
+optional=(pykeops==2.3 geomloss torchdiffeq==0.2.5 meshio nibabel matplotlib)
 if ! "$py" -m pip install -q "${want[@]}"; then
   echo "torch2: could not install ${want[*]}" >&2
   exit 1
 fi
 "$py" -m pip install -q "${optional[@]}" ||
   echo "torch2: ${optional[*]} did not install; the tests that compare with them will skip" >&2
+# nilearn for the fsaverage5 surfaces it ships only (as scripts/python_env.sh installs it).
+"$py" -m pip install -q --no-deps nilearn==0.14.1 ||
+  echo "torch2: nilearn did not install; the fsaverage5 tests will fail" >&2
 "$py" - <<'PY'
 import sys, numpy, torch
 if int(torch.__version__.split(".")[0]) < 2:
