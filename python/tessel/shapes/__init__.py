@@ -21,5 +21,6 @@ from .mixture import GaussianMixture
 from .registration import Registration, register
 
 __all__ = ["PointCloud", "Curve", "Mesh", "Kernel", "GaussianKernel", "CauchyKernel",
-           "SumOfGaussians", "AnisotropicGaussian", "LDDMM", "NormalizedLDDMM", "GaussianMixture", "register", "Registration",
-           "atlas", "Atlas", "KernelNorm", "Currents", "Varifold", "SinkhornLoss"]
+           "SumOfGaussians", "AnisotropicGaussian", "LDDMM", "NormalizedLDDMM", "GaussianMixture",
+           "register", "Registration", "atlas", "Atlas", "KernelNorm", "Currents", "Varifold",
+           "SinkhornLoss"]

@@ -35,7 +35,8 @@ def _check_points(who, points, dims=None):
         raise TypeError(f"tessel.shapes.{who}: points has dtype {points.dtype}; expected "
                         "torch.float32 or torch.float64")
     if dims is not None and points.shape[1] not in dims:
-        _fail(who, f"points has dimension {points.shape[1]}; expected {' or '.join(map(str, dims))}")
+        want = " or ".join(map(str, dims))
+        _fail(who, f"points has dimension {points.shape[1]}; expected {want}")
     bad = ~torch.isfinite(points.detach()).all(1)
     if bool(bad.any()):
         i = int(torch.nonzero(bad)[0, 0])
@@ -107,30 +108,13 @@ class PointCloud:
         out.points = points
         return out
 
-    @property
-    def centers(self):
-        return self.points
-
-    @property
-    def measures(self):
-        return self.weights
-
-    @property
-    def normals(self):
-        return None
-
-    # What every shape shares.
-    @property
-    def dim(self):
-        return self.points.shape[1]
-
-    @property
-    def device(self):
-        return self.points.device
-
-    @property
-    def dtype(self):
-        return self.points.dtype
+    # The attachments' three views (a point cloud has no orientation), and what every shape shares.
+    centers = property(lambda self: self.points, doc="(M, D) where the measure sits")
+    measures = property(lambda self: self.weights, doc="(M,) the measure's masses")
+    normals = property(lambda self: None, doc="(M, D) weighted orientations, or None")
+    dim = property(lambda self: self.points.shape[1])
+    device = property(lambda self: self.points.device)
+    dtype = property(lambda self: self.points.dtype)
 
     def to(self, *args, **kwargs):
         """The shape with every tensor moved (device and/or float dtype, as Tensor.to)."""
@@ -168,33 +152,18 @@ class Curve(PointCloud):
         return cls(points, torch.stack((i, (i + 1) % n), 1))
 
     @property
-    def weights(self):
-        return self.lengths
-
-    @property
     def tangents(self):
         """(E, D) segment vectors p1 - p0 (their norms are the lengths)."""
         return self.points[self.edges[:, 1]] - self.points[self.edges[:, 0]]
 
-    @property
-    def lengths(self):
-        return self.tangents.norm(dim=1)
-
-    @property
-    def length(self):
-        return self.lengths.sum()
+    lengths = property(lambda self: self.tangents.norm(dim=1), doc="(E,) segment lengths")
+    length = property(lambda self: self.lengths.sum(), doc="the total length")
+    weights = measures = property(lambda self: self.lengths)
+    normals = property(lambda self: self.tangents)
 
     @property
     def centers(self):
         return (self.points[self.edges[:, 0]] + self.points[self.edges[:, 1]]) / 2
-
-    @property
-    def measures(self):
-        return self.lengths
-
-    @property
-    def normals(self):
-        return self.tangents
 
 
 class Mesh(PointCloud):
@@ -260,31 +229,19 @@ class Mesh(PointCloud):
         return p[self.faces[:, 0]], p[self.faces[:, 1]], p[self.faces[:, 2]]
 
     @property
-    def weights(self):
-        return self.areas
-
-    @property
     def normals(self):
         """(F, 3) area-weighted normals (p1 - p0) x (p2 - p0) / 2 (their norms: the areas)."""
         a, b, c = self._corners()
         return torch.linalg.cross(b - a, c - a, dim=1) / 2
 
-    @property
-    def areas(self):
-        return self.normals.norm(dim=1)
-
-    @property
-    def area(self):
-        return self.areas.sum()
+    areas = property(lambda self: self.normals.norm(dim=1), doc="(F,) triangle areas")
+    area = property(lambda self: self.areas.sum(), doc="the total area")
+    weights = measures = property(lambda self: self.areas)
 
     @property
     def centers(self):
         a, b, c = self._corners()
         return (a + b + c) / 3
-
-    @property
-    def measures(self):
-        return self.areas
 
     def subdivide(self):
         """Each triangle split in four at its edges' midpoints (the same surface, finer): the
