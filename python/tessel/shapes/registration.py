@@ -72,7 +72,9 @@ class Registration:
 
 def _optimizer(optimizer, params, lr, who):
     if optimizer == "lbfgs":
-        return torch.optim.LBFGS(params, lr=1.0 if lr is None else lr, max_iter=1,
+        # One iteration per step; max_eval bounds its line search (PyTorch 2 gives the search
+        # max_eval minus the step's first evaluation, which defaults to nothing for max_iter=1).
+        return torch.optim.LBFGS(params, lr=1.0 if lr is None else lr, max_iter=1, max_eval=25,
                                  line_search_fn="strong_wolfe", history_size=20)
     if optimizer in ("adam", "sgd"):
         if lr is None:
@@ -184,8 +186,8 @@ def _minimize(who, params, terms, optimizer, lr, max_iter, tol, progress, callba
         loss, att, energy = terms()
         loss.backward()
         evals["n"] += 1
-        last.update(loss=float(loss), attachment=float(att), energy=float(energy),
-                    at=[p.detach().clone() for p in params])
+        last.update(loss=float(loss.detach()), attachment=float(att.detach()),
+                    energy=float(energy.detach()), at=[p.detach().clone() for p in params])
         return loss
 
     def values_at_iterate():
