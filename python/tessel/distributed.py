@@ -207,7 +207,12 @@ class _Ring:
 
 class _RingFunction(torch.autograd.Function):
     """The ring forward and, in backward, the same ring again, each y block carrying its
-    gradient: after a full cycle the gradient has every rank's contribution and is home."""
+    gradient: after a full cycle the gradient has every rank's contribution and is home.
+
+    A ring rather than a reduce-scatter of y's gradient: with one, every rank would hold a
+    gradient buffer as large as all of y (every block's share at once), and gloo has no
+    reduce_scatter; in the ring a rank holds one block and its gradient at a time, and each
+    gradient message overlaps the next block's work."""
 
     @staticmethod
     def forward(ctx, red, ring, sizes, backend, *args):

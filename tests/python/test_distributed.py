@@ -25,7 +25,7 @@ GAUSS = ("Exp(-G*SqDist(X,Y))*B", ["X=Vi(3)", "Y=Vj(3)", "B=Vj(2)", "G=Pm(1)"], 
 LSE = ("-G*SqDist(X,Y)", ["X=Vi(3)", "Y=Vj(3)", "G=Pm(1)"], "LogSumExp")
 # Per world size: (case, rows of x per rank, rows of y per rank); an empty shard in each.
 SHARDS = {
-    2: [(GAUSS, [7, 4], [3, 9]), (LSE, [5, 6], [0, 8])],
+    2: [(GAUSS, [7, 4], [3, 9]), (LSE, [0, 6], [5, 8])],
     3: [(GAUSS, [4, 6, 3], [0, 5, 6]), (LSE, [5, 0, 6], [4, 7, 0])],
 }
 RTOL = 1e-12
@@ -78,7 +78,8 @@ def _check_ring(rank, world):
 
 
 def _check_mismatch(rank, world):
-    """Two calls that go wrong on rank 1 only: every rank must raise (none may hang)."""
+    """Two calls that go wrong on rank 1 only: every rank must raise (none may hang); then a
+    double backward, refused."""
     formula, aliases, op = GAUSS
     red = td.Genred(formula, aliases, reduction_op=op)
     dtype = torch.float32 if rank == 1 else torch.float64
@@ -94,6 +95,11 @@ def _check_mismatch(rank, world):
     messages.append(str(e.value))
     if rank == 0:
         assert "rank 1" in messages[1], messages
+    # Double backward is refused on every rank before any message is sent.
+    args = [a.requires_grad_() for a in args]
+    out = red(*args)
+    with pytest.raises(NotImplementedError, match="double backward"):
+        torch.autograd.grad(out.sum(), args, create_graph=True)
     return messages
 
 
