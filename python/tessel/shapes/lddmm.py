@@ -178,8 +178,9 @@ class NormalizedLDDMM(LDDMM):
             lam = (lam / self.kernel(q, q, lam * mu)).sqrt()
         return lam
 
-    def hamiltonian(self, q, p):
-        lp = self.normalization(q) * p
+    def hamiltonian(self, q, p, lam=None):
+        """H(q, p), with l = Lambda(q, mu) unless given."""
+        lp = (self.normalization(q) if lam is None else lam) * p
         return 0.5 * (lp * self.kernel(q, q, lp)).sum()
 
     def energy(self, q0, p0):
@@ -193,13 +194,16 @@ class NormalizedLDDMM(LDDMM):
             qg = q if q.requires_grad else q.detach().requires_grad_()
             pg = p if p.requires_grad else p.detach().requires_grad_()
             outer = q.requires_grad or p.requires_grad
-            h = self.hamiltonian(qg, pg)
-            dh_dq, dh_dp = torch.autograd.grad(h, (qg, pg), create_graph=outer)
+            lam = self.normalization(qg)
+            dh_dq, dh_dp = torch.autograd.grad(self.hamiltonian(qg, pg, lam), (qg, pg),
+                                               create_graph=outer)
         if not outer:
             dh_dq, dh_dp = dh_dq.detach(), dh_dp.detach()
         if len(state) == 2:
             return dh_dp, -dh_dq
+        # The same l moves the other points: q's own when q is differentiated (qg is q then),
+        # a constant otherwise.
+        lam = lam if q.requires_grad else lam.detach()
         x = state[2]
-        lam = self.normalization(q)
         v = self.kernel(x, q, lam * p) / self.kernel(x, q, lam * self._mu(q))
         return dh_dp, -dh_dq, v

@@ -14,6 +14,7 @@ import time
 import torch
 
 from ._shape import check_pair
+from .attachments import KernelNorm, Varifold
 from .kernels import GaussianKernel
 from .lddmm import LDDMM
 
@@ -33,7 +34,6 @@ def default_model(source, target):
 def default_attachment(source, target):
     """Curves and meshes: the unoriented (Binet) varifold at a twentieth of the diameter, as
     KeOps's tutorial and Deformetrica; point clouds: the Gaussian kernel norm at that scale."""
-    from .attachments import KernelNorm, Varifold
     scale = 0.05 * diameter(source, target)
     if source.normals is None or target.normals is None:
         return KernelNorm(scale)
