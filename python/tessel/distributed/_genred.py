@@ -13,13 +13,12 @@ communication overlaps computation. Nothing of an N x M matrix, and no rank's wh
 
 Sharded in this slice: Sum and LogSumExp over axis=1. Everything else raises NotImplementedError.
 """
-import hashlib
-
 import torch
 import torch.distributed as dist
 
-from . import torch as _tt
-from ._genred import reduction_name
+from .. import torch as _tt
+from .._genred import reduction_name
+from ._ring import TAG_BLOCK as _TAG_BLOCK, TAG_GRAD as _TAG_GRAD, Ring, exchange
 
 __all__ = ["Genred"]
 
@@ -27,12 +26,6 @@ _WHO = "tessel.distributed.Genred"
 _SHARDED = ("Sum", "LogSumExp")
 _VI, _VJ, _PM = 0, 1, 2
 _CATEGORY = {_VI: "Vi", _VJ: "Vj", _PM: "Pm"}
-# Distinct tags keep a block and a gradient sent to the same neighbour apart (gloo matches
-# messages by source and tag, in order).
-_TAG_BLOCK, _TAG_GRAD = 7301, 7302
-# What a rank sends in place of its descriptor's digest when its own arguments failed its checks:
-# every rank still joins the exchange (no one waits for it forever), then every rank raises.
-_FAILED = -1
 
 
 class Genred:
@@ -74,8 +67,8 @@ class Genred:
         self._text = repr(sorted(spec.args.items(), key=lambda kv: kv[0]))
 
     def __call__(self, *args, backend=None):
-        ring = _Ring.of(self.group)
-        sizes = _exchange(self, ring, args)
+        ring = Ring.of(self.group, _WHO)
+        _, sizes = exchange(self, ring, args, _WHO)
         return _RingFunction.apply(self, ring, sizes, backend, *args)
 
     def _descriptor(self, args):
@@ -109,100 +102,6 @@ class Genred:
                 raise NotImplementedError(f"{_WHO}: a formula without a {_CATEGORY[c]} variable "
                                           "is not sharded yet")
         return parts, rows[_VI][0], rows[_VJ][0]
-
-
-def _digest(parts):
-    """A 56-bit digest of a descriptor: it fits an int64 and compares in one all_gather."""
-    return int.from_bytes(hashlib.blake2b(repr(parts).encode(), digest_size=7).digest(), "big")
-
-
-def _exchange(red, ring, args):
-    """Every rank's j-count, after checking (one all_gather of three integers) that all ranks
-    call the same reduction on arguments of the same kinds, dims and dtype."""
-    error, parts, ni, nj = None, None, 0, 0
-    try:
-        parts, ni, nj = red._descriptor(args)
-        digest = _digest(parts)
-    except (TypeError, ValueError, NotImplementedError) as e:
-        error, digest = e, _FAILED
-    device = args[0].device if args and isinstance(args[0], torch.Tensor) else "cpu"
-    if ring.backend == "gloo":
-        device = "cpu"
-    mine = torch.tensor([digest, ni, nj], dtype=torch.int64, device=device)
-    every = [torch.empty_like(mine) for _ in range(ring.size)]
-    dist.all_gather(every, mine, group=ring.group)
-    every = torch.stack(every).cpu()
-    if error is not None:
-        raise error
-    failed = [r for r in range(ring.size) if every[r, 0] == _FAILED]
-    if failed:
-        raise RuntimeError(f"{_WHO}: rank {failed[0]} of the group refused its arguments (its "
-                           "own error says why); every rank stops")
-    if bool((every[:, 0] != digest).any()):
-        _explain_mismatch(ring, parts, every[:, 0].tolist())
-    return every[:, 2].tolist()
-
-
-def _explain_mismatch(ring, parts, digests):
-    """Raises naming the first rank whose call differs from rank 0's and how (this second
-    exchange runs only on the error path, so the common one stays three integers)."""
-    every = [None] * ring.size
-    dist.all_gather_object(every, parts, group=ring.group)
-    bad = next(r for r in range(ring.size) if digests[r] != digests[0])
-    ref, other = every[0], every[bad]
-    if ref[0] != other[0]:
-        raise ValueError(f"{_WHO}: rank {bad} built a different reduction than rank 0 "
-                         f"({other[0]} vs {ref[0]})")
-    names = ("argument", "kind", "dims", "dtype", "device", "requires_grad")
-    for a, b in zip(ref[1:], other[1:]):
-        for name, u, v in zip(names[2:], a[2:], b[2:]):
-            if u != v:
-                raise ValueError(f"{_WHO}: rank {bad} disagrees with rank 0 on argument {a[0]} "
-                                 f"({a[1]}): {name} {v} vs {u}")
-    raise ValueError(f"{_WHO}: rank {bad} called with arguments unlike rank 0's")
-
-
-class _Ring:
-    """The group, this rank in it, and its neighbours' global ranks (what isend/irecv take)."""
-
-    def __init__(self, group):
-        self.group = group
-        self.size = dist.get_world_size(group)
-        self.rank = dist.get_rank(group)
-        if self.rank < 0:
-            raise RuntimeError(f"{_WHO}: this process is not a member of the given group")
-        self.backend = dist.get_backend(group)
-        glob = (lambda r: r) if group is None or group is dist.group.WORLD else (
-            lambda r: dist.distributed_c10d._get_global_rank(group, r))
-        self.next = glob((self.rank + 1) % self.size)
-        self.prev = glob((self.rank - 1) % self.size)
-
-    @staticmethod
-    def of(group):
-        if not (dist.is_available() and dist.is_initialized()):
-            raise RuntimeError(f"{_WHO}: no process group is initialized; call "
-                               "torch.distributed.init_process_group(...) on every rank first")
-        return _Ring(group)
-
-    def owner(self, step):
-        """Whose block this rank holds at a step of the ring (its own at step 0)."""
-        return (self.rank - step) % self.size
-
-    def shift(self, send, shape, like, tag):
-        """Starts sending `send` to the next rank and receiving a tensor of `shape` from the
-        previous one; returns (the receive buffer, a function that waits for both). Empty
-        tensors are not sent: both sides know the sizes, so neither waits for them."""
-        works = []
-        if send is not None and send.numel():
-            works.append(dist.isend(send, self.next, group=self.group, tag=tag))
-        buf = torch.empty(shape, dtype=like.dtype, device=like.device)
-        if buf.numel():
-            works.append(dist.irecv(buf, self.prev, group=self.group, tag=tag))
-
-        def wait(keep=send):  # `send` stays alive until its message is out
-            for w in works:
-                w.wait()
-        return buf, wait
 
 
 class _RingFunction(torch.autograd.Function):
