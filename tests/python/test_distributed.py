@@ -23,11 +23,28 @@ pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_availa
 
 GAUSS = ("Exp(-G*SqDist(X,Y))*B", ["X=Vi(3)", "Y=Vj(3)", "B=Vj(2)", "G=Pm(1)"], "Sum")
 LSE = ("-G*SqDist(X,Y)", ["X=Vi(3)", "Y=Vj(3)", "G=Pm(1)"], "LogSumExp")
-# Per world size: (case, rows of x per rank, rows of y per rank); an empty shard in each.
-SHARDS = {
-    2: [(GAUSS, [7, 4], [3, 9]), (LSE, [0, 6], [5, 8])],
-    3: [(GAUSS, [4, 6, 3], [0, 5, 6]), (LSE, [5, 0, 6], [4, 7, 0])],
-}
+SQ = ["X=Vi(3)", "Y=Vj(3)"]
+# (formula, aliases, reduction, axis, K, formula2): every family of merge rule, both axes.
+CASES = [
+    GAUSS + (1, None, None),
+    LSE + (1, None, None),
+    ("Exp(-G*SqDist(X,Y))*A", ["X=Vi(3)", "Y=Vj(3)", "A=Vi(2)", "G=Pm(1)"], "Sum", 0, None,
+     None),
+    ("SqDist(X,Y)", SQ, "Min_ArgMin", 1, None, None),
+    ("X-Y", SQ, "Max", 0, None, None),
+    ("SqDist(X,Y)", SQ, "ArgMin", 1, None, None),
+    ("SqDist(X,Y)", SQ, "KMin_ArgKMin", 1, 3, None),
+    ("SqDist(X,Y)", SQ, "ArgKMin", 0, 2, None),
+    ("-G*SqDist(X,Y)", ["X=Vi(3)", "Y=Vj(3)", "B=Vj(2)", "G=Pm(1)"], "SumSoftMaxWeight", 1,
+     None, "B"),
+    # Weights of both signs: a block's partial sum may be negative where the whole one is not.
+    ("-G*SqDist(X,Y)", ["X=Vi(3)", "Y=Vj(3)", "B=Vj(1)", "G=Pm(1)"], "LogSumExp", 1, None,
+     "B"),
+    # NaN wins, and among NaNs the lowest global index.
+    ("Sqrt(Y-X)", ["X=Vi(1)", "Y=Vj(1)"], "Min_ArgMin", 1, None, None),
+]
+# Per world size: (rows of x per rank, rows of y per rank); an empty shard on each side.
+SHARDS = {2: ([7, 0], [3, 9]), 3: ([4, 6, 0], [0, 5, 6])}
 RTOL = 1e-12
 WAIT_S = 60
 
@@ -38,42 +55,82 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _data(case, nx, ny):
-    """The whole problem, the same on every rank (one seed): x, y, b, the parameter and the
-    weights of the loss sum(out * w)."""
+def _data(aliases, nx, ny, dtype=torch.float64):
+    """The whole problem, the same on every rank (one seed). Row 5 of every variable repeats
+    row 1 (x and y alike), so distances tie across ranks' shards and the lowest global index
+    must win; a 1-column j-variable holds weights of both signs."""
     gen = torch.Generator().manual_seed(1234)
-    f64 = dict(dtype=torch.float64, generator=gen)
-    x, y = torch.randn(nx, 3, **f64), torch.randn(ny, 3, **f64)
-    b, g = torch.randn(ny, 2, **f64), torch.tensor([0.7], dtype=torch.float64)
-    js = [y, b] if case is GAUSS else [y]
-    w = torch.randn(nx, 2 if case is GAUSS else 1, **f64)
-    return x, js, g, w
+    out = []
+    for a in aliases:
+        cat, dim = a.split("=")[1][:2], int(a.split("(")[1].rstrip(")"))
+        if cat == "Pm":
+            out.append(torch.tensor([0.7] * dim, dtype=dtype))
+            continue
+        t = torch.randn(nx if cat == "Vi" else ny, dim, dtype=dtype, generator=gen)
+        if t.shape[0] > 5:
+            t[5] = t[1]
+        out.append(t + 1.0 if dim == 1 and cat == "Vj" else t)
+    return out
 
 
-def _close(what, got, want):
-    scale = want.abs().max().item() if want.numel() else 0.0
-    torch.testing.assert_close(got, want, rtol=RTOL, atol=RTOL * max(scale, 1e-300),
-                               msg=lambda m: f"{what}: {m}")
+def _close(what, got, want, rtol=RTOL):
+    if not want.is_floating_point():
+        assert torch.equal(got, want), f"{what}: {got} vs {want}"
+        return
+    fin = want[torch.isfinite(want)]
+    scale = fin.abs().max().item() if fin.numel() else 0.0
+    torch.testing.assert_close(got, want, rtol=rtol, atol=rtol * max(scale, 1e-300),
+                               equal_nan=True, msg=lambda m: f"{what}: {m}")
+
+
+def _outputs(o):
+    return list(o) if isinstance(o, tuple) else [o]
+
+
+def _loss(outs, weights):
+    """sum(out * w) over the float outputs (an index has no gradient)."""
+    return sum((o * w).sum() for o, w in zip(outs, weights) if o.is_floating_point())
+
+
+def _check_case(rank, world, case, xs, ys, dtype=torch.float64, rtol=RTOL):
+    formula, aliases, op, axis, k, f2 = case
+    whole = _data(aliases, sum(xs), sum(ys), dtype)
+    cats = [a.split("=")[1][:2] for a in aliases]
+    diff = "Sqrt" not in formula  # gradients of a NaN min are NaN on both sides: values only
+    full = [t.clone().requires_grad_(diff) for t in whole]
+    ref = Genred(formula, aliases, reduction_op=op, axis=axis, opt_arg=k, formula2=f2)
+    outs = _outputs(ref(*full, backend="interpreter"))
+    gen = torch.Generator().manual_seed(99)
+    weights = [torch.randn(o.shape, dtype=dtype, generator=gen) for o in outs]
+    floats = any(o.is_floating_point() for o in outs) and diff
+    want = torch.autograd.grad(_loss(outs, weights), full) if floats else None
+    rows = {"Vi": (sum(xs[:rank]), xs[rank]), "Vj": (sum(ys[:rank]), ys[rank])}
+    out_rows = rows["Vi" if axis == 1 else "Vj"]
+    sl = {c: slice(a, a + n) for c, (a, n) in rows.items()}
+    mine = [t[sl[c]] if c in sl else t for t, c in zip(whole, cats)]
+    mine = [t.clone().requires_grad_(diff) for t in mine]
+    red = td.Genred(formula, aliases, reduction_op=op, axis=axis, opt_arg=k, formula2=f2)
+    got = _outputs(red(*mine, backend="interpreter"))
+    what = f"{op} axis={axis} {formula}"
+    osl = slice(out_rows[0], out_rows[0] + out_rows[1])
+    for n, (g, o) in enumerate(zip(got, outs)):
+        _close(f"{what} output {n}", g, o.detach()[osl], rtol)
+    if want is not None:
+        grads = torch.autograd.grad(_loss(got, [w[osl] for w in weights]), mine)
+        for n, (g, w, c) in enumerate(zip(grads, want, cats)):
+            _close(f"{what} grad of argument {n}", g, w[sl[c]] if c in sl else w, rtol)
 
 
 def _check_ring(rank, world):
-    for case, xs, ys in SHARDS[world]:
-        formula, aliases, op = case
-        x, js, g, w = _data(case, sum(xs), sum(ys))
-        full = [t.clone().requires_grad_() for t in (x, *js, g)]
-        out = Genred(formula, aliases, reduction_op=op)(*full)
-        want = torch.autograd.grad((out * w).sum(), full)
-        xa, ya = sum(xs[:rank]), sum(ys[:rank])
-        xr, yr = slice(xa, xa + xs[rank]), slice(ya, ya + ys[rank])
-        mine = [x[xr], *(j[yr] for j in js), g]
-        mine = [t.clone().requires_grad_() for t in mine]
-        got = td.Genred(formula, aliases, reduction_op=op)(*mine)
-        grads = torch.autograd.grad((got * w[xr]).sum(), mine)
-        _close(f"{op} value", got, out.detach()[xr])
-        _close(f"{op} grad x", grads[0], want[0][xr])
-        for k in range(len(js)):
-            _close(f"{op} grad j-variable {k}", grads[1 + k], want[1 + k][yr])
-        _close(f"{op} grad parameter", grads[-1], want[-1])
+    xs, ys = SHARDS[world]
+    for case in CASES:
+        _check_case(rank, world, case, xs, ys)
+    # float32 against one process in float32: summation orders differ, hence rounding-level
+    # tolerance (a few ulps of the largest term per row of 9 terms).
+    _check_case(rank, world, CASES[0], xs, ys, torch.float32, 1e-5)
+    # Every j row on one rank, none on the others; and no j row at all.
+    _check_case(rank, world, CASES[3], xs, [12] + [0] * (world - 1))
+    _check_case(rank, world, CASES[1], xs, [0] * world)
     return "checked"
 
 
@@ -95,6 +152,11 @@ def _check_mismatch(rank, world):
     messages.append(str(e.value))
     if rank == 0:
         assert "rank 1" in messages[1], messages
+    # K larger than every rank's rows together: the same error on every rank, none waits.
+    knn = td.Genred("SqDist(X,Y)", ["X=Vi(3)", "Y=Vj(3)"], reduction_op="ArgKMin", opt_arg=11)
+    with pytest.raises(ValueError, match=r"K = 11 needs at least K rows of j over all ranks, "
+                                         r"got 10 \(5 \+ 5\)"):
+        knn(args[0], args[1])
     # Double backward is refused on every rank before any message is sent.
     args = [a.requires_grad_() for a in args]
     out = red(*args)
@@ -144,7 +206,7 @@ def _run(name, world):
 
 
 @pytest.mark.parametrize("world", [2, 3])
-def test_ring_matches_one_process(world):
+def test_ring_matches_one_process(world, interpreted):
     assert _run("ring", world) == {r: "checked" for r in range(world)}
 
 
@@ -154,16 +216,9 @@ def test_a_rank_that_disagrees_is_named_on_every_rank():
     assert "expected 4 arguments" in results[1][1]
 
 
-@pytest.mark.parametrize("op", ["Min", "ArgKMin", "SumSoftMaxWeight"])
-def test_unsharded_reductions_say_so(op):
-    with pytest.raises(NotImplementedError, match=f"reduction_op='{op}' is not sharded yet; "
-                                                  "Sum and LogSumExp are"):
-        td.Genred("SqDist(X,Y)", ["X=Vi(3)", "Y=Vj(3)"], reduction_op=op, opt_arg=2)
-
-
-def test_axis_0_says_so():
-    with pytest.raises(NotImplementedError, match="axis=0"):
-        td.Genred("SqDist(X,Y)", ["X=Vi(3)", "Y=Vj(3)"], axis=0)
+def test_a_bad_axis_says_so():
+    with pytest.raises(ValueError, match="axis must be 0"):
+        td.Genred("SqDist(X,Y)", ["X=Vi(3)", "Y=Vj(3)"], axis=2)
 
 
 def test_without_a_process_group_the_call_says_what_to_do():

@@ -1,4 +1,4 @@
-"""tessel.distributed: kernel reductions, and the algorithms on them, sharded over torch.distributed.
+"""tessel.distributed: kernel reductions and the algorithms on them, sharded over processes.
 
 Each rank of a process group holds some rows of x (the outer index) and of y (the reduced index);
 a reduction returns the rank's rows of the result, and gradients reach every rank's rows. The

@@ -3,44 +3,53 @@
 `Genred` takes tessel.torch.Genred's arguments and is called on every rank of a process group
 with that rank's rows: i-variables (Vi) hold its rows of x, j-variables (Vj) its rows of y
 (shards may be uneven, or empty), parameters (Pm) are the same on every rank. It returns the
-rank's rows of the reduction over all j of all ranks (axis=1), with autograd.
+rank's rows of the reduction over all ranks' rows of the reduced index (j for axis=1, i for
+axis=0), with autograd.
 
-The y blocks travel around a ring of the ranks (isend / irecv to the neighbours): at each of
-world_size steps a rank reduces its x against the block it holds, with a plain tessel.torch
-Genred, merges that partial result into its running one (Sum: add, LogSumExp: logaddexp), and
-passes the block on. The send of the next block starts before the current one is reduced, so
-communication overlaps computation. Nothing of an N x M matrix, and no rank's whole y, is held.
+The blocks of the reduced index travel around a ring of the ranks (isend / irecv to the
+neighbours): at each of world_size steps a rank reduces its own rows against the block it holds,
+with plain tessel.torch reductions, merges that partial result into its running one by the
+reduction's rule (_rules.py), and passes the block on. The send of the next block starts before
+the current one is reduced, so communication overlaps computation. Nothing of an N x M matrix,
+and no other rank's whole shard, is held.
 
-Sharded in this slice: Sum and LogSumExp over axis=1. Everything else raises NotImplementedError.
+Every reduction is sharded (Sum, LogSumExp with or without a weight, SumSoftMaxWeight, Min / Max
+/ ArgMin / ArgMax and their pairs, KMin / ArgKMin / KMin_ArgKMin); batch dimensions and double
+backward are not (NotImplementedError).
 """
+import itertools
+
 import torch
 import torch.distributed as dist
 
 from .. import torch as _tt
 from .._genred import reduction_name
 from ._ring import TAG_BLOCK as _TAG_BLOCK, TAG_GRAD as _TAG_GRAD, Ring, exchange
+from ._rules import rule_for
 
 __all__ = ["Genred"]
 
 _WHO = "tessel.distributed.Genred"
-_SHARDED = ("Sum", "LogSumExp")
 _VI, _VJ, _PM = 0, 1, 2
 _CATEGORY = {_VI: "Vi", _VJ: "Vj", _PM: "Pm"}
 
 
 class Genred:
-    """A reduction over the rows of y spread across the ranks of `group` (default: the world).
+    """A reduction over the rows spread across the ranks of `group` (default: the world).
 
     Same arguments as tessel.torch.Genred, plus `group`. Call it on every rank, collectively,
     with that rank's rows (2-D i- and j-variables, 1-D parameters, one dtype and device); it
-    returns that rank's rows of the result. `backend` may be given per call; ni / nj / ranges not.
+    returns that rank's rows of the result: its i rows for axis=1 (a reduction over every rank's
+    j rows), its j rows for axis=0. Indices (ArgMin, ArgKMin, ...) are global: a row's position
+    in the concatenation of the ranks' shards in rank order. `backend` may be given per call;
+    ni / nj / ranges not.
 
     Gradients: each rank backpropagates its own loss L_r through its own result (every rank must
     do so, since backward is collective too: pass zeros if a rank's loss does not use it). What a
     rank then gets is the gradient of the total L = sum over ranks of L_r:
-      - its x rows: dL/dx_r (= dL_r/dx_r, as only its own result reads its x rows);
-      - its y rows: dL/dy_r, summed over every rank's use of them (the block's gradient travels
-        with the block around the ring and arrives back at its owner);
+      - its own rows (x for axis=1): dL/dx_r (= dL_r/dx_r, as only its own result reads them);
+      - its rows of the reduced index (y for axis=1): dL/dy_r, summed over every rank's use of
+        them (the block's gradient travels with the block around the ring and comes home);
       - parameters: dL/dtheta, the same full sum on every rank (all_reduce of the ranks'
         contributions). Not divided by world_size, unlike DistributedDataParallel's average;
         and only the path through this Genred is summed: any other use of a parameter in L_r
@@ -51,31 +60,59 @@ class Genred:
     def __init__(self, formula, aliases, reduction_op="Sum", axis=1, dtype=None, opt_arg=None,
                  formula2=None, group=None, **options):
         name = reduction_name(reduction_op, _WHO)
-        if name not in _SHARDED:
-            raise NotImplementedError(f"{_WHO}: reduction_op={name!r} is not sharded yet; "
-                                      f"{' and '.join(_SHARDED)} are")
-        if axis != 1:
-            raise NotImplementedError(f"{_WHO}: axis={axis!r} (a reduction over i) is not "
-                                      "sharded yet; axis=1 (over j) is")
-        if formula2 is not None:
-            raise NotImplementedError(f"{_WHO}: formula2 (weighted {name}) is not sharded yet")
-        self._local = _tt.Genred(formula, aliases, name, axis, dtype, opt_arg, **options)
-        self.reduction_op, self.group = name, group
-        spec = self._local._spec
+        if axis not in (0, 1):
+            raise ValueError(f"{_WHO}: axis must be 0 (reduce over i) or 1 (reduce over j), got "
+                             f"{axis!r}")
+        # The reduction as one process would build it: it checks the formula, the aliases, K and
+        # the weight, and is what the ranks' calls are compared by.
+        whole = _tt.Genred(formula, aliases, name, axis, dtype, opt_arg, formula2, **options)
+        self._rule = rule_for(name, formula2 is not None, opt_arg)
+        if self._rule is None:
+            raise NotImplementedError(f"{_WHO}: reduction_op={name!r} is not sharded (it is "
+                                      "indexed, not a reduction over i or j)")
+        self.reduction_op, self.axis, self.group, self._k = name, axis, group, opt_arg
+        self._make = (formula, aliases, axis, dtype, formula2, options)
+        self._locals = {}
+        spec = whole._spec
+        self._spec = spec
         self._cats = [spec.slots[i][0] for i in range(spec.n_inputs)]
+        self._home, self._away = (_VI, _VJ) if axis == 1 else (_VJ, _VI)
         # What every rank must agree on, besides its arguments: formula, aliases, options.
         self._text = repr(sorted(spec.args.items(), key=lambda kv: kv[0]))
 
     def __call__(self, *args, backend=None):
         ring = Ring.of(self.group, _WHO)
-        _, sizes = exchange(self, ring, args, _WHO)
+        ni, nj = exchange(self, ring, args, _WHO)
+        sizes = nj if self.axis == 1 else ni
+        if self._k is not None and sum(sizes) < self._k:
+            raise ValueError(f"{_WHO}: {self.reduction_op} with K = {self._k} needs at least K "
+                             f"rows of {'ji'[self.axis == 0]} over all ranks, got {sum(sizes)} "
+                             f"({' + '.join(map(str, sizes))})")
         return _RingFunction.apply(self, ring, sizes, backend, *args)
+
+    def _local(self, op, weighted, k):
+        """The plain reduction that one rank runs on one block (built once per op and K)."""
+        key = (op, weighted, k)
+        if key not in self._locals:
+            formula, aliases, axis, dtype, formula2, options = self._make
+            self._locals[key] = _tt.Genred(formula, aliases, op, axis, dtype, k,
+                                           formula2 if weighted else None, **options)
+        return self._locals[key]
+
+    def _block(self, args, block, rows, backend):
+        """The outputs of the rule's plain reductions of one block of `rows` rows."""
+        k = None if self._k is None else min(self._k, rows)
+        outs = []
+        for op, weighted in self._rule.ops:
+            o = self._local(op, weighted, k)(*_with_block(args, self, block), backend=backend)
+            outs.extend(o if isinstance(o, tuple) else (o,))
+        return outs
 
     def _descriptor(self, args):
         """What this rank's call must share with the others', and its (ni, nj): raises on a local
         error (wrong count, types, shapes)."""
         if len(args) != len(self._cats):
-            self._local._spec.check_count(args, _WHO)
+            self._spec.check_count(args, _WHO)
         rows = {}
         grad = torch.is_grad_enabled()
         parts = [self._text]
@@ -105,45 +142,56 @@ class Genred:
 
 
 class _RingFunction(torch.autograd.Function):
-    """The ring forward and, in backward, the same ring again, each y block carrying its
-    gradient: after a full cycle the gradient has every rank's contribution and is home.
+    """The ring forward and, in backward, the same ring again, each travelling block carrying
+    its gradient: after a full cycle the gradient has every rank's contribution and is home.
 
-    A ring rather than a reduce-scatter of y's gradient: with one, every rank would hold a
-    gradient buffer as large as all of y (every block's share at once), and gloo has no
-    reduce_scatter; in the ring a rank holds one block and its gradient at a time, and each
-    gradient message overlaps the next block's work."""
+    A ring rather than a reduce-scatter of the travelling rows' gradient: with one, every rank
+    would hold a gradient buffer as large as the whole index (every block's share at once), and
+    gloo has no reduce_scatter; in the ring a rank holds one block and its gradient at a time,
+    and each gradient message overlaps the next block's work."""
 
     @staticmethod
     def forward(ctx, red, ring, sizes, backend, *args):
-        cats = red._cats
-        own = _pack([a for a, c in zip(args, cats) if c == _VJ])
-        block, out = own, None
+        rule, own = red._rule, _pack(_away(args, red))
+        starts = [0, *itertools.accumulate(sizes)]
+        block, state = own, None
         for step in range(ring.size):
             nxt, wait = None, None
             if step + 1 < ring.size:  # the next block is on its way while this one is reduced
                 nxt, wait = ring.shift(block, (sizes[ring.owner(step + 1)], own.shape[1]), own,
                                        _TAG_BLOCK)
-            part = red._local(*_with_block(args, cats, block), backend=backend)
-            out = part if out is None else _merge(red.reduction_op, out, part)
+            owner = ring.owner(step)
+            if sizes[owner]:  # an empty block adds nothing (and some reductions refuse one)
+                part = rule.block(red._block(args, block, sizes[owner], backend), starts[owner],
+                                  owner)
+                state = part if state is None else rule.merge(state, part)
             if wait is not None:
                 wait()
                 block = nxt
+        if state is None:  # no rows to reduce on any rank: what one process gives for none
+            state = rule.block(red._block(args, own, 0, backend), 0, ring.rank)
+        out = rule.final(state)
+        outs = out if isinstance(out, tuple) else (out,)
+        ctx.mark_non_differentiable(*[o for o in outs if not o.is_floating_point()])
         ctx.red, ctx.ring, ctx.sizes, ctx.backend = red, ring, sizes, backend
-        ctx.save_for_backward(out, *args)
+        ctx.n_state = len(state)
+        ctx.save_for_backward(*state, *args)
         return out
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx, *gs):
         if torch.is_grad_enabled():
             raise NotImplementedError(f"{_WHO}: double backward (create_graph=True) is not "
                                       "sharded yet")
         red, ring, sizes = ctx.red, ctx.ring, ctx.sizes
-        out, *args = ctx.saved_tensors
+        saved = ctx.saved_tensors
+        state, args = saved[: ctx.n_state], list(saved[ctx.n_state:])
+        g = gs[0] if red._rule.outputs != "i" else None  # an index has no gradient
         cats, needs = red._cats, ctx.needs_input_grad[4:]
-        grads = [torch.zeros_like(a) if n and c != _VJ else None
+        grads = [torch.zeros_like(a) if n and c != red._away else None
                  for a, c, n in zip(args, cats, needs)]
-        jneeds = any(n for n, c in zip(needs, cats) if c == _VJ)
-        own = _pack([a for a, c in zip(args, cats) if c == _VJ])
+        jneeds = any(n for n, c in zip(needs, cats) if c == red._away)
+        own = _pack(_away(args, red))
         block, acc = own, torch.zeros_like(own) if jneeds else None
         wait_acc = None
         for step in range(ring.size):
@@ -151,7 +199,7 @@ class _RingFunction(torch.autograd.Function):
             if step + 1 < ring.size:
                 nxt, wait = ring.shift(block, (sizes[ring.owner(step + 1)], own.shape[1]), own,
                                        _TAG_BLOCK)
-            share = _block_grads(ctx, args, block, out, g, grads, jneeds)
+            share = _block_grads(ctx, args, block, state, g, grads, jneeds, ring.owner(step))
             if wait_acc is not None:  # the block's gradient so far, from the previous rank
                 wait_acc()
             if share is not None:
@@ -171,62 +219,61 @@ class _RingFunction(torch.autograd.Function):
             if c == _PM and grads[k] is not None:
                 dist.all_reduce(grads[k], group=ring.group)
         if jneeds:
-            ys = _unpack(acc, [a for a, c in zip(args, cats) if c == _VJ])
-            ys = iter(ys)
-            grads = [next(ys) if c == _VJ else gr for gr, c in zip(grads, cats)]
+            ys = iter(_unpack(acc, _away(args, red)))
+            grads = [next(ys) if c == red._away else gr for gr, c in zip(grads, cats)]
             grads = [gr if n else None for gr, n in zip(grads, needs)]
         return (None, None, None, None, *grads)
 
 
-def _block_grads(ctx, args, block, out, g, grads, jneeds):
-    """Adds one y block's share of the gradients to this rank's x and parameter gradients
+def _block_grads(ctx, args, block, state, g, grads, jneeds, owner):
+    """Adds one block's share of the gradients to this rank's own-row and parameter gradients
     (`grads`); returns its share of the block's gradient (packed like the block), or None."""
-    red, cats, needs = ctx.red, ctx.red._cats, ctx.needs_input_grad[4:]
-    if block.shape[0] == 0 or out.shape[0] == 0:
-        return None  # no pair (i, j) in this block: nothing to add
+    red, needs = ctx.red, ctx.needs_input_grad[4:]
+    cats, rows = red._cats, ctx.sizes[owner]
+    home = next(a for a, c in zip(args, cats) if c == red._home)
+    if g is None or rows == 0 or home.shape[0] == 0:
+        return None  # no pair (i, j) in this block, or nothing to differentiate
     with torch.enable_grad():
-        ys = [y.detach().requires_grad_(jneeds)
-              for y in _unpack(block, [a for a, c in zip(args, cats) if c == _VJ])]
-        it = iter(ys)
-        inputs = [next(it) if c == _VJ else a.detach().requires_grad_(bool(n))
+        ys = iter([y.detach().requires_grad_(jneeds) for y in _unpack(block, _away(args, red))])
+        inputs = [next(ys) if c == red._away else a.detach().requires_grad_(bool(n))
                   for a, c, n in zip(args, cats, needs)]
-        part = red._local(*inputs, backend=ctx.backend)
-        if red.reduction_op == "LogSumExp":
-            # The block's weight in the global logsumexp; 0 where both are -inf (no j at all).
-            w = torch.exp(part.detach() - out)
-            w = g * torch.where(torch.isneginf(out), torch.zeros_like(w), w)
-        else:
-            w = g
+        pairs = red._rule.weights(state, red._block(inputs, None, rows, ctx.backend), [g],
+                                  owner)
         want = [k for k, a in enumerate(inputs) if a.requires_grad]
-        got = torch.autograd.grad(part, [inputs[k] for k in want], grad_outputs=w,
-                                  allow_unused=True)
+        if not pairs or not want:
+            return None
+        got = torch.autograd.grad([p for p, _ in pairs], [inputs[k] for k in want],
+                                  grad_outputs=[w for _, w in pairs], allow_unused=True)
     yg = []
     for k, gk in zip(want, got):
-        if cats[k] == _VJ:
+        if cats[k] == red._away:
             yg.append(torch.zeros_like(inputs[k]) if gk is None else gk)
         elif gk is not None:
             grads[k] += gk
     return _pack(yg) if jneeds else None
 
 
-def _merge(op, out, part):
-    """The running result merged with one block's: a sum, or the log of a sum of exponentials
-    (logaddexp is -inf when both are, as for an empty block or shard)."""
-    return out + part if op == "Sum" else torch.logaddexp(out, part)
+def _away(args, red):
+    """The call's variables of the reduced index: those that travel."""
+    return [a for a, c in zip(args, red._cats) if c == red._away]
 
 
 def _pack(ys):
-    """The j-variables side by side in one contiguous (n, sum of dims) tensor: one message."""
+    """The travelling variables side by side in one contiguous (n, sum of dims) tensor: one
+    message per block."""
     return torch.cat([y.detach() for y in ys], dim=1).contiguous()
 
 
 def _unpack(block, like):
-    """The j-variables back from a packed block, shaped as `like`'s (their dims)."""
+    """The travelling variables back from a packed block, shaped as `like`'s (their dims)."""
     dims = [y.shape[1] for y in like]
     return [p.contiguous() for p in torch.split(block, dims, dim=1)]
 
 
-def _with_block(args, cats, block):
-    """The call's arguments with the j-variables taken from `block`."""
-    ys = iter(_unpack(block, [a for a, c in zip(args, cats) if c == _VJ]))
-    return [next(ys) if c == _VJ else a for a, c in zip(args, cats)]
+def _with_block(args, red, block):
+    """The call's arguments with the travelling variables taken from `block` (or as they are,
+    when `block` is None: they already hold it)."""
+    if block is None:
+        return args
+    ys = iter(_unpack(block, _away(args, red)))
+    return [next(ys) if c == red._away else a for a, c in zip(args, red._cats)]

@@ -21,8 +21,8 @@ def digest_of(parts):
 
 
 def exchange(red, ring, args, who):
-    """Every rank's i- and j-counts, after checking (one all_gather of three integers) that all ranks
-    call the same reduction on arguments of the same kinds, dims and dtype."""
+    """Every rank's i- and j-counts, after checking (one all_gather of three integers) that all
+    ranks call the same reduction on arguments of the same kinds, dims and dtype."""
     error, parts, ni, nj = None, None, 0, 0
     try:
         parts, ni, nj = red._descriptor(args)
