@@ -100,7 +100,11 @@ class FormulaOps:
 
     def _new(self, f, variables, operands):
         """A LazyTensor of formula f over `variables`, the union of the operands' variables."""
-        lt = object.__new__(type(self))
+        cls = type(self)
+        for o in operands:  # a subclass's operand (a sharded LazyTensor) keeps its class
+            if type(o) is not cls and issubclass(type(o), cls) and o._is_complex == cls._is_complex:
+                cls = type(o)
+        lt = object.__new__(cls)
         lt._f, lt._vars = f, tuple(variables)
         ni, nj, batch, adapter = self._ni, self._nj, self._batch, self._adapter
         for o in operands:

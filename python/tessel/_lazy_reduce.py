@@ -53,6 +53,13 @@ class Reductions:
     """Reductions of a LazyTensor; mixed into LazyTensor with the formula building."""
 
     __slots__ = ()
+    # The options a reduction takes; a subclass that evaluates elsewhere may add its own.
+    _OPTIONS = GENRED_OPTIONS
+
+    def _evaluator(self, adapter):
+        """The adapter whose Genred / KernelSolve evaluate this LazyTensor's reductions: the
+        arrays' own (tessel.distributed's LazyTensor shards them instead)."""
+        return adapter
 
     def _axis(self, axis, dim, who, component_ok):
         if dim is not None:
@@ -91,16 +98,17 @@ class Reductions:
 
     def _reduce(self, op, axis, k=None, weight=None, who=None, **options):
         who = who or op
-        bad = [o for o in options if o not in GENRED_OPTIONS]
+        bad = [o for o in options if o not in self._OPTIONS]
         if bad:
             raise TypeError(f"LazyTensor.{who}: unexpected option(s) {', '.join(bad)}; accepted: "
-                            f"{', '.join(GENRED_OPTIONS)}")
+                            f"{', '.join(self._OPTIONS)}")
         operands = [self] if weight is None else [self, weight]
         formulas, variables, adapter, dtype = self._inputs(operands, who)
+        run = self._evaluator(adapter)
         f, f2 = formulas[0], (formulas[1] if weight is not None else None)
-        key = (adapter, f, f2, _signature(variables), op, axis, k, tuple(sorted(options.items())))
-        g = cached(key, lambda: adapter.genred(f, _aliases(variables), reduction_op=op, axis=axis,
-                                               opt_arg=k, formula2=f2, **options))
+        key = (run, f, f2, _signature(variables), op, axis, k, tuple(sorted(options.items())))
+        g = cached(key, lambda: run.genred(f, _aliases(variables), reduction_op=op, axis=axis,
+                                           opt_arg=k, formula2=f2, **options))
         return g(*[v.materialize(adapter, dtype) for v in variables])
 
     def __matmul__(self, v):
@@ -146,15 +154,15 @@ class Reductions:
             raise ValueError("LazyTensor.solve: b must be a NumPy array or tensor of shape (M,) or "
                              f"(M, E), or a LazyTensor that is one i- or j-variable; got "
                              f"{type(b).__name__} of shape {getattr(b, 'shape', '?')}")
-        init = {k: options.pop(k) for k in GENRED_OPTIONS if k in options}
+        init = {k: options.pop(k) for k in self._OPTIONS if k in options}
         vec = b.ndim == 1
         bv = type(self)(b.reshape(-1, 1) if vec else b, axis=1)
         prod = kernel * bv
         (f,), variables, adapter, dtype = self._inputs([prod], "solve")
+        run = self._evaluator(adapter)
         var = next(k for k, v in enumerate(variables) if v.key == bv._vars[0].key)
-        key = ("solve", adapter, f, _signature(variables), var, tuple(sorted(init.items())))
-        ks = cached(key, lambda: adapter.kernel_solve(f, _aliases(variables), var, axis=1,
-                                                      **init))
+        key = ("solve", run, f, _signature(variables), var, tuple(sorted(init.items())))
+        ks = cached(key, lambda: run.kernel_solve(f, _aliases(variables), var, axis=1, **init))
         out = ks(*[v.materialize(adapter, dtype) for v in variables], alpha=alpha, **options)
         return out.reshape(-1) if vec else out
 

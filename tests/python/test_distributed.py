@@ -16,6 +16,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import tessel.distributed as td
+import tessel.lazytensor
 from tessel.torch import Genred
 
 pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
@@ -165,7 +166,36 @@ def _check_mismatch(rank, world):
     return messages
 
 
-WORKERS = {"ring": _check_ring, "mismatch": _check_mismatch}
+def _check_lazy(rank, world):
+    """tessel.distributed's LazyTensor against tessel's in one process: the same expressions,
+    a mixed one (a plain LazyTensor on the left), three reductions, both axes, gradients."""
+    xs, ys = SHARDS[world]
+    x, y, b = _data(["X=Vi(3)", "Y=Vj(3)", "B=Vj(2)"], sum(xs), sum(ys))
+    xr = slice(sum(xs[:rank]), sum(xs[: rank + 1]))
+    yr = slice(sum(ys[:rank]), sum(ys[: rank + 1]))
+
+    def reduce(lt, x, y, b):
+        # A plain LazyTensor on the left of a sharded one: the expression is sharded.
+        d2 = tessel.lazytensor.Vi(x).sqdist(lt.Vj(y))
+        k = (-lt.Pm(0.7) * d2).exp()
+        return [k @ b, (-d2).logsumexp(dim=0), d2.argKmin(3, dim=1), d2.min(dim=0)]
+
+    whole = [t.clone().requires_grad_() for t in (x, y, b)]
+    want = reduce(tessel.lazytensor, *whole)
+    mine = [t[r].clone().requires_grad_() for t, r in zip((x, y, b), (xr, yr, yr))]
+    got = reduce(td, *mine)
+    rows = [xr, yr, xr, yr]
+    for n, (g, w, r) in enumerate(zip(got, want, rows)):
+        _close(f"LazyTensor reduction {n}", g, w.detach()[r])
+    ws = [torch.ones_like(w) for w in want]
+    gw = torch.autograd.grad(_loss(want, ws), whole)
+    gg = torch.autograd.grad(_loss(got, [w[r] for w, r in zip(ws, rows)]), mine)
+    for n, (g, w, r) in enumerate(zip(gg, gw, (xr, yr, yr))):
+        _close(f"LazyTensor gradient {n}", g, w[r])
+    return "checked"
+
+
+WORKERS = {"ring": _check_ring, "mismatch": _check_mismatch, "lazy": _check_lazy}
 
 
 def _worker(rank, world, port, name, queue):
@@ -208,6 +238,16 @@ def _run(name, world):
 @pytest.mark.parametrize("world", [2, 3])
 def test_ring_matches_one_process(world, interpreted):
     assert _run("ring", world) == {r: "checked" for r in range(world)}
+
+
+def test_lazytensor_reductions_are_sharded(interpreted):
+    assert _run("lazy", 2) == {0: "checked", 1: "checked"}
+
+
+def test_a_sharded_lazytensor_needs_torch_tensors():
+    import numpy as np
+    with pytest.raises(TypeError, match="must be torch tensors, got NumPy arrays"):
+        td.Vi(np.ones((3, 2))).sqdist(td.Vj(np.ones((4, 2)))).sum(dim=1)
 
 
 def test_a_rank_that_disagrees_is_named_on_every_rank():

@@ -6,5 +6,6 @@ blocks travel around a ring of the ranks with torch.distributed's own send / rec
 GPUs, gloo on CPUs), overlapped with the reduction of the block at hand.
 """
 from ._genred import Genred
+from ._lazy import LazyTensor, Pm, Vi, Vj
 
-__all__ = ["Genred"]
+__all__ = ["Genred", "LazyTensor", "Vi", "Vj", "Pm"]
