@@ -69,3 +69,11 @@ def test_the_exit_hook_imports_nothing_of_tessel():
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if _under(m, "tessel._cluster")))
 def test_cluster_helpers_sit_below_ot(module):
     assert not [m for m in MODULES[module] if _under(m, "tessel.ot")], module
+
+
+@pytest.mark.parametrize("module",
+                         sorted(m for m in MODULES if not _under(m, "tessel.distributed")))
+def test_nothing_in_one_process_imports_distributed(module):
+    # The sharded layer builds on the front end and tessel.ot; a module of one process that
+    # imported it would pull torch.distributed into every import of tessel.
+    assert not [m for m in MODULES[module] if _under(m, "tessel.distributed")], module
