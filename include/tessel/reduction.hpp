@@ -131,6 +131,12 @@ class Reduction {
   std::shared_ptr<const ReductionImpl> impl_;
 };
 
+// A whole reduction in KeOps's text form, as rkeops and KeOpsLab users write it:
+// "Sum_Reduction(F, 0)", "ArgKMin_Reduction(F, K, 0)", "SumSoftMaxWeight_Reduction(F, 0, G)",
+// "LogSumExp_Reduction(F, 0[, G])". The tag (last index) is 0 to reduce over j (output indexed by
+// i, axis = 1), 1 to reduce over i. F and G are read by parse() with `aliases`.
+Reduction parse_reduction(const std::string& text, const std::vector<std::string>& aliases = {});
+
 // Reverse mode: the vector-Jacobian product with respect to variable `var_index`, as a new
 // reduction whose inputs are those of `r` followed by one new variable holding the cotangent of
 // output 0 (shape: that output's shape). Its output has the shape of the variable.
