@@ -6,13 +6,15 @@
 tessel_stop <- function(e, call) {
   cond <- structure(
     class = c("tessel_error", "error", "condition"),
-    list(message = conditionMessage(e), call = call)
+    list(message = as.character(e), call = call)
   )
   stop(cond)
 }
 
 core_call <- function(call, fun, ...) {
-  tryCatch(.Call(fun, ...), error = function(e) tessel_stop(e, call))
+  out <- .Call(fun, ...)
+  if (inherits(out, "tessel_core_error")) tessel_stop(out, call)
+  out
 }
 
 precision_arg <- function(precision) {
@@ -25,7 +27,7 @@ precision_arg <- function(precision) {
 # The R function of a built kernel: arguments in alias order, or one list of them (as rkeops),
 # named arguments reordered by alias name; no argument returns the kernel's description.
 kernel_function <- function(ptr, who) {
-  info <- .Call(tessel_r_describe, ptr)
+  info <- core_call(sys.call(), tessel_r_describe, ptr)
   arg_names <- info$args$name
   f <- function(..., inner_dim = "col") {
     args <- list(...)
@@ -114,7 +116,7 @@ kernel_ptr <- function(kernel, who, call) {
 
 # The 0-based position of `var` (an alias name or a 0-based position, as rkeops's keops_grad).
 var_position <- function(ptr, var, who, call) {
-  names <- .Call(tessel_r_describe, ptr)$args$name
+  names <- core_call(sys.call(), tessel_r_describe, ptr)$args$name
   pos <- if (is.character(var) && length(var) == 1) {
     match(var, names) - 1L
   } else if (is.numeric(var) && length(var) == 1 && var == round(var)) {
@@ -140,7 +142,7 @@ tessel_grad <- function(kernel, var) {
 
 grad_kernel <- function(kernel, var, who, call) {
   ptr <- kernel_ptr(kernel, who, call)
-  names <- .Call(tessel_r_describe, ptr)$args$name
+  names <- core_call(sys.call(), tessel_r_describe, ptr)$args$name
   eta <- "eta"
   k <- 1
   while (eta %in% names) {
@@ -167,11 +169,11 @@ keops_grad <- function(operator, var) {
 
 #' What a kernel is: its formula, the core's reduction, arguments, outputs and options.
 tessel_info <- function(kernel) {
-  .Call(tessel_r_describe, kernel_ptr(kernel, "tessel_info", sys.call()))
+  core_call(sys.call(), tessel_r_describe, kernel_ptr(kernel, "tessel_info", sys.call()))
 }
 
 #' The compiler, SIMD level, threads, kernel cache folder and CUDA status the core sees.
-tessel_runtime <- function() .Call(tessel_r_runtime)
+tessel_runtime <- function() core_call(sys.call(), tessel_r_runtime)
 
 print.tessel_kernel <- function(x, ...) {
   info <- tessel_info(x)

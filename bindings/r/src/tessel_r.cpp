@@ -310,6 +310,14 @@ Rcpp::List describe(const Kernel& k) {
       Rcpp::Named("output_dims") = out_dims, Rcpp::Named("output_is_index") = out_index);
 }
 
+// An error as a value: R re-signals it as a condition with the user's call (cheaper per call
+// than a tryCatch around every .Call, and the message stays exactly the core's).
+SEXP error_value(const char* what) {
+  Rcpp::CharacterVector v = Rcpp::CharacterVector::create(what);
+  v.attr("class") = "tessel_core_error";
+  return v;
+}
+
 std::string str_arg(SEXP s, const char* what) {
   if (!Rf_isString(s) || Rf_length(s) != 1 || STRING_ELT(s, 0) == NA_STRING)
     fail(std::string("tessel: ") + what + " must be one character string");
@@ -326,6 +334,7 @@ extern "C" {
 SEXP tessel_r_kernel(SEXP text, SEXP aliases, SEXP who, SEXP precision, SEXP backend,
                      SEXP sum_scheme) {
   BEGIN_RCPP
+  try {
   auto k = std::make_unique<Kernel>();
   k->who = str_arg(who, "who");
   k->text = str_arg(text, "formula");
@@ -341,6 +350,9 @@ SEXP tessel_r_kernel(SEXP text, SEXP aliases, SEXP who, SEXP precision, SEXP bac
                        a.dim, false});
   mark_used(*k);
   return wrap_kernel(std::move(k));
+  } catch (const std::exception& e) {
+    return error_value(e.what());
+  }
   END_RCPP
 }
 
@@ -348,6 +360,7 @@ SEXP tessel_r_kernel(SEXP text, SEXP aliases, SEXP who, SEXP precision, SEXP bac
 // argument (named `eta`) is the cotangent of the first output.
 SEXP tessel_r_grad(SEXP ptr, SEXP pos, SEXP eta) {
   BEGIN_RCPP
+  try {
   const Kernel& k = kernel_of(ptr);
   const int p = Rcpp::as<int>(pos);
   if (p < 0 || p >= static_cast<int>(k.args.size()))
@@ -374,12 +387,19 @@ SEXP tessel_r_grad(SEXP ptr, SEXP pos, SEXP eta) {
     }
   }
   return wrap_kernel(std::move(g));
+  } catch (const std::exception& e) {
+    return error_value(e.what());
+  }
   END_RCPP
 }
 
 SEXP tessel_r_describe(SEXP ptr) {
   BEGIN_RCPP
+  try {
   return describe(kernel_of(ptr));
+  } catch (const std::exception& e) {
+    return error_value(e.what());
+  }
   END_RCPP
 }
 
@@ -387,9 +407,13 @@ SEXP tessel_r_describe(SEXP ptr) {
 // outputs.
 SEXP tessel_r_eval(SEXP ptr, SEXP args, SEXP row_major) {
   BEGIN_RCPP
+  try {
   const Kernel& k = kernel_of(ptr);
   const Inputs in = read_inputs(k, args, Rcpp::as<bool>(row_major));
   return evaluate_kernel(k, in);
+  } catch (const std::exception& e) {
+    return error_value(e.what());
+  }
   END_RCPP
 }
 
@@ -397,6 +421,7 @@ SEXP tessel_r_eval(SEXP ptr, SEXP args, SEXP row_major) {
 // position `pos`, which holds b). Returns list(x, iterations, residual, converged).
 SEXP tessel_r_solve(SEXP ptr, SEXP pos, SEXP args, SEXP alpha, SEXP tol, SEXP maxiter) {
   BEGIN_RCPP
+  try {
   const Kernel& k = kernel_of(ptr);
   const int p = Rcpp::as<int>(pos);
   if (p < 0 || p >= static_cast<int>(k.args.size()) || !k.args[static_cast<size_t>(p)].used)
@@ -418,12 +443,16 @@ SEXP tessel_r_solve(SEXP ptr, SEXP pos, SEXP args, SEXP alpha, SEXP tol, SEXP ma
                             Rcpp::Named("iterations") = static_cast<double>(rep.iterations),
                             Rcpp::Named("residual") = rep.residual,
                             Rcpp::Named("converged") = rep.converged);
+  } catch (const std::exception& e) {
+    return error_value(e.what());
+  }
   END_RCPP
 }
 
 // The compiler, SIMD level, threads and kernel cache the core sees.
 SEXP tessel_r_runtime() {
   BEGIN_RCPP
+  try {
   const tessel::CompilerInfo c = tessel::compiler_info();
   return Rcpp::List::create(
       Rcpp::Named("compiler_usable") = c.usable, Rcpp::Named("compiler") = c.path,
@@ -431,6 +460,9 @@ SEXP tessel_r_runtime() {
       Rcpp::Named("threads") = tessel::num_threads(),
       Rcpp::Named("cache_dir") = tessel::cache_dir(),
       Rcpp::Named("cuda") = tessel::cuda_status());
+  } catch (const std::exception& e) {
+    return error_value(e.what());
+  }
   END_RCPP
 }
 

@@ -23,6 +23,11 @@ test_that("wrong dims, rows, counts and types name the argument and what was exp
                class = "tessel_error")
 })
 
+test_that("a kernel restored from a saved workspace asks to be made again", {
+  restored <- unserialize(serialize(k, NULL))
+  expect_error(restored(x, y, b, 1), "made in another R process", class = "tessel_error")
+})
+
 test_that("NA is refused, NaN and Inf are passed on", {
   xn <- x
   xn[4, 2] <- NA
