@@ -3,20 +3,15 @@
 Each worker builds the same data from one seed, takes its (uneven, sometimes empty) shards of x
 and y, and checks its rows of the result and its gradients (x, y, b and the parameter) against
 tessel.torch.Genred on the whole data. Workers live at module level (spawn imports them) and
-report through a queue; the kernel cache (TESSEL_CACHE_DIR) is inherited, so they share it.
+gloo_ranks.py runs them; the kernel cache (TESSEL_CACHE_DIR) is inherited, so they share it.
 """
-import os
-import socket
-import traceback
-from datetime import timedelta
-
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import tessel.distributed as td
 import tessel.lazytensor
+from gloo_ranks import run_ranks
 from tessel.torch import Genred
 
 pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
@@ -48,12 +43,6 @@ CASES = [
 SHARDS = {2: ([7, 0], [3, 9]), 3: ([4, 6, 0], [0, 5, 6])}
 RTOL = 1e-12
 WAIT_S = 60
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _data(aliases, nx, ny, dtype=torch.float64):
@@ -198,41 +187,8 @@ def _check_lazy(rank, world):
 WORKERS = {"ring": _check_ring, "mismatch": _check_mismatch, "lazy": _check_lazy}
 
 
-def _worker(rank, world, port, name, queue):
-    try:
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        dist.init_process_group("gloo", rank=rank, world_size=world,
-                                timeout=timedelta(seconds=WAIT_S))
-        queue.put((rank, True, WORKERS[name](rank, world)))
-    except BaseException:  # noqa: B902 -- any failure goes back to the test, with its trace
-        queue.put((rank, False, traceback.format_exc()))
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-
-
 def _run(name, world):
-    """Runs worker `name` on `world` spawned processes; returns their results by rank, or fails
-    with the first trace a worker sent (or a timeout)."""
-    ctx = mp.get_context("spawn")
-    queue, port = ctx.Queue(), _free_port()
-    procs = [ctx.Process(target=_worker, args=(r, world, port, name, queue))
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    results = {}
-    try:
-        for _ in range(world):
-            rank, ok, value = queue.get(timeout=WAIT_S + 30)
-            assert ok, f"rank {rank} of {world} failed:\n{value}"
-            results[rank] = value
-    finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.terminate()
-                p.join()
-    return results
+    return run_ranks(WORKERS[name], world, WAIT_S)
 
 
 @pytest.mark.parametrize("world", [2, 3])

@@ -34,7 +34,8 @@ def exchange(red, ring, args, who):
         device = "cpu"
     mine = torch.tensor([digest, ni, nj], dtype=torch.int64, device=device)
     every = [torch.empty_like(mine) for _ in range(ring.size)]
-    dist.all_gather(every, mine, group=ring.group)
+    _stopped_waiting(who, "the ranks' check of the call",
+                     lambda: dist.all_gather(every, mine, group=ring.group))
     every = torch.stack(every).cpu()
     if error is not None:
         raise error
@@ -45,6 +46,20 @@ def exchange(red, ring, args, who):
     if bool((every[:, 0] != digest).any()):
         _explain_mismatch(ring, parts, every[:, 0].tolist(), who)
     return every[:, 1].tolist(), every[:, 2].tolist()
+
+
+def _stopped_waiting(who, what, step):
+    """Runs a step that needs the other ranks; when one never comes (the process group's
+    timeout ran out) or has gone, says which call was waiting and why, not only gloo's or NCCL's
+    words about a buffer."""
+    try:
+        step()
+    except RuntimeError as e:
+        raise RuntimeError(f"{who}: {what} did not complete ({str(e).strip()}). Every rank of the "
+                           "group must make the same calls in the same order; when one skips "
+                           "this call or fails in it, the others stop here once it exits or the "
+                           "process group's timeout runs out (init_process_group(timeout=...))"
+                           ) from e
 
 
 def _explain_mismatch(ring, parts, digests, who):
@@ -76,8 +91,13 @@ class Ring:
         if self.rank < 0:
             raise RuntimeError(f"{who}: this process is not a member of the given group")
         self.backend = dist.get_backend(group)
+        self.who = who
+        # get_global_rank is the public name from torch 1.13 on, _get_global_rank the older one
+        # (deprecated, with a warning at every call, where both exist).
+        to_global = (getattr(dist, "get_global_rank", None)
+                     or dist.distributed_c10d._get_global_rank)
         glob = (lambda r: r) if group is None or group is dist.group.WORLD else (
-            lambda r: dist.distributed_c10d._get_global_rank(group, r))
+            lambda r: to_global(group, r))
         self.next = glob((self.rank + 1) % self.size)
         self.prev = glob((self.rank - 1) % self.size)
 
@@ -105,5 +125,6 @@ class Ring:
 
         def wait(keep=send):  # `send` stays alive until its message is out
             for w in works:
-                w.wait()
+                _stopped_waiting(self.who, f"a block's exchange with ranks {self.prev} and "
+                                 f"{self.next}", w.wait)
         return buf, wait
