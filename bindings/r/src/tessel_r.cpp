@@ -6,7 +6,6 @@
 // before the core sees them, so that a message names the R argument by its alias; the core's own
 // messages (tessel::Error) reach R unchanged through Rcpp's exception handling.
 #include <R_ext/Rdynload.h>
-
 #include <Rcpp.h>
 
 #include <algorithm>
@@ -65,8 +64,8 @@ void mark_used(Kernel& k) {
                          [&](const tessel::VarSlot& s) { return s.index == a.index; });
   // A variable a text names without an alias (Var(5, 3, 0)) is still an argument, at the end.
   for (const tessel::VarSlot& s : slots) {
-    const bool known = std::any_of(k.args.begin(), k.args.end(),
-                                   [&](const Arg& a) { return a.index == s.index; });
+    const bool known =
+        std::any_of(k.args.begin(), k.args.end(), [&](const Arg& a) { return a.index == s.index; });
     if (!known && !s.computed)
       k.args.push_back({"Var" + std::to_string(s.index), s.index, s.cat, s.dim, true});
   }
@@ -79,9 +78,7 @@ Kernel& kernel_of(SEXP ptr) {
   return *k;
 }
 
-SEXP wrap_kernel(std::unique_ptr<Kernel> k) {
-  return Rcpp::XPtr<Kernel>(k.release(), true);
-}
+SEXP wrap_kernel(std::unique_ptr<Kernel> k) { return Rcpp::XPtr<Kernel>(k.release(), true); }
 
 // ---- arguments --------------------------------------------------------------------------------
 
@@ -103,8 +100,8 @@ Shape shape_of(const Kernel& k, const Arg& a, SEXP x, bool row_major) {
          std::to_string(Rf_length(dims)) + " dimensions");
   if (a.cat == Category::Param) {
     if (len != a.dim)
-      fail(k.who + ": " + arg_label(a) + " is a parameter and must have " +
-           std::to_string(a.dim) + " value(s); got " + std::to_string(len));
+      fail(k.who + ": " + arg_label(a) + " is a parameter and must have " + std::to_string(a.dim) +
+           " value(s); got " + std::to_string(len));
     return {1, a.dim, a.dim, 1};
   }
   if (!matrix) {
@@ -335,21 +332,21 @@ SEXP tessel_r_kernel(SEXP text, SEXP aliases, SEXP who, SEXP precision, SEXP bac
                      SEXP sum_scheme) {
   BEGIN_RCPP
   try {
-  auto k = std::make_unique<Kernel>();
-  k->who = str_arg(who, "who");
-  k->text = str_arg(text, "formula");
-  const std::vector<std::string> al = Rcpp::as<std::vector<std::string>>(aliases);
-  const std::string prec = str_arg(precision, "precision");
-  if (prec != "double" && prec != "float")
-    fail(k->who + ": precision must be \"double\" or \"float\"; got \"" + prec + "\"");
-  k->float32 = prec == "float";
-  k->opt = make_options(k->who, str_arg(backend, "backend"), str_arg(sum_scheme, "sum_scheme"));
-  k->r = tessel::parse_reduction(k->text, al);
-  for (const tessel::AliasInfo& a : tessel::parse_aliases(al))
-    k->args.push_back({a.name.empty() ? "Var" + std::to_string(a.index) : a.name, a.index, a.cat,
-                       a.dim, false});
-  mark_used(*k);
-  return wrap_kernel(std::move(k));
+    auto k = std::make_unique<Kernel>();
+    k->who = str_arg(who, "who");
+    k->text = str_arg(text, "formula");
+    const std::vector<std::string> al = Rcpp::as<std::vector<std::string>>(aliases);
+    const std::string prec = str_arg(precision, "precision");
+    if (prec != "double" && prec != "float")
+      fail(k->who + ": precision must be \"double\" or \"float\"; got \"" + prec + "\"");
+    k->float32 = prec == "float";
+    k->opt = make_options(k->who, str_arg(backend, "backend"), str_arg(sum_scheme, "sum_scheme"));
+    k->r = tessel::parse_reduction(k->text, al);
+    for (const tessel::AliasInfo& a : tessel::parse_aliases(al))
+      k->args.push_back({a.name.empty() ? "Var" + std::to_string(a.index) : a.name, a.index, a.cat,
+                         a.dim, false});
+    mark_used(*k);
+    return wrap_kernel(std::move(k));
   } catch (const std::exception& e) {
     return error_value(e.what());
   }
@@ -361,32 +358,31 @@ SEXP tessel_r_kernel(SEXP text, SEXP aliases, SEXP who, SEXP precision, SEXP bac
 SEXP tessel_r_grad(SEXP ptr, SEXP pos, SEXP eta) {
   BEGIN_RCPP
   try {
-  const Kernel& k = kernel_of(ptr);
-  const int p = Rcpp::as<int>(pos);
-  if (p < 0 || p >= static_cast<int>(k.args.size()))
-    fail(k.who + ": no argument at position " + std::to_string(p) + " (0-based; the kernel has " +
-         std::to_string(k.args.size()) + ")");
-  auto g = std::make_unique<Kernel>(k);
-  g->r = tessel::grad(k.r, k.args[static_cast<size_t>(p)].index);
-  g->text = "Grad(" + k.text + ", " + k.args[static_cast<size_t>(p)].name + ")";
-  // The cotangent is the one variable the gradient reads that the kernel did not; an argument
-  // the kernel declared without reading it may share its index and stays unread.
-  const std::vector<tessel::VarSlot> slots = g->r.inputs();
-  auto reads = [&](int index) {
-    return std::any_of(slots.begin(), slots.end(),
-                       [&](const tessel::VarSlot& s) { return s.index == index; });
-  };
-  for (Arg& a : g->args) a.used = a.used && reads(a.index);
-  for (const tessel::VarSlot& s : slots) {
-    const bool known = std::any_of(k.args.begin(), k.args.end(), [&](const Arg& a) {
-      return a.used && a.index == s.index;
-    });
-    if (!known && !s.computed) {
-      g->args.push_back({str_arg(eta, "eta"), s.index, s.cat, s.dim, true});
-      break;
+    const Kernel& k = kernel_of(ptr);
+    const int p = Rcpp::as<int>(pos);
+    if (p < 0 || p >= static_cast<int>(k.args.size()))
+      fail(k.who + ": no argument at position " + std::to_string(p) + " (0-based; the kernel has " +
+           std::to_string(k.args.size()) + ")");
+    auto g = std::make_unique<Kernel>(k);
+    g->r = tessel::grad(k.r, k.args[static_cast<size_t>(p)].index);
+    g->text = "Grad(" + k.text + ", " + k.args[static_cast<size_t>(p)].name + ")";
+    // The cotangent is the one variable the gradient reads that the kernel did not; an argument
+    // the kernel declared without reading it may share its index and stays unread.
+    const std::vector<tessel::VarSlot> slots = g->r.inputs();
+    auto reads = [&](int index) {
+      return std::any_of(slots.begin(), slots.end(),
+                         [&](const tessel::VarSlot& s) { return s.index == index; });
+    };
+    for (Arg& a : g->args) a.used = a.used && reads(a.index);
+    for (const tessel::VarSlot& s : slots) {
+      const bool known = std::any_of(k.args.begin(), k.args.end(),
+                                     [&](const Arg& a) { return a.used && a.index == s.index; });
+      if (!known && !s.computed) {
+        g->args.push_back({str_arg(eta, "eta"), s.index, s.cat, s.dim, true});
+        break;
+      }
     }
-  }
-  return wrap_kernel(std::move(g));
+    return wrap_kernel(std::move(g));
   } catch (const std::exception& e) {
     return error_value(e.what());
   }
@@ -396,7 +392,7 @@ SEXP tessel_r_grad(SEXP ptr, SEXP pos, SEXP eta) {
 SEXP tessel_r_describe(SEXP ptr) {
   BEGIN_RCPP
   try {
-  return describe(kernel_of(ptr));
+    return describe(kernel_of(ptr));
   } catch (const std::exception& e) {
     return error_value(e.what());
   }
@@ -408,9 +404,9 @@ SEXP tessel_r_describe(SEXP ptr) {
 SEXP tessel_r_eval(SEXP ptr, SEXP args, SEXP row_major) {
   BEGIN_RCPP
   try {
-  const Kernel& k = kernel_of(ptr);
-  const Inputs in = read_inputs(k, args, Rcpp::as<bool>(row_major));
-  return evaluate_kernel(k, in);
+    const Kernel& k = kernel_of(ptr);
+    const Inputs in = read_inputs(k, args, Rcpp::as<bool>(row_major));
+    return evaluate_kernel(k, in);
   } catch (const std::exception& e) {
     return error_value(e.what());
   }
@@ -422,27 +418,26 @@ SEXP tessel_r_eval(SEXP ptr, SEXP args, SEXP row_major) {
 SEXP tessel_r_solve(SEXP ptr, SEXP pos, SEXP args, SEXP alpha, SEXP tol, SEXP maxiter) {
   BEGIN_RCPP
   try {
-  const Kernel& k = kernel_of(ptr);
-  const int p = Rcpp::as<int>(pos);
-  if (p < 0 || p >= static_cast<int>(k.args.size()) || !k.args[static_cast<size_t>(p)].used)
-    fail(k.who + ": the unknown must be an argument the formula reads; got position " +
-         std::to_string(p));
-  const Arg& var = k.args[static_cast<size_t>(p)];
-  const Inputs in = read_inputs(k, args, false);
-  const ArrayView& b = in.views[static_cast<size_t>(var.index)];
-  tessel::SolveOptions so;
-  so.alpha = Rcpp::as<double>(alpha);
-  so.tol = Rcpp::as<double>(tol);
-  so.maxiter = static_cast<int64_t>(Rcpp::as<double>(maxiter));
-  so.eval = k.opt;
-  tessel::Array x(b.dtype, b.shape);
-  const tessel::SolveReport rep = tessel::kernel_solve(k.r, var.index, in.views, x.view(), so);
-  Rcpp::NumericMatrix xr(static_cast<int>(b.shape[0]), static_cast<int>(b.shape[1]));
-  copy_out(x, xr);
-  return Rcpp::List::create(Rcpp::Named("x") = xr,
-                            Rcpp::Named("iterations") = static_cast<double>(rep.iterations),
-                            Rcpp::Named("residual") = rep.residual,
-                            Rcpp::Named("converged") = rep.converged);
+    const Kernel& k = kernel_of(ptr);
+    const int p = Rcpp::as<int>(pos);
+    if (p < 0 || p >= static_cast<int>(k.args.size()) || !k.args[static_cast<size_t>(p)].used)
+      fail(k.who + ": the unknown must be an argument the formula reads; got position " +
+           std::to_string(p));
+    const Arg& var = k.args[static_cast<size_t>(p)];
+    const Inputs in = read_inputs(k, args, false);
+    const ArrayView& b = in.views[static_cast<size_t>(var.index)];
+    tessel::SolveOptions so;
+    so.alpha = Rcpp::as<double>(alpha);
+    so.tol = Rcpp::as<double>(tol);
+    so.maxiter = static_cast<int64_t>(Rcpp::as<double>(maxiter));
+    so.eval = k.opt;
+    tessel::Array x(b.dtype, b.shape);
+    const tessel::SolveReport rep = tessel::kernel_solve(k.r, var.index, in.views, x.view(), so);
+    Rcpp::NumericMatrix xr(static_cast<int>(b.shape[0]), static_cast<int>(b.shape[1]));
+    copy_out(x, xr);
+    return Rcpp::List::create(
+        Rcpp::Named("x") = xr, Rcpp::Named("iterations") = static_cast<double>(rep.iterations),
+        Rcpp::Named("residual") = rep.residual, Rcpp::Named("converged") = rep.converged);
   } catch (const std::exception& e) {
     return error_value(e.what());
   }
@@ -453,13 +448,13 @@ SEXP tessel_r_solve(SEXP ptr, SEXP pos, SEXP args, SEXP alpha, SEXP tol, SEXP ma
 SEXP tessel_r_runtime() {
   BEGIN_RCPP
   try {
-  const tessel::CompilerInfo c = tessel::compiler_info();
-  return Rcpp::List::create(
-      Rcpp::Named("compiler_usable") = c.usable, Rcpp::Named("compiler") = c.path,
-      Rcpp::Named("compiler_problem") = c.problem, Rcpp::Named("simd") = tessel::simd_level(),
-      Rcpp::Named("threads") = tessel::num_threads(),
-      Rcpp::Named("cache_dir") = tessel::cache_dir(),
-      Rcpp::Named("cuda") = tessel::cuda_status());
+    const tessel::CompilerInfo c = tessel::compiler_info();
+    return Rcpp::List::create(
+        Rcpp::Named("compiler_usable") = c.usable, Rcpp::Named("compiler") = c.path,
+        Rcpp::Named("compiler_problem") = c.problem, Rcpp::Named("simd") = tessel::simd_level(),
+        Rcpp::Named("threads") = tessel::num_threads(),
+        Rcpp::Named("cache_dir") = tessel::cache_dir(),
+        Rcpp::Named("cuda") = tessel::cuda_status());
   } catch (const std::exception& e) {
     return error_value(e.what());
   }

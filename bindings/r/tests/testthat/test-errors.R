@@ -6,7 +6,10 @@ b <- points(7, 2, 63)
 k <- tessel_reduction(gauss_text, gauss_args, backend = "interpreter")
 
 test_that("wrong dims, rows, counts and types name the argument and what was expected", {
-  expect_error(k(x[, 1:2], y, b, 1), "tessel_reduction: argument 'X' \\(Vi\\(3\\)\\) must have 3 columns \\(one row per point\\); got a 6 x 2 matrix", class = "tessel_error")
+  expect_error(k(x[, 1:2], y, b, 1),
+               paste0("tessel_reduction: argument 'X' (Vi(3)) must have 3 columns ",
+                      "(one row per point); got a 6 x 2 matrix"),
+               fixed = TRUE, class = "tessel_error")
   expect_error(k(x, y, b[1:5, ], 1), "argument 'B' \\(Vj\\(2\\)\\) has 5 points but 'Y' has 7",
                class = "tessel_error")
   expect_error(k(x, y, b), "expected 4 arguments \\(X, Y, B, G\\), got 3",

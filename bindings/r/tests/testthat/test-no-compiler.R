@@ -6,7 +6,8 @@ test_that("the interpreter serves the default backend when no compiler is found"
   script <- tempfile(fileext = ".R")
   writeLines(c(
     sprintf("suppressMessages(library(tessel, lib.loc = '%s'))", lib),
-    "k <- tessel_reduction('Sum_Reduction(SqDist(X,Y)*B, 0)', c('X = Vi(2)', 'Y = Vj(2)', 'B = Vj(1)'))",
+    "k <- tessel_reduction('Sum_Reduction(SqDist(X,Y)*B, 0)',",
+    "                      c('X = Vi(2)', 'Y = Vj(2)', 'B = Vj(1)'))",
     "r <- tessel_runtime()",
     "x <- matrix(c(0, 1, 2, 0, 1, 2), 3); y <- matrix(c(1, 3, 1, 3), 2)",
     "cat(r$compiler_usable, k(x, y, c(1, 2)), '\\n')"
