@@ -188,27 +188,29 @@ reduction <- function(x, op, index, K = NULL, weight = NULL) {
   if (!is.null(K)) body <- paste0(body, ",", as.integer(K))
   body <- paste0(body, ",", tag)
   if (!is.null(weight)) body <- paste0(body, ",", t$texts[2])
-  lazy_eval(paste0(op, "_Reduction(", body, ")"), t$aliases, t$data, op)
+  who <- sprintf("%s reduction (index = \"%s\"; variables a0, a1, ... in order of appearance)",
+                 op, index)
+  lazy_eval(paste0(op, "_Reduction(", body, ")"), t$aliases, t$data, who)
 }
 
 # Kernels are kept per text, precision and backend: a repeated expression is not parsed again.
 lazy_kernel <- function(text, aliases, who) {
   precision <- getOption("tessel.precision", "double")
   backend <- getOption("tessel.backend", "auto")
-  key <- paste(c(text, aliases, precision, backend), collapse = "\r")
+  key <- paste(c(text, aliases, precision, backend, who), collapse = "\r")
   k <- lazy_state$kernels[[key]]
   if (is.null(k)) {
-    k <- core_call(sys.call(-1), tessel_r_kernel, text, aliases, who, precision, backend,
+    k <- core_call(NULL, tessel_r_kernel, text, aliases, who, precision, backend,
                    "block")
     lazy_state$kernels[[key]] <- k
   }
   k
 }
 
+# Errors carry no call: the user's expression is not at a fixed depth of the dispatch.
 lazy_eval <- function(text, aliases, data, who) {
-  call <- sys.call(-2)
   k <- lazy_kernel(text, aliases, who)
-  out <- core_call(call, tessel_r_eval, k, data, FALSE)
+  out <- core_call(NULL, tessel_r_eval, k, data, FALSE)
   if (length(out) == 1) out[[1]] else stats::setNames(out, c("values", "indices"))
 }
 

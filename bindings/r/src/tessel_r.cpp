@@ -89,6 +89,8 @@ struct Shape {
 };
 
 Shape shape_of(const Kernel& k, const Arg& a, SEXP x, bool row_major) {
+  if (Rf_inherits(x, "data.frame"))
+    fail(k.who + ": " + arg_label(a) + " is a data frame; pass as.matrix() of it");
   if (!Rf_isReal(x) && !Rf_isInteger(x))
     fail(k.who + ": " + arg_label(a) + " must be numeric; got an object of type " +
          Rf_type2char(TYPEOF(x)));

@@ -69,3 +69,12 @@ test_that("LazyTensor misuse is an error too, and the session survives all of th
   expect_error(prod(Vi(x)), "not defined for LazyTensors", class = "tessel_error")
   expect_equal(k(x, y, b, 1), gauss_matrix(x, y, 1) %*% b, tolerance = 1e-12)
 })
+
+test_that("a LazyTensor reduction's errors name the reduction and its variables", {
+  expect_error(sum(Vi(x) * Vi(points(5, 3, 64)), index = "j"),
+               paste0("Sum reduction \\(index = \"j\"; variables a0, a1, .*",
+                      "'a1' \\(Vi\\(3\\)\\) has 5 points"),
+               class = "tessel_error")
+  expect_error(k(as.data.frame(x), y, b, 1), "is a data frame; pass as.matrix\\(\\) of it",
+               class = "tessel_error")
+})
