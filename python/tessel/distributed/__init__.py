@@ -14,6 +14,7 @@ kernel cache (TESSEL_CACHE_DIR) compile each kernel once: the others wait for it
 """
 from ._genred import Genred
 from ._lazy import LazyTensor, Pm, Vi, Vj
+from ._ot import SamplesLoss
 from ._solve import KernelSolve
 
-__all__ = ["Genred", "KernelSolve", "LazyTensor", "Vi", "Vj", "Pm"]
+__all__ = ["Genred", "KernelSolve", "LazyTensor", "SamplesLoss", "Vi", "Vj", "Pm"]

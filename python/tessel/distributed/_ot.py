@@ -1,0 +1,307 @@
+"""tessel.distributed.SamplesLoss: Sinkhorn divergences and kernel losses between point clouds
+whose rows are sharded over the ranks of a process group, with gradients.
+
+The Sinkhorn loop is tessel.ot's online one, replayed in Python: GeomLoss's epsilon schedule
+(the core's own epsilon_schedule, from the diameter of the global bounding box), a cold start
+from zero potentials, symmetric averaged updates of f, g and (debias) p, q, then a last
+extrapolation at blur^p that is differentiated with the potentials it starts from held constant
+(the envelope gradient). Every softmin is one tessel.distributed.Genred LogSumExp over every
+rank's rows, in the core's arithmetic (log-weights and potentials in float64, the reduction in
+the points' dtype), so a rank's potentials are the rows of the single-process ones up to the
+order of the ring's partial sums. Kernel losses are Genred Sum reductions.
+
+Each rank's loss is its own share l_r (<a_r, f_r - p_r> + <b_r, g_r - q_r>); the value returned
+is the all_reduced total, and its backward is l_r's, so that every rank receives d(total)/d(its
+own rows): each share reads other ranks' rows only through reductions whose backward sends
+their gradients home (Genred's semantics), or not at all (detached, as GeomLoss does).
+"""
+import math
+
+import torch
+import torch.distributed as dist
+
+from .. import _core
+from ..ot import SamplesLoss as _WholeLoss
+from ._genred import Genred
+from ._ring import Ring, exchange
+
+__all__ = ["SamplesLoss"]
+
+_WHO = "tessel.distributed.SamplesLoss"
+_WHOLE = "tessel.ot.SamplesLoss"
+_LOG_ZERO = -1e5  # the core's log of a zero weight: finite potentials, exp(.) underflows to 0
+_SUPPORTED = ("supported: loss='sinkhorn' (balanced, the built-in costs p=1 and p=2, envelope "
+              "gradients) and the kernel losses 'gaussian', 'laplacian' and 'energy'")
+_COSTS = {1.0: "Norm2(X-Y)", 2.0: "SqDist(X,Y) / IntCst(2)"}
+# k(x, y) * w for the kernel losses, with G the kernel's scale (tessel.ot.kernel_loss's kernels).
+_KERNELS = {"gaussian": ("Exp(-G * SqDist(X,Y)) * W", lambda blur: 1 / (2 * blur ** 2)),
+            "laplacian": ("Exp(-G * Sqrt(SqDist(X,Y))) * W", lambda blur: 1 / blur),
+            "energy": ("-G * Sqrt(SqDist(X,Y)) * W", lambda blur: 1.0)}
+_SOFTMIN_ALIASES = "X=Vi({d})", "Y=Vj({d})", "H=Vj(1)", "E=Pm(1)"
+_KERNEL_ALIASES = "X=Vi({d})", "Y=Vj({d})", "W=Vj(1)", "G=Pm(1)"
+
+
+class SamplesLoss(torch.nn.Module):
+    """tessel.ot.SamplesLoss (GeomLoss's SamplesLoss) on clouds sharded over the ranks of
+    `group` (default: the world).
+
+    Same arguments and defaults, plus `group`. Call it on every rank, collectively, as L(x, y) or
+    L(a, x, b, y) with that rank's rows: x (n_r, D), y (m_r, D), a (n_r,) or (n_r, 1), b likewise;
+    shards may be uneven or empty, x and y sharded differently. Returns the loss of the whole
+    clouds, the same value on every rank; with potentials=True, this rank's rows of GeomLoss's
+    potentials (F, G), shaped (1, n_r) and (1, m_r).
+
+    Backward is collective (every rank must backpropagate its copy of the loss): each rank then
+    receives d(loss)/d(its own rows of a, x, b, y), the rows of what one process would get on the
+    whole clouds (not summed over the ranks' copies). First order only (envelope gradients).
+
+    Sharded: loss='sinkhorn' balanced with the costs p=1 and p=2, debiased or not, and the
+    kernel losses. Not sharded (NotImplementedError): reach / reach_x / reach_y, cost=,
+    kernel=, cluster_scale= and the multiscale or tensorized backends, gradient other than
+    'envelope', batches of clouds.
+    """
+
+    def __init__(self, loss="sinkhorn", p=2, blur=0.05, reach=None, diameter=None, scaling=0.5,
+                 truncate=5, cost=None, kernel=None, cluster_scale=None, debias=True,
+                 potentials=False, verbose=False, backend="auto", gradient="envelope",
+                 snapshots=None, reach_x=None, reach_y=None, group=None):
+        super().__init__()
+        try:  # tessel.ot's checks of every argument, naming this class
+            whole = _WholeLoss(loss=loss, p=p, blur=blur, reach=reach, diameter=diameter,
+                               scaling=scaling, truncate=truncate, cost=cost, kernel=kernel,
+                               cluster_scale=cluster_scale, debias=debias,
+                               potentials=potentials, verbose=verbose, backend=backend,
+                               gradient=gradient, snapshots=snapshots, reach_x=reach_x,
+                               reach_y=reach_y)
+        except (TypeError, ValueError, NotImplementedError) as e:
+            raise type(e)(str(e).replace(_WHOLE, _WHO)) from None
+        unsupported = [("reach", reach), ("reach_x", reach_x), ("reach_y", reach_y),
+                       ("cost", cost), ("kernel", kernel), ("cluster_scale", cluster_scale),
+                       ("snapshots", snapshots)]
+        unsupported += [("backend", backend)] if backend not in ("auto", "online") else []
+        unsupported += [("gradient", gradient)] if gradient != "envelope" else []
+        for name, v in unsupported:
+            if v is not None:
+                raise NotImplementedError(f"{_WHO}: {name}={v!r} is not sharded; {_SUPPORTED}")
+        self.loss, self.p, self.blur, self.diameter = whole.loss, whole.p, whole.blur, diameter
+        self.scaling, self.debias, self.potentials = whole.scaling, whole.debias, whole.potentials
+        self.group = group
+        self._reds = {}
+
+    def _genred(self, formula, aliases, op, dim):
+        """The Genred of a formula, built once per dimension of the points."""
+        key = (formula, op, dim)
+        if key not in self._reds:
+            self._reds[key] = Genred(formula, [s.format(d=dim) for s in aliases], op, axis=1,
+                                     group=self.group)
+        return self._reds[key]
+
+    def _settings(self):
+        return repr((self.loss, self.p, self.blur, self.diameter, self.scaling, self.debias,
+                     self.potentials))
+
+    def forward(self, *args):
+        ring = Ring.of(self.group, _WHO)
+        ns, ms = exchange(_Call(self._settings()), ring, args, _WHO)
+        a, x, b, y = _with_weights(args, sum(ns), sum(ms))
+        if self.loss == "sinkhorn" and not (sum(ns) and sum(ms)):
+            raise ValueError(f"{_WHO}: x has {sum(ns)} and y {sum(ms)} points over all ranks; "
+                             "expected at least one point per cloud for loss='sinkhorn'")
+        lo, hi, needs, masses = _global_stats(ring, a, x, b, y)
+        # A rank whose rows need no gradient still joins the collective backward of those that
+        # do: every rank's reductions must record the same graph.
+        a, x, b, y = (t.detach().requires_grad_() if n and not t.requires_grad else t
+                      for t, n in zip((a, x, b, y), needs))
+        if self.loss != "sinkhorn":
+            out = self._kernel(a, x, b, y)
+        else:
+            _check_masses(masses, x.dtype)
+            diameter = self.diameter
+            if diameter is None:  # the core's estimate: the global bounding box's diagonal
+                d = math.sqrt(sum((h - l) ** 2 for h, l in zip(hi, lo)))
+                diameter = d if d > 0 else self.blur
+            if x.dtype == torch.float32 and not 2.0 ** -16 <= diameter <= 2.0 ** 16:
+                raise NotImplementedError(f"{_WHO}: float32 clouds of diameter {diameter:.3g} "
+                                          "are not rescaled when sharded; pass float64 points "
+                                          "or clouds of unit size")
+            out = self._sinkhorn(a, x, b, y, diameter)
+        if self.potentials:
+            return out
+        total = out.detach().clone()
+        dist.all_reduce(total, group=ring.group)
+        return _Total.apply(out, total)
+
+    def _sinkhorn(self, a, x, b, y, diameter):
+        """This rank's share of the loss, or its rows of the potentials (F, G)."""
+        schedule = _core.epsilon_schedule(self.p, diameter, self.blur, self.scaling)
+        red = self._genred(f"H - E * ({_COSTS[self.p]})", _SOFTMIN_ALIASES, "LogSumExp",
+                           x.shape[1])
+        la, lb = _log_weights(a), _log_weights(b)
+
+        def softmin(u, v, logw, pot, eps, last):
+            """-eps log sum_j exp(log w_j + pot_j / eps - C(u_i, v_j) / eps), over all ranks:
+            float64 in the loop (the core keeps its potentials so), u's dtype at the last step."""
+            h = (logw + pot / eps).to(u.dtype)[:, None]
+            lse = red(u, v.detach(), h, u.new_tensor([1 / eps]))[:, 0]
+            return -eps * (lse if last else lse.double())
+
+        def sweep(pots, eps, u, v, last=False):
+            """Every potential as the softmin of the others (the cold start, the last step)."""
+            f, g, p, q = pots
+            out = [softmin(u, v, lb, g, eps, last), softmin(v, u, la, f, eps, last)]
+            if self.debias:
+                out += [softmin(u, u, la, p, eps, last), softmin(v, v, lb, q, eps, last)]
+            return out + [None] * (4 - len(out))
+
+        xd, yd = x.detach(), y.detach()
+        with torch.no_grad():
+            zeros = [la.new_zeros(x.shape[0]), lb.new_zeros(y.shape[0])]
+            pots = sweep(zeros * 2, schedule[0], xd, yd)
+            for eps in schedule:  # symmetric updates, averaged (the core's order and rounding)
+                new = sweep(pots, eps, xd, yd)
+                pots = [None if o is None else 0.5 * (o + s) for o, s in zip(pots, new)]
+        f, g, p, q = sweep(pots, schedule[-1], x, y, last=True)
+        if self.potentials:
+            F, G = (f - p, g - q) if self.debias else (f, g)
+            return F[None], G[None]
+        share = (a * f).sum() + (b * g).sum()
+        if self.debias:
+            share = share - (a * p).sum() - (b * q).sum()
+        return share
+
+    def _kernel(self, a, x, b, y):
+        """This rank's share of half the squared kernel norm of a - b, or its rows of the
+        potentials (tessel.ot.kernel_loss's, its gradients included)."""
+        formula, scale = _KERNELS[self.loss]
+        red = self._genred(formula, _KERNEL_ALIASES, "Sum", x.shape[1])
+        k = x.new_tensor([scale(self.blur)])
+
+        def product(u, v, w):
+            return red(u, v, w[:, None], k)[:, 0]
+
+        if self.potentials:
+            # GeomLoss's graph: K(x, x) a with its second x and a constant, the gradient twice.
+            a_x = product(2 * x - x.detach(), x.detach(), a.detach())
+            b_y = product(2 * y - y.detach(), y.detach(), b.detach())
+            return (a_x - product(x, y, b))[None], (b_y - product(y, x, a))[None]
+        # Every side differentiable: the gradient of the quadratic form (tessel.ot's too).
+        return (0.5 * (a * product(x, x, a)).sum() + 0.5 * (b * product(y, y, b)).sum()
+                - (a * product(x, y, b)).sum())
+
+
+class _Total(torch.autograd.Function):
+    """The total over the ranks (the same number on every rank), whose backward is the rank's
+    own share's."""
+
+    @staticmethod
+    def forward(ctx, share, total):
+        return total.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+class _Call:
+    """A call's descriptor for the ranks' check (tessel.distributed's exchange): the loss's
+    settings and each argument's dims, dtype and device; raises on this rank's own errors."""
+
+    def __init__(self, settings):
+        self._text = settings
+
+    def _descriptor(self, args):
+        a, x, b, y = _split(args)
+        for name, t in (("x", x), ("y", y), ("a", a), ("b", b)):
+            if t is None:
+                continue
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{_WHO}: {name} must be a torch tensor, got {type(t).__name__}")
+            if t.dtype not in (torch.float32, torch.float64) or t.dtype != x.dtype:
+                raise TypeError(f"{_WHO}: {name} has dtype {t.dtype}; expected float32 or "
+                                f"float64, the dtype of x ({x.dtype})")
+            if t.device != x.device:
+                raise ValueError(f"{_WHO}: {name} is on {t.device} but x on {x.device}; "
+                                 "expected one device")
+            if not bool(torch.isfinite(t.detach()).all()):
+                raise ValueError(f"{_WHO}: {name} has a non-finite value on this rank")
+        for name, t in (("x", x), ("y", y)):
+            if t.dim() != 2:
+                raise ValueError(f"{_WHO}: {name} has shape {tuple(t.shape)}; expected this "
+                                 "rank's rows as an (n, D) tensor (batches are not sharded)")
+        if x.shape[1] != y.shape[1]:
+            raise ValueError(f"{_WHO}: x has points of dimension {x.shape[1]} but y of "
+                             f"dimension {y.shape[1]}; expected the same")
+        for name, w, pts in (("a", a, x), ("b", b, y)):
+            if w is None:
+                continue
+            if tuple(w.shape) not in ((pts.shape[0],), (pts.shape[0], 1)):
+                raise ValueError(f"{_WHO}: {name} has shape {tuple(w.shape)}; expected "
+                                 f"({pts.shape[0]},) or ({pts.shape[0]}, 1): one weight per "
+                                 "point of this rank's rows")
+            if bool((w.detach() < 0).any()):
+                raise ValueError(f"{_WHO}: {name} has a negative weight; weights must be >= 0")
+        parts = [(self._text, len(args))]
+        for name, kind, t in (("a", "weights", a), ("x", "points", x), ("b", "weights", b),
+                              ("y", "points", y)):
+            if t is not None:
+                parts.append((name, kind, tuple(t.shape[1:]), str(t.dtype), t.device.type,
+                               False))
+        return parts, x.shape[0], y.shape[0]
+
+
+def _split(args):
+    if len(args) == 2:
+        return None, args[0], None, args[1]
+    if len(args) == 4:
+        return args
+    raise TypeError(f"{_WHO}: takes (x, y) or (a, x, b, y), this rank's rows of each, got "
+                    f"{len(args)} arguments")
+
+
+def _with_weights(args, n, m):
+    """(a, x, b, y) with weights of shape (rows,); a None weight is uniform over its whole
+    cloud (as tessel.ot's: ones / the global count)."""
+    a, x, b, y = _split(args)
+    a = torch.ones(x.shape[0], dtype=x.dtype, device=x.device) / n if a is None else a
+    b = torch.ones(y.shape[0], dtype=y.dtype, device=y.device) / m if b is None else b
+    return a.reshape(-1), x, b.reshape(-1), y
+
+
+def _global_stats(ring, a, x, b, y):
+    """The global bounding box (lo, hi per coordinate), whether any rank's a, x, b, y needs a
+    gradient, and the total masses: one all_reduce of maxima, one of sums."""
+    pts = torch.cat([x.detach(), y.detach()]).double()
+    inf = torch.full((x.shape[1],), math.inf, dtype=torch.float64, device=pts.device)
+    hi = pts.max(0)[0] if pts.shape[0] else -inf
+    lo = pts.min(0)[0] if pts.shape[0] else inf
+    grad = torch.is_grad_enabled()
+    flags = torch.tensor([float(grad and t.requires_grad) for t in (a, x, b, y)],
+                         dtype=torch.float64, device=pts.device)
+    top = torch.cat([hi, -lo, flags])
+    masses = torch.stack([a.detach().double().sum(), b.detach().double().sum()])
+    if ring.backend == "gloo":
+        top, masses = top.cpu(), masses.cpu()
+    dist.all_reduce(top, op=dist.ReduceOp.MAX, group=ring.group)
+    dist.all_reduce(masses, group=ring.group)
+    d = x.shape[1]
+    return ((-top[d:2 * d]).tolist(), top[:d].tolist(), [bool(v) for v in top[2 * d:].tolist()],
+            masses.tolist())
+
+
+def _check_masses(masses, dtype):
+    """The core's check: balanced OT between different total masses has no solution."""
+    ma, mb = masses
+    tol = 1e-4 if dtype == torch.float32 else 1e-8
+    if not (ma > 0 and mb > 0):
+        raise ValueError(f"{_WHO}: the weights sum to {ma:g} (a) and {mb:g} (b) over all ranks; "
+                         "expected a positive total mass for each")
+    if abs(ma - mb) > tol * max(ma, mb):
+        raise ValueError(f"{_WHO}: balanced OT needs equal total masses; over all ranks a sums "
+                         f"to {ma!r} and b to {mb!r}: normalise the weights")
+
+
+def _log_weights(w):
+    """The core's log-weights, in float64 and detached (the loop and the extrapolation hold the
+    weights constant; their gradient is the potentials', through the loss's sums)."""
+    w = w.detach().double()
+    return torch.where(w > 0, torch.log(w), torch.full_like(w, _LOG_ZERO))

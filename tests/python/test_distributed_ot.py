@@ -1,0 +1,191 @@
+"""tessel.distributed.SamplesLoss on 2 and 3 gloo processes against tessel.ot.SamplesLoss on the
+whole clouds in one process: values, potentials and the gradients in a, x, b and y.
+
+One spawned group per world size runs every configuration (spawning costs a second or two), each
+rank returning its value and its rows of the gradients; the test compares them, stacked in rank
+order, with the single process's. Workers live at module level (spawn imports them) and
+gloo_ranks.py runs them.
+"""
+import pytest
+import torch
+import torch.distributed as dist
+
+import tessel.distributed as td
+import tessel.ot
+from gloo_ranks import run_ranks
+
+pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
+                                reason="torch.distributed with gloo is not available")
+
+# Both sides run the same schedule and the same float64 arithmetic on the same log-weights and
+# potentials; only the order of each LogSumExp's partial sums differs (the ring merges blocks),
+# a few ulps per softmin carried through ~12 averaged iterations that contract errors. So the
+# agreement is near float64 rounding, not a convergence tolerance: 1e-9 relative leaves room.
+RTOL = 1e-9
+WAIT_S = 60
+N, M, D = 13, 11, 2
+# Per world size: rows of x and of y per rank; uneven, an empty shard on each side, and x and y
+# sharded differently.
+SHARDS = {2: ([13, 0], [4, 7]), 3: ([5, 0, 8], [0, 6, 5])}
+CONFIGS = [
+    dict(p=2, debias=True),
+    dict(p=2, debias=False, blur=0.1, scaling=0.7),
+    dict(p=1, debias=True, blur=0.2),
+    dict(p=1, debias=False),
+    dict(p=2, debias=True, potentials=True),
+    dict(loss="gaussian", blur=0.5),
+    dict(loss="energy"),
+    dict(loss="laplacian", blur=0.5, potentials=True),
+]
+
+
+def _clouds():
+    """The whole problem, the same on every rank (one seed): weights of equal total mass, one
+    of them zero (the core's finite log of 0)."""
+    gen = torch.Generator().manual_seed(2024)
+    x = torch.randn(N, D, dtype=torch.float64, generator=gen)
+    y = torch.randn(M, D, dtype=torch.float64, generator=gen) * 0.7 + 0.5
+    a = torch.rand(N, dtype=torch.float64, generator=gen) + 0.1
+    b = torch.rand(M, dtype=torch.float64, generator=gen) + 0.1
+    a[3] = 0
+    return a / a.sum(), x, b / b.sum(), y
+
+
+def _rows(sizes, rank):
+    return slice(sum(sizes[:rank]), sum(sizes[: rank + 1]))
+
+
+def _plain(t):
+    """A tensor as a NumPy array: torch's queue shares tensors through file descriptors, which
+    die with the worker that returns them."""
+    return None if t is None else t.detach().numpy().copy()
+
+
+def _run_config(config, whole, weighted, rank, world):
+    """This rank's value (or potentials) and its rows of the gradients, as NumPy arrays."""
+    xs, ys = SHARDS[world]
+    a, x, b, y = whole
+    rx, ry = _rows(xs, rank), _rows(ys, rank)
+    mine = [t.clone().requires_grad_() for t in (a[rx], x[rx], b[ry], y[ry])]
+    loss = td.SamplesLoss(**config)
+    args = mine if weighted else (mine[1], mine[3])
+    out = loss(*args)
+    if config.get("potentials"):
+        F, G = out
+        # A loss of the potentials, to check their gradients too (collective backward).
+        (F.square().sum() + G.sum()).backward()
+        value = (_plain(F), _plain(G))
+    else:
+        out.backward()
+        value = _plain(out)
+    return value, [_plain(t.grad) for t in mine]
+
+
+def _bad_inputs(rank, world):
+    """Calls that go wrong on one rank only: every rank raises (none hangs)."""
+    loss = td.SamplesLoss()
+    messages = []
+    d = 3 if rank == 0 else 2
+    for args in ((torch.randn(3, d, dtype=torch.float64), torch.randn(2, d, dtype=torch.float64)),
+                 (torch.randn(*((3, d) if rank else (3 * d,)), dtype=torch.float64),
+                  torch.randn(2, d, dtype=torch.float64))):
+        try:
+            loss(*args)
+            messages.append(None)
+        except (ValueError, RuntimeError) as e:
+            messages.append(f"{type(e).__name__}: {e}")
+    return messages
+
+
+def _work(rank, world):
+    whole = _clouds()
+    results = [_run_config(c, whole, True, rank, world) for c in CONFIGS]
+    results.append(_run_config(CONFIGS[0], whole, False, rank, world))
+    return results, _bad_inputs(rank, world)
+
+
+def _reference(config, weighted):
+    whole = [t.clone().requires_grad_() for t in _clouds()]
+    loss = tessel.ot.SamplesLoss(**config)
+    out = loss(*(whole if weighted else (whole[1], whole[3])))
+    if config.get("potentials"):
+        F, G = out
+        (F.square().sum() + G.sum()).backward()
+        value = (F.detach()[0], G.detach()[0])
+    else:
+        out.backward()
+        value = out.detach()
+    return value, [t.grad for t in whole]
+
+
+def _close(what, got, want):
+    scale = max(want.abs().max().item(), 1e-300)
+    torch.testing.assert_close(got, want, rtol=RTOL, atol=RTOL * scale,
+                               msg=lambda m: f"{what}: {m}")
+
+
+def _tensors(v):
+    if isinstance(v, (list, tuple)):
+        return type(v)(_tensors(u) for u in v)
+    return None if v is None else torch.from_numpy(v)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_sharded_loss_matches_one_process(world, interpreted):
+    results = run_ranks(_work, world, WAIT_S)
+    results = {r: (_tensors(v[0]), v[1]) for r, v in results.items()}
+    xs, ys = SHARDS[world]
+    cases = [(c, True) for c in CONFIGS] + [(CONFIGS[0], False)]
+    for k, (config, weighted) in enumerate(cases):
+        want_value, want_grads = _reference(config, weighted)
+        what = f"{config}{'' if weighted else ' without weights'}"
+        got = [results[r][0][k] for r in range(world)]
+        if config.get("potentials"):
+            for n, rows in ((0, xs), (1, ys)):
+                for r in range(world):
+                    assert got[r][0][n].shape == (1, rows[r]), what
+                _close(f"{what} potential {n}", torch.cat([g[0][n][0] for g in got]),
+                       want_value[n])
+        else:
+            for r in range(world):  # the same number on every rank, bit for bit
+                assert torch.equal(got[r][0], got[0][0]), (what, r)
+            _close(f"{what} value", got[0][0], want_value)
+        for n, (name, rows) in enumerate((("a", xs), ("x", xs), ("b", ys), ("y", ys))):
+            if want_grads[n] is None or not weighted and name in "ab":
+                continue
+            grad = [g[1][n] for g in got]
+            assert all(t is not None for t in grad), (what, name)
+            grad = torch.cat(grad)
+            _close(f"{what} gradient in {name}", grad, want_grads[n])
+    # Bad inputs on one rank: x of dimension 3 on rank 0, 2 elsewhere, named on every rank; a
+    # 1-D x on rank 0 refused there, the others told which rank refused.
+    for r in range(world):
+        dims, flat = results[r][1]
+        assert f"rank 1 disagrees with rank 0 on argument x (points): dims (2,) vs (3,)" in dims
+        assert "tessel.distributed.SamplesLoss" in dims
+        if r == 0:
+            assert "ValueError: tessel.distributed.SamplesLoss: x has shape (9,)" in flat
+        else:
+            assert "rank 0 of the group refused its arguments" in flat
+
+
+@pytest.mark.parametrize("option, value", [("reach", 0.5), ("cluster_scale", 0.1),
+                                           ("backend", "multiscale"), ("gradient", "implicit"),
+                                           ("cost", "SqDist(X,Y)")])
+def test_unsharded_options_say_what_is_supported(option, value):
+    with pytest.raises(NotImplementedError, match=rf"tessel.distributed.SamplesLoss: {option}="
+                                                  r".* is not sharded; supported: loss="):
+        td.SamplesLoss(**{option: value})
+
+
+def test_bad_settings_name_the_sharded_loss():
+    with pytest.raises(ValueError, match="tessel.distributed.SamplesLoss: blur must be"):
+        td.SamplesLoss(blur=-1)
+    with pytest.raises(ValueError, match="tessel.distributed.SamplesLoss: unknown loss"):
+        td.SamplesLoss(loss="wasserstein")
+
+
+def test_without_a_process_group_the_call_says_what_to_do():
+    assert not dist.is_initialized()
+    with pytest.raises(RuntimeError, match="SamplesLoss: no process group is initialized"):
+        td.SamplesLoss()(torch.randn(4, 2), torch.randn(5, 2))
