@@ -1,5 +1,7 @@
-"""tessel.distributed.SamplesLoss on 2 and 3 gloo processes against tessel.ot.SamplesLoss on the
-whole clouds in one process: values, potentials and the gradients in a, x, b and y.
+"""tessel.distributed.SamplesLoss on 2 and 3 gloo processes against one process's tessel.ot.
+
+Values, potentials and the gradients in a, x, b and y of tessel.distributed.SamplesLoss on
+sharded clouds against tessel.ot.SamplesLoss on the whole clouds in one process.
 
 One spawned group per world size runs every configuration (spawning costs a second or two), each
 rank returning its value and its rows of the gradients; the test compares them, stacked in rank
@@ -95,6 +97,10 @@ def _bad_inputs(rank, world):
             messages.append(None)
         except (ValueError, RuntimeError) as e:
             messages.append(f"{type(e).__name__}: {e}")
+    # Masses that differ over all ranks (each rank's rows look fine): refused on every rank.
+    x = torch.randn(2, 2, dtype=torch.float64)
+    with pytest.raises(ValueError, match="balanced OT needs equal total masses"):
+        loss(torch.full((2,), 0.25, dtype=x.dtype), x, torch.full((2,), 0.5, dtype=x.dtype), x)
     return messages
 
 

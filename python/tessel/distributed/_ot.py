@@ -1,5 +1,7 @@
-"""tessel.distributed.SamplesLoss: Sinkhorn divergences and kernel losses between point clouds
-whose rows are sharded over the ranks of a process group, with gradients.
+"""tessel.distributed.SamplesLoss: GeomLoss's SamplesLoss on point clouds sharded over ranks.
+
+Sinkhorn divergences and kernel losses between point clouds whose rows are spread over the ranks
+of a process group, with gradients in every rank's rows.
 
 The Sinkhorn loop is tessel.ot's online one, replayed in Python: GeomLoss's epsilon schedule
 (the core's own epsilon_schedule, from the diameter of the global bounding box), a cold start
