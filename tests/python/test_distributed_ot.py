@@ -165,7 +165,7 @@ def test_sharded_loss_matches_one_process(world, interpreted):
             for r in range(world):  # the same number on every rank, bit for bit
                 assert torch.equal(got[r][0], got[0][0]), (what, r)
             _close(f"{what} value", got[0][0], want_value)
-        for n, (name, rows) in enumerate((("a", xs), ("x", xs), ("b", ys), ("y", ys))):
+        for n, name in enumerate("axby"):
             if want_grads[n] is None or not weighted and name in "ab":
                 continue
             grad = [g[1][n] for g in got]
@@ -181,7 +181,7 @@ def test_sharded_loss_matches_one_process(world, interpreted):
     # 1-D x on rank 0 refused there, the others told which rank refused.
     for r in range(world):
         dims, flat = results[r][1]
-        assert f"rank 1 disagrees with rank 0 on argument x (points): dims (2,) vs (3,)" in dims
+        assert "rank 1 disagrees with rank 0 on argument x (points): dims (2,) vs (3,)" in dims
         assert "tessel.distributed.SamplesLoss" in dims
         if r == 0:
             assert "ValueError: tessel.distributed.SamplesLoss: x has shape (9,)" in flat
