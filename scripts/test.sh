@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs the whole test suite: ctest (C++), then pytest.
+# Installs what is missing, builds, and runs the whole test suite: ctest (C++), pytest, then the
+# R and Octave bindings' tests.
 #
 # Usage: scripts/test.sh [extra ctest options, e.g. -R cli]
 # Passed tests are not listed; failures are shown with their output, then ctest's summary.
@@ -62,6 +63,15 @@ TESSEL_CACHE_DIR="$PWD/build/test-cache" PYTHONPATH="$PWD/build/python" \
   "$python" -m pytest -q -p no:cacheprovider -n "$(nproc 2> /dev/null || echo 2)" \
   --durations=10 --durations-min=1 tests/python
 py_rc=$?
+# The R package and the Octave MEX gateway on the same library and kernel cache, each with its own
+# runner summary (testthat; the Octave runner's passed / failed count). Each installs R or Octave
+# when missing (Debian packages).
+for binding in r octave; do
+  [[ -x scripts/test_$binding.sh ]] || continue
+  scripts/test_$binding.sh
+  binding_rc=$?
+  ((binding_rc == 0)) || rc=$binding_rc
+done
 # The ten slowest C++ tests over every ctest run above (pytest listed its own), so that a test
 # that grows slow is seen when it does.
 echo "test: the ten slowest C++ tests (seconds, run)"
