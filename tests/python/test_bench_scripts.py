@@ -120,3 +120,27 @@ def test_shapes_bench_smoke_and_table():
     assert row["variant"] == "tessel" and row["n"] == 42 and row["seconds_per_iter"] > 0
     assert row["loss"] > 0 and row["grad_norm"] > 0
     assert "| sphere | 42 | float64 | tessel |" in out.stdout
+
+
+def test_distributed_bench_smoke_and_table(tmp_path):
+    """Two gloo processes at a tiny size: JSON lines with the machine, each rank's split of its
+    time, the ring's result equal to one process's, and the Markdown tables."""
+    out = subprocess.run([sys.executable, str(BENCH / "distributed_bench.py"), "--n", "400",
+                          "--n-per-rank", "200", "--repeats", "1", "--strong", "2", "--weak",
+                          "2"], capture_output=True, text=True, env=dict(os.environ), timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert rows[0]["kind"] == "machine" and rows[0]["cpu"] and "load_after" in rows[-1]
+    timed = [r for r in rows if "seconds" in r]
+    assert len(timed) == 8 and all(r["seconds"] > 0 and r["efficiency"] > 0 for r in timed)
+    ring = [r for r in timed if r["impl"] == "tessel.distributed" and r["scaling"] == "strong"]
+    one = [r for r in timed if r["impl"] == "tessel.torch"][0]
+    assert abs(ring[0]["checksum"] - one["checksum"]) <= 1e-5 * abs(one["checksum"])
+    assert [q["rank"] for q in ring[0]["per_rank"]] == [0, 1]
+    assert all(q["wait_s"] >= 0 and q["compute_s"] > 0 for q in ring[0]["per_rank"])
+    path = tmp_path / "dist.jsonl"
+    path.write_text(out.stdout)
+    t = subprocess.run([sys.executable, str(BENCH / "distributed_bench.py"), "--table",
+                        str(path)], capture_output=True, text=True, timeout=60)
+    assert t.returncode == 0, t.stderr
+    assert "strong scaling" in t.stdout and "| tessel.distributed | 400 | 2 x 1 |" in t.stdout

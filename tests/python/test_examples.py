@@ -24,6 +24,8 @@ EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "python"
     # The real cortex at a reduced size (8 mm cells: about 1,400 vertices), a few iterations.
     ("register_fsaverage.py", ["--cell", "8", "--iters", "6", "--min-drop", "0.85", "--png",
                                "{tmp}/fsaverage.png"]),
+    # Two gloo processes spawned by the example itself (no torchrun), checked against one.
+    ("distributed_torchrun.py", ["--nproc", "2", "--points", "2000"]),
 ])
 def test_example_runs(script, args, tmp_path):
     args = [args] if isinstance(args, str) else [a.format(tmp=tmp_path) for a in args]
