@@ -64,13 +64,17 @@ def _result(outs):
 
 
 def _backward(ctx, grad_outputs):
-    bound, call = ctx.bound, ctx.call
+    return (None, None, *vjp(ctx.bound, ctx.call, ctx.saved_tensors, grad_outputs[0],
+                             ctx.needs_input_grad[2:]))
+
+
+def vjp(bound, call, args, g, needs):
+    """The gradients of sum(output 0 * g) for the arguments with needs[k] (None for the others),
+    by the gradient reductions alone: the reduction itself is not evaluated (tessel.distributed's
+    ring backward takes a block's gradient without its forward)."""
     reduction = bound.reduction
-    args = ctx.saved_tensors
-    g = grad_outputs[0]
     used = {i for i, _, _ in reduction.inputs()}
-    wanted = [k for k in range(len(args))
-              if ctx.needs_input_grad[2 + k] and k in used and g is not None]
+    wanted = [k for k in range(len(args)) if needs[k] and k in used and g is not None]
     # Inputs on the same side (all i or all j variables) get one fused reduction (see
     # fused_grads_of): the kernel Hamiltonian's dH/dq and dH/dp share their exponential.
     by_side = {}
@@ -89,9 +93,9 @@ def _backward(ctx, grad_outputs):
         out = GenredFunction.apply(bound.derive(both), call, *args, g)
         for k, part in zip(ks, out.split(dims, dim=-1)):
             raw[k] = part
-    grads = [None, None]
+    grads = []
     for k, a in enumerate(args):
-        if not ctx.needs_input_grad[2 + k]:
+        if not needs[k]:
             grads.append(None)
         elif k not in raw:
             grads.append(torch.zeros_like(a))

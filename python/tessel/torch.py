@@ -14,7 +14,7 @@ from .lazytensor import ArrayAdapter, LazyTensor, Vi, Vj, Pm, register_adapter  
 from ._genred import GenredBase
 
 from ._exit import keep_until_exit
-from ._torch_autograd import CUDA_IO, GenredFunction, ZeroGrads, run, transforms_active
+from ._torch_autograd import CUDA_IO, GenredFunction, ZeroGrads, run, transforms_active, vjp
 from . import _torch_op
 from ._solve import KernelSolveBase
 # The memory tools (tessel.loops), offered beside Genred where the README shows them.
@@ -72,6 +72,14 @@ class Genred(GenredBase):
             out = ZeroGrads.apply(out, *unread) if not isinstance(out, tuple) else (
                 ZeroGrads.apply(out[0], *unread), *out[1:])
         return out
+
+    def _vjp(self, args, g, needs, backend=None):
+        """The gradients of sum(output 0 * g) for the arguments with needs[k] (None for the
+        others), without evaluating the reduction: tessel.distributed's ring backward."""
+        tensors, call = self._spec.prepare(args, "Genred", backend)
+        grads = vjp(self._bound, call, tensors, g, needs[: len(tensors)])
+        return (*grads, *[torch.zeros_like(a) if n else None
+                          for a, n in zip(args[len(tensors):], needs[len(tensors):])])
 
 
 def _plain(tensors):

@@ -227,30 +227,29 @@ class _RingFunction(torch.autograd.Function):
 
 def _block_grads(ctx, args, block, state, g, grads, jneeds, owner):
     """Adds one block's share of the gradients to this rank's own-row and parameter gradients
-    (`grads`); returns its share of the block's gradient (packed like the block), or None."""
-    red, needs = ctx.red, ctx.needs_input_grad[4:]
-    cats, rows = red._cats, ctx.sizes[owner]
+    (`grads`); returns its share of the block's gradient (packed like the block), or None. The
+    gradient reductions run on their own (tessel.torch.Genred._vjp): no block's forward is
+    evaluated but where the rule weighs the block by its values (LogSumExp, SumSoftMaxWeight)."""
+    red, needs = ctx.red, list(ctx.needs_input_grad[4:])
+    cats, rows, rule = red._cats, ctx.sizes[owner], red._rule
     home = next(a for a, c in zip(args, cats) if c == red._home)
     if g is None or rows == 0 or home.shape[0] == 0:
         return None  # no pair (i, j) in this block, or nothing to differentiate
-    with torch.enable_grad():
-        ys = iter([y.detach().requires_grad_(jneeds) for y in _unpack(block, _away(args, red))])
-        inputs = [next(ys) if c == red._away else a.detach().requires_grad_(bool(n))
-                  for a, c, n in zip(args, cats, needs)]
-        pairs = red._rule.weights(state, red._block(inputs, None, rows, ctx.backend), [g],
-                                  owner)
-        want = [k for k, a in enumerate(inputs) if a.requires_grad]
-        if not pairs or not want:
-            return None
-        got = torch.autograd.grad([p for p, _ in pairs], [inputs[k] for k in want],
-                                  grad_outputs=[w for _, w in pairs], allow_unused=True)
-    yg = []
-    for k, gk in zip(want, got):
-        if cats[k] == red._away:
-            yg.append(torch.zeros_like(inputs[k]) if gk is None else gk)
-        elif gk is not None:
-            grads[k] += gk
-    return _pack(yg) if jneeds else None
+    inputs = _with_block([a.detach() for a in args], red, block)
+    width = None if red._k is None else min(red._k, rows)
+    outs = red._block(inputs, None, rows, ctx.backend) if rule.needs_outputs else None
+    total = [None] * len(args)
+    for op, w in rule.weights(state, outs, [g], owner, width):
+        local = red._local(*rule.ops[op], width)
+        got = local._vjp(inputs, w, needs, backend=ctx.backend)
+        total = [b if a is None else a if b is None else a + b for a, b in zip(total, got)]
+    for k, c in enumerate(cats):
+        if c != red._away and total[k] is not None:
+            grads[k] += total[k]
+    if not jneeds:
+        return None
+    return _pack([total[k] if total[k] is not None else torch.zeros_like(inputs[k])
+                  for k, c in enumerate(cats) if c == red._away])
 
 
 def _away(args, red):

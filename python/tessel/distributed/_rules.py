@@ -3,8 +3,10 @@ block's share of the gradient is: the rules behind tessel.distributed's ring.
 
 A rule names the plain reductions a rank runs on one block (`ops`), turns their outputs into a
 block's state (values, global indices, which block won), merges states in any order, and gives
-the final outputs. In backward it weighs the block's recomputed outputs so that their gradients
-add up to the gradient of the merged result. The merges follow the core's reduction table:
+the final outputs. In backward it gives each op's cotangent for the block (computed from the
+block's recomputed outputs where `needs_outputs`, else from the merged state alone, so that a
+Sum's or a Min's backward evaluates no forward), whose gradients add up to the gradient of the
+merged result. The merges follow the core's reduction table:
 Min / Max let NaN win and break ties by the lowest global index; KMin sorts NaN last.
 """
 import torch
@@ -42,6 +44,7 @@ class _Add:
     """Sum: partial sums add; every block's output gets the result's gradient as is."""
     ops = (("Sum", False),)
     outputs = "v"
+    needs_outputs = False  # the block's values do not enter its weights
 
     def block(self, outs, offset, owner):
         return (outs[0],)
@@ -53,22 +56,23 @@ class _Add:
         return state[0]
 
 
-    def weights(self, state, outs, g, owner):
-        return [(outs[0], g[0])]
+    def weights(self, state, outs, g, owner, width):
+        return [(0, g[0])]
 
 
 class _LogAdd(_Add):
     """LogSumExp: logs of partial sums merge by logaddexp (-inf, an empty sum, stays -inf)."""
     ops = (("LogSumExp", False),)
+    needs_outputs = True
 
     def merge(self, a, b):
         return (torch.logaddexp(a[0], b[0]),)
 
-    def weights(self, state, outs, g, owner):
+    def weights(self, state, outs, g, owner, width):
         # The block's share of the sum, exp(its log - the total's); 0 where the total is empty.
-        w = torch.exp(outs[0].detach() - state[0])
+        w = torch.exp(outs[0] - state[0])
         w = torch.where(torch.isneginf(state[0]), torch.zeros_like(w), w)
-        return [(outs[0], g[0] * w)]
+        return [(0, g[0] * w)]
 
 
 class _SoftMax:
@@ -78,6 +82,7 @@ class _SoftMax:
     partial sum (which would be NaN where the whole sum has a value)."""
     ops = (("LogSumExp", False), ("SumSoftMaxWeight", True))
     outputs = "v"
+    needs_outputs = True
 
     def __init__(self, log):
         self.log = log
@@ -94,7 +99,7 @@ class _SoftMax:
         return state[0] + torch.log(state[1]) if self.log else state[1]
 
 
-    def weights(self, state, outs, g, owner):
+    def weights(self, state, outs, g, owner, width):
         lse, s = state
         g = g[0]
         if self.log:  # result = L + log S: d/dL = sum over components, d/dS = g / S
@@ -103,10 +108,10 @@ class _SoftMax:
             g_l = g.sum(-1, keepdim=True) + 0 * g_s.sum(-1, keepdim=True)
         else:
             g_l, g_s = torch.zeros_like(lse), g
-        c = _shares(outs[0].detach(), lse)
+        c = _shares(outs[0], lse)
         # dS/dL_b = c_b (S_b - S) and dL/dL_b = c_b; dS/dS_b = c_b.
-        g_lb = c * (g_l + (g_s * (outs[1].detach() - s)).sum(-1, keepdim=True))
-        return [(outs[0], g_lb), (outs[1], c * g_s)]
+        g_lb = c * (g_l + (g_s * (outs[1] - s)).sum(-1, keepdim=True))
+        return [(0, g_lb), (1, c * g_s)]
 
 
 def _shares(lse_b, lse):
@@ -118,6 +123,7 @@ def _shares(lse_b, lse):
 class _Selection:
     """A state (values, global indices, owning block, ...): the outputs are its first two."""
     outputs = None
+    needs_outputs = False
 
     def final(self, state):
         if self.outputs == "v":
@@ -147,10 +153,10 @@ class _Extreme(_Selection):
         take = (nb & ~na) | (~nb & ~na & beats) | (tie & (ib < ia))
         return tuple(torch.where(take, q, p) for p, q in zip(a, b))
 
-    def weights(self, state, outs, g, owner):
+    def weights(self, state, outs, g, owner, width):
         if g[0] is None:
             return []
-        return [(outs[0], torch.where(state[2] == owner, g[0], torch.zeros_like(g[0])))]
+        return [(0, torch.where(state[2] == owner, g[0], torch.zeros_like(g[0])))]
 
 
 class _KSelect(_Selection):
@@ -174,12 +180,12 @@ class _KSelect(_Selection):
         order = torch.sort(both[0], dim=1, stable=True).indices[:, : self.k]
         return tuple(t.gather(1, order) for t in both)
 
-    def weights(self, state, outs, g, owner):
+    def weights(self, state, outs, g, owner, width):
         if g[0] is None:
             return []
         mine = state[2] == owner
-        w = torch.zeros_like(outs[0])
+        w = g[0].new_zeros(g[0].shape[0], width)
         w.scatter_add_(1, torch.where(mine, state[3], torch.zeros_like(state[3])),
                        torch.where(mine, g[0], torch.zeros_like(g[0])))
-        return [(outs[0], w)]
+        return [(0, w)]
 
