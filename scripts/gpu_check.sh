@@ -17,16 +17,19 @@
 #   GPU_CHECK_NCU  0: no ncu profile
 #   GPU_CHECK_SHAPES_BENCH  shapes_bench.py arguments (default: CUDA, a sphere of 10,242 vertices)
 #   GPU_CHECK_SEED  gpu_seed_bench.py arguments (default: N = 1e4 and 1e5, 1000 iterations)
+#   GPU_CHECK_DIST_BENCH  distributed_bench.py arguments (default: NCCL, CUDA, --quick)
 #   GPU_CHECK_DEADLINE  seconds the whole check may take (default 540: one call of a lent machine
 #             is 10 minutes at most). Each step after the build gets what is left, in this order
 #             of priority: the GPU's C++ tests, the Python CUDA tests, gpu_bench.py, ncu's profile
-#             of the Gaussian sum, gpu_seed_bench.py, the half accuracy table, ot_bench.py, shapes_bench.py; a step
+#             of the Gaussian sum, gpu_seed_bench.py, the half accuracy table, ot_bench.py, shapes_bench.py,
+#             distributed_bench.py; a step
 #             with under 30 s left is skipped and named so.
 #   GPU_CHECK_CTEST  ctest arguments (default: the tests that need a GPU or NVRTC: the CPU ones
 #             run in CI; "-E ^$" runs the whole suite)
 # Writes to OUT_DIR: machine.txt, build.log, ctest.log, pytest.log, gpu_bench.jsonl,
 # backtraces.log, gpu_bench.log, pykeops_bench.jsonl, pykeops_bench.log, ncu.log, seed_bench.jsonl, seed_bench.log, half_accuracy.jsonl,
-# half_accuracy.log, ot_bench.jsonl, ot_bench.log, shapes_bench.jsonl, shapes_bench.log, summary.txt (also printed last) and all of
+# half_accuracy.log, ot_bench.jsonl, ot_bench.log, shapes_bench.jsonl, shapes_bench.log,
+# distributed_bench.jsonl, distributed_bench.log, summary.txt (also printed last) and all of
 # them in one gpu_check.tar.gz. Exit status: 0 all passed; 1 a step failed;
 # 3 no usable GPU: everything before the GPU steps ran, and summary.txt says why it stopped.
 set -uo pipefail
@@ -242,4 +245,9 @@ bench_step ot_bench ot_bench "$py" bench/ot_bench.py $ot_args
 shapes_args=${GPU_CHECK_SHAPES_BENCH:---device cuda --surface sphere --n 10242 --iters 3}
 # shellcheck disable=SC2086
 bench_step shapes_bench shapes_bench "$py" bench/shapes_bench.py $shapes_args
+# tessel.distributed over NCCL on CUDA tensors: one rank per GPU (NCCL refuses two ranks on one
+# device), so on one GPU the one-process rows: the ring's CUDA path and NCCL's collectives.
+dist_args=${GPU_CHECK_DIST_BENCH:---backend nccl --device cuda --quick}
+# shellcheck disable=SC2086
+bench_step distributed_bench distributed_bench "$py" bench/distributed_bench.py $dist_args
 finish "$failed"
