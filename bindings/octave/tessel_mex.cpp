@@ -392,6 +392,13 @@ void cmd_grad(mxArray** plhs, int nrhs, const mxArray** prhs) {
   g_who = "keops_grad";
   const Kernel& k = kernel_of(prhs[1], "keops_grad");
   const std::string var = str_arg(prhs[2], "keops_grad: the variable");
+  const std::string eta = str_arg(prhs[3], "keops_grad: eta name");
+  const std::string key = "grad\n" + std::to_string(mxGetScalar(prhs[1])) + '\n' + var + '\n' + eta;
+  const auto found = kernel_keys().find(key);
+  if (found != kernel_keys().end()) {
+    plhs[0] = mxCreateDoubleScalar(found->second);
+    return;
+  }
   const auto it =
       std::find_if(k.args.begin(), k.args.end(), [&](const Arg& a) { return a.name == var; });
   if (it == k.args.end()) {
@@ -414,11 +421,11 @@ void cmd_grad(mxArray** plhs, int nrhs, const mxArray** prhs) {
     const bool known = std::any_of(k.args.begin(), k.args.end(),
                                    [&](const Arg& a) { return a.used && a.index == s.index; });
     if (!known && !s.computed) {
-      g->args.push_back({str_arg(prhs[3], "keops_grad: eta name"), s.index, s.cat, s.dim, true});
+      g->args.push_back({eta, s.index, s.cat, s.dim, true});
       break;
     }
   }
-  plhs[0] = mxCreateDoubleScalar(add_kernel(std::move(g), ""));
+  plhs[0] = mxCreateDoubleScalar(add_kernel(std::move(g), key));
 }
 
 // 'eval', handle, args... -> outputs
@@ -485,7 +492,7 @@ void cmd_info(mxArray** plhs, const mxArray** prhs) {
   for (size_t q = 0; q < k.args.size(); ++q) {
     names.push_back(k.args[q].name);
     cats.push_back(cat_name(k.args[q].cat));
-    mxGetPr(dims)[q] = k.args[q].dim;
+    static_cast<double*>(mxGetData(dims))[q] = k.args[q].dim;
     mxGetLogicals(used)[q] = k.args[q].used;
   }
   mxSetField(s, 0, "handle", mxCreateDoubleScalar(mxGetScalar(prhs[1])));
