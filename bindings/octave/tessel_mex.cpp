@@ -385,6 +385,24 @@ void cmd_new(int nlhs, mxArray** plhs, int nrhs, const mxArray** prhs) {
   plhs[0] = mxCreateDoubleScalar(add_kernel(std::move(k), key));
 }
 
+// The argument keops_grad differentiates for: by alias name, or by KeOpsLab's variable form
+// ('Vi(0,3)', 'Var(0,3,0)'), which must match an argument's index, category and dim.
+std::vector<Arg>::const_iterator find_grad_var(const Kernel& k, const std::string& var) {
+  auto it = std::find_if(k.args.begin(), k.args.end(), [&](const Arg& a) { return a.name == var; });
+  if (it == k.args.end() && var.find('(') != std::string::npos) {
+    const tessel::AliasInfo v = tessel::parse_aliases({"var_=" + var}).at(0);
+    it = std::find_if(k.args.begin(), k.args.end(), [&](const Arg& a) {
+      return a.index == v.index && a.cat == v.cat && a.dim == v.dim;
+    });
+  }
+  if (it == k.args.end()) {
+    std::string names;
+    for (const Arg& a : k.args) names += (names.empty() ? "" : ", ") + a.name;
+    fail("keops_grad: the kernel has no argument named '" + var + "'; its arguments: " + names);
+  }
+  return it;
+}
+
 // 'grad', handle, var name, cotangent name -> handle of the gradient kernel, whose last
 // argument is the cotangent of the first output (its shape).
 void cmd_grad(mxArray** plhs, int nrhs, const mxArray** prhs) {
@@ -399,13 +417,7 @@ void cmd_grad(mxArray** plhs, int nrhs, const mxArray** prhs) {
     plhs[0] = mxCreateDoubleScalar(found->second);
     return;
   }
-  const auto it =
-      std::find_if(k.args.begin(), k.args.end(), [&](const Arg& a) { return a.name == var; });
-  if (it == k.args.end()) {
-    std::string names;
-    for (const Arg& a : k.args) names += (names.empty() ? "" : ", ") + a.name;
-    fail("keops_grad: the kernel has no argument named '" + var + "'; its arguments: " + names);
-  }
+  const auto it = find_grad_var(k, var);
   if (!it->used) fail("keops_grad: the formula does not read argument '" + var + "'");
   auto g = std::make_unique<Kernel>(k);
   g->who = "keops_grad";

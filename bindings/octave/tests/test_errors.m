@@ -21,6 +21,7 @@ function test_errors()
   expect_error(@() F(int32(x), y, b, p), bad, '''x''', 'int32');
   expect_error(@() F(x + 1i, y, b, p), bad, '''x''', 'complex');
   expect_error(@() F(x, y, b, sparse(p)), bad, '''p''', 'sparse');
+  expect_error(@() two_outputs(F, x, y, b, p), bad, 'gives 1 output(s); 2 were requested');
   % Bad formulas and aliases (the core's parser: tessel:error).
   expect_error(@() keops_kernel('Sum_Reduction(Foo(x),0)', 'x=Vi(3)'), 'tessel:error', ...
                'keops_kernel', 'unknown function ''Foo''');
@@ -38,6 +39,7 @@ function test_errors()
                'tessel:error', 'backend');
   % keops_grad: unknown variable, not a kernel.
   expect_error(@() keops_grad(F, 'z'), bad, 'keops_grad', 'no argument named ''z''', 'x, y, b, p');
+  expect_error(@() keops_grad(F, 'Vj(1,2)'), bad, 'keops_grad', 'no argument named ''Vj(1,2)''');
   expect_error(@() keops_grad(@sin, 'x'), bad, 'keops_grad');
   expect_error(@() keops_grad(3, 'x'), bad, 'keops_grad', 'double');
   G = keops_grad(F, 'x');
@@ -45,4 +47,8 @@ function test_errors()
   % Gateway misuse: unknown command, a stale or made-up handle.
   expect_error(@() tessel_mex('frobnicate'), bad, 'unknown command');
   expect_error(@() tessel_mex('eval', 12345, x), bad, 'no longer valid');
+end
+
+function two_outputs(F, varargin)
+  [~, ~] = F(varargin{:});
 end

@@ -21,6 +21,9 @@ function test_gradients()
   check(isequal(size(gp), [1 1]), 'grad p: a parameter''s gradient is D x 1, got %s', ...
         mat2str(size(gp)));
   check_close(gp, -sum(sum(wk .* sqdist(x, y))), 1e-11, 1e-13, 'grad p');
+  % KeOpsLab's other spelling of the variable: its alias form, with an explicit index.
+  Gb2 = keops_grad(Fi, 'Vj(2,2)');
+  check_close(Gb2(x, y, b, p, e), e * k, 1e-11, 1e-13, 'grad b by Vj(2,2)');
   % The gradient kernel takes F's arguments and then the cotangent, named eta.
   check(isequal(Gy().args, {'x', 'y', 'b', 'p', 'eta'}), 'grad args: %s', strjoin(Gy().args));
   % Second order: d/dy <u, dF/dx . e>, against central differences of the dense gradient.
