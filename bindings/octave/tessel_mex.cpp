@@ -340,7 +340,11 @@ tessel::Options read_options(const std::string& who, const mxArray* s, double& i
         fail(who + ": option index_base must be 0 (KeOpsLab) or 1; got " +
              std::to_string(index_base));
     } else if (name == "threads") {
-      o.threads = static_cast<int>(scalar_arg(v, who + ": option threads"));
+      const double t = scalar_arg(v, who + ": option threads");
+      if (!(t >= 0 && t <= 4096 && t == static_cast<int>(t)))
+        fail(who + ": option threads must be a whole number >= 0 (0: all cores); got " +
+             std::to_string(t));
+      o.threads = static_cast<int>(t);
     } else if (name == "tagCpuGpu" || name == "tag1D2D" || name == "device_id" || name == "tagIJ" ||
                name == "numvars" || name == "sumoutput") {
       // KeOpsLab's options: GPU scheme and device choice have no meaning on the CPU, and tagIJ

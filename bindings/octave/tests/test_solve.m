@@ -9,6 +9,11 @@ function test_solve()
   check(info.converged, 'not converged: %d iterations, residual %g', info.iterations, ...
         info.residual);
   check_close(sol, ref, 1e-7, 1e-8, 'solve');
+  % In single: float32 products, float64 CG vectors; the answer within float32's reach.
+  [sol32, info32] = tessel_solve(F, 'v', alpha, single(x), single(x), single(b), p);
+  check(isa(sol32, 'single') && info32.converged, 'single solve: %s, converged %d', ...
+        class(sol32), info32.converged);
+  check_close(double(sol32), ref, 1e-3, 1e-3 * max(abs(ref(:))), 'single solve');
   expect_error(@() tessel_solve(F, 'q', alpha, x, x, b, p), 'tessel:badArgument', ...
                'tessel_solve', '''q''');
 end
