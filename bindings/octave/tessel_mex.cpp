@@ -289,6 +289,13 @@ void evaluate_kernel(const Kernel& k, const Inputs& in, bool single, int nlhs, m
       idx[o] = tessel::Array(DType::Int64, specs[o].shape);
       outs[o].data = idx[o].data();
     } else {
+      // The result array is written in place, so it must be the dtype the core writes.
+      if (specs[o].dtype != (single ? DType::Float32 : DType::Float64)) {
+        for (mxArray* m : res)
+          if (m != nullptr) mxDestroyArray(m);
+        fail(k.who + ": the core returns " + tessel::dtype_name(specs[o].dtype) + " for a " +
+             (single ? "single" : "double") + " call; please report it");
+      }
       outs[o].data = mxGetData(res[o]);  // the D x N result is the core's row-major N x D
     }
   }
