@@ -27,6 +27,7 @@
 #include "tessel/reduction.hpp"
 #include "tessel/runtime.hpp"
 #include "tessel/solve.hpp"
+#include "tessel/text_kernel.hpp"
 
 namespace {
 
@@ -45,20 +46,12 @@ struct ArgError : std::runtime_error {
 // messages so that they name it too.
 std::string g_who;
 
-// One argument of a kernel function, in the order the user passes them.
-struct Arg {
-  std::string name;
-  int index = 0;  // the variable index in the formula
-  Category cat = Category::I;
-  int dim = 1;
-  bool used = false;  // declared but unread arguments are only checked
-};
+// One argument of a kernel function, in the order the user passes them (alias order).
+using Arg = tessel::TextKernel::Arg;
 
 struct Kernel {
-  tessel::Reduction r;
-  std::vector<Arg> args;
-  std::string who;   // the function the user called, for messages
-  std::string text;  // the reduction text (or Grad(...) of it)
+  tessel::TextKernel tk;  // the reduction text (or Grad(...) of it) and its arguments
+  std::string who;        // the function the user called, for messages
   tessel::Options opt;
   double index_base = 0;  // added to returned indices: 0 as in KeOpsLab, 1 on request
 };
@@ -98,14 +91,6 @@ double add_kernel(std::unique_ptr<Kernel> k, const std::string& key) {
   return h;
 }
 
-const char* cat_name(Category c) {
-  return c == Category::I ? "Vi" : c == Category::J ? "Vj" : "Pm";
-}
-
-std::string arg_label(const Arg& a) {
-  return "argument '" + a.name + "' (" + cat_name(a.cat) + "(" + std::to_string(a.dim) + "))";
-}
-
 std::string class_of(const mxArray* x) { return mxGetClassName(x); }
 
 std::string str_arg(const mxArray* x, const std::string& what) {
@@ -133,20 +118,6 @@ Kernel& kernel_of(const mxArray* h, const char* who) {
   return *kernels()[static_cast<size_t>(v) - 1];
 }
 
-// Marks which arguments the reduction reads: the core expects exactly those variables.
-void mark_used(Kernel& k) {
-  const std::vector<tessel::VarSlot> slots = k.r.inputs();
-  for (Arg& a : k.args)
-    a.used = std::any_of(slots.begin(), slots.end(),
-                         [&](const tessel::VarSlot& s) { return s.index == a.index; });
-  for (const tessel::VarSlot& s : slots) {
-    const bool known =
-        std::any_of(k.args.begin(), k.args.end(), [&](const Arg& a) { return a.index == s.index; });
-    if (!known && !s.computed)
-      k.args.push_back({"Var" + std::to_string(s.index), s.index, s.cat, s.dim, true});
-  }
-}
-
 // ---- arguments --------------------------------------------------------------------------------
 
 struct Inputs {
@@ -157,7 +128,7 @@ struct Inputs {
 
 // Points (N) of an argument checked against its alias; D x N, or a vector when D = 1.
 int64_t points_of(const Kernel& k, const Arg& a, const mxArray* x) {
-  const std::string where = k.who + ": " + arg_label(a);
+  const std::string where = k.who + ": " + a.label();
   if (!mxIsNumeric(x))
     fail(where + " must be a numeric (double or single) array; got a " + class_of(x));
   if (mxIsComplex(x)) fail(where + " must be real; got a complex " + class_of(x) + " array");
@@ -184,8 +155,8 @@ void check_points(const Kernel& k, const Arg& a, int64_t n, int64_t& have, const
     have = n;
     first = &a;
   } else if (n != have) {
-    fail(k.who + ": " + arg_label(a) + " has " + std::to_string(n) + " points (columns) but '" +
-         first->name + "' has " + std::to_string(have) + "; all " + cat_name(a.cat) +
+    fail(k.who + ": " + a.label() + " has " + std::to_string(n) + " points (columns) but '" +
+         first->name + "' has " + std::to_string(have) + "; all " + tessel::category_word(a.cat) +
          " arguments must have the same number of points");
   }
 }
@@ -197,21 +168,18 @@ bool any_single(const mxArray* const* x, int n) {
 }
 
 Inputs read_inputs(const Kernel& k, const mxArray* const* x, int n, bool single) {
-  if (n != static_cast<int>(k.args.size())) {
-    std::string names;
-    for (const Arg& a : k.args) names += (names.empty() ? "" : ", ") + a.name;
-    fail(k.who + ": expected " + std::to_string(k.args.size()) + " arguments (" + names +
-         "), got " + std::to_string(n));
+  try {
+    k.tk.check_count(static_cast<size_t>(n), k.who);
+  } catch (const tessel::Error& e) {
+    fail(e.what());  // the call's mistake, raised as tessel:badArgument like the checks here
   }
+  const std::vector<Arg>& args = k.tk.args();
   Inputs in;
-  int max_index = -1;
-  for (const Arg& a : k.args)
-    if (a.used) max_index = std::max(max_index, a.index);
-  in.views.resize(static_cast<size_t>(max_index + 1));
-  in.floats.reserve(k.args.size());
+  in.views.resize(k.tk.num_slots());
+  in.floats.reserve(args.size());
   const Arg *first_i = nullptr, *first_j = nullptr;
-  for (size_t q = 0; q < k.args.size(); ++q) {
-    const Arg& a = k.args[q];
+  for (size_t q = 0; q < args.size(); ++q) {
+    const Arg& a = args[q];
     const int64_t pts = points_of(k, a, x[q]);
     if (a.cat == Category::I) check_points(k, a, pts, in.ni, first_i);
     if (a.cat == Category::J) check_points(k, a, pts, in.nj, first_j);
@@ -273,10 +241,11 @@ mxArray* stack_pair(const mxArray* vals, const mxArray* idx, int k, bool single)
 // else KeOpsLab's stacked one.
 void evaluate_kernel(const Kernel& k, const Inputs& in, bool single, int nlhs, mxArray** plhs) {
   const tessel::Sizes sizes{in.ni, in.nj};
-  const std::vector<tessel::OutputSpec> specs = tessel::output_specs(k.r, in.views, sizes);
+  const tessel::Reduction& r = k.tk.reduction();
+  const std::vector<tessel::OutputSpec> specs = tessel::output_specs(r, in.views, sizes);
   const int nout = static_cast<int>(specs.size());
   if (nlhs > nout)
-    fail(k.who + ": this reduction (" + tessel::reduction_name(k.r.op()) + ") gives " +
+    fail(k.who + ": this reduction (" + tessel::reduction_name(r.op()) + ") gives " +
          std::to_string(nout) + " output(s); " + std::to_string(nlhs) + " were requested");
   std::vector<mxArray*> res(specs.size(), nullptr);
   std::vector<ArrayView> outs(specs.size());
@@ -300,7 +269,7 @@ void evaluate_kernel(const Kernel& k, const Inputs& in, bool single, int nlhs, m
     }
   }
   try {
-    tessel::evaluate(k.r, in.views, outs, k.opt, sizes);
+    tessel::evaluate(r, in.views, outs, k.opt, sizes);
   } catch (...) {
     for (mxArray* m : res) mxDestroyArray(m);
     throw;
@@ -313,7 +282,7 @@ void evaluate_kernel(const Kernel& k, const Inputs& in, bool single, int nlhs, m
         put_indices<double>(idx[o], res[o], k.index_base);
     }
   if (nout == 2 && nlhs <= 1) {
-    const int kk = std::max(k.r.k(), 1);
+    const int kk = std::max(r.k(), 1);
     plhs[0] = single ? stack_pair<float>(res[0], res[1], kk, true)
                      : stack_pair<double>(res[0], res[1], kk, false);
     mxDestroyArray(res[0]);
@@ -376,7 +345,6 @@ void cmd_new(int nlhs, mxArray** plhs, int nrhs, const mxArray** prhs) {
     al.push_back(str_arg(mxGetCell(prhs[2], q), who + ": alias " + std::to_string(q + 1)));
   auto k = std::make_unique<Kernel>();
   k->who = who;
-  k->text = text;
   k->opt = read_options(who, nrhs == 5 ? prhs[4] : nullptr, k->index_base);
   std::string key = who + '\n' + text + '\n' + tessel::backend_name(k->opt.backend) + '\n' +
                     tessel::sum_scheme_name(k->opt.sum_scheme) + '\n' +
@@ -387,11 +355,7 @@ void cmd_new(int nlhs, mxArray** plhs, int nrhs, const mxArray** prhs) {
     plhs[0] = mxCreateDoubleScalar(found->second);
     return;
   }
-  k->r = tessel::parse_reduction(text, al);
-  for (const tessel::AliasInfo& a : tessel::parse_aliases(al))
-    k->args.push_back(
-        {a.name.empty() ? "Var" + std::to_string(a.index) : a.name, a.index, a.cat, a.dim, false});
-  mark_used(*k);
+  k->tk = tessel::TextKernel(text, al);
   (void)nlhs;
   plhs[0] = mxCreateDoubleScalar(add_kernel(std::move(k), key));
 }
@@ -399,18 +363,17 @@ void cmd_new(int nlhs, mxArray** plhs, int nrhs, const mxArray** prhs) {
 // The argument keops_grad differentiates for: by alias name, or by KeOpsLab's variable form
 // ('Vi(0,3)', 'Var(0,3,0)'), which must match an argument's index, category and dim.
 std::vector<Arg>::const_iterator find_grad_var(const Kernel& k, const std::string& var) {
-  auto it = std::find_if(k.args.begin(), k.args.end(), [&](const Arg& a) { return a.name == var; });
-  if (it == k.args.end() && var.find('(') != std::string::npos) {
+  const std::vector<Arg>& args = k.tk.args();
+  auto it = std::find_if(args.begin(), args.end(), [&](const Arg& a) { return a.name == var; });
+  if (it == args.end() && var.find('(') != std::string::npos) {
     const tessel::AliasInfo v = tessel::parse_aliases({"var_=" + var}).at(0);
-    it = std::find_if(k.args.begin(), k.args.end(), [&](const Arg& a) {
+    it = std::find_if(args.begin(), args.end(), [&](const Arg& a) {
       return a.index == v.index && a.cat == v.cat && a.dim == v.dim;
     });
   }
-  if (it == k.args.end()) {
-    std::string names;
-    for (const Arg& a : k.args) names += (names.empty() ? "" : ", ") + a.name;
-    fail("keops_grad: the kernel has no argument named '" + var + "'; its arguments: " + names);
-  }
+  if (it == args.end())
+    fail("keops_grad: the kernel has no argument named '" + var +
+         "'; its arguments: " + k.tk.arg_names());
   return it;
 }
 
@@ -432,22 +395,7 @@ void cmd_grad(mxArray** plhs, int nrhs, const mxArray** prhs) {
   if (!it->used) fail("keops_grad: the formula does not read argument '" + var + "'");
   auto g = std::make_unique<Kernel>(k);
   g->who = "keops_grad";
-  g->r = tessel::grad(k.r, it->index);
-  g->text = "Grad(" + k.text + ", " + var + ")";
-  const std::vector<tessel::VarSlot> slots = g->r.inputs();
-  auto reads = [&](int index) {
-    return std::any_of(slots.begin(), slots.end(),
-                       [&](const tessel::VarSlot& s) { return s.index == index; });
-  };
-  for (Arg& a : g->args) a.used = a.used && reads(a.index);
-  for (const tessel::VarSlot& s : slots) {
-    const bool known = std::any_of(k.args.begin(), k.args.end(),
-                                   [&](const Arg& a) { return a.used && a.index == s.index; });
-    if (!known && !s.computed) {
-      g->args.push_back({eta, s.index, s.cat, s.dim, true});
-      break;
-    }
-  }
+  g->tk = k.tk.grad(static_cast<size_t>(it - k.tk.args().begin()), eta);
   plhs[0] = mxCreateDoubleScalar(add_kernel(std::move(g), key));
 }
 
@@ -466,9 +414,10 @@ void cmd_solve(int nlhs, mxArray** plhs, int nrhs, const mxArray** prhs) {
   g_who = "tessel_solve";
   const Kernel& k = kernel_of(prhs[1], "tessel_solve");
   const std::string var = str_arg(prhs[2], "tessel_solve: the unknown");
+  const std::vector<Arg>& args = k.tk.args();
   const auto it =
-      std::find_if(k.args.begin(), k.args.end(), [&](const Arg& a) { return a.name == var; });
-  if (it == k.args.end() || !it->used)
+      std::find_if(args.begin(), args.end(), [&](const Arg& a) { return a.name == var; });
+  if (it == args.end() || !it->used)
     fail("tessel_solve: the unknown '" + var + "' must be an argument the formula reads");
   tessel::SolveOptions so;
   so.alpha = scalar_arg(prhs[3], "tessel_solve: alpha");
@@ -486,7 +435,7 @@ void cmd_solve(int nlhs, mxArray** plhs, int nrhs, const mxArray** prhs) {
   ArrayView xv{mxGetData(x), b.dtype, b.shape, {}, {}};
   tessel::SolveReport rep;
   try {
-    rep = tessel::kernel_solve(k.r, it->index, in.views, xv, so);
+    rep = tessel::kernel_solve(k.tk.reduction(), it->index, in.views, xv, so);
   } catch (...) {
     mxDestroyArray(x);
     throw;
@@ -506,28 +455,30 @@ mxArray* cell_of(const std::vector<std::string>& v) {
 // 'info', handle -> struct describing the kernel (what F() returns)
 void cmd_info(mxArray** plhs, const mxArray** prhs) {
   const Kernel& k = kernel_of(prhs[1], "keops_kernel");
+  const std::vector<Arg>& args = k.tk.args();
+  const tessel::Reduction& r = k.tk.reduction();
   const char* fields[] = {"handle", "formula", "reduction", "op",   "axis",
                           "args",   "cats",    "dims",      "used", "num_outputs"};
   mxArray* s = mxCreateStructMatrix(1, 1, 10, fields);
   std::vector<std::string> names, cats;
-  mxArray* dims = mxCreateDoubleMatrix(1, static_cast<mwSize>(k.args.size()), mxREAL);
-  mxArray* used = mxCreateLogicalMatrix(1, static_cast<mwSize>(k.args.size()));
-  for (size_t q = 0; q < k.args.size(); ++q) {
-    names.push_back(k.args[q].name);
-    cats.push_back(cat_name(k.args[q].cat));
-    static_cast<double*>(mxGetData(dims))[q] = k.args[q].dim;
-    mxGetLogicals(used)[q] = k.args[q].used;
+  mxArray* dims = mxCreateDoubleMatrix(1, static_cast<mwSize>(args.size()), mxREAL);
+  mxArray* used = mxCreateLogicalMatrix(1, static_cast<mwSize>(args.size()));
+  for (size_t q = 0; q < args.size(); ++q) {
+    names.push_back(args[q].name);
+    cats.push_back(tessel::category_word(args[q].cat));
+    static_cast<double*>(mxGetData(dims))[q] = args[q].dim;
+    mxGetLogicals(used)[q] = args[q].used;
   }
   mxSetField(s, 0, "handle", mxCreateDoubleScalar(mxGetScalar(prhs[1])));
-  mxSetField(s, 0, "formula", mxCreateString(k.text.c_str()));
-  mxSetField(s, 0, "reduction", mxCreateString(k.r.str().c_str()));
-  mxSetField(s, 0, "op", mxCreateString(tessel::reduction_name(k.r.op())));
-  mxSetField(s, 0, "axis", mxCreateDoubleScalar(k.r.axis()));
+  mxSetField(s, 0, "formula", mxCreateString(k.tk.text().c_str()));
+  mxSetField(s, 0, "reduction", mxCreateString(r.str().c_str()));
+  mxSetField(s, 0, "op", mxCreateString(tessel::reduction_name(r.op())));
+  mxSetField(s, 0, "axis", mxCreateDoubleScalar(r.axis()));
   mxSetField(s, 0, "args", cell_of(names));
   mxSetField(s, 0, "cats", cell_of(cats));
   mxSetField(s, 0, "dims", dims);
   mxSetField(s, 0, "used", used);
-  mxSetField(s, 0, "num_outputs", mxCreateDoubleScalar(k.r.num_outputs()));
+  mxSetField(s, 0, "num_outputs", mxCreateDoubleScalar(r.num_outputs()));
   plhs[0] = s;
 }
 

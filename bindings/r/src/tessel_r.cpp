@@ -20,6 +20,7 @@
 #include "tessel/reduction.hpp"
 #include "tessel/runtime.hpp"
 #include "tessel/solve.hpp"
+#include "tessel/text_kernel.hpp"
 
 namespace {
 
@@ -27,49 +28,19 @@ using tessel::ArrayView;
 using tessel::Category;
 using tessel::DType;
 
-// One argument of an R kernel function, in the order the user passes them.
-struct Arg {
-  std::string name;
-  int index = 0;  // the variable index in the formula
-  Category cat = Category::I;
-  int dim = 1;
-  bool used = false;  // the reduction reads it (declared but unused arguments are only checked)
-};
+// One argument of an R kernel function, in the order the user passes them (alias order).
+using Arg = tessel::TextKernel::Arg;
 
-// A reduction with the argument list, precision and options its R function was made with.
+// A kernel text's reduction and arguments, with the precision and options its R function was
+// made with.
 struct Kernel {
-  tessel::Reduction r;
-  std::vector<Arg> args;
+  tessel::TextKernel tk;
   std::string who;  // the R function the user called, for messages
-  std::string text;
   bool float32 = false;
   tessel::Options opt;
 };
 
 [[noreturn]] void fail(const std::string& msg) { throw std::invalid_argument(msg); }
-
-const char* cat_name(Category c) {
-  return c == Category::I ? "Vi" : c == Category::J ? "Vj" : "Pm";
-}
-
-std::string arg_label(const Arg& a) {
-  return "argument '" + a.name + "' (" + cat_name(a.cat) + "(" + std::to_string(a.dim) + "))";
-}
-
-// Marks which arguments the reduction reads: the core expects exactly those variables.
-void mark_used(Kernel& k) {
-  const std::vector<tessel::VarSlot> slots = k.r.inputs();
-  for (Arg& a : k.args)
-    a.used = std::any_of(slots.begin(), slots.end(),
-                         [&](const tessel::VarSlot& s) { return s.index == a.index; });
-  // A variable a text names without an alias (Var(5, 3, 0)) is still an argument, at the end.
-  for (const tessel::VarSlot& s : slots) {
-    const bool known =
-        std::any_of(k.args.begin(), k.args.end(), [&](const Arg& a) { return a.index == s.index; });
-    if (!known && !s.computed)
-      k.args.push_back({"Var" + std::to_string(s.index), s.index, s.cat, s.dim, true});
-  }
-}
 
 Kernel& kernel_of(SEXP ptr) {
   Rcpp::XPtr<Kernel> k(ptr);
@@ -90,32 +61,32 @@ struct Shape {
 
 Shape shape_of(const Kernel& k, const Arg& a, SEXP x, bool row_major) {
   if (Rf_inherits(x, "data.frame"))
-    fail(k.who + ": " + arg_label(a) + " is a data frame; pass as.matrix() of it");
+    fail(k.who + ": " + a.label() + " is a data frame; pass as.matrix() of it");
   if (!Rf_isReal(x) && !Rf_isInteger(x))
-    fail(k.who + ": " + arg_label(a) + " must be numeric; got an object of type " +
+    fail(k.who + ": " + a.label() + " must be numeric; got an object of type " +
          Rf_type2char(TYPEOF(x)));
   const int64_t len = Rf_xlength(x);
   SEXP dims = Rf_getAttrib(x, R_DimSymbol);
   const bool matrix = !Rf_isNull(dims) && Rf_length(dims) == 2;
   if (!Rf_isNull(dims) && !matrix)
-    fail(k.who + ": " + arg_label(a) + " must be a vector or a matrix; got an array with " +
+    fail(k.who + ": " + a.label() + " must be a vector or a matrix; got an array with " +
          std::to_string(Rf_length(dims)) + " dimensions");
   if (a.cat == Category::Param) {
     if (len != a.dim)
-      fail(k.who + ": " + arg_label(a) + " is a parameter and must have " + std::to_string(a.dim) +
+      fail(k.who + ": " + a.label() + " is a parameter and must have " + std::to_string(a.dim) +
            " value(s); got " + std::to_string(len));
     return {1, a.dim, a.dim, 1};
   }
   if (!matrix) {
     if (a.dim != 1)
-      fail(k.who + ": " + arg_label(a) + " must be a matrix with " + std::to_string(a.dim) +
+      fail(k.who + ": " + a.label() + " must be a matrix with " + std::to_string(a.dim) +
            " columns (one row per point); got a vector of length " + std::to_string(len));
     return {len, 1, 1, 1};
   }
   const int64_t nr = INTEGER(dims)[0], nc = INTEGER(dims)[1];
   const int64_t pts = row_major ? nc : nr, d = row_major ? nr : nc;
   if (d != a.dim)
-    fail(k.who + ": " + arg_label(a) + " must have " + std::to_string(a.dim) +
+    fail(k.who + ": " + a.label() + " must have " + std::to_string(a.dim) +
          (row_major ? " rows (inner_dim = \"row\": one column per point)"
                     : " columns (one row per point)") +
          "; got a " + std::to_string(nr) + " x " + std::to_string(nc) + " matrix");
@@ -137,7 +108,7 @@ void check_na(const Kernel& k, const Arg& a, SEXP x, const Shape& s) {
   }
   if (bad < 0) return;
   const int64_t row = s.s_row == 1 ? bad % std::max<int64_t>(s.rows, 1) : bad / s.s_row;
-  fail(k.who + ": " + arg_label(a) + " contains NA (first at point " + std::to_string(row + 1) +
+  fail(k.who + ": " + a.label() + " contains NA (first at point " + std::to_string(row + 1) +
        "); remove or impute missing values first (NaN and Inf are passed on)");
 }
 
@@ -170,31 +141,23 @@ void check_rows(const Kernel& k, const Arg& a, int64_t rows, int64_t& n, const A
     first = &a;
   } else if (rows != n) {
     const char* what = a.cat == Category::I ? "Vi" : "Vj";
-    fail(k.who + ": " + arg_label(a) + " has " + std::to_string(rows) + " points but '" +
-         first->name + "' has " + std::to_string(n) + "; all " + what +
+    fail(k.who + ": " + a.label() + " has " + std::to_string(rows) + " points but '" + first->name +
+         "' has " + std::to_string(n) + "; all " + what +
          " arguments must have the same number of points (rows)");
   }
 }
 
 Inputs read_inputs(const Kernel& k, SEXP list, bool row_major) {
   if (TYPEOF(list) != VECSXP) fail(k.who + ": the arguments must be given as a list");
-  const int64_t given = Rf_xlength(list);
-  if (given != static_cast<int64_t>(k.args.size())) {
-    std::string names;
-    for (const Arg& a : k.args) names += (names.empty() ? "" : ", ") + a.name;
-    fail(k.who + ": expected " + std::to_string(k.args.size()) + " arguments (" + names +
-         "), got " + std::to_string(given));
-  }
+  k.tk.check_count(static_cast<size_t>(Rf_xlength(list)), k.who);
+  const std::vector<Arg>& args = k.tk.args();
   Inputs in;
-  int max_index = -1;
-  for (const Arg& a : k.args)
-    if (a.used) max_index = std::max(max_index, a.index);
-  in.views.resize(static_cast<size_t>(max_index + 1));
-  in.doubles.reserve(k.args.size());
-  in.floats.reserve(k.args.size());
+  in.views.resize(k.tk.num_slots());
+  in.doubles.reserve(args.size());
+  in.floats.reserve(args.size());
   const Arg *first_i = nullptr, *first_j = nullptr;
-  for (size_t q = 0; q < k.args.size(); ++q) {
-    const Arg& a = k.args[q];
+  for (size_t q = 0; q < args.size(); ++q) {
+    const Arg& a = args[q];
     SEXP x = VECTOR_ELT(list, static_cast<R_xlen_t>(q));
     const Shape s = shape_of(k, a, x, row_major);
     check_na(k, a, x, s);
@@ -244,13 +207,14 @@ void copy_out(const tessel::Array& a, SEXP res) {
 
 SEXP evaluate_kernel(const Kernel& k, const Inputs& in) {
   const tessel::Sizes sizes{in.ni, in.nj};
-  const std::vector<tessel::OutputSpec> specs = tessel::output_specs(k.r, in.views, sizes);
+  const tessel::Reduction& r = k.tk.reduction();
+  const std::vector<tessel::OutputSpec> specs = tessel::output_specs(r, in.views, sizes);
   Rcpp::List res(specs.size());
   std::vector<ArrayView> outs;
   std::vector<tessel::Array> tmp;
   tmp.reserve(specs.size());
   for (size_t o = 0; o < specs.size(); ++o) {
-    res[o] = r_result(specs[o], k.r.full_sum());
+    res[o] = r_result(specs[o], r.full_sum());
     ArrayView v;
     v.shape = specs[o].shape;
     v.dtype = specs[o].dtype;
@@ -264,7 +228,7 @@ SEXP evaluate_kernel(const Kernel& k, const Inputs& in) {
     }
     outs.push_back(v);
   }
-  tessel::evaluate(k.r, in.views, outs, k.opt, sizes);
+  tessel::evaluate(r, in.views, outs, k.opt, sizes);
   size_t t = 0;
   for (size_t o = 0; o < specs.size(); ++o)
     if (outs[o].data != static_cast<void*>(REAL(res[o]))) copy_out(tmp[t++], res[o]);
@@ -280,26 +244,27 @@ tessel::Options make_options(const std::string& who, const std::string& backend,
 }
 
 Rcpp::List describe(const Kernel& k) {
+  const tessel::Reduction& r = k.tk.reduction();
   Rcpp::CharacterVector names, cats;
   Rcpp::IntegerVector index, dims;
   Rcpp::LogicalVector used;
-  for (const Arg& a : k.args) {
+  for (const Arg& a : k.tk.args()) {
     names.push_back(a.name);
-    cats.push_back(cat_name(a.cat));
+    cats.push_back(tessel::category_word(a.cat));
     index.push_back(a.index);
     dims.push_back(a.dim);
     used.push_back(a.used);
   }
   Rcpp::IntegerVector out_dims;
   Rcpp::LogicalVector out_index;
-  for (int o = 0; o < k.r.num_outputs(); ++o) {
-    out_dims.push_back(k.r.output_dim(o));
-    out_index.push_back(k.r.output_is_index(o));
+  for (int o = 0; o < r.num_outputs(); ++o) {
+    out_dims.push_back(r.output_dim(o));
+    out_index.push_back(r.output_is_index(o));
   }
   return Rcpp::List::create(
-      Rcpp::Named("formula") = k.text, Rcpp::Named("reduction") = k.r.str(),
-      Rcpp::Named("op") = tessel::reduction_name(k.r.op()), Rcpp::Named("axis") = k.r.axis(),
-      Rcpp::Named("full_sum") = k.r.full_sum(),
+      Rcpp::Named("formula") = k.tk.text(), Rcpp::Named("reduction") = r.str(),
+      Rcpp::Named("op") = tessel::reduction_name(r.op()), Rcpp::Named("axis") = r.axis(),
+      Rcpp::Named("full_sum") = r.full_sum(),
       Rcpp::Named("precision") = k.float32 ? "float" : "double",
       Rcpp::Named("backend") = tessel::backend_name(k.opt.backend),
       Rcpp::Named("args") = Rcpp::DataFrame::create(
@@ -323,6 +288,19 @@ std::string str_arg(SEXP s, const char* what) {
   return CHAR(STRING_ELT(s, 0));
 }
 
+// An entry point's body, with its errors returned as values (error_value); BEGIN_RCPP /
+// END_RCPP pass R's own conditions (an interrupt) on as R expects.
+template <class Body>
+SEXP guarded(Body&& body) {
+  BEGIN_RCPP
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    return error_value(e.what());
+  }
+  END_RCPP
+}
+
 }  // namespace
 
 // ---- entry points -----------------------------------------------------------------------------
@@ -332,100 +310,62 @@ extern "C" {
 // A kernel from a KeOps reduction text and its aliases.
 SEXP tessel_r_kernel(SEXP text, SEXP aliases, SEXP who, SEXP precision, SEXP backend,
                      SEXP sum_scheme) {
-  BEGIN_RCPP
-  try {
+  return guarded([&]() -> SEXP {
     auto k = std::make_unique<Kernel>();
     k->who = str_arg(who, "who");
-    k->text = str_arg(text, "formula");
+    const std::string formula = str_arg(text, "formula");
     const std::vector<std::string> al = Rcpp::as<std::vector<std::string>>(aliases);
     const std::string prec = str_arg(precision, "precision");
     if (prec != "double" && prec != "float")
       fail(k->who + ": precision must be \"double\" or \"float\"; got \"" + prec + "\"");
     k->float32 = prec == "float";
     k->opt = make_options(k->who, str_arg(backend, "backend"), str_arg(sum_scheme, "sum_scheme"));
-    k->r = tessel::parse_reduction(k->text, al);
-    for (const tessel::AliasInfo& a : tessel::parse_aliases(al))
-      k->args.push_back({a.name.empty() ? "Var" + std::to_string(a.index) : a.name, a.index, a.cat,
-                         a.dim, false});
-    mark_used(*k);
+    k->tk = tessel::TextKernel(formula, al);
     return wrap_kernel(std::move(k));
-  } catch (const std::exception& e) {
-    return error_value(e.what());
-  }
-  END_RCPP
+  });
 }
 
 // The gradient of a kernel for its argument at 0-based position `pos`: a new kernel whose last
 // argument (named `eta`) is the cotangent of the first output.
 SEXP tessel_r_grad(SEXP ptr, SEXP pos, SEXP eta) {
-  BEGIN_RCPP
-  try {
+  return guarded([&]() -> SEXP {
     const Kernel& k = kernel_of(ptr);
     const int p = Rcpp::as<int>(pos);
-    if (p < 0 || p >= static_cast<int>(k.args.size()))
+    const size_t n = k.tk.args().size();
+    if (p < 0 || p >= static_cast<int>(n))
       fail(k.who + ": no argument at position " + std::to_string(p) + " (0-based; the kernel has " +
-           std::to_string(k.args.size()) + ")");
+           std::to_string(n) + ")");
     auto g = std::make_unique<Kernel>(k);
-    g->r = tessel::grad(k.r, k.args[static_cast<size_t>(p)].index);
-    g->text = "Grad(" + k.text + ", " + k.args[static_cast<size_t>(p)].name + ")";
-    // The cotangent is the one variable the gradient reads that the kernel did not; an argument
-    // the kernel declared without reading it may share its index and stays unread.
-    const std::vector<tessel::VarSlot> slots = g->r.inputs();
-    auto reads = [&](int index) {
-      return std::any_of(slots.begin(), slots.end(),
-                         [&](const tessel::VarSlot& s) { return s.index == index; });
-    };
-    for (Arg& a : g->args) a.used = a.used && reads(a.index);
-    for (const tessel::VarSlot& s : slots) {
-      const bool known = std::any_of(k.args.begin(), k.args.end(),
-                                     [&](const Arg& a) { return a.used && a.index == s.index; });
-      if (!known && !s.computed) {
-        g->args.push_back({str_arg(eta, "eta"), s.index, s.cat, s.dim, true});
-        break;
-      }
-    }
+    g->tk = k.tk.grad(static_cast<size_t>(p), str_arg(eta, "eta"));
     return wrap_kernel(std::move(g));
-  } catch (const std::exception& e) {
-    return error_value(e.what());
-  }
-  END_RCPP
+  });
 }
 
 SEXP tessel_r_describe(SEXP ptr) {
-  BEGIN_RCPP
-  try {
-    return describe(kernel_of(ptr));
-  } catch (const std::exception& e) {
-    return error_value(e.what());
-  }
-  END_RCPP
+  return guarded([&]() -> SEXP { return describe(kernel_of(ptr)); });
 }
 
 // Evaluates a kernel on a list of R arguments (in the kernel's argument order): a list of its
 // outputs.
 SEXP tessel_r_eval(SEXP ptr, SEXP args, SEXP row_major) {
-  BEGIN_RCPP
-  try {
+  return guarded([&]() -> SEXP {
     const Kernel& k = kernel_of(ptr);
     const Inputs in = read_inputs(k, args, Rcpp::as<bool>(row_major));
     return evaluate_kernel(k, in);
-  } catch (const std::exception& e) {
-    return error_value(e.what());
-  }
-  END_RCPP
+  });
 }
 
 // Solves (alpha I + K) x = b, K the kernel (a Sum reduction linear in the argument at 0-based
 // position `pos`, which holds b). Returns list(x, iterations, residual, converged).
 SEXP tessel_r_solve(SEXP ptr, SEXP pos, SEXP args, SEXP alpha, SEXP tol, SEXP maxiter) {
-  BEGIN_RCPP
-  try {
+  return guarded([&]() -> SEXP {
     const Kernel& k = kernel_of(ptr);
     const int p = Rcpp::as<int>(pos);
-    if (p < 0 || p >= static_cast<int>(k.args.size()) || !k.args[static_cast<size_t>(p)].used)
+    const std::vector<Arg>& kargs = k.tk.args();
+    if (p < 0 || p >= static_cast<int>(kargs.size()) || !kargs[static_cast<size_t>(p)].used)
       fail(k.who + ": the unknown must be an argument the formula reads; got position " +
            std::to_string(p));
-    const Arg& var = k.args[static_cast<size_t>(p)];
+    const Arg& var = kargs[static_cast<size_t>(p)];
     const Inputs in = read_inputs(k, args, false);
     const ArrayView& b = in.views[static_cast<size_t>(var.index)];
     tessel::SolveOptions so;
@@ -434,22 +374,19 @@ SEXP tessel_r_solve(SEXP ptr, SEXP pos, SEXP args, SEXP alpha, SEXP tol, SEXP ma
     so.maxiter = static_cast<int64_t>(Rcpp::as<double>(maxiter));
     so.eval = k.opt;
     tessel::Array x(b.dtype, b.shape);
-    const tessel::SolveReport rep = tessel::kernel_solve(k.r, var.index, in.views, x.view(), so);
+    const tessel::SolveReport rep =
+        tessel::kernel_solve(k.tk.reduction(), var.index, in.views, x.view(), so);
     Rcpp::NumericMatrix xr(static_cast<int>(b.shape[0]), static_cast<int>(b.shape[1]));
     copy_out(x, xr);
     return Rcpp::List::create(
         Rcpp::Named("x") = xr, Rcpp::Named("iterations") = static_cast<double>(rep.iterations),
         Rcpp::Named("residual") = rep.residual, Rcpp::Named("converged") = rep.converged);
-  } catch (const std::exception& e) {
-    return error_value(e.what());
-  }
-  END_RCPP
+  });
 }
 
 // The compiler, SIMD level, threads and kernel cache the core sees.
 SEXP tessel_r_runtime() {
-  BEGIN_RCPP
-  try {
+  return guarded([&]() -> SEXP {
     const tessel::CompilerInfo c = tessel::compiler_info();
     return Rcpp::List::create(
         Rcpp::Named("compiler_usable") = c.usable, Rcpp::Named("compiler") = c.path,
@@ -457,10 +394,7 @@ SEXP tessel_r_runtime() {
         Rcpp::Named("threads") = tessel::num_threads(),
         Rcpp::Named("cache_dir") = tessel::cache_dir(),
         Rcpp::Named("cuda") = tessel::cuda_status());
-  } catch (const std::exception& e) {
-    return error_value(e.what());
-  }
-  END_RCPP
+  });
 }
 
 static const R_CallMethodDef kCalls[] = {
