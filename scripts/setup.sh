@@ -1,21 +1,36 @@
 #!/usr/bin/env bash
 # Installs what the build and tests need on Debian/Ubuntu; does nothing when all is there.
 #
-# Usage: scripts/setup.sh [extra-package ...]
+# Usage: scripts/setup.sh [--build-only] [extra-package ...]
+# --build-only: only what builds the library and the `tessel` command (scripts/demo.sh), no
+# GoogleTest or Python, which a first demo on a new machine would otherwise wait for.
 # Runs apt-get as root, or through sudo when not root. Prints only what it installs.
 set -euo pipefail
 
-packages=(cmake ninja-build g++ googletest libgtest-dev libgmock-dev python3 python3-venv
-          python3-pip python3-numpy "$@")
+build_only=0
+if [[ ${1:-} == --build-only ]]; then
+  build_only=1
+  shift
+fi
+packages=(cmake ninja-build g++)
+((build_only)) || packages+=(googletest libgtest-dev libgmock-dev python3 python3-venv python3-pip
+                             python3-numpy)
+packages+=("$@")
 
 if ! command -v dpkg-query > /dev/null 2>&1; then
   # Not Debian: check the tools by name and say what is missing instead of guessing a manager.
   missing=()
-  for tool in cmake ninja g++ python3; do
+  tools=(cmake ninja g++)
+  also=""
+  if ((!build_only)); then
+    tools+=(python3)
+    also=" and GoogleTest"
+  fi
+  for tool in "${tools[@]}"; do
     command -v "$tool" > /dev/null 2>&1 || missing+=("$tool")
   done
   if ((${#missing[@]})); then
-    echo "setup: this is not a Debian-like system; please install: ${missing[*]} and GoogleTest" >&2
+    echo "setup: this is not a Debian-like system; please install: ${missing[*]}$also" >&2
     exit 1
   fi
   exit 0
