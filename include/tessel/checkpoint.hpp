@@ -28,12 +28,12 @@ enum class CheckpointAction : uint8_t {
   Snapshot,      // store the current state x_from (from == to) into `slot`
   Restore,       // the current state becomes the one stored in `slot` (x_from, from == to)
   FirstReverse,  // tape step `from` (to == from + 1) from the current state x_from and reverse it;
-                 // the first reverse, which a driver may do while still in its forward pass
+                 /// the first reverse, which a driver may do while still in its forward pass
   Reverse,       // same for every later step
   Done,          // the last action: x_0's adjoint is complete
 };
 
-// One action; `slot` is -1 where the action uses none. Slots are in [0, snapshots).
+/// One action; `slot` is -1 where the action uses none. Slots are in [0, snapshots).
 struct CheckpointStep {
   CheckpointAction action;
   int64_t from;
@@ -41,20 +41,20 @@ struct CheckpointStep {
   int slot;
 };
 
-// Name of an action ("advance", "snapshot", "restore", "first_reverse", "reverse", "done").
+/// Name of an action ("advance", "snapshot", "restore", "first_reverse", "reverse", "done").
 const char* checkpoint_action_name(CheckpointAction a);
 
-// The optimal offline schedule for reversing n_steps steps with at most `snapshots` stored states
-// (snapshots >= 1, n_steps >= 0). Steps are reversed in the order n-1, ..., 0; the list ends with
-// Done (n_steps == 0 gives just Done). Throws tessel::Error on bad input.
+/// The optimal offline schedule for reversing n_steps steps with at most `snapshots` stored states
+/// (snapshots >= 1, n_steps >= 0). Steps are reversed in the order n-1, ..., 0; the list ends with
+/// Done (n_steps == 0 gives just Done). Throws tessel::Error on bad input.
 std::vector<CheckpointStep> revolve_schedule(int64_t n_steps, int snapshots);
 
-// Total step evaluations of revolve_schedule(n, s): the Advance evaluations plus one per reversed
-// step (see the header comment). Saturates at INT64_MAX.
+/// Total step evaluations of revolve_schedule(n, s): the Advance evaluations plus one per reversed
+/// step (see the header comment). Saturates at INT64_MAX.
 int64_t revolve_forward_steps(int64_t n_steps, int snapshots);
 
-// Closed form of the Advance evaluations of the optimal schedule: t*n - C(s+t, t-1) with t the
-// smallest integer such that C(s+t, s) >= n. Saturates at INT64_MAX.
+/// Closed form of the Advance evaluations of the optimal schedule: t*n - C(s+t, t-1) with t the
+/// smallest integer such that C(s+t, s) >= n. Saturates at INT64_MAX.
 int64_t revolve_optimal_recomputations(int64_t n, int s);
 
 }  // namespace tessel

@@ -23,8 +23,8 @@ enum class ErrorKind { Value, Type };
 
 class Error : public std::runtime_error {
  public:
-  // Control characters (NUL included) and bytes that are not UTF-8 are shown as \xNN: a message
-  // must survive a C string and a UTF-8 decoder (Python's) whole.
+  /// Control characters (NUL included) and bytes that are not UTF-8 are shown as `\xNN`: a message
+  /// must survive a C string and a UTF-8 decoder (Python's) whole.
   explicit Error(const std::string& what, ErrorKind kind = ErrorKind::Value);
   ErrorKind kind() const noexcept { return kind_; }
 
@@ -38,8 +38,8 @@ class InternalError : public std::logic_error {
 };
 
 namespace detail {
-// `text` with control characters and invalid UTF-8 as \xNN; with ascii_only, other non-ASCII
-// characters as U+XXXX too. For quoting user text, e.g. a formula, in messages.
+/// `text` with control characters and invalid UTF-8 as `\xNN`; with ascii_only, other non-ASCII
+/// characters as U+XXXX too. For quoting user text, e.g. a formula, in messages.
 std::string escape_text(std::string_view text, bool ascii_only);
 
 template <class... Args>
@@ -50,20 +50,20 @@ template <class... Args>
   throw Error(os.str(), kind);
 }
 
-// A wrong value or shape (ValueError).
+/// A wrong value or shape (ValueError).
 template <class... Args>
 [[noreturn]] void fail(const char* function, Args&&... parts) {
   fail_kind(ErrorKind::Value, function, std::forward<Args>(parts)...);
 }
 
-// A wrong type, e.g. a dtype (TypeError).
+/// A wrong type, e.g. a dtype (TypeError).
 template <class... Args>
 [[noreturn]] void fail_type(const char* function, Args&&... parts) {
   fail_kind(ErrorKind::Type, function, std::forward<Args>(parts)...);
 }
 
-// Throws InternalError "tessel: internal error in <function>: <what> (<file>:<line>); please
-// report it"; out of line so that a TESSEL_ASSERT costs one compare where it holds.
+/// Throws InternalError "tessel: internal error in <function>: <what> (<file>:<line>); please
+/// report it"; out of line so that a TESSEL_ASSERT costs one compare where it holds.
 [[noreturn]] void internal_error(const char* function, const char* file, int line,
                                  const std::string& what);
 
@@ -76,8 +76,8 @@ template <class... Args>
   internal_error(function, file, line, os.str());
 }
 
-// Size arithmetic (element counts, byte counts, offsets) that reports an overflow as a user
-// error naming `function`, instead of wrapping into a small allocation and a write past its end.
+/// Size arithmetic (element counts, byte counts, offsets) that reports an overflow as a user
+/// error naming `function`, instead of wrapping into a small allocation and a write past its end.
 inline int64_t checked_mul(int64_t a, int64_t b, const char* function, const char* what) {
   int64_t r = 0;
   if (__builtin_mul_overflow(a, b, &r))

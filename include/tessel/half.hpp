@@ -28,8 +28,8 @@ inline uint16_t float_to_half(float f) {
   if (ax > 0x7f800000u) return sign | 0x7e00u | static_cast<uint16_t>((ax >> 13) & 0x3ffu);  // NaN
   if (ax >= 0x477ff000u) return sign | 0x7c00u;  // >= 65520 (or inf): rounds to infinity
   if (ax < 0x38800000u) {                        // below 2^-14: a subnormal half (or zero)
-    // Scaling by 2^24 is exact, and nearbyint rounds to even in the default rounding mode; 1024
-    // is the smallest normal's encoding, so the carry needs no special case.
+    /// Scaling by 2^24 is exact, and nearbyint rounds to even in the default rounding mode; 1024
+    /// is the smallest normal's encoding, so the carry needs no special case.
     const float v = std::bit_cast<float>(ax) * 0x1p24f;
     return sign | static_cast<uint16_t>(std::nearbyint(v));
   }

@@ -62,21 +62,21 @@ class OnlineCheckpointer {
  public:
   explicit OnlineCheckpointer(int snapshots);  // snapshots >= 1; throws tessel::Error
 
-  // The slot to store x_k in (dropping what it held), or -1; k = 1, 2, ... in order, called only
-  // once the loop is known to run past step k+1. Throws tessel::Error on a k out of order.
+  /// The slot to store x_k in (dropping what it held), or -1; k = 1, 2, ... in order, called only
+  /// once the loop is known to run past step k+1. Throws tessel::Error on a k out of order.
   int observe(int64_t k);
 
-  // The backward schedule after the loop stopped at n steps (n >= 1, n >= the last observed
-  // k + 2): FirstReverse of step n-1 (taped during the forward pass), then Restore, Advance,
-  // Snapshot and Reverse actions as in revolve_schedule, ending with Done. Slots are those of
-  // observe; the stored states' slots are reused once their segment is reversed.
+  /// The backward schedule after the loop stopped at n steps (n >= 1, n >= the last observed
+  /// k + 2): FirstReverse of step n-1 (taped during the forward pass), then Restore, Advance,
+  /// Snapshot and Reverse actions as in revolve_schedule, ending with Done. Slots are those of
+  /// observe; the stored states' slots are reused once their segment is reversed.
   std::vector<CheckpointStep> reversal(int64_t n) const;
 
-  // Untaped step evaluations of the whole run (forward included): see the header comment.
+  /// Untaped step evaluations of the whole run (forward included): see the header comment.
   int64_t recomputations(int64_t n) const;
 
   int snapshots() const { return s_; }
-  // The step stored in each slot (-1: empty), slot 0 holding x_0.
+  /// The step stored in each slot (-1: empty), slot 0 holding x_0.
   const std::vector<int64_t>& slot_steps() const { return slot_step_; }
 
  private:
@@ -105,18 +105,18 @@ class OnlineCheckpointer {
   std::vector<Stored> stored_;  // by increasing step; stored_[0] is x_0
   std::vector<int64_t> slot_step_;
   std::vector<Frame> frames_;  // the recursion's stack, frames_[0] the top
-  // The repetition-3 range when the table covers s: per step, 0 to skip or the position p whose
-  // boundary with p-1 takes x_k; script_pos_ the next move.
+  /// The repetition-3 range when the table covers s: per step, 0 to skip or the position p whose
+  /// boundary with p-1 takes x_k; script_pos_ the next move.
   std::vector<int> script_;
   size_t script_pos_ = 0;
 };
 
-// online_recomputations for a loop of n steps with s slots (n >= 0: 0 for n <= 1), simulating
-// the placement; compare with revolve_optimal_recomputations(n, s).
+/// online_recomputations for a loop of n steps with s slots (n >= 0: 0 for n <= 1), simulating
+/// the placement; compare with revolve_optimal_recomputations(n, s).
 int64_t online_recomputations(int64_t n, int s);
 
-// online_recomputations(n, s) for n = 0 .. max_n in one pass (one placement run, observed step by
-// step): the table compared with offline Revolve in bench/RESULTS.md.
+/// online_recomputations(n, s) for n = 0 .. max_n in one pass (one placement run, observed step by
+/// step): the table compared with offline Revolve in bench/RESULTS.md.
 std::vector<int64_t> online_recomputations_table(int64_t max_n, int s);
 
 }  // namespace tessel

@@ -19,14 +19,14 @@
 
 namespace tessel {
 
-// An option of the wrong type (Python: TypeError); a wrong value throws Error (ValueError).
+/// An option of the wrong type (Python: TypeError); a wrong value throws Error (ValueError).
 class OptionTypeError : public Error {
  public:
   using Error::Error;
 };
 
-// One keyword value as a front end hands it over. Other: a value the core does not read (the
-// arrays of `ranges`, the dict of `stats`, a torch dtype); `s` then names its type for messages.
+/// One keyword value as a front end hands it over. Other: a value the core does not read (the
+/// arrays of `ranges`, the dict of `stats`, a torch dtype); `s` then names its type for messages.
 struct OptionValue {
   enum class Kind : uint8_t { None, Bool, Int, Float, Str, Other };
   Kind kind = Kind::None;
@@ -35,17 +35,17 @@ struct OptionValue {
   double f = 0;
   std::string s;           // Str: the text; Other: the value's type name
   bool too_large = false;  // Int: outside the 64-bit range (then i is 0)
-  // How the caller's language shows the value and its type ("'3'", "str"), for messages; when
-  // empty, messages show it in C++ terms.
+  /// How the caller's language shows the value and its type ("'3'", "str"), for messages; when
+  /// empty, messages show it in C++ terms.
   std::string repr, type_name;
 };
 
-// Which keywords a function takes (a bit set): construction of Genred / KernelSolve, a Genred
-// call, a KernelSolve call. A LazyTensor reduction takes kBuildOptions | kCallOptions.
+/// Which keywords a function takes (a bit set): construction of Genred / KernelSolve, a Genred
+/// call, a KernelSolve call. A LazyTensor reduction takes kBuildOptions | kCallOptions.
 enum OptionScope : unsigned { kBuildOptions = 1, kCallOptions = 2, kSolveOptions = 4 };
 
-// The options given (None counts as not given), in canonical form. accumulate_f64 comes from
-// dtype_acc or use_double_acc; maxiter 0 means "the solver's default".
+/// The options given (None counts as not given), in canonical form. accumulate_f64 comes from
+/// dtype_acc or use_double_acc; maxiter 0 means "the solver's default".
 struct NormalizedOptions {
   std::optional<Backend> backend;
   std::optional<SumScheme> sum_scheme;
@@ -57,24 +57,24 @@ struct NormalizedOptions {
   std::vector<std::string> ignored;  // accepted keys that tessel ignores: see ignored_options()
 };
 
-// Checks and canonicalises `options` for the function `who` ("Genred", "KernelSolve",
-// "LazyTensor.sum", ...). An unknown key or a wrong type throws OptionTypeError, a wrong value
-// Error; each message names `who`, the option and what was expected. `reduction`, when given,
-// enables pykeops's rules tying accuracy options to sum-type reductions.
+/// Checks and canonicalises `options` for the function `who` ("Genred", "KernelSolve",
+/// "LazyTensor.sum", ...). An unknown key or a wrong type throws OptionTypeError, a wrong value
+/// Error; each message names `who`, the option and what was expected. `reduction`, when given,
+/// enables pykeops's rules tying accuracy options to sum-type reductions.
 NormalizedOptions normalize_options(std::string_view who, unsigned scope,
                                     const std::vector<std::pair<std::string, OptionValue>>& options,
                                     std::optional<ReductionOp> reduction = std::nullopt);
 
-// Every backend spelling: tessel's "auto", "compiled", "interpreter", "cuda" and pykeops's
-// "CPU", "GPU", "GPU_1D", "GPU_2D", "GPU_{1,2}D_{host,device}" (all GPU schemes are tessel's
-// CUDA backend; "CPU" is Auto, which runs host arrays on the CPU).
+/// Every backend spelling: tessel's "auto", "compiled", "interpreter", "cuda" and pykeops's
+/// "CPU", "GPU", "GPU_1D", "GPU_2D", "GPU_{1,2}D_{host,device}" (all GPU schemes are tessel's
+/// CUDA backend; "CPU" is Auto, which runs host arrays on the CPU).
 Backend backend_from_name(std::string_view name, std::string_view who);
 const char* backend_name(Backend b);  // "auto", "compiled", "interpreter", "cuda"
-// "block", "kahan", "direct" and pykeops's "auto", "block_sum", "kahan_scheme", "direct_sum".
+/// "block", "kahan", "direct" and pykeops's "auto", "block_sum", "kahan_scheme", "direct_sum".
 SumScheme sum_scheme_from_name(std::string_view name, std::string_view who);
 const char* sum_scheme_name(SumScheme s);  // "block", "kahan", "direct"
 
-// The pykeops options tessel accepts and ignores, each with the reason: (name, reason).
+/// The pykeops options tessel accepts and ignores, each with the reason: (name, reason).
 std::vector<std::pair<std::string, std::string>> ignored_options();
 
 }  // namespace tessel

@@ -31,8 +31,8 @@ struct SolveOptions {
   double tol = 1e-6;  // stop when |b - A x| <= max(tol |b|, atol) (Euclidean norms)
   double atol = 0;
   int64_t maxiter = 0;  // 0: max(100, min(2 * size, 1000)), size = rows * columns of b
-  // Not converging within maxiter is reported in SolveReport; with this flag it throws an Error
-  // that gives the residual and the iteration count.
+  /// Not converging within maxiter is reported in SolveReport; with this flag it throws an Error
+  /// that gives the residual and the iteration count.
   bool raise_on_nonconvergence = false;
   Options eval;  // options of the matrix-vector products (backend, ranges, threads, ...)
 };
@@ -44,16 +44,16 @@ struct SolveReport {
   std::string str() const;  // e.g. "converged in 37 iterations, relative residual 4.1e-07"
 };
 
-// Solves (alpha I + K) x = b where K(v) = evaluate(k) with `v` in slot `var` and b = inputs[var].
-// `x` (same shape as b, float dtype of the inputs) receives the solution.
+/// Solves (alpha I + K) x = b where K(v) = evaluate(k) with `v` in slot `var` and b = inputs[var].
+/// `x` (same shape as b, float dtype of the inputs) receives the solution.
 SolveReport kernel_solve(const Reduction& k, int var, std::span<const ArrayView> inputs,
                          const ArrayView& x, const SolveOptions& opt = {});
 
-// The gradient of a solve by implicit differentiation, given the solution `x` and the cotangent
-// `grad_x` of x: u = (alpha I + K)^-1 grad_x (K symmetric, so one more solve with the same
-// operator) is the gradient for b; for any other variable w of k the gradient is
-// -d<u, K(x)>/dw, one gradient reduction. grads[m] receives the gradient for variable wrt[m]
-// (its shape); `grad_alpha`, when not null, receives -<u, x>. Returns the report of the solve.
+/// The gradient of a solve by implicit differentiation, given the solution `x` and the cotangent
+/// `grad_x` of x: u = (alpha I + K)^-1 grad_x (K symmetric, so one more solve with the same
+/// operator) is the gradient for b; for any other variable w of k the gradient is
+/// -d<u, K(x)>/dw, one gradient reduction. grads[m] receives the gradient for variable wrt[m]
+/// (its shape); `grad_alpha`, when not null, receives -<u, x>. Returns the report of the solve.
 SolveReport kernel_solve_grad(const Reduction& k, int var, std::span<const ArrayView> inputs,
                               const ArrayView& x, const ArrayView& grad_x, std::span<const int> wrt,
                               std::span<const ArrayView> grads, const SolveOptions& opt = {},

@@ -16,12 +16,12 @@
 
 namespace tessel {
 
-// "Vi", "Vj" or "Pm": how KeOps texts write a category.
+/// "Vi", "Vj" or "Pm": how KeOps texts write a category.
 const char* category_word(Category c);
 
 class TextKernel {
  public:
-  // One argument, in the order the caller passes them.
+  /// One argument, in the order the caller passes them.
   struct Arg {
     std::string name;  // the alias ("Var<index>" for a variable the text names without one)
     int index = 0;     // the variable index in the formula
@@ -29,33 +29,33 @@ class TextKernel {
     Category cat = Category::I;
     bool used = false;  // the reduction reads it; an unread one is only checked by the binding
 
-    // "argument 'X' (Vi(3))", for messages.
+    /// "argument 'X' (Vi(3))", for messages.
     std::string label() const;
   };
 
   TextKernel() = default;
-  // `text` a whole KeOps reduction ("Sum_Reduction(F, 0)", see parse_reduction) read with
-  // `aliases`. The arguments are the aliases in order, then any variable the reduction reads that
-  // no alias declares (written as Var(5, 3, 0) in the text). Throws Error as parse_reduction.
+  /// `text` a whole KeOps reduction ("Sum_Reduction(F, 0)", see parse_reduction) read with
+  /// `aliases`. The arguments are the aliases in order, then any variable the reduction reads that
+  /// no alias declares (written as Var(5, 3, 0) in the text). Throws Error as parse_reduction.
   TextKernel(const std::string& text, const std::vector<std::string>& aliases);
 
   const Reduction& reduction() const { return r_; }
-  // The reduction text, or Grad(<text>, <argument>) for a gradient.
+  /// The reduction text, or Grad(<text>, <argument>) for a gradient.
   const std::string& text() const { return text_; }
   const std::vector<Arg>& args() const { return args_; }
-  // The argument names joined by ", ", for messages.
+  /// The argument names joined by ", ", for messages.
   std::string arg_names() const;
 
-  // Throws Error "<who>: expected N arguments (X, Y, B), got <given>" unless given == N.
+  /// Throws Error "<who>: expected N arguments (X, Y, B), got <given>" unless given == N.
   void check_count(size_t given, const std::string& who) const;
-  // The input views evaluate() takes: one slot per variable index up to the largest one the
-  // reduction reads (slots of unread indices stay empty).
+  /// The input views evaluate() takes: one slot per variable index up to the largest one the
+  /// reduction reads (slots of unread indices stay empty).
   size_t num_slots() const;
 
-  // The gradient for the argument at 0-based `position`: a kernel whose reduction is
-  // grad(reduction(), index) and whose arguments are these, then the cotangent of output 0,
-  // named `cotangent`. Arguments the gradient no longer reads are marked unused. A gradient is a
-  // TextKernel again, so it can be differentiated again (with another cotangent name).
+  /// The gradient for the argument at 0-based `position`: a kernel whose reduction is
+  /// grad(reduction(), index) and whose arguments are these, then the cotangent of output 0,
+  /// named `cotangent`. Arguments the gradient no longer reads are marked unused. A gradient is a
+  /// TextKernel again, so it can be differentiated again (with another cotangent name).
   TextKernel grad(size_t position, const std::string& cotangent) const;
 
  private:
