@@ -27,7 +27,7 @@ fi
 # tessel.shapes.io: meshio (mesh files), nibabel (GIfTI, FreeSurfer), matplotlib (figures); pip
 # picks the releases that work with the pinned numpy (Debian's matplotlib pulls ~40 packages).
 want=(nanobind scikit-build-core pykeops==2.3 geomloss hypothesis torchdiffeq==0.2.5 pytest-xdist
-  meshio nibabel matplotlib "$@")
+  meshio nibabel matplotlib numpydoc==1.11.0 websocket-client==1.8.0 "$@")
 # The installed distributions' normalized names, listed once: a `pip show` per package costs
 # half a second each.
 installed=$("$py" - <<'PY'

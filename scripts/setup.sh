@@ -13,8 +13,9 @@ if [[ ${1:-} == --build-only ]]; then
   shift
 fi
 packages=(cmake ninja-build g++)
+# Doxygen and Chromium: the documentation site's C++ reference and its browser check.
 ((build_only)) || packages+=(googletest libgtest-dev libgmock-dev python3 python3-venv python3-pip
-                             python3-numpy)
+                             python3-numpy doxygen chromium)
 packages+=("$@")
 
 if ! command -v dpkg-query > /dev/null 2>&1; then

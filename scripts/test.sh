@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs the whole test suite: ctest (C++), pytest, then the
-# R and Octave bindings' tests.
+# Installs what is missing, builds, and runs the whole test suite: ctest (C++), pytest, the R and
+# Octave bindings' tests, then the documentation site's build and browser check.
 #
 # Usage: scripts/test.sh [extra ctest options, e.g. -R cli]
 # Passed tests are not listed; failures are shown with their output, then ctest's summary.
@@ -72,6 +72,16 @@ for binding in r octave; do
   binding_rc=$?
   ((binding_rc == 0)) || rc=$binding_rc
 done
+# The documentation site: Sphinx with warnings as errors, the gallery's examples run, then every
+# link and page checked in headless Chromium (scripts/docs.sh; TESSEL_TEST_DOCS=0 skips it).
+if [[ ${TESSEL_TEST_DOCS:-1} != 0 ]]; then
+  echo "test: building and checking the documentation site (scripts/docs.sh)"
+  start=$SECONDS
+  scripts/docs.sh
+  docs_rc=$?
+  echo "test: documentation site took $((SECONDS - start)) s"
+  ((docs_rc == 0)) || rc=$docs_rc
+fi
 # The ten slowest C++ tests over every ctest run above (pytest listed its own), so that a test
 # that grows slow is seen when it does.
 echo "test: the ten slowest C++ tests (seconds, run)"

@@ -1,4 +1,6 @@
 """The extension module itself: parse, Reduction, evaluate and Bound on NumPy and torch."""
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -54,3 +56,20 @@ def test_errors_are_value_errors_naming_the_input():
         _core.evaluate(r, [np.zeros((4, 3)), np.zeros((5, 2))])
     with pytest.raises(ValueError, match="column"):
         tessel.parse("Exp(X", ["X = Vi(3)"])
+
+
+def test_doctor_compiles_a_kernel_and_names_the_machine(tmp_path):
+    """`python -m tessel doctor`: the pip install's machine check, with its test kernel."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TESSEL_CACHE_DIR=str(tmp_path / "cache"))
+    out = subprocess.run([sys.executable, "-m", "tessel", "doctor"], capture_output=True,
+                         text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    for label in ("compiler", "kernel", "SIMD", "threads", "cache", "GPU"):
+        assert f"\n{label}" in out.stdout, out.stdout
+    assert "matches the interpreter" in out.stdout or "no usable compiler" in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "tessel", "doctr"], capture_output=True,
+                         text=True, env=env, timeout=60)
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr

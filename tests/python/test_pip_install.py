@@ -33,3 +33,7 @@ def test_wheel_builds_installs_and_runs(tmp_path):
     out = subprocess.run([str(py), "-c", code], check=True, capture_output=True, text=True,
                          cwd=tmp_path, env=env)
     assert out.stdout.strip() == "[1, 0]"
+    # The wheel's `tessel doctor` (the C++ command is not in it) finds the compiler and the cache.
+    doctor = subprocess.run([str(env_dir / "bin" / "tessel"), "doctor", "--quick"], check=True,
+                            capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert "compiler" in doctor.stdout and "cache" in doctor.stdout, doctor.stdout

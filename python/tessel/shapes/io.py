@@ -18,6 +18,8 @@ import torch
 
 from ._shape import Curve, Mesh, PointCloud, _fail
 
+__all__ = ["read_shape", "write_shape", "fsaverage5", "mirror", "plot_shapes"]
+
 # FreeSurfer's binary surfaces start with one of these magic numbers (triangle file, quad files);
 # their names ("lh.pial", "rh.white") carry no extension to dispatch on.
 _FREESURFER_MAGIC = (b"\xff\xff\xfe", b"\xff\xff\xff", b"\xff\xff\xfd")

@@ -1,0 +1,64 @@
+"""Sphinx configuration of the documentation site: guides (MyST), gallery, API references."""
+import os
+import pathlib
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+BUILD = pathlib.Path(os.environ.get("TESSEL_DOCS_BUILD", ROOT / "build" / "docs"))
+# The package under documentation is the one built into build/python (scripts/build.sh).
+sys.path.insert(0, str(ROOT / "build" / "python"))
+
+project = "tessel"
+author = "the tessel developers"
+copyright = "2026, " + author
+
+extensions = [
+    "sphinx.ext.autodoc",
+    "sphinx.ext.intersphinx",
+    "numpydoc",
+    "myst_parser",
+    "sphinx_gallery.gen_gallery",
+    "breathe",
+]
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+exclude_patterns = ["_build", "images/README.md"]
+myst_heading_anchors = 3
+
+html_theme = "furo"
+html_title = "tessel"
+html_static_path = []
+# The site works offline and from file://: no extension that loads from a CDN (MathJax).
+html_theme_options = {"navigation_with_keys": True}
+
+autodoc_member_order = "bysource"
+autodoc_typehints = "none"
+numpydoc_show_class_members = False
+numpydoc_class_members_toctree = False
+numpydoc_xref_param_type = False
+intersphinx_mapping = {}
+
+# The gallery: every script of examples/python at its small default size. A failing example
+# fails the build (the docs build runs in the test command).
+sphinx_gallery_conf = {
+    "examples_dirs": str(ROOT / "examples" / "python"),
+    "gallery_dirs": "auto_examples",
+    "filename_pattern": r"/(?!distributed_torchrun)[^/]+\.py$",
+    "ignore_pattern": r"__init__\.py|_common\.py",
+    "abort_on_example_error": True,
+    "only_warn_on_example_error": False,
+    "download_all_examples": False,
+    "remove_config_comments": True,
+    "within_subsection_order": "FileNameSortKey",
+    "matplotlib_animations": False,
+    "image_scrapers": ("matplotlib",),
+    "show_memory": False,
+    # Its timing pages load jQuery from a CDN: the site stays offline-clean without them (the
+    # build log prints each example's time).
+    "write_computation_times": False,
+    "plot_gallery": os.environ.get("TESSEL_DOCS_GALLERY", "True"),
+}
+
+breathe_projects = {"tessel": str(BUILD / "doxygen" / "xml")}
+breathe_default_project = "tessel"
+breathe_domain_by_extension = {"hpp": "cpp"}
+cpp_index_common_prefix = ["tessel::"]
