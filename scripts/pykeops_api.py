@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Lists pykeops 2.3's public API by introspecting the installed pykeops, and checks the README's
-table "pykeops API -> tessel status" against it, so that the table cannot go stale.
+"""Lists pykeops 2.3's public API by introspecting the installed pykeops, and checks the table
+"pykeops API -> tessel status" of docs/guide/keops.md against it, so that it cannot go stale.
 
     python3 scripts/pykeops_api.py            # every public name, one a line
-    python3 scripts/pykeops_api.py --check    # README rows missing or naming what pykeops lacks
+    python3 scripts/pykeops_api.py --check    # table rows missing or naming what pykeops lacks
 
-Names are keyed as the README writes them: `pykeops.X` (the package), `pykeops.config.X`,
+Names are keyed as the table writes them: `pykeops.X` (the package), `pykeops.config.X`,
 `X` (in both pykeops.numpy and pykeops.torch), `torch.X` / `numpy.X` (in one only),
 `cluster.X` (both cluster modules), `numpy.utils.X`, `torch.utils.X`, `LazyTensor.X` (the class
 attributes of both front ends' LazyTensor, operators included) and `ComplexLazyTensor.X` (those
@@ -19,7 +19,7 @@ import sys
 import types
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-README = os.path.join(ROOT, "README.md")
+TABLE = os.path.join(ROOT, "docs", "guide", "keops.md")
 BEGIN, END = "<!-- pykeops-api-table -->", "<!-- /pykeops-api-table -->"
 # Attributes every class has, which say nothing about pykeops's API.
 _CLASS_PLUMBING = {"__dict__", "__module__", "__weakref__", "__doc__"}
@@ -73,8 +73,8 @@ def pykeops_names():
     return sorted(keys)
 
 
-def readme_names(path=README):
-    """{key: status cell} for every backticked name in the first column of the README table."""
+def readme_names(path=TABLE):
+    """{key: status cell} for every backticked name in the first column of the table in docs/guide/keops.md."""
     text = open(path, encoding="utf-8").read()
     if BEGIN not in text or END not in text:
         raise ValueError(f"{path}: no table between {BEGIN} and {END}")
@@ -91,7 +91,7 @@ def readme_names(path=README):
     return rows
 
 
-def check(path=README):
+def check(path=TABLE):
     """(names pykeops has that the table misses, names the table lists that pykeops lacks)."""
     theirs, ours = set(pykeops_names()), set(readme_names(path))
     return sorted(theirs - ours), sorted(ours - theirs)
@@ -99,16 +99,16 @@ def check(path=README):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="compare with the README table")
+    ap.add_argument("--check", action="store_true", help="compare with the table in docs/guide/keops.md")
     args = ap.parse_args(argv)
     if not args.check:
         print("\n".join(pykeops_names()))
         return 0
     missing, extra = check()
     for k in missing:
-        print(f"README table misses pykeops's `{k}`")
+        print(f"docs/guide/keops.md table misses pykeops's `{k}`")
     for k in extra:
-        print(f"README table lists `{k}`, which pykeops 2.3 does not have")
+        print(f"docs/guide/keops.md table lists `{k}`, which pykeops 2.3 does not have")
     return 1 if missing or extra else 0
 
 

@@ -1,4 +1,4 @@
-"""The README's table "pykeops API -> tessel status" covers every public name of pykeops 2.3 and
+"""The table "pykeops API -> tessel status" (docs/guide/keops.md) covers every public name of pykeops 2.3 and
 says "works" only of names tessel.compat.pykeops has (scripts/pykeops_api.py lists the names)."""
 import importlib
 import os
@@ -48,8 +48,8 @@ def test_readme_table_lists_every_public_name_of_pykeops(table):
     names, rows = table
     assert len(names) > 150, "the introspection of pykeops found too few names"
     missing, extra = sorted(set(names) - set(rows)), sorted(set(rows) - set(names))
-    assert not missing, f"README's pykeops API table misses {missing}"
-    assert not extra, f"README's pykeops API table lists names pykeops 2.3 lacks: {extra}"
+    assert not missing, f"the pykeops API table (docs/guide/keops.md) misses {missing}"
+    assert not extra, f"the pykeops API table (docs/guide/keops.md) lists names pykeops 2.3 lacks: {extra}"
 
 
 def test_readme_table_statuses_match_tessel(table):
@@ -62,14 +62,14 @@ def test_readme_table_statuses_match_tessel(table):
             assert _tessel_has(key), f"`{key}` is marked {status!r} but tessel.compat lacks it"
         if kind == "not provided":
             assert not _tessel_has(key), f"`{key}` is marked 'not provided' but tessel.compat " \
-                                         "has it: update the README table"
+                                         "has it: update the table in docs/guide/keops.md"
 
 
 def test_the_check_catches_a_missing_row(tmp_path):
     pytest.importorskip("pykeops")
-    text = open(pykeops_api.README, encoding="utf-8").read()
+    text = open(pykeops_api.TABLE, encoding="utf-8").read()
     cut = text.replace("`LazyTensor.xlogx`, ", "").replace(", `LazyTensor.xlogx`", "")
     assert cut != text
-    (tmp_path / "README.md").write_text(cut, encoding="utf-8")
-    missing, extra = pykeops_api.check(str(tmp_path / "README.md"))
+    (tmp_path / "keops.md").write_text(cut, encoding="utf-8")
+    missing, extra = pykeops_api.check(str(tmp_path / "keops.md"))
     assert missing == ["LazyTensor.xlogx"] and extra == []
