@@ -62,3 +62,6 @@ breathe_projects = {"tessel": str(BUILD / "doxygen" / "xml")}
 breathe_default_project = "tessel"
 breathe_domain_by_extension = {"hpp": "cpp"}
 cpp_index_common_prefix = ["tessel::"]
+# breathe declares `namespace tessel` once per header section of the C++ page; Sphinx's C++
+# domain calls each repeat a duplicate. Only that page declares C++ names.
+suppress_warnings = ["duplicate_declaration.cpp"]
