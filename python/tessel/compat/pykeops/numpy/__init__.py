@@ -2,6 +2,7 @@
 import numpy as np
 
 from .... import numpy as _tnumpy
+from .._docs import document
 from .._genred import GenredBase, KernelSolveBase, make_generic_ops
 from .._frontend import FRONTEND_ALL, lazy_tensor_classes
 from .._lazytensor import GenericLazyTensor  # noqa: F401  (as in pykeops.*.lazytensor)
@@ -16,7 +17,6 @@ def _copy_into(out, result):
 
 
 class Genred(GenredBase):
-    __doc__ = GenredBase.__doc__
     _frontend, _copy_into = _tnumpy, staticmethod(_copy_into)
     _stack = staticmethod(lambda arrays: np.stack(arrays, axis=-1))
 
@@ -25,9 +25,10 @@ generic_sum, generic_logsumexp, generic_argmin, generic_argkmin = make_generic_o
 
 
 class KernelSolve(KernelSolveBase):
-    __doc__ = KernelSolveBase.__doc__
     _genred_class = Genred
 
 
 LazyTensor, ComplexLazyTensor, (Var, Vi, Vj, Pm) = lazy_tensor_classes(
     __name__, Genred, KernelSolve, np.ndarray, np.array, _tnumpy._as_complex, "array")
+# Docstrings in this front end's words, with examples on its arrays.
+document(globals(), "numpy")

@@ -2,6 +2,7 @@
 import torch
 
 from .... import torch as _ttorch
+from .._docs import document
 from .._genred import GenredBase, KernelSolveBase, make_generic_ops
 from .._frontend import FRONTEND_ALL, lazy_tensor_classes
 from .._lazytensor import GenericLazyTensor  # noqa: F401  (as in pykeops.*.lazytensor)
@@ -11,7 +12,6 @@ __all__ = FRONTEND_ALL
 
 
 class Genred(GenredBase):
-    __doc__ = GenredBase.__doc__
     _frontend = _ttorch
     _copy_into = staticmethod(lambda out, result: out.copy_(result))
     _stack = staticmethod(lambda arrays: torch.stack(arrays, dim=-1))
@@ -21,12 +21,10 @@ generic_sum, generic_logsumexp, generic_argmin, generic_argkmin = make_generic_o
 
 
 class KernelSolve(KernelSolveBase):
-    __doc__ = KernelSolveBase.__doc__ + """
-    Differentiable: gradients flow to b and to every other argument (implicit differentiation,
-    which assumes K symmetric, as pykeops does).
-    """
     _genred_class = Genred
 
 
 LazyTensor, ComplexLazyTensor, (Var, Vi, Vj, Pm) = lazy_tensor_classes(
     __name__, Genred, KernelSolve, torch.Tensor, torch.tensor, _ttorch._as_complex, "tensor")
+# Docstrings in this front end's words, with examples on its arrays.
+document(globals(), "torch")
