@@ -35,26 +35,93 @@ _CATEGORY = {_VI: "Vi", _VJ: "Vj", _PM: "Pm"}
 
 
 class Genred:
-    """A reduction over the rows spread across the ranks of `group` (default: the world).
+    """A kernel reduction over rows spread across the ranks of a process group.
 
-    Same arguments as tessel.torch.Genred, plus `group`. Call it on every rank, collectively,
-    with that rank's rows (2-D i- and j-variables, 1-D parameters, one dtype and device); it
-    returns that rank's rows of the result: its i rows for axis=1 (a reduction over every rank's
-    j rows), its j rows for axis=0. Indices (ArgMin, ArgKMin, ...) are global: a row's position
-    in the concatenation of the ranks' shards in rank order. `backend` may be given per call;
-    ni / nj / ranges not.
+    The reduction ``out_i = Reduction_j F(x_i, y_j, p)`` of tessel.torch.Genred, with the rows of
+    x (the outer index i) and of y (the reduced index j) sharded over the processes of a
+    torch.distributed group, so that clouds too large for one GPU's memory, or one machine's
+    time, are reduced by several. Each rank calls the object, collectively, with its own rows:
+    i-variables (``Vi``) hold its rows of x, j-variables (``Vj``) its rows of y (shards may be
+    uneven, or empty), parameters (``Pm``) the same values on every rank. It returns the rank's
+    rows of the result over every rank's rows of the reduced index: its i rows for ``axis=1``,
+    its j rows for ``axis=0``. The blocks of the reduced index travel around a ring of the
+    ranks while each rank reduces the block at hand, so no rank holds another's whole shard, and
+    no N x M matrix is stored. Indices (ArgMin, ArgKMin, ...) are global: a row's position in the
+    concatenation of the ranks' shards in rank order.
 
-    Gradients: each rank backpropagates its own loss L_r through its own result (every rank must
-    do so, since backward is collective too: pass zeros if a rank's loss does not use it). What a
-    rank then gets is the gradient of the total L = sum over ranks of L_r:
-      - its own rows (x for axis=1): dL/dx_r (= dL_r/dx_r, as only its own result reads them);
-      - its rows of the reduced index (y for axis=1): dL/dy_r, summed over every rank's use of
-        them (the block's gradient travels with the block around the ring and comes home);
-      - parameters: dL/dtheta, the same full sum on every rank (all_reduce of the ranks'
-        contributions). Not divided by world_size, unlike DistributedDataParallel's average;
-        and only the path through this Genred is summed: any other use of a parameter in L_r
-        stays local to rank r.
-    Double backward is not sharded (a NotImplementedError).
+    Gradients: each rank backpropagates its own loss L_r through its own result (every rank must,
+    backward being collective too: pass zeros where L_r does not use it), and receives the
+    gradient of the total ``L = sum_r L_r``: for its own rows (x for ``axis=1``) dL/dx_r; for its
+    rows of the reduced index (y) dL/dy_r, summed over every rank's use of them; for parameters
+    the full dL/dp on every rank (summed, not averaged over the ranks as DistributedDataParallel
+    averages, and only through this reduction: another use of a parameter in L_r stays local).
+
+    Parameters
+    ----------
+    formula : str
+        The KeOps formula, such as ``"Exp(-SqDist(X, Y)) * B"``, as for tessel.torch.Genred.
+    aliases : list of str
+        One declaration per argument, in call order: ``"X = Vi(3)"``, ``"Y = Vj(3)"``,
+        ``"P = Pm(1)"``.
+    reduction_op : str, default "Sum"
+        Any reduction over i or j: Sum, LogSumExp (with or without a weight), SumSoftMaxWeight,
+        Min, Max, ArgMin, ArgMax, Min_ArgMin, Max_ArgMax, KMin, ArgKMin, KMin_ArgKMin.
+    axis : {0, 1}, default 1
+        1 reduces over j (each rank gets its i rows), 0 over i (its j rows).
+    dtype : str, optional
+        As for tessel.torch.Genred (the arguments' dtype decides).
+    opt_arg : int, optional
+        K of the KMin, ArgKMin and KMin_ArgKMin reductions.
+    formula2 : str, optional
+        The weight formula of LogSumExp and SumSoftMaxWeight.
+    group : torch.distributed.ProcessGroup, optional
+        The ranks that share the rows; None (the default) is the world.
+    **options
+        tessel.torch.Genred's build options (``dtype_acc``, ``sum_scheme``, ...).
+
+    Raises
+    ------
+    ValueError
+        If ``axis`` is not 0 or 1, or the formula, aliases or options are invalid (as for
+        tessel.torch.Genred); when called, if this rank's variables of one index have different
+        row counts, or a K-reduction has fewer than K rows over all ranks.
+    TypeError
+        When called with an argument that is not a torch tensor.
+    NotImplementedError
+        If ``reduction_op`` is not a reduction over i or j; when called with batch dimensions
+        (an i- or j-variable that is not 2-D, a parameter that is not 1-D), a formula without a
+        Vi or a Vj variable, or a double backward.
+    RuntimeError
+        When another rank of the group refused its call, skipped it, or died in it.
+
+    See Also
+    --------
+    tessel.torch.Genred : The same reduction in one process.
+    LazyTensor : The same reductions written as array expressions.
+
+    Examples
+    --------
+    A one-rank gloo group, so that the example runs alone (under ``torchrun``, each process
+    runs the same lines with its own rows and ``dist.init_process_group("gloo")``):
+
+    >>> import socket
+    >>> import torch
+    >>> import torch.distributed as dist
+    >>> import tessel.torch
+    >>> from tessel.distributed import Genred
+    >>> s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+    >>> dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
+    ...                         world_size=1)
+    >>> _ = torch.manual_seed(0)
+    >>> x, y, b = torch.randn(100, 3), torch.randn(80, 3), torch.randn(80, 1)  # rank's rows
+    >>> formula, aliases = "Exp(-SqDist(X, Y)) * B", ["X = Vi(3)", "Y = Vj(3)", "B = Vj(1)"]
+    >>> a = Genred(formula, aliases, axis=1)(x, y, b)  # this rank's rows of sum_j K_ij b_j
+    >>> a.shape
+    torch.Size([100, 1])
+    >>> one = tessel.torch.Genred(formula, aliases, axis=1)(x, y, b)  # one process
+    >>> bool(torch.allclose(a, one))
+    True
+    >>> dist.destroy_process_group()
     """
 
     def __init__(self, formula, aliases, reduction_op="Sum", axis=1, dtype=None, opt_arg=None,
@@ -81,6 +148,10 @@ class Genred:
         self._text = repr(sorted(spec.args.items(), key=lambda kv: kv[0]))
 
     def __call__(self, *args, backend=None):
+        """Reduce, collectively with every rank of the group, this rank's rows `args` (one
+        tensor per alias); returns this rank's rows of the result (a tuple for Min_ArgMin, ...).
+        `backend` (as tessel.torch.Genred's call takes it; None: its default) may differ per
+        call."""
         ring = Ring.of(self.group, _WHO)
         ni, nj = exchange(self, ring, args, _WHO)
         sizes = nj if self.axis == 1 else ni

@@ -44,23 +44,104 @@ _KERNEL_ALIASES = "X=Vi({d})", "Y=Vj({d})", "W=Vj(1)", "G=Pm(1)"
 
 
 class SamplesLoss(torch.nn.Module):
-    """tessel.ot.SamplesLoss (GeomLoss's SamplesLoss) on clouds sharded over the ranks of
-    `group` (default: the world).
+    """Sinkhorn divergences and kernel losses between point clouds sharded over ranks.
 
-    Same arguments and defaults, plus `group`. Call it on every rank, collectively, as L(x, y) or
-    L(a, x, b, y) with that rank's rows: x (n_r, D), y (m_r, D), a (n_r,) or (n_r, 1), b likewise;
-    shards may be uneven or empty, x and y sharded differently. Returns the loss of the whole
-    clouds, the same value on every rank; with potentials=True, this rank's rows of GeomLoss's
-    potentials (F, G), shaped (1, n_r) and (1, m_r).
+    tessel.ot.SamplesLoss (GeomLoss's SamplesLoss) on clouds whose points are spread over the
+    ranks of a torch.distributed group: the Sinkhorn loop's softmins and the kernel products are
+    tessel.distributed.Genred reductions over every rank's points, so each rank holds only its
+    own rows, and the loss and its gradients are those of the whole clouds (up to the order of
+    the ring's partial sums). Typical use: an optimal transport or MMD loss between two clouds
+    too large for one device, in a data-parallel training loop.
 
-    Backward is collective (every rank must backpropagate its copy of the loss): each rank then
-    receives d(loss)/d(its own rows of a, x, b, y), the rows of what one process would get on the
-    whole clouds (not summed over the ranks' copies). First order only (envelope gradients).
+    Call it on every rank, collectively, as ``L(x, y)`` (uniform weights over the whole clouds)
+    or ``L(a, x, b, y)`` with that rank's rows: x (n_r, D) and y (m_r, D) float32 or float64
+    tensors, a (n_r,) or (n_r, 1) and b likewise; shards may be uneven or empty, and x and y
+    sharded differently. It returns the loss of the whole clouds, a 0-d tensor with the same
+    value on every rank; with ``potentials=True``, this rank's rows of GeomLoss's dual potentials
+    (F, G), shaped (1, n_r) and (1, m_r). Backward is collective (every rank backpropagates its
+    copy of the loss) and each rank receives d(loss)/d(its own rows of a, x, b, y), the rows of
+    what one process would get on the whole clouds; first order only (envelope gradients).
 
-    Sharded: loss='sinkhorn' balanced with the costs p=1 and p=2, debiased or not, and the
-    kernel losses. Not sharded (NotImplementedError): reach / reach_x / reach_y, cost=,
-    kernel=, cluster_scale= and the multiscale or tensorized backends, gradient other than
-    'envelope', batches of clouds.
+    Parameters
+    ----------
+    loss : {"sinkhorn", "gaussian", "laplacian", "energy"}, default "sinkhorn"
+        The Sinkhorn divergence (balanced), or half the squared kernel norm of a - b for the
+        kernels ``exp(-|x-y|^2 / 2 blur^2)``, ``exp(-|x-y| / blur)`` or ``-|x-y|``.
+    p : {1, 2}, default 2
+        The cost ``|x-y|`` (p=1) or ``|x-y|^2 / 2`` (p=2) of the Sinkhorn loss.
+    blur : float, default 0.05
+        The scale of the loss: the Sinkhorn temperature is ``eps = blur^p``; the kernels' width.
+    reach : None
+        Unbalanced transport is not sharded: only None.
+    diameter : float, optional
+        The clouds' diameter, where the epsilon schedule starts; None (the default): the
+        diagonal of the global bounding box.
+    scaling : float, default 0.5
+        The ratio between consecutive blurs of the epsilon schedule (closer to 1: more
+        iterations, more accurate).
+    truncate : float, default 5
+        Accepted, as tessel.ot.SamplesLoss; only its multiscale backend (not sharded) uses it.
+    cost, kernel, cluster_scale : None
+        Custom costs and kernels and the multiscale backend are not sharded: only None.
+    debias : bool, default True
+        The Sinkhorn divergence ``OT_eps(a, b) - (OT_eps(a, a) + OT_eps(b, b)) / 2`` (True)
+        or the entropic transport cost ``OT_eps(a, b)`` (False).
+    potentials : bool, default False
+        Return this rank's rows of the dual potentials instead of the loss.
+    verbose : bool, default False
+        Accepted, as tessel.ot.SamplesLoss; prints nothing here.
+    backend : {"auto", "online"}, default "auto"
+        The online solver; the other backends are not sharded.
+    gradient : {"envelope"}, default "envelope"
+        GeomLoss's envelope gradient, the only one sharded.
+    snapshots, reach_x, reach_y : None
+        tessel.ot.SamplesLoss options that are not sharded: only None.
+    group : torch.distributed.ProcessGroup, optional
+        The ranks that share the clouds; None (the default) is the world.
+
+    Raises
+    ------
+    ValueError
+        If an argument is invalid for tessel.ot.SamplesLoss; when called, if x and y are not
+        (n, D) tensors of one dimension, a weight has the wrong shape or is negative, a value is
+        not finite, a Sinkhorn cloud is empty over all ranks, or the total masses differ.
+    TypeError
+        If an argument has a wrong type; when called, for other than 2 or 4 arguments, or
+        arguments that are not float32 or float64 tensors of x's dtype.
+    NotImplementedError
+        For an option or backend that is not sharded (see above), or float32 clouds whose
+        diameter is out of [2^-16, 2^16].
+    RuntimeError
+        When another rank of the group refused its call, skipped it, or died in it.
+
+    See Also
+    --------
+    tessel.ot.SamplesLoss : The same losses in one process, with every option.
+    Genred : The sharded reductions it runs.
+
+    Examples
+    --------
+    A Sinkhorn divergence and its gradient in a one-rank gloo group, equal to one process's:
+
+    >>> import socket
+    >>> import torch
+    >>> import torch.distributed as dist
+    >>> import tessel.ot
+    >>> from tessel.distributed import SamplesLoss
+    >>> s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+    >>> dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
+    ...                         world_size=1)
+    >>> _ = torch.manual_seed(0)
+    >>> x = torch.randn(60, 3, dtype=torch.float64, requires_grad=True)  # this rank's rows
+    >>> y = torch.randn(50, 3, dtype=torch.float64) + 1
+    >>> loss = SamplesLoss("sinkhorn", p=2, blur=0.1)(x, y)
+    >>> loss.backward()
+    >>> x1 = x.detach().clone().requires_grad_()
+    >>> one = tessel.ot.SamplesLoss("sinkhorn", p=2, blur=0.1)(x1, y)  # one process
+    >>> one.backward()
+    >>> bool(torch.allclose(loss, one)), bool(torch.allclose(x.grad, x1.grad))
+    (True, True)
+    >>> dist.destroy_process_group()
     """
 
     def __init__(self, loss="sinkhorn", p=2, blur=0.05, reach=None, diameter=None, scaling=0.5,
@@ -103,6 +184,8 @@ class SamplesLoss(torch.nn.Module):
                      self.potentials))
 
     def forward(self, *args):
+        """The loss of the whole clouds from this rank's rows, ``(x, y)`` or ``(a, x, b, y)``
+        (see the class); every rank of the group must call it."""
         ring = Ring.of(self.group, _WHO)
         ns, ms = exchange(_Call(self._settings()), ring, args, _WHO)
         a, x, b, y = _with_weights(args, sum(ns), sum(ms))

@@ -31,26 +31,93 @@ _FAILED = -1
 
 
 class KernelSolve(KernelSolveBase):
-    """Solves (alpha I + K) a = b over the rows spread across the ranks of `group` (default: the
-    world), by conjugate gradient.
+    """Solve a kernel system ``(alpha I + K) a = b`` whose rows are spread across ranks.
 
-    Same arguments as tessel.torch.KernelSolve, plus `group`; the same call options (alpha, tol,
-    atol, maxiter, on_nonconvergence, backend, stats; not ranges). Call it on every rank,
-    collectively, with that rank's rows: for Exp(-G*SqDist(X,Y))*B with X=Vi, Y=Vj and B=Vj the
-    unknown, a rank passes its points x_r as both X and Y and its rows b_r of b. Each rank's i
-    rows must be its j rows (checked: as many of each on every rank); shards may be uneven, or
-    empty. The result is the rank's rows of the global solution a.
+    tessel.torch.KernelSolve on point clouds sharded over a torch.distributed group: conjugate
+    gradient whose products K v are tessel.distributed.Genred Sum reductions around the ring of
+    the ranks, and whose dot products are global, with the stopping rule of tessel's own solver,
+    so both give the same solution. It serves kernel interpolation, regression or Gaussian
+    process means on clouds that one process cannot hold. Call it on every rank, collectively,
+    with that rank's rows: for ``Exp(-G * SqDist(X, Y)) * B`` with X = Vi, Y = Vj and B = Vj the
+    unknown, a rank passes its points x_r as both X and Y (the system is square rank by rank:
+    checked) and its rows b_r of b; shards may be uneven, or empty. It returns the rank's rows of
+    the global solution a.
 
-    Every rank must use the same solver, options, dtypes and requires_grad (checked: a rank that
-    differs is named on every rank). Stopping: the global residual |b - (alpha I + K) a| <=
-    max(tol |b|, atol), as tessel.torch.KernelSolve; `stats` gets the same fields on every rank.
+    Calling ``ks(*args, alpha=0.0, tol=None, atol=0.0, maxiter=None, on_nonconvergence="warn",
+    backend=None, ranges=None, stats=None)`` takes tessel.torch.KernelSolve's call options (not
+    ``ranges``); every rank must pass the same ones, dtypes and requires_grad (a rank that
+    differs is named on every rank). It stops when the global residual
+    ``|b - (alpha I + K) a| <= max(tol |b|, atol)``, and ``stats`` gets the same fields on every
+    rank. Gradients are first order, with Genred's semantics: each rank backpropagates its own
+    loss through its own rows of a (every rank must), and receives for its rows of b and of the
+    points the gradient of the sum of the ranks' losses (a tensor passed as both X and Y gets
+    both parts), and for parameters and alpha the full gradient on every rank.
 
-    Gradients (first order; double backward is a NotImplementedError), with
-    tessel.distributed.Genred's semantics: each rank backpropagates its own loss L_r through its
-    own rows of a (every rank must, backward being collective: zeros where L_r does not read a),
-    and receives for its rows of b and of the points the gradient of L = sum over ranks of L_r
-    (a tensor passed as both X and Y gets both parts), and for parameters and alpha the full
-    dL/dtheta on every rank.
+    Parameters
+    ----------
+    formula : str
+        The KeOps formula of K's product, linear in the unknown, with an i- and a j-variable.
+    aliases : list of str
+        One declaration per argument, such as ``["X = Vi(3)", "Y = Vj(3)", "B = Vj(1)"]``.
+    varinvalias : str or int
+        The unknown: an alias name (``"B"``), its variable index, or ``"Var(k,d,c)"``, indexed
+        by the reduced index and of the output's dim.
+    axis : {0, 1}, default 1
+        The reduction's axis, as for tessel.torch.KernelSolve.
+    dtype : str, optional
+        As for tessel.torch.KernelSolve (the arguments' dtype decides).
+    group : torch.distributed.ProcessGroup, optional
+        The ranks that share the rows; None (the default) is the world.
+    **options
+        tessel.torch.KernelSolve's build options (``dtype_acc``, ``sum_scheme``, ...).
+
+    Raises
+    ------
+    TypeError
+        If ``varinvalias`` is neither a name nor an index, or the arguments are not tensors of
+        one float dtype; when pickled with a ``group``.
+    ValueError
+        If the unknown is not an alias indexed by the reduced index; when called, if alpha is
+        not one number, a rank's i and j rows differ in number, its variables disagree in rows,
+        ranks disagree on the call, b holds a NaN or an infinity, conjugate gradient breaks down
+        (K not positive definite) or does not converge with ``on_nonconvergence="raise"``.
+    NotImplementedError
+        If the formula lacks an i- or a j-variable; when called with ``ranges``, or for a
+        double backward.
+    RuntimeError
+        When another rank of the group refused its arguments (every rank stops).
+
+    See Also
+    --------
+    tessel.torch.KernelSolve : The same solver in one process.
+    Genred : The sharded reductions it runs.
+
+    Examples
+    --------
+    Kernel interpolation in a one-rank gloo group, equal to the one-process solution:
+
+    >>> import socket
+    >>> import torch
+    >>> import torch.distributed as dist
+    >>> import tessel.torch
+    >>> from tessel.distributed import KernelSolve
+    >>> s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+    >>> dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
+    ...                         world_size=1)
+    >>> _ = torch.manual_seed(0)
+    >>> x = torch.randn(100, 3, dtype=torch.float64)  # this rank's points
+    >>> b = torch.randn(100, 1, dtype=torch.float64)  # and its rows of b
+    >>> formula, aliases = "Exp(-SqDist(X, Y)) * B", ["X = Vi(3)", "Y = Vj(3)", "B = Vj(1)"]
+    >>> a = KernelSolve(formula, aliases, "B")(x, x, b, alpha=0.1)  # x as both X and Y
+    >>> a.shape
+    torch.Size([100, 1])
+    >>> one = tessel.torch.KernelSolve(formula, aliases, "B")(x, x, b, alpha=0.1)
+    >>> bool(torch.allclose(a, one, atol=1e-4))  # both stop at the tolerance (tol=1e-6)
+    True
+    >>> K = torch.exp(-torch.cdist(x, x) ** 2)  # the dense system, for a check
+    >>> bool(torch.allclose(0.1 * a + K @ a, b, atol=1e-4))
+    True
+    >>> dist.destroy_process_group()
     """
 
     _who = _WHO
@@ -76,6 +143,7 @@ class KernelSolve(KernelSolveBase):
 
     def __call__(self, *args, alpha=0.0, tol=None, atol=0.0, maxiter=None,
                  on_nonconvergence="warn", backend=None, ranges=None, stats=None):
+        """Solve, collectively with every rank, for this rank's rows of a (see the class)."""
         if ranges is not None:
             raise NotImplementedError(f"{_WHO}: ranges (block-sparse reductions) are not "
                                       "sharded; pass ranges=None")
