@@ -35,9 +35,70 @@ _SHARDED = {}
 
 
 class LazyTensor(_lt.LazyTensor):
-    """A LazyTensor whose reductions (sum, logsumexp, min, argKmin, @, solve, ...) are sharded
-    over torch.distributed: built on each rank from its rows, reduced collectively by every
-    rank. Only PyTorch tensors, real, without batch dimensions."""
+    """A symbolic (N, M, D) tensor whose reductions are sharded over torch.distributed.
+
+    tessel.lazytensor.LazyTensor, with the same operators, maths and reductions (``sum``,
+    ``logsumexp``, ``min``, ``argKmin``, ``@``, ``solve``, ...), each run by
+    tessel.distributed.Genred or KernelSolve: every rank builds its LazyTensors from its own rows
+    of x (i-variables) and y (j-variables), makes the same reductions in the same order, and
+    gets its rows of the results, with gradients (Genred's semantics). The code that reduces a
+    symbolic matrix in one process thus reduces it over the ranks of a process group unchanged.
+    Reductions take one more option, ``group=`` (default: the world); an expression that mixes
+    plain and sharded LazyTensors is sharded. Only real torch tensors without batch dimensions
+    are sharded.
+
+    Parameters
+    ----------
+    x : torch.Tensor or number, optional
+        This rank's rows as an (N_r, 1, D) i-variable or a (1, M_r, D) j-variable, a (D,)
+        parameter, a number, or a 2-D (rows, D) tensor read by ``axis``; as for
+        tessel.lazytensor.LazyTensor.
+    axis : {0, 1, 2}, optional
+        How to read a 2-D tensor: 0 as an i-variable, 1 as a j-variable, 2 as a parameter.
+
+    Raises
+    ------
+    TypeError
+        If ``x`` is not a tensor or a number; when reducing, if the arrays are not torch tensors.
+    ValueError
+        If ``x``'s shape does not fit ``axis`` (as for tessel.lazytensor.LazyTensor); when
+        reducing, as tessel.distributed.Genred.
+    NotImplementedError
+        For a complex tensor, and when reducing, as tessel.distributed.Genred (batch
+        dimensions, a formula without i- or j-variables...).
+    RuntimeError
+        When reducing, if another rank of the group refused, skipped or died in the reduction.
+
+    See Also
+    --------
+    tessel.lazytensor.LazyTensor : The same LazyTensor in one process.
+    Vi, Vj, Pm : Variables from this rank's (rows, D) tensors.
+
+    Examples
+    --------
+    A Gaussian kernel product in a one-rank gloo group, equal to the one-process result:
+
+    >>> import socket
+    >>> import torch
+    >>> import torch.distributed as dist
+    >>> s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+    >>> dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
+    ...                         world_size=1)
+    >>> _ = torch.manual_seed(0)
+    >>> x, y, b = torch.randn(100, 3), torch.randn(80, 3), torch.randn(80, 2)  # rank's rows
+    >>> import tessel.lazytensor
+    >>> from tessel.distributed import LazyTensor
+    >>> x_i, y_j = LazyTensor(x[:, None, :]), LazyTensor(y[None, :, :])
+    >>> a = (-((x_i - y_j) ** 2).sum(-1)).exp() @ b  # this rank's rows of sum_j K_ij b_j
+    >>> a.shape
+    torch.Size([100, 2])
+    >>> X_i = tessel.lazytensor.LazyTensor(x[:, None, :])
+    >>> Y_j = tessel.lazytensor.LazyTensor(y[None, :, :])
+    >>> one = (-((X_i - Y_j) ** 2).sum(-1)).exp() @ b  # one process
+    >>> bool(torch.allclose(a, one))
+    True
+    >>> dist.destroy_process_group()
+    """
 
     __slots__ = ()
     _OPTIONS = GENRED_OPTIONS + ("group",)
@@ -59,17 +120,147 @@ class LazyTensor(_lt.LazyTensor):
 
 
 def Vi(x):
-    """An i-variable from this rank's (N_r, D) rows."""
+    """Make an i-variable of a sharded LazyTensor from this rank's (N_r, D) rows.
+
+    The rows are indexed by i, the index that a reduction over j (``axis=1``) keeps: each rank
+    gets the result's rows of its own points.
+
+    Parameters
+    ----------
+    x : (N_r, D) float32 or float64 tensor
+        This rank's rows (an (N_r,) tensor is read as dim 1).
+
+    Returns
+    -------
+    LazyTensor
+        The sharded i-variable, of shape (N_r, 1, D).
+
+    Raises
+    ------
+    TypeError
+        If ``x`` is not an array.
+    ValueError
+        If ``x`` has no rows dimension (a 0-d tensor).
+    NotImplementedError
+        If ``x`` is complex.
+
+    See Also
+    --------
+    Vj, Pm, LazyTensor
+
+    Examples
+    --------
+    The 3 nearest neighbours of each of this rank's x among every rank's y:
+
+    >>> import socket
+    >>> import torch
+    >>> import torch.distributed as dist
+    >>> s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+    >>> dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
+    ...                         world_size=1)
+    >>> _ = torch.manual_seed(0)
+    >>> x, y, b = torch.randn(100, 3), torch.randn(80, 3), torch.randn(80, 2)  # rank's rows
+    >>> from tessel.distributed import Vi, Vj
+    >>> nn = Vi(x).sqdist(Vj(y)).argKmin(3, axis=1)  # global indices into y
+    >>> nn.shape, bool(torch.equal(nn, torch.cdist(x, y).argsort(1)[:, :3]))
+    (torch.Size([100, 3]), True)
+    >>> dist.destroy_process_group()
+    """
     return LazyTensor._leaf(lv.from_rows(x, lv.I, "Vi"))
 
 
 def Vj(x):
-    """A j-variable from this rank's (M_r, D) rows."""
+    """Make a j-variable of a sharded LazyTensor from this rank's (M_r, D) rows.
+
+    The rows are indexed by j, the index that a reduction over j sums: every rank's rows of y
+    reach every rank's reduction, block by block around the ring, and their gradients come home.
+
+    Parameters
+    ----------
+    x : (M_r, D) float32 or float64 tensor
+        This rank's rows (an (M_r,) tensor is read as dim 1).
+
+    Returns
+    -------
+    LazyTensor
+        The sharded j-variable, of shape (1, M_r, D).
+
+    Raises
+    ------
+    TypeError
+        If ``x`` is not an array.
+    ValueError
+        If ``x`` has no rows dimension (a 0-d tensor).
+    NotImplementedError
+        If ``x`` is complex.
+
+    See Also
+    --------
+    Vi, Pm, LazyTensor
+
+    Examples
+    --------
+    >>> import socket
+    >>> import torch
+    >>> import torch.distributed as dist
+    >>> s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+    >>> dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
+    ...                         world_size=1)
+    >>> _ = torch.manual_seed(0)
+    >>> x, y, b = torch.randn(100, 3), torch.randn(80, 3), torch.randn(80, 2)  # rank's rows
+    >>> from tessel.distributed import Vi, Vj
+    >>> a = ((-Vi(x).sqdist(Vj(y))).exp() * Vj(b)).sum(axis=1)  # sum_j exp(-|x_i-y_j|^2) b_j
+    >>> bool(torch.allclose(a, torch.exp(-torch.cdist(x, y) ** 2) @ b, atol=1e-5))
+    True
+    >>> dist.destroy_process_group()
+    """
     return LazyTensor._leaf(lv.from_rows(x, lv.J, "Vj"))
 
 
 def Pm(x):
-    """A parameter (the same on every rank): a (D,) tensor, or numbers."""
+    """Make a parameter of a sharded LazyTensor: the same values on every rank.
+
+    A parameter enters every (i, j) term alike; its gradient is the full sum over every rank's
+    terms, the same on every rank (so that replicated parameters stay equal after a step).
+
+    Parameters
+    ----------
+    x : (D,) float32 or float64 tensor, number or sequence of numbers
+        The values, equal on every rank.
+
+    Returns
+    -------
+    LazyTensor
+        The parameter, of shape (1, 1, D).
+
+    Raises
+    ------
+    TypeError
+        If ``x`` is neither an array nor a number or a non-empty sequence of numbers.
+    NotImplementedError
+        If ``x`` is complex.
+
+    See Also
+    --------
+    Vi, Vj, LazyTensor
+
+    Examples
+    --------
+    >>> import socket
+    >>> import torch
+    >>> import torch.distributed as dist
+    >>> s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+    >>> dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
+    ...                         world_size=1)
+    >>> _ = torch.manual_seed(0)
+    >>> x, y, b = torch.randn(100, 3), torch.randn(80, 3), torch.randn(80, 2)  # rank's rows
+    >>> from tessel.distributed import Pm, Vi, Vj
+    >>> s = (-Pm(torch.tensor([0.5])) * Vi(x).sqdist(Vj(y))).exp().sum(axis=1)
+    >>> ref = torch.exp(-0.5 * torch.cdist(x, y) ** 2).sum(1, keepdim=True)
+    >>> bool(torch.allclose(s, ref, atol=1e-5))
+    True
+    >>> dist.destroy_process_group()
+    """
     if lv.adapter_of(x) is not None:
         return LazyTensor._leaf(lv.from_rows(x, lv.P, "Pm"))
     return LazyTensor._leaf(lv.from_numbers(x, "Pm"))
