@@ -80,16 +80,20 @@ class ComplexGenericLazyTensor(GenericLazyTensor):
 
     @property
     def real(self):
+        """The real part, a real LazyTensor (as in pykeops)."""
         return self._new(self._t.real)
 
     @property
     def imag(self):
+        """The imaginary part, a real LazyTensor (as in pykeops)."""
         return self._new(self._t.imag)
 
     def angle(self):
+        """The argument (phase) in radians, a real LazyTensor (as in pykeops)."""
         return self._new(self._t.angle())
 
     def sqabs(self):
+        """The squared modulus ``re^2 + im^2``, a real LazyTensor (as in pykeops)."""
         return self._new(self._t.sqabs())
 
     def _reduction(self, op, axis=None, dim=None, opt_arg=None, weight=None, call=True, who=None,

@@ -107,6 +107,7 @@ class GenredBase:
 
     @property
     def formula2(self):
+        """The weight formula's text, or None."""
         return None if self._formulas[1] is None else str(self._formulas[1])
 
     # -- library hooks -------------------------------------------------------------------------
@@ -118,6 +119,7 @@ class GenredBase:
 
     # -- call ----------------------------------------------------------------------------------
     def __call__(self, *args, backend="auto", device_id=-1, ranges=None, out=None):
+        """The reduction of `args` (one array per alias): see the class for its shapes."""
         who = self._who
         kw = call_options(who, backend, device_id)
         kw.pop("device_id", None)
@@ -191,6 +193,7 @@ class KernelSolveBase:
 
     @property
     def formula(self):
+        """The formula's text."""
         return self.genred.formula
 
     def _solver(self):

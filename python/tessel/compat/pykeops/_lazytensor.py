@@ -137,14 +137,17 @@ class GenericLazyTensor:
 
     @property
     def ni(self):
+        """The number of rows of the i-variables (None when none is bound to an array)."""
         return self._t.ni
 
     @property
     def nj(self):
+        """The number of rows of the j-variables (None when none is bound to an array)."""
         return self._t.nj
 
     @property
     def batchdims(self):
+        """The batch dimensions B... in front of (N, M, D), or None without any; settable."""
         if self._batchdims is not None:
             return self._batchdims
         return self._t.batch or None
@@ -155,6 +158,7 @@ class GenericLazyTensor:
 
     @property
     def nbatchdims(self):
+        """The number of batch dimensions (0 without any)."""
         b = self.batchdims
         return 0 if b is None else len(b)
 
@@ -170,6 +174,7 @@ class GenericLazyTensor:
         return s[:-1] if s[-1] == 1 else s
 
     def dim(self):
+        """The number of dimensions of ``_shape``: batch dims + 3 (as in pykeops)."""
         return len(self._shape)
 
     @property
@@ -185,6 +190,7 @@ class GenericLazyTensor:
 
     @property
     def variables(self):
+        """The arrays (and parameter values, as lists) the formula holds, in argument order."""
         return tuple(v.source if v.source is not None else list(v.value)
                      for v in self._t.variables if v.placeholder is None)
 
@@ -194,6 +200,7 @@ class GenericLazyTensor:
 
     @property
     def symbolic_variables(self):
+        """The symbolic variables (``Vi(0, 3)`` ...) whose arrays a reduction's call takes."""
         return self._symbolic
 
     @property
@@ -214,6 +221,7 @@ class GenericLazyTensor:
         raise TypeError("LazyTensor: the truth value of a symbolic tensor is undefined")
 
     def __call__(self, *args, **kwargs):
+        """Refused, as in pykeops: only a reduction's result (a callable) is called."""
         raise ValueError("A LazyTensor object may be called only if it corresponds to the output "
                          "of a reduction operation or solve operation.")
 
@@ -243,6 +251,7 @@ class GenericLazyTensor:
 
     @staticmethod
     def cat(tuple_of_lt, dim):
+        """pykeops's other name for ``concatenate``: along the last (D) axis."""
         return GenericLazyTensor.concatenate(tuple_of_lt, dim)
 
     def t(self):
@@ -254,6 +263,7 @@ class GenericLazyTensor:
 
     @property
     def T(self):
+        """The transpose, ``t()``: i- and j-variables swap roles."""
         return self.t()
 
     def __matmul__(self, v, **kwargs):
@@ -269,9 +279,11 @@ class GenericLazyTensor:
         return out.reshape(-1) if v.ndim == 1 else out
 
     def matvec(self, v):
+        """``self @ v``: the product of this (N, M) kernel matrix with an array v."""
         return self @ v
 
     def rmatvec(self, v):
+        """``self.T @ v``: the transposed product (scipy's LinearOperator interface)."""
         return self.T @ v
 
     # ---- reductions --------------------------------------------------------------------------
@@ -324,6 +336,7 @@ class GenericLazyTensor:
         return self._reduction("LogSumExp", axis, dim, weight=w, who="logsumexp", **kwargs)
 
     def sumsoftmaxweight(self, weight, axis=None, dim=None, **kwargs):
+        """sum_j softmax_j(self) * weight over i or j: an attention-style weighted average."""
         w = weight if isinstance(weight, GenericLazyTensor) else type(self)(weight)
         return self._reduction("SumSoftMaxWeight", axis, dim, weight=w, who="sumsoftmaxweight",
                                **kwargs)
@@ -336,15 +349,19 @@ class GenericLazyTensor:
         return self._reduction(op, axis, who=op.lower(), **kwargs)
 
     def min(self, axis=-1, dim=None, **kwargs):
+        """Over the D components (axis -1, a LazyTensor) or a Min reduction over i or j."""
         return self._extreme("Min", axis, dim, kwargs)
 
     def max(self, axis=-1, dim=None, **kwargs):
+        """Over the D components (axis -1, a LazyTensor) or a Max reduction over i or j."""
         return self._extreme("Max", axis, dim, kwargs)
 
     def argmin(self, axis=-1, dim=None, **kwargs):
+        """Over the D components (axis -1) or an ArgMin reduction over i or j (int64)."""
         return self._extreme("ArgMin", axis, dim, kwargs)
 
     def argmax(self, axis=-1, dim=None, **kwargs):
+        """Over the D components (axis -1) or an ArgMax reduction over i or j (int64)."""
         return self._extreme("ArgMax", axis, dim, kwargs)
 
     def solve(self, other, var=None, call=True, **kwargs):
