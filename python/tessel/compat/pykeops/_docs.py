@@ -397,7 +397,8 @@ _GENERIC = """Declare {a_op} reduction by its output, as pykeops's ``{name}``.
 ``Genred(formula, aliases, reduction_op="{op}", axis=...)``
 with the axis read from the output's declaration: ``"{out} = Vi({dim})"`` gives one
 row per i (a reduction over j), ``"{out} = Vj({dim})"`` one row per j (a reduction over i).
-{meaning} This is ``pykeops.{lib}.{name}``.
+{meaning}
+This is ``pykeops.{lib}.{name}``.
 {difference}
 Parameters
 ----------
@@ -463,7 +464,7 @@ True
 """),
     "generic_argmin": dict(
         op="ArgMin", a_op="an ArgMin", out="ind", dim="1", formula="SqDist(x, y)",
-        meaning="It returns int64 indices (the nearest neighbour's, for a distance).\n",
+        meaning="It returns int64 indices (the nearest neighbour's, for a distance).",
         difference="""
 Difference from pykeops: a declared dim other than the formula's is a ValueError; pykeops
 ignores it.
