@@ -85,7 +85,9 @@ class LazyTensor(_lt.LazyTensor):
     >>> dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
     ...                         world_size=1)
     >>> _ = torch.manual_seed(0)
-    >>> x, y, b = torch.randn(100, 3), torch.randn(80, 3), torch.randn(80, 2)  # rank's rows
+    >>> f64 = torch.float64
+    >>> x, y = torch.randn(100, 3, dtype=f64), torch.randn(80, 3, dtype=f64)  # rank's rows
+    >>> b = torch.randn(80, 2, dtype=f64)
     >>> import tessel.lazytensor
     >>> from tessel.distributed import LazyTensor
     >>> x_i, y_j = LazyTensor(x[:, None, :]), LazyTensor(y[None, :, :])
@@ -159,7 +161,9 @@ def Vi(x):
     >>> dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
     ...                         world_size=1)
     >>> _ = torch.manual_seed(0)
-    >>> x, y, b = torch.randn(100, 3), torch.randn(80, 3), torch.randn(80, 2)  # rank's rows
+    >>> f64 = torch.float64
+    >>> x, y = torch.randn(100, 3, dtype=f64), torch.randn(80, 3, dtype=f64)  # rank's rows
+    >>> b = torch.randn(80, 2, dtype=f64)
     >>> from tessel.distributed import Vi, Vj
     >>> nn = Vi(x).sqdist(Vj(y)).argKmin(3, axis=1)  # global indices into y
     >>> nn.shape, bool(torch.equal(nn, torch.cdist(x, y).argsort(1)[:, :3]))
@@ -207,10 +211,12 @@ def Vj(x):
     >>> dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
     ...                         world_size=1)
     >>> _ = torch.manual_seed(0)
-    >>> x, y, b = torch.randn(100, 3), torch.randn(80, 3), torch.randn(80, 2)  # rank's rows
+    >>> f64 = torch.float64
+    >>> x, y = torch.randn(100, 3, dtype=f64), torch.randn(80, 3, dtype=f64)  # rank's rows
+    >>> b = torch.randn(80, 2, dtype=f64)
     >>> from tessel.distributed import Vi, Vj
     >>> a = ((-Vi(x).sqdist(Vj(y))).exp() * Vj(b)).sum(axis=1)  # sum_j exp(-|x_i-y_j|^2) b_j
-    >>> bool(torch.allclose(a, torch.exp(-torch.cdist(x, y) ** 2) @ b, atol=1e-5))
+    >>> bool(torch.allclose(a, torch.exp(-torch.cdist(x, y) ** 2) @ b))
     True
     >>> dist.destroy_process_group()
     """
@@ -253,11 +259,13 @@ def Pm(x):
     >>> dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
     ...                         world_size=1)
     >>> _ = torch.manual_seed(0)
-    >>> x, y, b = torch.randn(100, 3), torch.randn(80, 3), torch.randn(80, 2)  # rank's rows
+    >>> f64 = torch.float64
+    >>> x, y = torch.randn(100, 3, dtype=f64), torch.randn(80, 3, dtype=f64)  # rank's rows
+    >>> b = torch.randn(80, 2, dtype=f64)
     >>> from tessel.distributed import Pm, Vi, Vj
-    >>> s = (-Pm(torch.tensor([0.5])) * Vi(x).sqdist(Vj(y))).exp().sum(axis=1)
+    >>> s = (-Pm(torch.tensor([0.5], dtype=f64)) * Vi(x).sqdist(Vj(y))).exp().sum(axis=1)
     >>> ref = torch.exp(-0.5 * torch.cdist(x, y) ** 2).sum(1, keepdim=True)
-    >>> bool(torch.allclose(s, ref, atol=1e-5))
+    >>> bool(torch.allclose(s, ref))
     True
     >>> dist.destroy_process_group()
     """
