@@ -1,7 +1,12 @@
-"""A Gaussian kernel sum sharded over processes by tessel.distributed, checked against one process.
+"""
+A Gaussian kernel sum sharded over processes
+============================================
+
+A Gaussian kernel sum sharded over processes by tessel.distributed, checked against one process.
+
 
 Each rank holds a contiguous slice of the rows of x and of y (and b); the sharded Genred returns
-the rank's rows of a_i = sum_j exp(-G |x_i - y_j|^2) b_j, summed over every rank's j. Each rank
+the rank's rows of a_i = sum_j exp(-G ``|x_i - y_j|^2``) b_j, summed over every rank's j. Each rank
 then backpropagates its own loss, sum(a_rank^2); what every rank receives is the gradient of the
 sum of all the ranks' losses, for its own rows of x, y and b. At this small size every rank also
 computes the whole problem in one process (tessel.torch.Genred) and checks its rows against it.

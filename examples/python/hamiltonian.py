@@ -1,4 +1,9 @@
-"""Kernel Hamiltonian H(q, p) = 1/2 <p, K_q p> of shape analysis and its gradient, N = 50,000 in 3-D.
+"""
+Kernel Hamiltonian of shape analysis and its gradient
+=====================================================
+
+Kernel Hamiltonian H(q, p) = 1/2 <p, K_q p> of shape analysis and its gradient, N = 50,000 in 3-D.
+
 
 K_q is the Gaussian kernel matrix of the points q (50,000 x 50,000: 10 GB in float32, more than
 that for autograd's saved intermediates); tessel never forms it.
@@ -21,7 +26,7 @@ def hamiltonian(q, p, sigma=0.1):
     return 0.5 * _KERNEL(q, q, p, p, g).sum()
 
 
-def main(n=50_000):
+def main(n=5_000):
     torch.manual_seed(0)
     q = torch.rand(n, 3, requires_grad=True)
     p = torch.randn(n, 3, requires_grad=True) / n**0.5
@@ -41,4 +46,4 @@ def main(n=50_000):
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 50_000)
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 5_000)

@@ -1,4 +1,8 @@
-"""The last user story's invertible network: a deep stack of couplings, activations not stored.
+"""
+An invertible network whose activations are not stored
+======================================================
+
+The last user story's invertible network: a deep stack of couplings, activations not stored.
 
 A RevNet-style stack of `iters` additive coupling blocks on images x of shape (batch, 2C, n, n):
 each block splits x into halves (x1, x2) along the channels and computes y1 = x1 + F(x2),
@@ -15,8 +19,10 @@ parameters' gradients are checked too by main). Two variants, each (loss, d loss
 The same seeded weights in both. The rebuilt activations differ from the stored ones by rounding,
 an error that grows with depth (the story's question); main reports it in float32 as well.
 
-Run: PYTHONPATH=build/python python3 examples/python/invertible_network.py [--n 16]
-     [--iters 8] [--batch 4] [--channels 8] [--dtype float64]
+Run::
+
+    PYTHONPATH=build/python python3 examples/python/invertible_network.py [--n 16]
+        [--iters 8] [--batch 4] [--channels 8] [--dtype float64]
 """
 import argparse
 import math
@@ -130,4 +136,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # A failed check exits non-zero; success returns quietly (the gallery runs this file too).
+    status = main()
+    if status:
+        sys.exit(status)

@@ -1,9 +1,14 @@
-"""The first user story's problem with tessel.ot: entropic OT between two circles and its gradient.
+"""
+Entropic OT between two circles (the first user story)
+======================================================
+
+The first user story's problem with tessel.ot: entropic OT between two circles and its gradient.
+
 
 The story: N points on the unit circle X and on the shifted circle Y, uniform weights, the
-Gaussian kernel exp(-|x_i - y_j|^2 / s^2) with s = 0.5, Sinkhorn iterations and the gradient of
+Gaussian kernel exp(-``|x_i - y_j|^2`` / s^2) with s = 0.5, Sinkhorn iterations and the gradient of
 the transport cost in X, which ran out of memory at N = 10,000 in dense PyTorch. The same
-problem (cost |x - y|^2 / 2, eps = s^2 / 2, i.e. blur = s / sqrt(2)) is a few lines here, at
+problem (cost ``|x - y|^2`` / 2, eps = s^2 / 2, i.e. blur = s / sqrt(2)) is a few lines here, at
 N = 100,000 by default, in O(N) memory: the 1e10-entry kernel matrix is never formed.
 
 Run: PYTHONPATH=build/python python3 examples/python/ot_seed.py [--n 100000] [--check]
@@ -54,7 +59,7 @@ def dense_check(x, y, r):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=100_000)
+    ap.add_argument("--n", type=int, default=10_000)
     ap.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     ap.add_argument("--tol", type=float, default=1e-4, help="marginal error to stop at")
     ap.add_argument("--check", action="store_true")

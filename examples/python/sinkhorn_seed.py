@@ -1,9 +1,13 @@
-"""The first user story's Sinkhorn loop, differentiated through its iterations, made to scale.
+"""
+A Sinkhorn loop differentiated through its iterations
+=====================================================
+
+The first user story's Sinkhorn loop, differentiated through its iterations, made to scale.
 
 Points on two unit circles, X (cos t, sin t) and Y (cos t + 1, sin t), uniform weights P and Q,
-the Gaussian kernel K_ij = exp(-|x_i - y_j|^2 / s^2) with s = 0.5, `iters` Sinkhorn iterations
-A = P / (K B), B = Q / (K^T A), the cost sum_ij A_i B_j K_ij |x_i - y_j|^2 and its gradient dX.
-Y is the fixed target, as in the story. Four variants, each a function returning (cost, dX):
+the Gaussian kernel K_ij = exp(-``|x_i - y_j|^2`` / s^2) with s = 0.5, `iters` Sinkhorn iterations
+A = P / (K B), B = Q / (K^T A), the cost sum_ij A_i B_j K_ij ``|x_i - y_j|^2`` and its gradient dX.
+Y is the fixed target, as in the story. Four variants, each a function returning (cost, dX)::
 
   dense       the story's code: N x N matrices and plain autograd (memory O(N^2)).
   tessel      tessel reductions, plain autograd through the loop: no N x N matrix, but every
@@ -14,8 +18,10 @@ Y is the fixed target, as in the story. Four variants, each a function returning
               LogSumExp "softmin" (stable for any s, as no exp(-C/s^2) is formed alone), in
               checkpoint_loop too.
 
-Run: PYTHONPATH=build/python python3 examples/python/sinkhorn_seed.py [--n 2000] [--iters 100]
-     [--variant all] [--dtype float64] [--snapshots 10]
+Run::
+
+    PYTHONPATH=build/python python3 examples/python/sinkhorn_seed.py [--n 2000] [--iters 100]
+        [--variant all] [--dtype float64] [--snapshots 10]
 """
 import argparse
 import math
@@ -200,4 +206,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # A failed check exits non-zero; success returns quietly (the gallery runs this file too).
+    status = main()
+    if status:
+        sys.exit(status)

@@ -1,4 +1,8 @@
-"""The second user story's unrolled MRI reconstruction with a conjugate-gradient data step.
+"""
+Unrolled MRI reconstruction with a CG data step
+===============================================
+
+The second user story's unrolled MRI reconstruction with a conjugate-gradient data step.
 
 A batch of real images x_true (B, 1, H, W), H = W = n, seen through `coils` smooth complex coil
 sensitivities S_c and a Cartesian undersampling mask M in k-space: A x = (M F(S_c x))_c with F
@@ -6,9 +10,9 @@ the orthonormal 2-D FFT, data y = A x_true + noise. The reconstruction starts fr
 zero-filled image x = Re(A^H y) and runs `iters` outer iterations of
 
     z = x + CNN(x)                                    (3 conv layers, shared by all iterations)
-    x = argmin |A x - y|^2 + lam |x - z|^2, i.e.  (Re(A^H A) + lam I) x = Re(A^H y) + lam z
+    x = argmin ``|A x - y|^2`` + lam ``|x - z|^2``, i.e.  (Re(A^H A) + lam I) x = Re(A^H y) + lam z
 
-and returns loss = |x - x_true|^2 and its gradient with respect to the first conv layer's
+and returns loss = ``|x - x_true|^2`` and its gradient with respect to the first conv layer's
 weights. The normal operator is real because x is real. Two variants, each (loss, gradient):
 
   unrolled  the story's code: `cg_iters` plain CG iterations (10 as in the story), autograd
@@ -21,8 +25,10 @@ weights. The normal operator is real because x is real. Two variants, each (loss
 With one coil the normal operator Re(F^H M F) has the eigenvalues 0, 1/2 and 1 only, and CG
 converges exactly in 3 iterations; several coils make the solve a real iterative one.
 
-Run: PYTHONPATH=build/python python3 examples/python/unrolled_reconstruction.py [--n 64]
-     [--iters 3] [--batch 2] [--coils 4] [--cg-iters 10] [--ref-cg-iters 60] [--dtype float64]
+Run::
+
+    PYTHONPATH=build/python python3 examples/python/unrolled_reconstruction.py [--n 64]
+        [--iters 3] [--batch 2] [--coils 4] [--cg-iters 10] [--ref-cg-iters 60] [--dtype float64]
 """
 import argparse
 import math
@@ -252,4 +258,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # A failed check exits non-zero; success returns quietly (the gallery runs this file too).
+    status = main()
+    if status:
+        sys.exit(status)
