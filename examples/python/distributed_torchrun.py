@@ -104,7 +104,7 @@ def _spawned(rank, world, store, n):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").strip().split("\n")[0])
     ap.add_argument("--points", type=int, default=4000, help="points in x and in y, all ranks")
     ap.add_argument("--nproc", type=int, default=2,
                     help="without torchrun: how many gloo processes to spawn here")

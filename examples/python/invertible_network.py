@@ -105,7 +105,7 @@ def _compare(results, ref, v, tol):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").strip().split("\n")[0])
     ap.add_argument("--n", type=int, default=16, help="image side")
     ap.add_argument("--iters", type=int, default=8, help="depth (coupling blocks)")
     ap.add_argument("--batch", type=int, default=4)

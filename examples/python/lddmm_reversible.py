@@ -187,7 +187,7 @@ def check_field(prob):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").strip().split("\n")[0])
     ap.add_argument("--n", type=int, default=1000, help="points")
     ap.add_argument("--iters", type=int, default=10, help="time steps")
     ap.add_argument("--dim", type=int, default=3, choices=(2, 3))

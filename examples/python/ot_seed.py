@@ -58,7 +58,7 @@ def dense_check(x, y, r):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").strip().split("\n")[0])
     ap.add_argument("--n", type=int, default=10_000)
     ap.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     ap.add_argument("--tol", type=float, default=1e-4, help="marginal error to stop at")

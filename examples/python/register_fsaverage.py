@@ -46,7 +46,7 @@ def surfaces(cell, dtype, device):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").strip().split("\n")[0])
     ap.add_argument("--cell", type=float, default=8.0, help="decimation cube side, mm (0: none)")
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--steps", type=int, default=10)

@@ -168,7 +168,7 @@ def _rel(a, b):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").strip().split("\n")[0])
     ap.add_argument("--n", type=int, default=2000)
     ap.add_argument("--iters", type=int, default=100)
     ap.add_argument("--variant", nargs="+", default=["all"], choices=VARIANTS + ("all",))

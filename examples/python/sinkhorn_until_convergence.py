@@ -156,7 +156,7 @@ def _peak_rise(fn):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").strip().split("\n")[0])
     ap.add_argument("--n", type=int, default=2000, help="points per cloud")
     ap.add_argument("--tol", type=float, default=1e-2, help="L1 marginal error to stop at")
     ap.add_argument("--snapshots", type=int, default=8)

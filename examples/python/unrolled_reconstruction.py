@@ -211,7 +211,7 @@ def _rel(a, b):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").strip().split("\n")[0])
     ap.add_argument("--n", type=int, default=64, help="image side")
     ap.add_argument("--iters", type=int, default=3, help="outer iterations")
     ap.add_argument("--batch", type=int, default=2)
