@@ -144,3 +144,29 @@ def test_distributed_bench_smoke_and_table(tmp_path):
                         str(path)], capture_output=True, text=True, timeout=60)
     assert t.returncode == 0, t.stderr
     assert "strong scaling" in t.stdout and "| tessel.distributed | 400 | 2 x 1 |" in t.stdout
+
+
+def test_plot_results_draws_the_committed_runs_and_rejects_a_bad_line(tmp_path):
+    """bench/plot_results.py: real PNGs and a summary from bench/results; a malformed line or a
+    line without its keys is an error naming the file and the line."""
+    out = subprocess.run([sys.executable, str(BENCH / "plot_results.py"), "--out",
+                          str(tmp_path / "perf")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    pngs = sorted((tmp_path / "perf").glob("*.png"))
+    assert {p.name for p in pngs} >= {"kernels-gauss-sum.png", "kernels-lse.png"}
+    for png in pngs:
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 1000
+    summary = (tmp_path / "perf" / "summary.md").read_text()
+    assert "| Gaussian kernel sum |" in summary and "x (" in summary
+    bad = tmp_path / "bad" / "run"
+    bad.mkdir(parents=True)
+    (bad / "k.jsonl").write_text('{"case": "gauss-sum", "backend": "tessel-cpu", "n": 10}\n')
+    out = subprocess.run([sys.executable, str(BENCH / "plot_results.py"), "--results",
+                          str(tmp_path / "bad"), "--out", str(tmp_path / "o")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1 and "k.jsonl:1: missing median_s, pairs_per_s" in out.stderr
+    (bad / "k.jsonl").write_text("{not json\n")
+    out = subprocess.run([sys.executable, str(BENCH / "plot_results.py"), "--results",
+                          str(tmp_path / "bad"), "--out", str(tmp_path / "o")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1 and "k.jsonl:1: not a JSON line" in out.stderr
