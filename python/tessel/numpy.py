@@ -1,6 +1,7 @@
 """NumPy front end: Genred on NumPy arrays (float32 or float64, any strides, no copies)."""
 import numpy as np
 
+from . import _docstrings
 from . import _core
 from .lazytensor import ArrayAdapter, LazyTensor, Vi, Vj, Pm, register_adapter  # noqa: F401
 from ._genred import GenredBase, check_int
@@ -109,3 +110,6 @@ register_adapter(ArrayAdapter(np.ndarray, "NumPy arrays", _DTYPES,
                               lambda values, dtype: np.array(values, dtype=dtype), Genred,
                               KernelSolve, (np.dtype(np.complex64), np.dtype(np.complex128)),
                               _as_real, _as_complex))
+
+
+Genred.__doc__, KernelSolve.__doc__ = _docstrings.numpy_docs()

@@ -9,6 +9,7 @@ operator tessel::genred (_torch_op).
 import torch
 import torch.autograd.forward_ad as _forward_ad
 
+from . import _docstrings
 from . import _core
 from .lazytensor import ArrayAdapter, LazyTensor, Vi, Vj, Pm, register_adapter  # noqa: F401
 from ._genred import GenredBase
@@ -261,3 +262,6 @@ register_adapter(ArrayAdapter(torch.Tensor, "PyTorch tensors", _DTYPES,
                               lambda values, dtype: torch.tensor(values, dtype=dtype), Genred,
                               KernelSolve, (torch.complex64, torch.complex128), _as_real,
                               _as_complex))
+
+
+Genred.__doc__, KernelSolve.__doc__ = _docstrings.torch_docs()
