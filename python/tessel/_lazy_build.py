@@ -32,8 +32,39 @@ def _core_call(who, fn, *args):
 
 
 def joint(*lts):
-    """The LazyTensors' formulas over one shared list of variables (each variable once): returns
-    (formulas, variables), variable k of every formula being variables[k]."""
+    """The LazyTensors' formulas over one shared list of variables, each variable once.
+
+    Front ends use it to evaluate several LazyTensors in one reduction (the weights of a
+    SumSoftMaxWeight, a weighted LogSumExp).
+
+    Parameters
+    ----------
+    *lts : LazyTensor
+        At least one.
+
+    Returns
+    -------
+    formulas : list of tessel.Formula
+        One per LazyTensor, variable k of each being ``variables[k]``.
+    variables : list of Variable
+        The inputs, each once.
+
+    Raises
+    ------
+    IndexError
+        No LazyTensor is given.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tessel.lazytensor import Vi, Vj, joint
+    >>> x, y = Vi(np.ones((3, 2))), Vj(np.zeros((4, 2)))
+    >>> formulas, variables = joint(x.sqdist(y), x.sum(-1))
+    >>> formulas
+    [tessel.Formula(SqDist(Vi(0,2),Vj(1,2))), tessel.Formula(Sum(Vi(0,2)))]
+    >>> [(v.cat, v.dim) for v in variables]
+    [(0, 2), (1, 2)]
+    """
     first = lts[0]
     variables, formulas, where = list(first._vars), [first._f], None
     for lt in lts[1:]:

@@ -25,13 +25,37 @@ _SHAPES_HELP = ("accepted shapes are (B..., N, 1, D) for an i-variable, (B..., 1
 class ArrayAdapter:
     """What LazyTensor needs from an array library; its front end module registers one.
 
-    array_type: the array class; name: the arrays' plural name in messages ("NumPy arrays");
-    dtypes: the float dtypes accepted; scalar(values, dtype): a 1-D array of those numbers;
-    genred, kernel_solve: the library's Genred and KernelSolve classes. Complex arrays, as KeOps
-    stores them: complex_dtypes (complex64, complex128: one per float dtype, in order),
-    as_real(x): the (..., 2D) float view (re0, im0, re1, ...) of a (..., D) complex array,
-    without a copy where its last axis is contiguous; as_complex(a): the (..., D) complex view of
-    a (..., 2D) float result. Gradients flow through both views on tensors.
+    ``tessel.numpy`` and ``tessel.torch`` register theirs when imported; another array library
+    (CuPy, JAX...) would add one with :func:`register_adapter`.
+
+    Parameters
+    ----------
+    array_type : type
+        The array class.
+    name : str
+        The arrays' plural name in messages ("NumPy arrays").
+    dtypes : tuple
+        The float dtypes accepted.
+    scalar : callable
+        ``scalar(values, dtype)``: a 1-D array of those numbers.
+    genred, kernel_solve : type
+        The library's Genred and KernelSolve classes.
+    complex_dtypes : tuple
+        complex64, complex128: one per float dtype, in order.
+    as_real : callable
+        ``as_real(x)``: the (..., 2D) float view (re0, im0, re1, ...) of a (..., D) complex
+        array, without a copy where its last axis is contiguous.
+    as_complex : callable
+        ``as_complex(a)``: the (..., D) complex view of a (..., 2D) float result. Gradients flow
+        through both views on tensors.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import tessel.numpy
+    >>> from tessel._lazy_vars import adapter_of
+    >>> adapter_of(np.zeros(3)).name
+    'NumPy arrays'
     """
 
     __slots__ = ("array_type", "name", "dtypes", "scalar", "genred", "kernel_solve",
@@ -49,7 +73,32 @@ _adapters = []
 
 
 def register_adapter(adapter):
-    """Makes LazyTensor accept the adapter's arrays (a front end calls this when imported)."""
+    """Makes LazyTensor accept the adapter's arrays (a front end calls this when imported).
+
+    Registering the same array type twice keeps the first adapter.
+
+    Parameters
+    ----------
+    adapter : ArrayAdapter
+        What LazyTensor needs from the library.
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    AttributeError
+        ``adapter`` lacks ``array_type``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tessel.lazytensor import register_adapter
+    >>> from tessel._lazy_vars import adapter_of
+    >>> import tessel.numpy
+    >>> register_adapter(adapter_of(np.zeros(1)))      # already registered: nothing changes
+    """
     if not any(a.array_type is adapter.array_type for a in _adapters):
         _adapters.append(adapter)
 
@@ -81,10 +130,39 @@ def is_complex_number(x):
 
 # ---- variables -----------------------------------------------------------------------------------
 class Variable:
-    """One input of a formula. Attributes: cat (0: i, 1: j, 2: parameter), dim; source (the
-    object given, None for numbers and placeholders), array (source in the core's layout), n (its
-    rows; None for parameters), batch (its batch shape), adapter; value (the numbers of a
-    parameter given as numbers); placeholder (the argument index of a placeholder, else None)."""
+    """One input of a LazyTensor's formula, as :func:`joint` returns them.
+
+    Parameters
+    ----------
+    source : object
+        The object given (None for numbers and placeholders).
+    array : array
+        ``source`` in the core's layout.
+    cat : {0, 1, 2}
+        0: i-variable, 1: j-variable, 2: parameter.
+    dim : int
+        The dimension D.
+    n : int or None
+        Its rows (None for parameters).
+    batch : tuple of int
+        Its batch shape.
+    adapter : ArrayAdapter
+        Its library's adapter.
+    value : list of float, optional
+        The numbers of a parameter given as numbers.
+    placeholder : int, optional
+        The argument index of a placeholder (:func:`Var`), else None.
+    is_complex : bool, default False
+        Whether ``source`` holds complex values.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tessel.lazytensor import Vi, joint
+    >>> (v,) = joint(Vi(np.ones((5, 3))))[1]
+    >>> v.cat, v.dim, v.n
+    (0, 3, 5)
+    """
 
     __slots__ = ("source", "array", "cat", "dim", "n", "batch", "adapter", "value", "placeholder",
                  "key", "is_complex")

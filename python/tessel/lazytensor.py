@@ -33,11 +33,47 @@ _CAT_TEXT = ("Vi", "Vj", "Pm")
 class LazyTensor(ToComplex, Reductions, FormulaOps):
     """A symbolic (B..., N, M, D) array: a formula of i-, j-variables, parameters and constants.
 
-    LazyTensor(x) for x of shape (B..., N, 1, D) is an i-variable, (B..., 1, M, D) a j-variable,
-    (B..., 1, 1, D) or (D,) a parameter, and a Python number a constant; `axis=0|1|2` reads a 2-D
-    (N, D) array as an i-, j-variable or parameter. Operators and methods build new LazyTensors;
-    reductions over axis 0 (i) or 1 (j) evaluate them (counting batch dims first, as in pykeops:
-    axis -3 is i, -2 is j, -1 the D components).
+    Nothing is computed when LazyTensors are combined: operators and methods build a formula. A
+    reduction over axis 0 (i) or 1 (j) (``sum``, ``logsumexp``, ``min``, ``argmin``, ``Kmin``,
+    ``argKmin``, ``sumsoftmaxweight``, ``@``, ``solve``...) evaluates it with the C++ core, never
+    storing the (N, M) array, and returns an array of the inputs' library (NumPy or PyTorch,
+    with autograd). Batch dims count first, as in pykeops: axis -3 is i, -2 is j, -1 the D
+    components. ``tessel.numpy.LazyTensor`` and ``tessel.torch.LazyTensor`` are this class.
+
+    Parameters
+    ----------
+    x : array, tensor or number
+        Shape (B..., N, 1, D): an i-variable; (B..., 1, M, D): a j-variable; (B..., 1, 1, D)
+        or (D,): a parameter; a Python number: a constant. float32 or float64 (float16 and
+        complex arrays too).
+    axis : {0, 1, 2}, optional
+        Reads a 2-D (N, D) array as an i-variable (0), a j-variable (1) or a parameter (2).
+
+    Raises
+    ------
+    TypeError
+        An object that is not an array of a supported library, a number or a LazyTensor.
+    ValueError
+        A shape that is neither an i-, j-variable nor a parameter, or an ``axis`` out of range.
+
+    See Also
+    --------
+    Vi, Vj, Pm : the same, saying the variable's kind explicitly.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.torch import LazyTensor
+    >>> x = torch.rand(100, 3, dtype=torch.float64)
+    >>> y, b = torch.rand(80, 3, dtype=torch.float64), torch.rand(80, 1, dtype=torch.float64)
+    >>> x_i, y_j = LazyTensor(x[:, None, :]), LazyTensor(y[None, :, :])
+    >>> K = (-4 * ((x_i - y_j) ** 2).sum(-1)).exp()       # symbolic (100, 80)
+    >>> a = K @ b                                           # (100, 1), evaluated here
+    >>> dense = torch.exp(-4 * torch.cdist(x, y) ** 2) @ b
+    >>> bool(torch.allclose(a, dense))
+    True
+    >>> ((x_i - y_j) ** 2).sum(-1).argmin(dim=1).shape     # nearest y of each x
+    torch.Size([100, 1])
     """
 
     __slots__ = ()
@@ -204,9 +240,36 @@ TABLE_METHODS = add_table_methods(LazyTensor)
 
 
 class ComplexLazyTensor(ComplexOps, LazyTensor):
-    """A LazyTensor of complex values (see tessel._lazy_complex): made by LazyTensor, Vi, Vj and
-    Pm from complex64 / complex128 arrays or complex numbers, and by real2complex, imag2complex
-    and exp1j. `shape` and `ndim` count complex numbers; sum over i or j gives a complex array."""
+    """A LazyTensor of complex values.
+
+    Made by LazyTensor, Vi, Vj and Pm from complex64 / complex128 arrays (viewed as interleaved
+    reals, no copy) or complex numbers, and by ``real2complex``, ``imag2complex`` and
+    ``exp1j``. ``shape`` and ndim count complex numbers; ``+ - * /`` with complex, real and
+    numbers, ``real``, ``imag``, ``conj``, ``angle``, ``abs``, ``sqabs``, ``exp``; a sum over i
+    or j (or ``@``) gives a complex array. Other reductions of complex values raise an error.
+
+    Parameters
+    ----------
+    x : complex array, tensor or number
+        As for LazyTensor.
+    axis : {0, 1, 2}, optional
+        As for LazyTensor.
+
+    Raises
+    ------
+    TypeError
+        A reduction other than a sum, or an unsupported operand.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tessel.numpy import LazyTensor
+    >>> t = np.linspace(0, 1, 5)[:, None]
+    >>> z = (LazyTensor(t[:, None, :]) * LazyTensor(t[None, :, :])).exp1j()   # e^{i t_i t_j}
+    >>> s = z.sum(axis=1)
+    >>> s.dtype, bool(np.allclose(s[:, 0], np.exp(1j * t * t.T).sum(1)))
+    (dtype('complex128'), True)
+    """
 
     __slots__ = ()
 
@@ -223,24 +286,132 @@ block_real_methods(ComplexLazyTensor, TABLE_METHODS + (
 
 # ---- constructors --------------------------------------------------------------------------------
 def Vi(x):
-    """An i-variable from an (N, D) array (or (B..., N, D) batched; (N,) means D = 1)."""
+    """An i-variable: one row per output row i (the index a reduction over j keeps).
+
+    Parameters
+    ----------
+    x : (N, D) or (B..., N, D) array or tensor
+        float32 or float64 (NumPy or PyTorch); ``(N,)`` means D = 1.
+
+    Returns
+    -------
+    LazyTensor
+        The symbolic (N, 1, D) variable.
+
+    Raises
+    ------
+    TypeError
+        ``x`` is not an array of a supported library.
+    ValueError
+        ``x`` has no row axis (a 0-d array).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tessel.numpy import Vi, Vj
+    >>> x, y = np.random.rand(5, 2), np.random.rand(7, 2)
+    >>> d = Vi(x).sqdist(Vj(y))          # symbolic (5, 7)
+    >>> d.min(axis=1).shape
+    (5, 1)
+    """
     return LazyTensor._leaf(lv.from_rows(x, lv.I, "Vi"))
 
 
 def Vj(x):
-    """A j-variable from an (M, D) array (or (B..., M, D) batched; (M,) means D = 1)."""
+    """A j-variable: one row per reduced index j (summed over by a reduction over j).
+
+    Parameters
+    ----------
+    x : (M, D) or (B..., M, D) array or tensor
+        float32 or float64 (NumPy or PyTorch); ``(M,)`` means D = 1.
+
+    Returns
+    -------
+    LazyTensor
+        The symbolic (1, M, D) variable.
+
+    Raises
+    ------
+    TypeError
+        ``x`` is not an array of a supported library.
+    ValueError
+        ``x`` has no row axis (a 0-d array).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.torch import Vi, Vj
+    >>> x, y = torch.rand(5, 3), torch.rand(7, 3)
+    >>> (Vi(x) - Vj(y)).norm2().sum(dim=1).shape     # sum_j |x_i - y_j|
+    torch.Size([5, 1])
+    """
     return LazyTensor._leaf(lv.from_rows(x, lv.J, "Vj"))
 
 
 def Pm(x):
-    """A parameter: a (D,) or (B..., D) array, or numbers (one, or a sequence: dim D), which
-    become an array of the other arrays' dtype when a reduction runs."""
+    """A parameter: one vector shared by every (i, j) pair.
+
+    Parameters
+    ----------
+    x : (D,) or (B..., D) array or tensor, or number(s)
+        A number or a sequence of numbers (dimension D) becomes an array of the other arrays'
+        dtype when a reduction runs.
+
+    Returns
+    -------
+    LazyTensor
+        The symbolic (1, 1, D) parameter.
+
+    Raises
+    ------
+    TypeError
+        ``x`` is neither an array of a supported library nor numbers.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tessel.numpy import Pm, Vi, Vj
+    >>> x, y = np.random.rand(4, 2), np.random.rand(6, 2)
+    >>> k = (-Pm(10.0) * Vi(x).sqdist(Vj(y))).exp()
+    >>> bool(np.allclose(k.sum(axis=1)[:, 0],
+    ...                  np.exp(-10 * ((x[:, None] - y[None]) ** 2).sum(-1)).sum(1)))
+    True
+    """
     if lv.adapter_of(x) is not None:
         return LazyTensor._leaf(lv.from_rows(x, lv.P, "Pm"))
     return LazyTensor._leaf(lv.from_numbers(x, "Pm"))
 
 
 def Var(index, dim, cat):
-    """A placeholder: variable `index` of dim `dim` and category `cat` (0: i, 1: j, 2: parameter)
-    whose array a reduction's caller passes (the pykeops layer's symbolic variables)."""
+    """A placeholder variable whose array is passed when the reduction is called.
+
+    The pykeops layer's symbolic variables (``Vi(0, 3)`` in pykeops): a LazyTensor built on
+    placeholders becomes a reusable reduction taking the arrays as arguments.
+
+    Parameters
+    ----------
+    index : int
+        The position of the variable's array among the call's arguments.
+    dim : int
+        Its dimension D.
+    cat : {0, 1, 2}
+        0: an i-variable, 1: a j-variable, 2: a parameter.
+
+    Returns
+    -------
+    LazyTensor
+        The symbolic variable.
+
+    Raises
+    ------
+    ValueError
+        A negative index, a dimension below 1 or a category outside 0-2.
+
+    Examples
+    --------
+    >>> from tessel.lazytensor import Var
+    >>> d = Var(0, 2, 0).sqdist(Var(1, 2, 1))           # x_i, y_j given at call time
+    >>> d.formula
+    tessel.Formula(SqDist(Vi(0,2),Vj(1,2)))
+    """
     return LazyTensor._leaf(lv.placeholder(index, dim, cat, "Var"))
