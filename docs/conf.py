@@ -67,3 +67,37 @@ cpp_index_common_prefix = ["tessel::"]
 # breathe declares `namespace tessel` once per header section of the C++ page; Sphinx's C++
 # domain calls each repeat a duplicate. Only that page declares C++ names.
 suppress_warnings = ["duplicate_declaration.cpp"]
+
+
+def _plain_text_marks(app, what, name, obj, options, lines):
+    """Docstrings are written to be read as plain text too (help(), IDEs): `|x - y|` is a norm
+    `*y0.shape` an unpacking and `means_` an attribute, not reStructuredText substitutions,
+    emphasis or links. Escapes `|`, `*` and trailing `_` in prose lines (not in doctests, literal blocks, inline literals or numpydoc's
+    parameter-name lines) before numpydoc reads the sections."""
+    import re
+
+    literal_indent = None
+    for k, line in enumerate(lines):
+        stripped = line.lstrip()
+        indent = len(line) - len(stripped)
+        if literal_indent is not None:
+            if stripped and indent <= literal_indent:
+                literal_indent = None
+            else:
+                continue
+        if stripped.startswith((">>>", "...")) or not stripped:
+            continue
+        if line.rstrip().endswith("::"):
+            literal_indent = indent
+        if indent == 0 and k > 0 and re.match(r"^\**[\w., ]+( : .*)?$", line):
+            continue  # a numpydoc parameter name line ("x : tensor", "**options")
+        parts = re.split(r"(``.*?``)", line)
+        lines[k] = "".join(p if p.startswith("``") else
+                           re.sub(r"(\w)_(?=\W|$)", r"\1\\_",  # means_: an attribute, not a link
+                                  p.replace("\\", "\\\\").replace("|", "\\|")
+                                  .replace("*", "\\*"))
+                           for p in parts)
+
+
+def setup(app):
+    app.connect("autodoc-process-docstring", _plain_text_marks, priority=400)

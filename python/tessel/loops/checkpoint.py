@@ -378,36 +378,63 @@ def checkpoint_loop(step, state, n_steps, snapshots, params=(), stats=None, stor
     """Runs `state = step(state, k)` for k = 0 .. n_steps-1 and returns the final state, with a
     backward that stores at most `snapshots` states (Revolve's optimal binomial checkpointing).
 
-    step:      a function (state, k) -> new state of the same structure, shapes and dtypes. The
-               backward re-runs it: it must compute the same again, random draws aside (see
-               preserve_rng_state).
-    state:     a tensor or a tuple of tensors (the result has the same structure).
-    n_steps:   the number of steps, >= 0; at most MAX_STEPS (2**23) under grad mode, where the
-               schedule is held in memory (about 1 KB per step); without grad mode, any.
-    snapshots: how many states may be stored at once (>= 1; the initial state counts as one).
-               More snapshots, fewer recomputations: with s >= n_steps every step runs twice.
-    params:    optional tensors to differentiate besides those found (see below): the union of
-               both receives gradients. Listing is never needed; a listed tensor that step does
-               not read gets a zero gradient.
-    stats:     an optional dict, filled with `step_calls` (evaluations of `step` so far, forward
-               and backward) and `max_stored` (the most snapshots held at once, <= snapshots).
-    storage:   None (snapshots stay on the states' device) or a tessel.torch.SnapshotLevels:
-               budgets for device memory, host RAM and disk, for states too large to keep
-               `snapshots` of them on the device. The slots the schedule restores most often get
-               the fastest level; stats gets `storage` (per level: capacity in states, puts,
-               gets, most held at once).
-    preserve_rng_state: True (the default, as in torch.utils.checkpoint): each snapshot keeps
-               the random-number state (CPU, and the CUDA devices of the state and params) its
-               next step starts from, and the backward restores it, so that a step using dropout
-               or noise draws the same numbers when it is recomputed; the caller's random stream
-               is left as the forward pass left it. False skips that for steps that draw nothing.
-    determinism_check: "default" (as in torch.utils.checkpoint): each step recomputed in backward
-               must give, bit for bit, the state the loop already holds after it (a snapshot or
-               an earlier recomputation; no extra memory), else a RuntimeError names the step: a
-               step that does not compute the same twice would get the gradient of another
-               trajectory. "none" turns the comparison off, for steps whose GPU kernels add in a
-               varying order (atomics) and differ in the last bits only.
+    Parameters
+    ----------
+    step
+        a function (state, k) -> new state of the same structure, shapes and dtypes. The
+        backward re-runs it: it must compute the same again, random draws aside (see
+        preserve_rng_state).
+    state
+        a tensor or a tuple of tensors (the result has the same structure).
+    n_steps
+        the number of steps, >= 0; at most MAX_STEPS (2**23) under grad mode, where the schedule
+        is held in memory (about 1 KB per step); without grad mode, any.
+    snapshots
+        how many states may be stored at once (>= 1; the initial state counts as one). More
+        snapshots, fewer recomputations: with s >= n_steps every step runs twice.
+    params
+        optional tensors to differentiate besides those found (see below): the union of both
+        receives gradients. Listing is never needed; a listed tensor that step does not read
+        gets a zero gradient.
+    stats
+        an optional dict, filled with `step_calls` (evaluations of `step` so far, forward and
+        backward) and `max_stored` (the most snapshots held at once, <= snapshots).
+    storage
+        None (snapshots stay on the states' device) or a tessel.torch.SnapshotLevels: budgets
+        for device memory, host RAM and disk, for states too large to keep `snapshots` of them
+        on the device. The slots the schedule restores most often get the fastest level; stats
+        gets `storage` (per level: capacity in states, puts, gets, most held at once).
+    preserve_rng_state
+        True (the default, as in torch.utils.checkpoint): each snapshot keeps the random-number
+        state (CPU, and the CUDA devices of the state and params) its next step starts from, and
+        the backward restores it, so that a step using dropout or noise draws the same numbers
+        when it is recomputed; the caller's random stream is left as the forward pass left it.
+        False skips that for steps that draw nothing.
+    determinism_check
+        "default" (as in torch.utils.checkpoint): each step recomputed in backward must give,
+        bit for bit, the state the loop already holds after it (a snapshot or an earlier
+        recomputation; no extra memory), else a RuntimeError names the step: a step that does
+        not compute the same twice would get the gradient of another trajectory. "none" turns
+        the comparison off, for steps whose GPU kernels add in a varying order (atomics) and
+        differ in the last bits only.
 
+    Returns
+    -------
+    tensor or tuple of tensors
+        The state after ``n_steps`` steps, with the structure of ``state``.
+
+    Raises
+    ------
+    ValueError
+        ``n_steps`` < 0 or above MAX_STEPS under grad mode, ``snapshots`` < 1, a storage budget
+        that cannot hold the snapshots, or a step that changes the state's structure, shapes or
+        dtypes.
+    RuntimeError
+        A recomputed step that differs from the forward's (``determinism_check``), or a tensor
+        requiring grad that a recomputation reads but the forward did not find.
+
+    Notes
+    -----
     Tensors that step reads besides the state (closure variables, an nn.Module's parameters, a
     weight computed from a parameter before the loop) are found by themselves: each step of the
     first sweep runs with grad enabled, its graph is walked to the leaves requiring grad and to
@@ -420,6 +447,21 @@ def checkpoint_loop(step, state, n_steps, snapshots, params=(), stats=None, stor
     differentiated again), and for any later backward through the same loop, it falls back to
     recomputing the loop with a full graph from the initial state: correct to any order, with the
     memory of unrolled autograd for that backward (stats gets `double_backward_fallback`).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.loops import checkpoint_loop
+    >>> w = torch.tensor(0.9, dtype=torch.float64, requires_grad=True)   # captured by step
+    >>> x0 = torch.ones(3, dtype=torch.float64)
+    >>> x = checkpoint_loop(lambda x, k: torch.sin(w * x), x0, 100, snapshots=5)
+    >>> (g,) = torch.autograd.grad(x.sum(), w)
+    >>> y = x0
+    >>> for k in range(100):
+    ...     y = torch.sin(w * y)
+    >>> (g_plain,) = torch.autograd.grad(y.sum(), w)
+    >>> bool(torch.allclose(x, y)), bool(torch.allclose(g, g_plain))
+    (True, True)
     """
     if not callable(step):
         raise TypeError(f"checkpoint_loop: step must be callable as step(state, k), got "

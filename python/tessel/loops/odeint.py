@@ -373,50 +373,75 @@ def odeint_reversible(f, y0, t, *, method=None, rtol=None, atol=None, options=No
     at the times t, shape (len(t), *y0.shape) (a tuple of such tensors if y0 is a tuple), with a
     backward whose memory does not grow with the number of steps (see the module's docstring).
 
-    f:      f(t, y) -> dy/dt, with t a 0-dim tensor and y (and the result) like y0. It must be
-            deterministic: the backward evaluates it again.
-    y0:     a floating-point tensor, or a tuple of them (f then takes and returns tuples).
-    t:      a 1-D floating-point tensor of output times, strictly increasing or decreasing;
-            t[0] is the initial time. The grid always passes through every t[k].
-    step_size / steps_per_interval (at most one): each interval [t[k], t[k+1]] is cut into
-            ceil(|t[k+1] - t[k]| / step_size) or steps_per_interval equal steps. By default
-            one step per interval: t itself is the grid.
-    method: "reversible_heun" (the default) or "dopri5" (Dormand–Prince 5(4), torchdiffeq's
-            default: fifth order, 6 evaluations of f per step; not reversible, so its backward
-            recomputes states with checkpoint_loop over each interval's steps: each interval
-            of t keeps at most `snapshots` states (default 16) and the graph of its last step
-            from the forward to the backward, so many output times cost memory).
-    rtol, atol, options: adaptive steps, as in torchdiffeq (the default for "dopri5", with
-            rtol=1e-7 and atol=1e-9; "reversible_heun" is adaptive when either is given): the
-            controller (tessel.loops._odeint_adaptive) accepts a step when the rms over the state of
-            its error estimate / (atol + rtol max(|y|, |y'|)) is <= 1 and cuts the last step
-            of each interval to land on t[k+1]. The error estimate is the embedded 4th-order
-            solution for "dopri5" and the Euler step (first order, so tight tolerances cost
-            many steps) for "reversible_heun". options: first_step, safety (0.9), ifactor
-            (10), dfactor (0.2), max_num_steps (1e6, accepted and rejected together; over it
-            raises RuntimeError). The steps accepted are recorded and the backward replays
-            them: no controller and no rejected attempt runs again, and the gradient is that of
-            the discrete computation the forward made (the step times as fixed fractions of
-            their intervals, so gradients in t move them with the interval's ends). Reversible
-            Heun is not A-stable: on a stiff field its controller shrinks the steps until
-            max_num_steps; use "dopri5" there. A step size below 4 eps max(|t|, interval) ends
-            the solve (some 25 rejected attempts after the trouble starts): with a ValueError
-            giving t and the evaluation when f returned nan or inf from a finite state that
-            smaller steps did not avoid, else with a RuntimeError (a solution that blows up,
-            y' = y^2 near t = 1). A non-finite y0 is a ValueError.
-    snapshots: for "dopri5", the states each interval's checkpoint_loop may keep (Revolve).
-    params: optional tensors to differentiate besides those found (see below): the union of
-            both receives gradients. Default: f.parameters() if f is an nn.Module (as in
-            torchdiffeq; a parameter f does not use gets a zero gradient), else none.
-    stats:  an optional dict, filled with `steps` (accepted), `rejected`, `nfe_forward`,
-            `nfe_backward` (evaluations of f; for "dopri5" the forward's count includes the
-            replay of the accepted steps that builds the checkpoints), with rtol/atol
-            `step_times` (every step's end, t[0] first), for "dopri5" `max_stored`, and for
-            "reversible_heun" `vjp_backward` and, after a backward, `backward` ("reversible" or
-            "stored"), `reconstruction_error` (max abs difference between the reconstructed
-            y_0 and z_0 and the true y0) and `reconstruction_error_rel` (the same over
-            max |y0|).
+    Parameters
+    ----------
+    f
+        f(t, y) -> dy/dt, with t a 0-dim tensor and y (and the result) like y0. It must be
+        deterministic: the backward evaluates it again.
+    y0
+        a floating-point tensor, or a tuple of them (f then takes and returns tuples).
+    t
+        a 1-D floating-point tensor of output times, strictly increasing or decreasing; t[0] is
+        the initial time. The grid always passes through every t[k].
+    step_size, steps_per_interval
+        (at most one) each interval [t[k], t[k+1]] is cut into ceil(|t[k+1] - t[k]| / step_size)
+        or steps_per_interval equal steps. By default one step per interval: t itself is the
+        grid.
+    method
+        "reversible_heun" (the default) or "dopri5" (Dormand–Prince 5(4), torchdiffeq's default:
+        fifth order, 6 evaluations of f per step; not reversible, so its backward recomputes
+        states with checkpoint_loop over each interval's steps: each interval of t keeps at most
+        `snapshots` states (default 16) and the graph of its last step from the forward to the
+        backward, so many output times cost memory).
+    rtol, atol, options
+        adaptive steps, as in torchdiffeq (the default for "dopri5", with rtol=1e-7 and
+        atol=1e-9; "reversible_heun" is adaptive when either is given): the controller
+        (tessel.loops._odeint_adaptive) accepts a step when the rms over the state of its error
+        estimate / (atol + rtol max(|y|, |y'|)) is <= 1 and cuts the last step of each interval
+        to land on t[k+1]. The error estimate is the embedded 4th-order solution for "dopri5"
+        and the Euler step (first order, so tight tolerances cost many steps) for
+        "reversible_heun". options: first_step, safety (0.9), ifactor (10), dfactor (0.2),
+        max_num_steps (1e6, accepted and rejected together; over it raises RuntimeError). The
+        steps accepted are recorded and the backward replays them: no controller and no rejected
+        attempt runs again, and the gradient is that of the discrete computation the forward
+        made (the step times as fixed fractions of their intervals, so gradients in t move them
+        with the interval's ends). Reversible Heun is not A-stable: on a stiff field its
+        controller shrinks the steps until max_num_steps; use "dopri5" there. A step size below
+        4 eps max(|t|, interval) ends the solve (some 25 rejected attempts after the trouble
+        starts): with a ValueError giving t and the evaluation when f returned nan or inf from a
+        finite state that smaller steps did not avoid, else with a RuntimeError (a solution that
+        blows up, y' = y^2 near t = 1). A non-finite y0 is a ValueError.
+    snapshots
+        for "dopri5", the states each interval's checkpoint_loop may keep (Revolve).
+    params
+        optional tensors to differentiate besides those found (see below): the union of both
+        receives gradients. Default: f.parameters() if f is an nn.Module (as in torchdiffeq; a
+        parameter f does not use gets a zero gradient), else none.
+    stats
+        an optional dict, filled with `steps` (accepted), `rejected`, `nfe_forward`,
+        `nfe_backward` (evaluations of f; for "dopri5" the forward's count includes the replay
+        of the accepted steps that builds the checkpoints), with rtol/atol `step_times` (every
+        step's end, t[0] first), for "dopri5" `max_stored`, and for "reversible_heun"
+        `vjp_backward` and, after a backward, `backward` ("reversible" or "stored"),
+        `reconstruction_error` (max abs difference between the reconstructed y_0 and z_0 and the
+        true y0) and `reconstruction_error_rel` (the same over max |y0|).
 
+    Returns
+    -------
+    tensor or tuple of tensors
+        y at the times t, shape (len(t), \*y0.shape); a tuple of such tensors if y0 is a tuple.
+
+    Raises
+    ------
+    ValueError
+        A non-finite y0, a t that is not strictly monotonic, both ``step_size`` and
+        ``steps_per_interval``, or an unknown ``method``.
+    RuntimeError
+        The adaptive controller passes ``max_num_steps`` or cannot keep the error bounded (a
+        solution that blows up), or a tensor requiring grad that the forward did not find.
+
+    Notes
+    -----
     Tensors that f reads besides (t, y) (closure variables, an nn.Module's parameters, also of
     modules called inside a closure, a weight computed from a parameter before the solve) are
     found by themselves: each evaluation of f in the forward runs with grad enabled, its graph is
@@ -431,6 +456,19 @@ def odeint_reversible(f, y0, t, *, method=None, rtol=None, atol=None, options=No
     steps + 1 evaluations of f and as many vector-Jacobian products, and can run again (with
     retain_graph). With create_graph=True (double backward) it falls back to differentiating the
     plain iteration with its stored graph: exact and differentiable, but memory linear in steps.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.loops import odeint_reversible
+    >>> k = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    >>> y0 = torch.tensor([1.0], dtype=torch.float64)
+    >>> t = torch.tensor([0.0, 1.0], dtype=torch.float64)
+    >>> y = odeint_reversible(lambda t, y: -k * y, y0, t, steps_per_interval=200)  # y' = -k y
+    >>> (g,) = torch.autograd.grad(y[-1].sum(), k)
+    >>> exact = torch.exp(-k.detach())                   # y(1) = e^-k, dy(1)/dk = -e^-k
+    >>> bool(abs(y[-1, 0] - exact) < 1e-4), bool(abs(g + exact) < 1e-4)
+    (True, True)
     """
     d = _check_t(t)
     is_tuple = isinstance(y0, (tuple, list))

@@ -177,44 +177,87 @@ def checkpoint_while(cond, step, state, snapshots, max_steps=None, params=(), st
     final state, with a backward through every step taken that stores at most `snapshots`
     states: the loop's length need not be known in advance (online checkpointing).
 
-    cond:      a function (state, k) -> a bool (Python or NumPy) or a one-element torch.bool
-               tensor (`x.norm() > tol`), evaluated under no_grad on each state before the step
-               that would start from it (also on the initial state: cond false at once gives
-               back `state` and no step runs). Anything else (None, a string, a number, NaN
-               included, a tensor of another dtype or of several elements) raises TypeError.
-               Like a Python `while`, a cond that never becomes false runs forever when
-               max_steps is None (progress=True shows the steps so far), except that a loop to
-               differentiate stops with a ValueError at tessel.loops.MAX_STEPS (2**23)
-               steps, whose reversal schedule would not fit in memory.
-    step:      a function (state, k) -> new state of the same structure, shapes and dtypes. The
-               backward re-runs it: it must compute the same again, random draws aside (see
-               preserve_rng_state).
-    state:     a tensor or a tuple of tensors (the result has the same structure).
-    snapshots: how many states may be stored at once (>= 1; the initial state counts as one). The
-               graph of the latest step (its input state included) is held besides them, as in
-               checkpoint_loop.
-    max_steps: None, or an integer >= 0: the loop stops after that many steps even if cond is
-               still true, without an error or a warning (a cap, as an iteration limit in a
-               solver); cond is not evaluated on the state reached then, and
-               stats["max_steps_reached"] tells that the cap stopped the loop.
-    params, stats: as in checkpoint_loop. stats also gets `n_steps` (the steps taken) and
-               `recomputations` (the untaped step evaluations of the schedule, forward sweep
-               included); after the backward, step_calls == n_steps + recomputations.
-    storage:   None or a tessel.torch.SnapshotLevels (device, host RAM and disk budgets), as in
-               checkpoint_loop. The schedule being unknown until the loop stops, the forward
-               sweep puts each snapshot in the fastest level with room; then the held snapshots
-               move to the levels the reversal's accesses ask for (stats["storage"]["moves"]).
-    preserve_rng_state: as in checkpoint_loop (default True: a recomputed step draws the random
-               numbers it drew in the forward pass). cond must then draw none (a RuntimeError
-               says so), since the replayed steps run one after another without it.
-    progress:  False, or True to print "checkpoint_while: k steps so far" to stderr at every
-               power of two and at least every 10 seconds, and the step count when it stops.
-    determinism_check: "default" or "none", as in checkpoint_loop.
+    Parameters
+    ----------
+    cond
+        a function (state, k) -> a bool (Python or NumPy) or a one-element torch.bool tensor
+        (`x.norm() > tol`), evaluated under no_grad on each state before the step that would
+        start from it (also on the initial state: cond false at once gives back `state` and no
+        step runs). Anything else (None, a string, a number, NaN included, a tensor of another
+        dtype or of several elements) raises TypeError. Like a Python `while`, a cond that never
+        becomes false runs forever when max_steps is None (progress=True shows the steps so
+        far), except that a loop to differentiate stops with a ValueError at
+        tessel.loops.MAX_STEPS (2**23) steps, whose reversal schedule would not fit in memory.
+    step
+        a function (state, k) -> new state of the same structure, shapes and dtypes. The
+        backward re-runs it: it must compute the same again, random draws aside (see
+        preserve_rng_state).
+    state
+        a tensor or a tuple of tensors (the result has the same structure).
+    snapshots
+        how many states may be stored at once (>= 1; the initial state counts as one). The graph
+        of the latest step (its input state included) is held besides them, as in
+        checkpoint_loop.
+    max_steps
+        None, or an integer >= 0: the loop stops after that many steps even if cond is still
+        true, without an error or a warning (a cap, as an iteration limit in a solver); cond is
+        not evaluated on the state reached then, and stats["max_steps_reached"] tells that the
+        cap stopped the loop.
+    params, stats
+        as in checkpoint_loop. stats also gets `n_steps` (the steps taken) and `recomputations`
+        (the untaped step evaluations of the schedule, forward sweep included); after the
+        backward, step_calls == n_steps + recomputations.
+    storage
+        None or a tessel.torch.SnapshotLevels (device, host RAM and disk budgets), as in
+        checkpoint_loop. The schedule being unknown until the loop stops, the forward sweep puts
+        each snapshot in the fastest level with room; then the held snapshots move to the levels
+        the reversal's accesses ask for (stats["storage"]["moves"]).
+    preserve_rng_state
+        as in checkpoint_loop (default True: a recomputed step draws the random numbers it drew
+        in the forward pass). cond must then draw none (a RuntimeError says so), since the
+        replayed steps run one after another without it.
+    progress
+        False, or True to print "checkpoint_while: k steps so far" to stderr at every power of
+        two and at least every 10 seconds, and the step count when it stops.
+    determinism_check
+        "default" or "none", as in checkpoint_loop.
 
+    Returns
+    -------
+    tensor or tuple of tensors
+        The state when ``cond`` turned false (or after ``max_steps`` steps), with the structure of
+        ``state``.
+
+    Raises
+    ------
+    TypeError
+        ``cond`` answers something other than a bool or a one-element bool tensor.
+    ValueError
+        ``snapshots`` < 1, ``max_steps`` < 0, a loop to differentiate that passes MAX_STEPS steps,
+        or a step that changes the state's structure, shapes or dtypes.
+    RuntimeError
+        A recomputed step that differs from the forward's (``determinism_check``), or a tensor
+        requiring grad that a recomputation reads but the forward did not find.
+
+    Notes
+    -----
     Tensors that step reads besides the state (closures, nn.Module parameters) get gradients
     without being listed, as with checkpoint_loop; `autograd.grad`, `.backward()`, tuple states
     and the double-backward fallback (a full recomputation from the initial state under
     create_graph=True or for a second backward) behave the same way.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.loops import checkpoint_while
+    >>> a = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+    >>> x0 = torch.tensor(1.0, dtype=torch.float64)
+    >>> # Newton's iteration for sqrt(a), run until it converges: its length is found on the way.
+    >>> x = checkpoint_while(lambda x, k: (x - a).abs() > 1e-12 and k < 50,
+    ...                      lambda x, k: 0.5 * (x + a / x), x0, snapshots=3)
+    >>> (g,) = torch.autograd.grad(x, a)
+    >>> round(float(x), 6), round(float(g), 6)       # sqrt(2) and 1 / (2 sqrt(2))
+    (1.414214, 0.353553)
     """
     if not callable(cond):
         raise TypeError(f"{_NAME}: cond must be callable, got {type(cond).__name__}")

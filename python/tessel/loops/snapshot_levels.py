@@ -49,20 +49,49 @@ def _budget(name, value):
 class SnapshotLevels:
     """Budgets, in bytes, for a checkpointed loop's snapshots in three levels of storage.
 
-    device_bytes: the states' own device (GPU memory for CUDA tensors), stored as they are.
-    host_bytes:   host RAM: tensors copied to the CPU (into pinned memory for CUDA tensors, so that
-                  copies back are fast); CPU tensors are kept as they are.
-    disk_bytes:   files written with torch.save into a temporary directory made with tempfile
-                  (inside `disk_dir`, or the system's temporary directory when None), removed when
-                  the loop's backward is done, or when its store is garbage-collected.
+    Parameters
+    ----------
+    device_bytes
+        the states' own device (GPU memory for CUDA tensors), stored as they are.
+    host_bytes
+        host RAM: tensors copied to the CPU (into pinned memory for CUDA tensors, so that copies
+        back are fast); CPU tensors are kept as they are.
+    disk_bytes
+        files written with torch.save into a temporary directory made with tempfile (inside
+        `disk_dir`, or the system's temporary directory when None), removed when the loop's
+        backward is done, or when its store is garbage-collected.
+    disk_dir
+        the folder for those temporary directories (None: the system's temporary folder).
+
+    Raises
+    ------
+    ValueError
+        A budget that is neither None nor an integer >= 0, or ``disk_dir`` that is not a folder.
+
+    Notes
+    -----
     Each budget is an integer >= 0 or None (no limit), for the snapshots only (the loop's current
     state and the graph of the step being reversed live on the device besides them). A level
-    holds floor(budget / state bytes) states; together they must hold `snapshots` states, checked when the loop starts. The slots
-    that the schedule restores most often go to the fastest level (see the module's comment), and
-    the loop's stats dict gets `storage`: per level its capacity in states, puts, gets and the
-    most states held at once, and the moves between levels.
+    holds floor(budget / state bytes) states; together they must hold `snapshots` states,
+    checked when the loop starts. The slots that the schedule restores most often go to the
+    fastest level (see the module's comment), and the loop's stats dict gets `storage`: per
+    level its capacity in states, puts, gets and the most states held at once, and the moves
+    between levels.
 
     One SnapshotLevels may serve many loops: each loop gets its own store and directory.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.loops import SnapshotLevels, checkpoint_loop
+    >>> w = torch.tensor(0.5, requires_grad=True)
+    >>> levels = SnapshotLevels(device_bytes=2 * 4 * 10, host_bytes=None)  # 2 states on device
+    >>> stats = {}
+    >>> x = checkpoint_loop(lambda x, k: torch.tanh(w * x) + 1, torch.ones(10), 40, snapshots=4,
+    ...                     storage=levels, stats=stats)
+    >>> x.sum().backward()
+    >>> stats["storage"]["device"]["capacity"], stats["storage"]["device"]["max_held"]
+    (2, 2)
     """
 
     def __init__(self, device_bytes=None, host_bytes=0, disk_bytes=0, disk_dir=None):
