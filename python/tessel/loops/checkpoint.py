@@ -34,12 +34,63 @@ MAX_STEPS = 2 ** 23
 
 
 def revolve_schedule(n_steps, snapshots):
-    """The optimal schedule: a list of (action, from, to, slot); see tessel/checkpoint.hpp."""
+    """Revolve's optimal schedule for reversing `n_steps` steps with `snapshots` stored states.
+
+    Parameters
+    ----------
+    n_steps : int
+        The loop's length, >= 0.
+    snapshots : int
+        States that may be stored at once, >= 1.
+
+    Returns
+    -------
+    list of tuple
+        (action, from, to, slot) in order; the actions are those of tessel/checkpoint.hpp
+        (advance, snapshot, restore, first reverse, reverse).
+
+    Raises
+    ------
+    ValueError
+        n_steps < 0, snapshots < 1, or a schedule too long to hold (MAX_STEPS).
+
+    Examples
+    --------
+    >>> from tessel.checkpoint import revolve_schedule
+    >>> len(revolve_schedule(10, 3)) > 10
+    True
+    """
     return _core.revolve_schedule(n_steps, snapshots)
 
 
 def revolve_optimal_recomputations(n_steps, snapshots):
-    """t*n - C(s+t, t-1): the forward steps the schedule recomputes (its first sweep included)."""
+    """The forward steps Revolve's schedule runs, its first sweep included: t n - C(s+t, t-1).
+
+    t is the smallest repetition number with C(s+t, t) >= n (Griewank and Walther).
+
+    Parameters
+    ----------
+    n_steps : int
+        The loop's length, >= 0.
+    snapshots : int
+        States that may be stored at once, >= 1.
+
+    Returns
+    -------
+    int
+        The number of step evaluations, without those the backward tapes.
+
+    Raises
+    ------
+    ValueError
+        n_steps < 0 or snapshots < 1.
+
+    Examples
+    --------
+    >>> from tessel.checkpoint import revolve_optimal_recomputations
+    >>> revolve_optimal_recomputations(10, 10), revolve_optimal_recomputations(100, 5)
+    (9, 316)
+    """
     return _core.revolve_optimal_recomputations(n_steps, snapshots)
 
 

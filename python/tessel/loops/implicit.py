@@ -224,6 +224,42 @@ def cg_solve(matvec, b, *, tol=1e-6, atol=0.0, maxiter=None, x0=None, on_nonconv
     """Solves A x = b by conjugate gradient for a symmetric positive-definite operator
     `matvec(v) = A @ v`, differentiably in b and in every tensor matvec uses.
 
+    Parameters
+    ----------
+    matvec : callable
+        ``matvec(v)`` returns ``A @ v`` for v shaped like b (column-wise for (n, k)).
+    b : (n,) or (n, k) tensor
+        The right-hand side(s); each column is solved with its own steps and test.
+    tol, atol : float
+        Stop a column when ``norm(r_j) <= max(tol * norm(b_j), atol)`` (defaults 1e-6, 0).
+    maxiter : int, optional
+        The most iterations (default 10 n).
+    x0 : tensor, optional
+        A warm start (not differentiated).
+    on_nonconvergence : {"raise", "warn", "ignore"}
+        What happens when maxiter passes first.
+    stats : dict, optional
+        Receives iterations, residual, relative_residual and converged (lists for several
+        columns), and after a backward pass backward_iterations and backward_converged.
+
+    Returns
+    -------
+    tensor
+        x, shaped like b, differentiable in b and in every tensor matvec reads.
+
+    Raises
+    ------
+    ConvergenceError
+        No convergence within maxiter with ``on_nonconvergence="raise"``.
+    ValueError
+        An operator found not positive definite (p^T A p <= 0) or giving non-finite values, a
+        b not shaped (n,) or (n, k), or an x0 not shaped like b.
+    TypeError
+        matvec not callable or returning something other than a tensor of b's dtype and
+        device, b not a floating-point tensor.
+
+    Notes
+    -----
     b: (n,) or (n, k); with k columns, each is an independent right-hand side (matvec receives and
     returns (n, k), i.e. acts column-wise) with its own step sizes and stopping test
     |r_j| <= max(tol * |b_j|, atol). maxiter defaults to 10 n. x0 is a warm start (not
@@ -238,6 +274,22 @@ def cg_solve(matvec, b, *, tol=1e-6, atol=0.0, maxiter=None, x0=None, on_nonconv
     list them. Memory does not depend on the iterations. Backward with create_graph=True is
     supported: first and second derivatives are exact (up to the solver tolerance); third and
     higher derivatives are not (they miss terms of the solution's own dependence).
+
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.loops import cg_solve
+    >>> m = torch.randn(6, 6, dtype=torch.float64)
+    >>> a = (m @ m.T + 6 * torch.eye(6, dtype=torch.float64)).requires_grad_(True)
+    >>> b = torch.ones(6, dtype=torch.float64)
+    >>> x = cg_solve(lambda v: a @ v, b, tol=1e-12)        # a is found in the closure
+    >>> bool(torch.allclose(x, torch.linalg.solve(a, b)))
+    True
+    >>> (ga,) = torch.autograd.grad(x.sum(), a)
+    >>> (ga_ref,) = torch.autograd.grad(torch.linalg.solve(a, b).sum(), a)
+    >>> bool(torch.allclose(ga, ga_ref))
+    True
     """
     who = "cg_solve"
     if not callable(matvec):
@@ -416,6 +468,50 @@ def fixed_point(f, x0, params=(), *, tol=1e-8, maxiter=1000, method="picard",
                 anderson_memory=5):
     """Solves x = f(x, *params) by iteration, differentiably in params and in every tensor f uses.
 
+    Parameters
+    ----------
+    f : callable
+        ``f(x, *params)`` returning the next iterate, with the structure of ``x0``.
+    x0 : tensor or tuple of tensors
+        The starting point (not differentiated).
+    params : tuple of tensors, optional
+        Tensors passed to f; tensors f reads from its closure receive gradients as well.
+    tol : float, default 1e-8
+        Stop when ``norm(f(x) - x) <= tol * max(norm(f(x)), 1)``.
+    maxiter : int, default 1000
+        The most iterations.
+    method : {"picard", "anderson"}
+        Plain iteration, or Anderson acceleration over the last ``anderson_memory`` steps.
+    on_nonconvergence : {"raise", "warn", "ignore"}
+        What happens when maxiter passes first.
+    backward_tol, backward_maxiter : float and int, optional
+        The adjoint iteration's settings (default: tol and maxiter).
+    stats : dict, optional
+        Receives iterations, residual, converged, and backward_* after a backward pass.
+    anderson_memory : int, default 5
+        Steps Anderson acceleration mixes.
+
+    Returns
+    -------
+    tensor or tuple of tensors
+        The fixed point x* (f of the last iterate), differentiable in params and in every
+        tensor f reads.
+
+    Raises
+    ------
+    ConvergenceError
+        No convergence within maxiter with ``on_nonconvergence="raise"`` (forward or adjoint).
+    ValueError
+        An unknown method or on_nonconvergence, a negative tol, a maxiter below 1, or an f
+        whose result is not laid out as the state.
+    TypeError
+        f not callable, x0 not a floating-point tensor (or tuple of them), params not a tuple,
+        stats not a dict.
+    RuntimeError
+        A double backward (``create_graph=True``).
+
+    Notes
+    -----
     x0: a tensor, or a tuple of tensors for a state of several parts (f then takes and returns a
     tuple). The iteration stops when |f(x) - x| <= tol * max(|f(x)|, 1) (norms over the whole
     state): relative for large states, absolute for small ones. method: "picard" (x <- f(x)) or
@@ -433,6 +529,20 @@ def fixed_point(f, x0, params=(), *, tol=1e-8, maxiter=1000, method="picard",
     The adjoint iteration converges when f is a contraction near x* (spectral radius of df/dx
     below 1), as the forward iteration needs anyway. Double backward (create_graph=True) raises
     RuntimeError.
+
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.loops import fixed_point
+    >>> a = torch.tensor(0.5, dtype=torch.float64, requires_grad=True)
+    >>> x = fixed_point(lambda x: torch.cos(a * x), torch.zeros((), dtype=torch.float64))
+    >>> (g,) = torch.autograd.grad(x, a)
+    >>> # implicit function theorem: dx/da = -x sin(a x) / (1 + a sin(a x))
+    >>> xs = x.detach()
+    >>> expected = -xs * torch.sin(a * xs) / (1 + a * torch.sin(a * xs))
+    >>> bool(torch.allclose(g, expected))
+    True
     """
     who = "fixed_point"
     if not callable(f):

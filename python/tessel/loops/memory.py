@@ -67,10 +67,46 @@ class MeasureError(RuntimeError):
 
 
 def run_isolated(setup, work, *, cuda=False, threads=None, timeout=None, env=None):
-    """Runs `setup` then `work` (Python source) in a new interpreter; returns a dict with
-    `peak_bytes` (rise of the peak RSS during `work`, or of CUDA's peak allocation with
-    cuda=True), `seconds` (wall time of `work`) and `result` (the value `work` left in a global
-    named RESULT, if JSON-serialisable). The child sees this process's sys.path."""
+    """Runs `setup` then `work` (Python source) in a new interpreter and measures `work`.
+
+    Peak memory is a property of a process: measuring it in a fresh one keeps the measure free
+    of what the caller allocated before. The child sees this process's sys.path.
+
+    Parameters
+    ----------
+    setup : str
+        Python source run first, not measured (imports, data).
+    work : str
+        Python source measured; a global named RESULT it sets is returned.
+    cuda : bool, default False
+        Measure CUDA's peak allocation instead of the RSS.
+    threads : int, optional
+        The child's thread count (default: TESSEL_NUM_THREADS, else all cores).
+    timeout : float, optional
+        Seconds before the child is killed.
+    env : dict, optional
+        Extra environment variables for the child.
+
+    Returns
+    -------
+    dict
+        ``peak_bytes`` (rise of the peak RSS during `work`, or of CUDA's peak allocation),
+        ``seconds`` (wall time of `work`) and ``result`` (RESULT, if JSON-serialisable).
+
+    Raises
+    ------
+    TypeError
+        setup or work is not a string.
+    MeasureError
+        The child failed (its output's tail is in the message) or ran past the timeout.
+
+    Examples
+    --------
+    >>> from tessel.loops import run_isolated
+    >>> r = run_isolated("import numpy as np", "a = np.ones(2**24); RESULT = float(a.sum())")
+    >>> r["result"], r["peak_bytes"] > 100 * 2**20      # 128 MiB of float64
+    (16777216.0, True)
+    """
     if not isinstance(setup, str) or not isinstance(work, str):
         raise TypeError("run_isolated: setup and work must be Python source strings")
     threads = threads if threads is not None else int(os.environ.get("TESSEL_NUM_THREADS", "0")
