@@ -89,6 +89,61 @@ class _Scaled(torch.autograd.Function):
 class SamplesLoss(torch.nn.Module):
     """Distances between weighted point clouds, as geomloss.SamplesLoss.
 
+    GeomLoss's signature and defaults, so GeomLoss code switches by changing the import; the
+    log-domain Sinkhorn loop runs in the C++ core, each softmin a LogSumExp reduction, memory
+    O(N + M).
+
+    Parameters
+    ----------
+    loss : {"sinkhorn", "gaussian", "laplacian", "energy", "hausdorff"}
+        The Sinkhorn divergence (or OT_eps) or a kernel norm.
+    p : {1, 2}, default 2
+        The cost ``|x - y|^p / p`` (p = 2: ``|x - y|^2 / 2``); other p need ``cost=``.
+    blur : float, default 0.05
+        The temperature's scale: eps = blur^p; the kernel losses' width.
+    reach : float, optional
+        Unbalanced OT: marginal penalty rho = reach^p (None: balanced).
+    diameter : float, optional
+        The schedule's start (default: the clouds' bounding box).
+    scaling : float, default 0.5
+        eps-scaling ratio of the schedule, in (0, 1).
+    truncate, cluster_scale : float, optional
+        The multiscale solver's truncation and cluster size (tessel.ot.multiscale).
+    cost : str or callable, optional
+        A formula in X and Y (KeOps syntax, memory O(N + M)), or a function of dense tensors
+        ``(x, y) -> (B, N, M)`` (its matrices are stored).
+    kernel : callable, optional
+        For the kernel losses: ``kernel(x, y, blur=..., **kw) -> (B, N, M)`` of dense tensors.
+    debias : bool, default True
+        The Sinkhorn divergence (True) or the entropic OT cost OT_eps (False).
+    potentials : bool, default False
+        Return the dual potentials (F, G) instead of the value.
+    verbose : bool, default False
+        Accepted for GeomLoss compatibility.
+    backend : {"auto", "online", "multiscale", "tensorized"}
+        "multiscale" runs tessel's multiscale solver; every other the online solver.
+    gradient : {"envelope", "implicit", "unrolled"}
+        How the value is differentiated (see Notes).
+    snapshots : int, optional
+        With gradient="unrolled": keep at most this many iterations (checkpoint_loop).
+    reach_x, reach_y : float, optional
+        Semi-unbalanced OT: the two marginal penalties apart.
+
+    Raises
+    ------
+    ValueError
+        An unknown loss or backend, a blur or reach that is not a positive number, a scaling
+        outside (0, 1), a p without a cost formula, or at call time clouds of different
+        dimensions, non-finite points or a wrong number of arguments.
+    TypeError
+        A cost or kernel of the wrong kind, or at call time arguments that are not float32 /
+        float64 tensors of one dtype.
+    NotImplementedError
+        loss="hausdorff" without kernel=, or a non-envelope gradient with the multiscale solver
+        or a dense cost function.
+
+    Notes
+    -----
     loss="gaussian", "laplacian" or "energy": half the squared kernel norm of a - b (kernel
     exp(-|x-y|^2 / 2 blur^2), exp(-|x-y| / blur) or -|x-y|); kernel=, a function of dense tensors
     kernel(x, y, blur=..., **kw) -> (B, N, M) as GeomLoss's tensorized backend takes, replaces the
@@ -119,6 +174,21 @@ class SamplesLoss(torch.nn.Module):
     debiased, unbalanced and semi-unbalanced losses alike; "unrolled": autograd through every
     iteration of the loop (the exact derivative of what it computed, converged or not, to any
     order), keeping every iteration or, with snapshots=s, at most s of them (checkpoint_loop).
+
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.ot import SamplesLoss
+    >>> x = torch.randn(200, 2, dtype=torch.float64, requires_grad=True)
+    >>> y = torch.randn(300, 2, dtype=torch.float64) + 1
+    >>> loss = SamplesLoss("sinkhorn", p=2, blur=0.1)
+    >>> value = loss(x, y)                                # debiased Sinkhorn divergence
+    >>> (gx,) = torch.autograd.grad(value, x)
+    >>> dense = SamplesLoss("sinkhorn", p=2, blur=0.1,    # the same loop on stored matrices
+    ...                     cost=lambda a, b: ((a[:, :, None] - b[:, None]) ** 2).sum(-1) / 2)
+    >>> bool(torch.allclose(value, dense(x, y))), float(loss(y, y)) == 0.0
+    (True, True)
     """
 
     def __init__(self, loss="sinkhorn", p=2, blur=0.05, reach=None, diameter=None, scaling=0.5,

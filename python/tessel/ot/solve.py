@@ -18,24 +18,51 @@ _UPDATES = ("symmetric", "alternating")
 
 
 class OTResult:
-    """What solve_sample returns. Tensors carry a batch axis first when the inputs did.
+    """What solve_sample returns: the value, the potentials, the plan and the solver's report.
 
-    value: the entropic OT cost OT_eps(a, b) (GeomLoss's formula: the primal value when both
-        masses are 1), or the Sinkhorn divergence with debias=True; differentiable in a, b, x, y.
-    f, g: the dual potentials of the x-y problem, on x (N) and on y (M); p, q: those of the x-x
-        and y-y problems with debias (else None); potentials: (f - p, g - q) or (f, g).
-    plan: the transport plan as an (N, M) LazyTensor: plan @ v, plan.sum(1), plan.argmax(1)
-        (each x_i's most likely partner), plan.t() @ u ... Built from f, g above.
-    marginals: (plan.sum(1), plan.sum(0)) as (N) and (M) tensors (computed on first use).
-    eps, diameter: the final temperature blur^p and the schedule's start; history: one
-    (eps, error, error_x, error_y) per iteration (marginal errors in mass units); n_iter;
-    converged: the last errors were <= tol (tol > 0 only); marginal_error: the last error.
-    backend="multiscale": history holds the iterations on the points (the coarse solve's are
-    not listed), marginal_error is measured once more at the returned potentials over the kept
-    blocks (its stopping test, with tol, is the same error measured during its iterations), and
-    dropped_mass is the plan's mass in the blocks
-    its truncation left out, computed exactly (mass units; None for the online solver);
-    kept_blocks the share of cluster pairs its last mask kept (None for the online solver).
+    Tensors carry a batch axis first when the inputs did.
+
+    Parameters
+    ----------
+    value : tensor
+        The entropic OT cost OT_eps(a, b) (GeomLoss's formula: the primal value when both
+        masses are 1), or the Sinkhorn divergence with debias=True; differentiable in a, b,
+        x, y.
+    f, g : tensor
+        The dual potentials of the x-y problem, on x (N) and on y (M).
+    p, q : tensor or None
+        Those of the x-x and y-y problems with debias (else None). ``potentials`` is
+        (f - p, g - q), or (f, g).
+    plan : LazyTensor
+        The transport plan as an (N, M) LazyTensor: ``plan @ v``, ``plan.sum(1)``,
+        ``plan.argmax(1)`` (each x_i's most likely partner), ``plan.t() @ u``... never stored.
+    reports : list
+        The solver's reports, read into the attributes below.
+
+    Notes
+    -----
+    ``marginals``: (plan.sum(1), plan.sum(0)) as (N) and (M) tensors (computed on first use).
+    ``eps``, ``diameter``: the final temperature blur^p and the schedule's start; ``history``:
+    one (eps, error, error_x, error_y) per iteration (marginal errors in mass units);
+    ``n_iter``; ``converged``: the last errors were <= tol (tol > 0 only); ``marginal_error``:
+    the last error. With backend="multiscale", history holds the iterations on the points (the
+    coarse solve's are not listed), marginal_error is measured once more at the returned
+    potentials over the kept blocks, ``dropped_mass`` is the plan's mass in the blocks its
+    truncation left out, computed exactly (mass units; None for the online solver), and
+    ``kept_blocks`` the share of cluster pairs its last mask kept (None for the online
+    solver).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.ot import solve_sample
+    >>> x, y = torch.rand(50, 2, dtype=torch.float64), torch.rand(60, 2, dtype=torch.float64)
+    >>> r = solve_sample(None, x, None, y, blur=0.1, tol=1e-9)
+    >>> r.f.shape, r.g.shape, r.converged
+    (torch.Size([50]), torch.Size([60]), True)
+    >>> row, col = r.marginals                     # the plan's marginals: 1/N and 1/M
+    >>> bool(torch.allclose(row, torch.full((50,), 1 / 50, dtype=torch.float64), atol=1e-8))
+    True
     """
 
     def __init__(self, value, f, g, p, q, plan, reports):
@@ -78,6 +105,45 @@ def solve_sample(a, x, b, y, *, p=2, blur=0.05, reach=None, reach_x=None, reach_
                  truncate=5.0, cluster_scale=None):
     """Entropic OT between (a, x) and (b, y): the solver, its potentials and its plan.
 
+    Parameters
+    ----------
+    a : (N,) or (N, 1) tensor or None
+        The weights of x (None: uniform 1/N); a list of them with lists of clouds.
+    x : (N, D) or (B, N, D) tensor, or a list of (N_k, D) tensors
+        The first cloud; batched inputs solve B problems, lists of clouds of different sizes
+        give a list of OTResult.
+    b, y : tensors or lists
+        The second cloud and its weights, likewise.
+    p, blur, reach, diameter, scaling, cost, debias, backend, gradient, snapshots : optional
+        As in :class:`SamplesLoss` (eps = blur^p).
+    reach_x, reach_y : float, optional
+        The two marginal penalties apart (semi-unbalanced; None: a hard constraint).
+    tol : float, default 1e-6
+        Stop when the marginal error (L1, mass units) is <= tol (0: the schedule only).
+    max_iter : int, default 1000
+        The most iterations in all; the solver warns if it stops there first.
+    update : {"alternating", "symmetric"}
+        Classic alternating Sinkhorn updates, or GeomLoss's averaged symmetric ones.
+    truncate, cluster_scale : float, optional
+        The multiscale solver's settings.
+
+    Returns
+    -------
+    OTResult or list of OTResult
+        The value, potentials, plan and report; a list for lists of clouds.
+
+    Raises
+    ------
+    ValueError
+        An unknown update, a negative tol, a max_iter below 1, mismatched lists, or clouds of
+        different dimensions.
+    TypeError
+        A cost that is not a formula.
+    NotImplementedError
+        A non-envelope gradient with the multiscale solver.
+
+    Notes
+    -----
     a: (N,), (N, 1) or None (uniform weights 1/N, for that cloud only); x: (N, D); b, y
     likewise; batched inputs (B, N, D) solve B problems; lists of clouds of different sizes
     (x = [x1, x2], y = [y1, y2], a and b None or lists of weights) give a list of OTResult, one
@@ -97,6 +163,20 @@ def solve_sample(a, x, b, y, *, p=2, blur=0.05, reach=None, reach_x=None, reach_
     second derivatives, for Hessian-vector products; as SamplesLoss's); gradient="unrolled"
     differentiates through the iterations the loop ran (snapshots=s: at most s kept). The
     global grad mode is not touched. Returns an OTResult.
+
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.ot import solve_sample
+    >>> x = torch.tensor([[0.0], [1.0]], dtype=torch.float64)
+    >>> y = torch.tensor([[0.1], [1.1]], dtype=torch.float64)
+    >>> r = solve_sample(None, x, None, y, blur=0.01, tol=1e-10)
+    >>> r.plan.argmax(1).ravel().tolist()          # each x_i's partner
+    [0, 1]
+    >>> # the transport cost 0.1^2 / 2, up to the entropic term at this blur
+    >>> bool(abs(float(r.value) - 0.005) < 2e-4)
+    True
     """
     if isinstance(x, (list, tuple)) or isinstance(y, (list, tuple)):
         return _solve_ragged(a, x, b, y, dict(
