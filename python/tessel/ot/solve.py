@@ -148,7 +148,8 @@ def solve_sample(a, x, b, y, *, p=2, blur=0.05, reach=None, reach_x=None, reach_
     likewise; batched inputs (B, N, D) solve B problems; lists of clouds of different sizes
     (x = [x1, x2], y = [y1, y2], a and b None or lists of weights) give a list of OTResult, one
     per pair, their schedules starting at one diameter for all (as SamplesLoss's). p, blur,
-    reach, diameter, scaling, cost, debias and backend as in SamplesLoss (eps = blur^p; backend="multiscale" runs the multiscale solver with
+    reach, diameter, scaling, cost, debias and backend as in SamplesLoss (eps = blur^p;
+    backend="multiscale" runs the multiscale solver with
     `truncate` and `cluster_scale`, envelope gradients only; any other the online solver);
     reach_x / reach_y set the two marginal penalties apart
     (semi-unbalanced; None: that marginal is a hard constraint).
