@@ -83,7 +83,33 @@ def _check_degenerate(who, name, sizes):
 
 
 class PointCloud:
-    """Points (N, D) with weights (N,) (default: 1 / N each): a measure sum_i w_i delta_{x_i}."""
+    """Points (N, D) with weights (N,) (default: 1 / N each): a measure sum_i w_i delta_{x_i}.
+
+    Checked once when made (finite coordinates, weights >= 0); ``centers``, ``measures`` (the
+    weights) and ``points`` are differentiable. A point cloud has no orientation: Currents and
+    the oriented Varifolds refuse it.
+
+    Parameters
+    ----------
+    points : (N, D) float tensor
+        The points, float32 or float64, any device.
+    weights : (N,) tensor, optional
+        Non-negative weights (default 1 / N each).
+
+    Raises
+    ------
+    ValueError
+        Points that are not an (N, D) floating tensor with finite values, or weights of another
+        length, dtype or device, or negative.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.shapes import PointCloud
+    >>> cloud = PointCloud(torch.rand(10, 3, dtype=torch.float64))
+    >>> cloud.measures.sum().item(), tuple(cloud.centers.shape)
+    (1.0, (10, 3))
+    """
 
     kind = "points"
 
@@ -133,8 +159,36 @@ class PointCloud:
 
 
 class Curve(PointCloud):
-    """A polygonal curve (or a set of them): vertices (N, D) and segments `edges` (E, 2) of
-    vertex indices, oriented from edges[:, 0] to edges[:, 1]."""
+    """A polygonal curve (or a set of them): vertices (N, D) and segments `edges` (E, 2).
+
+    Segments are oriented from edges[:, 0] to edges[:, 1]; ``centers`` are their midpoints,
+    ``normals`` the segment vectors (length-weighted tangents) and ``measures`` their lengths,
+    all differentiable in the points.
+
+    Parameters
+    ----------
+    points : (N, D) float tensor
+        The vertices.
+    edges : (E, 2) integer tensor
+        Vertex indices of each segment.
+
+    Raises
+    ------
+    ValueError
+        Non-finite vertices, indices out of range, or degenerate (zero-length) segments.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.shapes import Curve
+    >>> t = torch.linspace(0, 2 * torch.pi, 21, dtype=torch.float64)[:-1]
+    >>> ring = torch.stack([t.cos(), t.sin()], 1)
+    >>> edges = torch.stack([torch.arange(20), (torch.arange(20) + 1) % 20], 1)
+    >>> circle = Curve(ring, edges)
+    >>> ellipse = circle.with_points(ring * torch.tensor([1.5, 0.7], dtype=torch.float64))
+    >>> round(float(circle.measures.sum()), 3)          # the polygon's perimeter
+    6.257
+    """
 
     kind = "curve"
 
@@ -167,9 +221,35 @@ class Curve(PointCloud):
 
 
 class Mesh(PointCloud):
-    """A triangle mesh in 3-D: vertices (N, 3) and `faces` (F, 3) of vertex indices, oriented
-    by the right-hand rule ((p1 - p0) x (p2 - p0) points outwards for counter-clockwise
-    faces)."""
+    """A triangle mesh in 3-D: vertices (N, 3) and `faces` (F, 3) of vertex indices.
+
+    Faces are oriented by the right-hand rule ((p1 - p0) x (p2 - p0) points outwards for
+    counter-clockwise faces); ``normals`` are area-weighted, ``measures`` the face areas and
+    ``centers`` the centroids, all differentiable in the points. ``Mesh.icosphere`` and
+    ``subdivide`` make test surfaces; ``decimate`` merges vertices in cubes.
+
+    Parameters
+    ----------
+    points : (N, 3) float tensor
+        The vertices.
+    faces : (F, 3) integer tensor
+        Vertex indices of each triangle.
+
+    Raises
+    ------
+    ValueError
+        Points that are not (N, 3), non-finite vertices, indices out of range, or degenerate
+        (zero-area) faces.
+
+    Examples
+    --------
+    >>> from tessel.shapes import Mesh
+    >>> sphere = Mesh.icosphere(2)
+    >>> tuple(sphere.points.shape), tuple(sphere.faces.shape)
+    ((162, 3), (320, 3))
+    >>> round(float(sphere.measures.sum()), 2)          # close to 4 pi
+    12.33
+    """
 
     kind = "mesh"
 

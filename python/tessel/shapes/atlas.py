@@ -14,10 +14,41 @@ from .registration import _minimize, default_attachment, default_model
 
 
 class Atlas:
-    """What atlas returns: `template` (a shape), `momenta` (one (N, D) tensor per subject, on
-    the template's vertices), `deformed` (the template moved onto each subject), `model`,
-    `attachment`, `history` (per iteration: loss, attachment, energy, evaluations, seconds),
-    `converged`, `n_iter`."""
+    """What atlas returns.
+
+    Parameters
+    ----------
+    model : LDDMM
+        The deformation model.
+    attachment : callable
+        The data term.
+    template : PointCloud, Curve or Mesh
+        The estimated template.
+    momenta : list of (N, D) tensors
+        One per subject, on the template's vertices.
+    history : list of dict
+        Per iteration: loss, attachment, energy, evaluations, seconds.
+    converged : bool
+        Whether the tolerance stopped the run.
+
+    Notes
+    -----
+    ``deformed`` (the template moved onto each subject) and ``n_iter`` are computed from these.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.shapes import Curve
+    >>> t = torch.linspace(0, 2 * torch.pi, 21, dtype=torch.float64)[:-1]
+    >>> ring = torch.stack([t.cos(), t.sin()], 1)
+    >>> edges = torch.stack([torch.arange(20), (torch.arange(20) + 1) % 20], 1)
+    >>> circle = Curve(ring, edges)
+    >>> ellipse = circle.with_points(ring * torch.tensor([1.5, 0.7], dtype=torch.float64))
+    >>> from tessel.shapes import atlas
+    >>> a = atlas([circle, ellipse], regularization=0.01, max_iter=1)
+    >>> type(a).__name__, len(a.deformed)
+    ('Atlas', 2)
+    """
 
     def __init__(self, model, attachment, template, momenta, history, converged):
         self.model, self.attachment, self.template = model, attachment, template
@@ -37,15 +68,48 @@ class Atlas:
 
 def atlas(shapes, template=None, *, model=None, attachment=None, regularization=0.0,
           optimizer="lbfgs", lr=None, max_iter=50, tol=1e-7, progress=None, callback=None):
-    """Estimates a template of `shapes` (a list of PointCloud, Curve or Mesh of one dimension,
-    dtype and device) and the momenta that deform it onto each; returns an Atlas.
+    """Estimates a template of `shapes` and the momenta that deform it onto each.
 
-    template: the start (default: the first shape); model, attachment: as register's (their
-    defaults from the template and the first shape); regularization: the weight of each
-    deformation's energy (without it, nothing keeps the template from drifting between the
-    subjects: a small positive value is the usual choice); optimizer, lr, max_iter, tol,
-    progress: as register's; callback(record, (template_points, momenta)) after each iteration,
-    True stops.
+    Parameters
+    ----------
+    shapes : list of PointCloud, Curve or Mesh
+        The subjects, of one dimension, dtype and device.
+    template : shape, optional
+        The start (default: the first shape).
+    model, attachment
+        As register's (their defaults from the template and the first shape).
+    regularization : float, default 0.0
+        The weight of each deformation's energy (without it nothing keeps the template from
+        drifting between the subjects: a small positive value is the usual choice).
+    optimizer, lr, max_iter, tol, progress
+        As register's.
+    callback : callable, optional
+        ``callback(record, (template_points, momenta))`` after each iteration; True stops.
+
+    Returns
+    -------
+    Atlas
+        The template, the momenta per subject and the history.
+
+    Raises
+    ------
+    ValueError
+        Fewer than one shape, shapes of different kinds, dimensions, dtypes or devices.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.shapes import Curve
+    >>> t = torch.linspace(0, 2 * torch.pi, 21, dtype=torch.float64)[:-1]
+    >>> ring = torch.stack([t.cos(), t.sin()], 1)
+    >>> edges = torch.stack([torch.arange(20), (torch.arange(20) + 1) % 20], 1)
+    >>> circle = Curve(ring, edges)
+    >>> ellipse = circle.with_points(ring * torch.tensor([1.5, 0.7], dtype=torch.float64))
+    >>> from tessel.shapes import LDDMM, GaussianKernel, KernelNorm, atlas
+    >>> a = atlas([circle, ellipse], model=LDDMM(GaussianKernel(0.5), n_steps=3),
+    ...           attachment=KernelNorm(0.5), regularization=0.01, max_iter=3)
+    >>> len(a.momenta), tuple(a.template.points.shape)
+    (2, (20, 2))
     """
     shapes = list(shapes)
     if not shapes:

@@ -149,16 +149,41 @@ class _Views:
 
 
 class KernelNorm(_KernelAttachment):
-    """Squared kernel (MMD) distance between the shapes' measures, any shape kind:
+    """Squared kernel (MMD) distance between the shapes' measures, any shape kind.
 
-        |mu - nu|_k^2 = <mu, mu>_k - 2 <mu, nu>_k + <nu, nu>_k,
-        <mu, nu>_k = sum_ij m_i m'_j k(x_i, y_j),
+    ``|mu - nu|_k^2 = <mu, mu>_k - 2 <mu, nu>_k + <nu, nu>_k`` with
+    ``<mu, nu>_k = sum_ij m_i m'_j k(x_i, y_j)`` and mu = sum_i measures_i delta_{centers_i}
+    (point weights, segment lengths or face areas at the points, segment midpoints or face
+    centroids). Orientation is ignored.
 
-    with mu = sum_i measures_i delta_{centers_i} (point weights, segment lengths or face areas
-    at the points, segment midpoints or face centroids). Orientation is ignored.
+    Parameters
+    ----------
+    scale : float or 0-dim tensor
+        s, a finite number > 0 (a learnable tensor gets its gradient).
+    kernel : {"gaussian", "cauchy"}
+        exp(-|x - y|^2 / s^2) or 1 / (1 + |x - y|^2 / s^2).
+    backend : str, optional
+        As Genred's.
 
-    scale: s, a finite number > 0 or a 0-dim tensor (a learnable scale gets its gradient);
-    kernel: "gaussian" (exp(-|x - y|^2 / s^2)) or "cauchy" (1 / (1 + |x - y|^2 / s^2)).
+    Raises
+    ------
+    ValueError
+        A scale that is not > 0, or an unknown kernel; at call time, shapes of different
+        dimensions.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.shapes import Curve
+    >>> t = torch.linspace(0, 2 * torch.pi, 21, dtype=torch.float64)[:-1]
+    >>> ring = torch.stack([t.cos(), t.sin()], 1)
+    >>> edges = torch.stack([torch.arange(20), (torch.arange(20) + 1) % 20], 1)
+    >>> circle = Curve(ring, edges)
+    >>> ellipse = circle.with_points(ring * torch.tensor([1.5, 0.7], dtype=torch.float64))
+    >>> from tessel.shapes import KernelNorm
+    >>> d = KernelNorm(0.5)
+    >>> float(d(circle, circle)), float(d(circle, ellipse)) > 0
+    (0.0, True)
     """
 
     _who = "KernelNorm"
@@ -173,15 +198,37 @@ class KernelNorm(_KernelAttachment):
 
 
 class Currents(_KernelAttachment):
-    """Squared currents norm: oriented curves and surfaces as vector-valued measures,
+    """Squared currents norm: oriented curves and surfaces as vector-valued measures.
 
-        <S, T> = sum_ij k(x_i, y_j) <n_i, n'_j>,
+    ``<S, T> = sum_ij k(x_i, y_j) <n_i, n'_j>``, x the segment midpoints / face centroids, n the
+    length-weighted segment vectors / the area-weighted face normals. Flipping a shape's
+    orientation flips the sign of its current; opposite pieces cancel. Equals
+    Varifold(orientation="linear").
 
-    x the segment midpoints / face centroids, n the length-weighted segment vectors / the
-    area-weighted face normals. Flipping a shape's orientation flips the sign of its current;
-    opposite pieces cancel. Equals Varifold(orientation="linear").
+    Parameters
+    ----------
+    scale, kernel, backend
+        As KernelNorm's.
 
-    scale, kernel: as KernelNorm's. A PointCloud has no orientation: a ValueError.
+    Raises
+    ------
+    ValueError
+        As KernelNorm's; a PointCloud (it has no orientation).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.shapes import Curve
+    >>> t = torch.linspace(0, 2 * torch.pi, 21, dtype=torch.float64)[:-1]
+    >>> ring = torch.stack([t.cos(), t.sin()], 1)
+    >>> edges = torch.stack([torch.arange(20), (torch.arange(20) + 1) % 20], 1)
+    >>> circle = Curve(ring, edges)
+    >>> ellipse = circle.with_points(ring * torch.tensor([1.5, 0.7], dtype=torch.float64))
+    >>> from tessel.shapes import Currents
+    >>> reversed_circle = Curve(ring, edges.flip(1))       # opposite orientation
+    >>> c = Currents(0.5)
+    >>> float(c(circle, circle)), float(c(circle, reversed_circle)) > 0
+    (0.0, True)
     """
 
     _who = "Currents"
@@ -211,22 +258,48 @@ def _need_normals(who, source, target, what):
 
 
 class Varifold(_KernelAttachment):
-    """Squared varifold norm: unit normals (or tangents) u = n / |n| as a second variable,
+    """Squared varifold norm: unit normals (or tangents) u = n / |n| as a second variable.
 
-        <S, T> = sum_ij m_i m'_j k(x_i, y_j) k_o(u_i, v_j),
+    ``<S, T> = sum_ij m_i m'_j k(x_i, y_j) k_o(u_i, v_j)``, m the measures (lengths / areas), x
+    the centers, k the spatial kernel (see KernelNorm) and k_o the orientation kernel, so =
+    orientation_scale: "constant": 1 (KernelNorm); "linear": <u, v> (Currents); "oriented":
+    exp(2 (<u, v> - 1) / so^2); "unoriented": exp(2 (<u, v>^2 - 1) / so^2) (u and -u alike);
+    "binet": <u, v>^2 (Deformetrica's and KeOps's LDDMM tutorial's choice). A remeshed shape has
+    nearly the same varifold.
 
-    m the measures (lengths / areas), x the centers, k the spatial kernel (see KernelNorm) and
-    k_o the orientation kernel, so = orientation_scale:
+    Parameters
+    ----------
+    scale : float or 0-dim tensor
+        The spatial width s (> 0).
+    orientation : {"unoriented", "oriented", "binet", "linear", "constant"}
+        The orientation kernel.
+    orientation_scale : float, optional
+        so, needed by the Gaussian ones ("oriented", "unoriented") and refused by the others.
+    kernel : {"gaussian", "cauchy"}
+        The spatial kernel.
+    backend : str, optional
+        As Genred's.
 
-    - "constant":   1 (the kernel norm of the measures: KernelNorm);
-    - "linear":     <u, v> (equals Currents);
-    - "oriented":   exp(2 (<u, v> - 1) / so^2) (oriented Gaussian, exp(-|u - v|^2 / so^2));
-    - "unoriented": exp(2 (<u, v>^2 - 1) / so^2) (unoriented Gaussian: u and -u alike);
-    - "binet":      <u, v>^2 (unoriented; Deformetrica's and KeOps' LDDMM tutorial's choice).
+    Raises
+    ------
+    ValueError
+        A missing or refused orientation_scale, an unknown orientation or kernel, a scale that is
+        not > 0; a PointCloud (it has no normals).
 
-    The Gaussian ones need orientation_scale (a finite number > 0 or a 0-dim tensor); the others
-    refuse it. A remeshed shape has nearly the same varifold (the measures are those of the
-    surface, not of its vertices). A PointCloud has no normals: a ValueError.
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.shapes import Curve
+    >>> t = torch.linspace(0, 2 * torch.pi, 21, dtype=torch.float64)[:-1]
+    >>> ring = torch.stack([t.cos(), t.sin()], 1)
+    >>> edges = torch.stack([torch.arange(20), (torch.arange(20) + 1) % 20], 1)
+    >>> circle = Curve(ring, edges)
+    >>> ellipse = circle.with_points(ring * torch.tensor([1.5, 0.7], dtype=torch.float64))
+    >>> from tessel.shapes import Varifold
+    >>> v = Varifold(0.5, orientation="binet")
+    >>> flipped = Curve(ring, edges.flip(1))                 # the same curve, reversed
+    >>> float(v(circle, circle)), abs(float(v(circle, flipped))) < 1e-12
+    (0.0, True)
     """
 
     _who = "Varifold"
@@ -270,20 +343,46 @@ class Varifold(_KernelAttachment):
 
 
 class SinkhornLoss:
-    """Debiased Sinkhorn divergence (entropic optimal transport, cost |x - y|^2 / 2, eps =
-    blur^2) between the shapes' measures sum_i m_i delta_{x_i} (m: point weights, lengths or
-    areas, x: the centers), tessel.ot.SamplesLoss("sinkhorn", p=2, blur, reach, scaling) with
-    the measures as weights.
+    """Debiased Sinkhorn divergence between the shapes' measures (tessel.ot with their weights).
 
-    normalize: divide each shape's measures by their sum (probability measures). Balanced OT
-    (reach=None) moves all of one mass onto the other and needs equal total masses, so the
-    default (normalize=None) is True when reach is None; with a reach (unbalanced OT, mass
-    created or destroyed at a cost reach^2) it is False, and the masses are compared as well.
+    Entropic optimal transport, cost ``|x - y|^2 / 2``, eps = blur^2, between
+    sum_i m_i delta_{x_i} (m: point weights, lengths or areas; x: the centers):
+    tessel.ot.SamplesLoss("sinkhorn", p=2, blur, reach, scaling) with the measures as weights.
 
-    gradient: SamplesLoss's. "envelope" (default, GeomLoss's) stops after the annealing
-    schedule (eps from the diameter down to blur^2 by the factor scaling^2), so value and
-    gradient are those of nearly converged potentials (off by ~1e-3 to 1e-1 for coarse
-    schedules); "implicit" converges and differentiates the fixed point exactly (to any order).
+    Parameters
+    ----------
+    blur : float, default 0.05
+        The temperature's scale.
+    reach : float, optional
+        Unbalanced OT (mass created or destroyed at a cost reach^2); None: balanced.
+    scaling : float, default 0.5
+        The eps-scaling ratio.
+    normalize : bool, optional
+        Divide each shape's measures by their sum; None: True when reach is None (balanced OT
+        needs equal masses), False with a reach.
+    gradient : {"envelope", "implicit"}
+        SamplesLoss's: "envelope" (GeomLoss's, nearly converged potentials) or "implicit" (the
+        fixed point, exact to any order).
+
+    Raises
+    ------
+    ValueError
+        A blur or reach that is not > 0, an unknown gradient, unequal masses without
+        normalization in balanced OT.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.shapes import Curve
+    >>> t = torch.linspace(0, 2 * torch.pi, 21, dtype=torch.float64)[:-1]
+    >>> ring = torch.stack([t.cos(), t.sin()], 1)
+    >>> edges = torch.stack([torch.arange(20), (torch.arange(20) + 1) % 20], 1)
+    >>> circle = Curve(ring, edges)
+    >>> ellipse = circle.with_points(ring * torch.tensor([1.5, 0.7], dtype=torch.float64))
+    >>> from tessel.shapes import SinkhornLoss
+    >>> loss = SinkhornLoss(blur=0.1)
+    >>> float(loss(circle, ellipse)) > float(loss(circle, circle))
+    True
     """
 
     _who = "SinkhornLoss"

@@ -151,11 +151,45 @@ def _is_freesurfer(path):
 
 
 def read_shape(path, dtype=torch.float64, device=None):
-    """The shape in the file at `path`: a `Mesh` if it holds triangles, a `Curve` if it holds
-    line cells, a `PointCloud` if only vertices (with the point data "weights" as weights when
-    present). Formats: meshio's (PLY, OBJ, VTK, VTU, STL, OFF, ...), GIfTI (`.gii`, `.gii.gz`)
-    and FreeSurfer surfaces (`lh.pial`, ...), recognised by their extension or, for FreeSurfer,
-    by their first bytes. Vertices are converted to `dtype` on `device`."""
+    """Reads a shape from a file: a Mesh, a Curve or a PointCloud.
+
+    A ``Mesh`` if the file holds triangles, a ``Curve`` if it holds line cells, a ``PointCloud``
+    if only vertices (with the point data "weights" as weights when present). Formats: meshio's
+    (PLY, OBJ, VTK, VTU, STL, OFF, ...), GIfTI (``.gii``, ``.gii.gz``) and FreeSurfer surfaces
+    (``lh.pial``, ...), recognised by their extension or, for FreeSurfer, by their first bytes.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The file.
+    dtype : torch.dtype, default torch.float64
+        The vertices' dtype.
+    device : torch.device, optional
+        Where the vertices go.
+
+    Returns
+    -------
+    Mesh, Curve or PointCloud
+        The shape.
+
+    Raises
+    ------
+    ValueError
+        An unknown format, a file with no vertices, or cells the shapes cannot hold.
+    ImportError
+        The file library the format needs (meshio, nibabel) is not installed.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from tessel.shapes import Mesh
+    >>> from tessel.shapes.io import read_shape, write_shape
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = write_shape(os.path.join(tmp, "sphere.ply"), Mesh.icosphere(1))
+    ...     back = read_shape(path)
+    >>> type(back).__name__, tuple(back.faces.shape)
+    ('Mesh', (80, 3))
+    """
     _check_dtype("read_shape", dtype)
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"tessel.shapes.read_shape: path must be a str or os.PathLike, got "
@@ -182,11 +216,44 @@ def _numpy(t):
 
 
 def write_shape(path, shape):
-    """Writes `shape` to `path` in the format its extension names (see `read_shape`): float64
-    vertices where the format stores them (PLY, OBJ, VTK, VTU, OFF), float32 in STL, GIfTI and
-    FreeSurfer files. A 2-D shape is written with z = 0 (the formats store 3-D points). A
-    `PointCloud`'s weights go in the point data "weights" where the format has point data
-    (PLY, VTK, VTU). Returns `path`."""
+    """Writes a shape to a file in the format its extension names.
+
+    float64 vertices where the format stores them (PLY, OBJ, VTK, VTU, OFF), float32 in STL,
+    GIfTI and FreeSurfer files. A 2-D shape is written with z = 0 (the formats store 3-D points).
+    A ``PointCloud``'s weights go in the point data "weights" where the format has point data
+    (PLY, VTK, VTU).
+
+    Parameters
+    ----------
+    path : str or path-like
+        The file; its extension names the format (see ``read_shape``).
+    shape : Mesh, Curve or PointCloud
+        The shape to write.
+
+    Returns
+    -------
+    str or path-like
+        ``path``.
+
+    Raises
+    ------
+    ValueError
+        An unknown format, or a shape the format cannot hold (line cells in STL).
+    ImportError
+        The file library the format needs is not installed.
+
+    Examples
+    --------
+    >>> import os, tempfile, torch
+    >>> from tessel.shapes import PointCloud
+    >>> from tessel.shapes.io import read_shape, write_shape
+    >>> cloud = PointCloud(torch.rand(5, 3, dtype=torch.float64))
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     back = read_shape(write_shape(os.path.join(tmp, "cloud.vtk"), cloud))
+    >>> same = torch.allclose(back.points, cloud.points)
+    >>> bool(same), bool(torch.allclose(back.weights, cloud.weights))
+    (True, True)
+    """
     import numpy as np
     if not isinstance(shape, PointCloud):
         raise TypeError(f"tessel.shapes.write_shape: shape must be a PointCloud, Curve or Mesh, "
@@ -270,9 +337,40 @@ def _nilearn_dir(who):
 
 
 def fsaverage5(hemisphere="left", surface="pial", dtype=torch.float64, device=None):
-    """FreeSurfer's fsaverage5 `surface` ("pial", "white", "inflated" or "sphere") of the left or
-    right `hemisphere` as a `Mesh` (10,242 vertices, 20,480 faces, coordinates in mm), read with
-    nibabel from the files of the nilearn package (`pip install --no-deps nilearn`)."""
+    """FreeSurfer's fsaverage5 cortical surface as a Mesh (10,242 vertices, 20,480 faces, mm).
+
+    Read with nibabel from the files of the nilearn package (``pip install --no-deps nilearn``).
+
+    Parameters
+    ----------
+    hemisphere : {"left", "right", "lh", "rh"}
+        The hemisphere.
+    surface : {"pial", "white", "inflated", "sphere"}
+        The surface.
+    dtype : torch.dtype, default torch.float64
+        The vertices' dtype.
+    device : torch.device, optional
+        Where the vertices go.
+
+    Returns
+    -------
+    Mesh
+        The surface, outward-oriented.
+
+    Raises
+    ------
+    ValueError
+        An unknown hemisphere or surface.
+    ImportError
+        nilearn or nibabel is not installed.
+
+    Examples
+    --------
+    >>> from tessel.shapes.io import fsaverage5
+    >>> brain = fsaverage5("left")
+    >>> tuple(brain.points.shape), tuple(brain.faces.shape)
+    ((10242, 3), (20480, 3))
+    """
     _check_dtype("fsaverage5", dtype)
     hemi = _HEMISPHERES.get(hemisphere) if isinstance(hemisphere, str) else None
     if hemi is None:
@@ -296,12 +394,42 @@ def fsaverage5(hemisphere="left", surface="pial", dtype=torch.float64, device=No
 
 
 def mirror(shape, axis=0):
-    """`shape` reflected across the plane where coordinate `axis` is 0 (x -> -x for axis 0).
+    """The shape reflected across the plane where coordinate `axis` is 0 (x -> -x for axis 0).
 
     A reflection reverses orientation, so the cells of a hypersurface (a mesh's triangles, a
     2-D curve's segments) are reversed too, by swapping two vertices of each: the normals of a
     closed, outward-oriented shape stay outward. The mirror of a left hemisphere is a right-like
-    one. Differentiable in the vertices."""
+    one. Differentiable in the vertices.
+
+    Parameters
+    ----------
+    shape : Mesh, Curve or PointCloud
+        The shape.
+    axis : int, default 0
+        The coordinate whose sign flips.
+
+    Returns
+    -------
+    Mesh, Curve or PointCloud
+        The reflected shape, of the same kind.
+
+    Raises
+    ------
+    ValueError
+        An axis outside the shape's dimensions, or an object that is not a shape.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.shapes import Mesh
+    >>> from tessel.shapes.io import mirror
+    >>> sphere = Mesh.icosphere(1)
+    >>> m = mirror(sphere)
+    >>> bool(torch.allclose(m.points[:, 0], -sphere.points[:, 0]))
+    True
+    >>> bool(((m.normals * m.centers).sum(1) > 0).all())    # still outward
+    True
+    """
     if not isinstance(shape, PointCloud):
         raise TypeError(f"tessel.shapes.mirror: shape must be a PointCloud, Curve or Mesh, got "
                         f"{type(shape).__name__}")
@@ -346,12 +474,51 @@ def _draw(ax, shape, color, dim):
 
 
 def plot_shapes(path, *shapes, labels=None, title=None, panels=False, view=None):
-    """Draws `shapes` (e.g. source, target and deformed) in one figure saved at `path` (PNG
-    unless the extension names another format matplotlib writes): meshes as transparent
-    surfaces, curves as segments, point clouds as dots, each shape in its own colour, on 3-D
-    axes when any shape is 3-D, with equal scales on every axis. panels=True: one panel per
-    shape side by side (same limits), else all together; view: (elevation, azimuth) in degrees
-    for 3-D axes. Returns `path`."""
+    """Draws shapes (e.g. source, target and deformed) in one figure saved at `path`.
+
+    Meshes as transparent surfaces, curves as segments, point clouds as dots, each shape in its
+    own colour, on 3-D axes when any shape is 3-D, with equal scales on every axis (matplotlib,
+    Agg).
+
+    Parameters
+    ----------
+    path : str or path-like
+        The file (PNG unless the extension names another format matplotlib writes).
+    *shapes : Mesh, Curve or PointCloud
+        The shapes, drawn in order.
+    labels : list of str, optional
+        One legend or panel title per shape.
+    title : str, optional
+        The figure's title.
+    panels : bool, default False
+        One panel per shape side by side (same limits), else all together.
+    view : (float, float), optional
+        (elevation, azimuth) in degrees for 3-D axes.
+
+    Returns
+    -------
+    str or path-like
+        ``path``.
+
+    Raises
+    ------
+    ValueError
+        No shape, labels of another length, or shapes of different dimensions.
+    ImportError
+        matplotlib is not installed.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from tessel.shapes import Mesh
+    >>> from tessel.shapes.io import plot_shapes
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = plot_shapes(os.path.join(tmp, "sphere.png"), Mesh.icosphere(1),
+    ...                        labels=["sphere"])
+    ...     size = os.path.getsize(path)
+    >>> size > 1000
+    True
+    """
     import numpy as np
     if not shapes:
         _fail("plot_shapes", "no shapes given; expected plot_shapes(path, shape, ...)")

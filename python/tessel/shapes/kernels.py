@@ -72,9 +72,19 @@ def _velocity(formula, params, dim, bdim):
 
 
 class Kernel:
-    """A deformation kernel k(x, y): subclasses give `_formula` (text in X, Y and their
-    parameter names), `_param_dims` ((name, dim) pairs) and `_param_values(dtype, device)`.
-    `backend`: as Genred's ("auto", "compiled", "interpreter", "cuda"), for every reduction."""
+    """A deformation kernel k(x, y), the base of GaussianKernel, CauchyKernel and the others.
+
+    Subclasses give ``_formula`` (text in X, Y and their parameter names), ``_param_dims``
+    ((name, dim) pairs) and ``_param_values(dtype, device)``; the base class turns them into the
+    reductions LDDMM needs (the field, the Hamiltonian). ``backend``: as Genred's ("auto",
+    "compiled", "interpreter", "cuda"), for every reduction.
+
+    Examples
+    --------
+    >>> from tessel.shapes import GaussianKernel, Kernel
+    >>> isinstance(GaussianKernel(1.0), Kernel)
+    True
+    """
 
     backend = "auto"
 
@@ -148,20 +158,93 @@ class _Radial(Kernel):
 
 
 class GaussianKernel(_Radial):
-    """exp(-|x - y|^2 / scale^2)."""
+    """The deformation kernel exp(-|x - y|^2 / scale^2).
+
+    Parameters
+    ----------
+    scale : float or 0-dim tensor
+        The width (> 0); a tensor with ``requires_grad`` is learned with the momenta.
+    backend : str, default "auto"
+        As Genred's.
+
+    Raises
+    ------
+    ValueError
+        A scale that is not a finite number > 0.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.shapes import GaussianKernel
+    >>> k = GaussianKernel(1.0)
+    >>> q = torch.tensor([[0.0, 0.0], [1.0, 0.0]], dtype=torch.float64)
+    >>> p = torch.tensor([[1.0, 0.0], [0.0, 0.0]], dtype=torch.float64)
+    >>> v, _ = k.field(q, p)            # velocity at q: sum_j k(q_i, q_j) p_j
+    >>> round(float(v[1, 0]), 4)        # k at distance 1: exp(-1)
+    0.3679
+    """
 
     FORMULA = "Exp(-G * SqDist(X, Y))"
 
 
 class CauchyKernel(_Radial):
-    """1 / (1 + |x - y|^2 / scale^2): heavier tails than the Gaussian (long-range coupling)."""
+    """The deformation kernel 1 / (1 + |x - y|^2 / scale^2).
+
+    Heavier tails than the Gaussian (long-range coupling).
+
+    Parameters
+    ----------
+    scale : float or 0-dim tensor
+        The width (> 0); a tensor with ``requires_grad`` is learned with the momenta.
+    backend : str, default "auto"
+        As Genred's.
+
+    Raises
+    ------
+    ValueError
+        A scale that is not a finite number > 0.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.shapes import CauchyKernel
+    >>> k = CauchyKernel(1.0)
+    >>> q = torch.tensor([[0.0, 0.0], [1.0, 0.0]], dtype=torch.float64)
+    >>> p = torch.tensor([[1.0, 0.0], [0.0, 0.0]], dtype=torch.float64)
+    >>> v, _ = k.field(q, p)            # velocity at q: sum_j k(q_i, q_j) p_j
+    >>> round(float(v[1, 0]), 4)        # k at distance 1: 1/2
+    0.5
+    """
 
     FORMULA = "Inv(IntCst(1) + G * SqDist(X, Y))"
 
 
 class SumOfGaussians(Kernel):
     """sum_k w_k exp(-|x - y|^2 / s_k^2): several scales at once (coarse and fine motions).
-    scales: K widths; weights: K nonnegative weights (default: 1 each)."""
+
+    Parameters
+    ----------
+    scales : sequence of float
+        The widths s_k (> 0).
+    weights : sequence of float, optional
+        The w_k (default 1 each).
+    backend : str, default "auto"
+        As Genred's.
+
+    Raises
+    ------
+    ValueError
+        Empty or non-positive scales, or weights of another length.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.shapes import SumOfGaussians
+    >>> k = SumOfGaussians([0.5, 2.0], [1.0, 0.5])
+    >>> q = torch.zeros(1, 2, dtype=torch.float64)
+    >>> float(k.field(q, torch.ones(1, 2, dtype=torch.float64))[0][0, 0])   # k(x, x) = 1.5
+    1.5
+    """
 
     def __init__(self, scales, weights=None, backend="auto"):
         self._set_backend(backend)
@@ -198,8 +281,34 @@ class SumOfGaussians(Kernel):
 
 
 class AnisotropicGaussian(Kernel):
-    """exp(-(x - y)^T A (x - y)) for a symmetric positive definite (D, D) matrix A (e.g. the
-    inverse of a covariance, Sigma^-1: widths along its eigenvectors), or a (D,) diagonal."""
+    """exp(-(x - y)^T A (x - y)) for a symmetric positive definite (D, D) matrix A.
+
+    A is e.g. the inverse of a covariance, Sigma^-1: widths along its eigenvectors; a (D,)
+    vector means a diagonal A.
+
+    Parameters
+    ----------
+    matrix : (D, D) or (D,) tensor
+        A, symmetric positive definite (or its diagonal).
+    backend : str, default "auto"
+        As Genred's.
+
+    Raises
+    ------
+    ValueError
+        A matrix that is not square and symmetric positive definite, or a diagonal with
+        non-positive entries.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.shapes import AnisotropicGaussian
+    >>> k = AnisotropicGaussian(torch.tensor([1.0, 4.0], dtype=torch.float64))
+    >>> q = torch.tensor([[0.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    >>> p = torch.tensor([[0.0, 0.0], [1.0, 0.0]], dtype=torch.float64)
+    >>> round(float(k.field(q, p)[0][0, 0]), 4)           # exp(-4): narrow along y
+    0.0183
+    """
 
     def __init__(self, matrix, backend="auto"):
         self._set_backend(backend)

@@ -24,9 +24,41 @@ def _axpy(state, k, h):
 
 
 class LDDMM:
-    """Geodesic shooting with `kernel` (a tessel.shapes Kernel) in `n_steps` steps of
-    `integrator`; `snapshots`: None (plain autograd through every step) or the number of states
-    checkpoint_loop may keep (explicit integrators only)."""
+    """Geodesic shooting of the kernel Hamiltonian H(q, p) = 1/2 sum_ij k(q_i, q_j) <p_i, p_j>.
+
+    ``shoot(q0, p0)`` integrates the geodesic equations in ``n_steps`` steps; ``deform(shape,
+    p0)`` moves any shape (or points) along the flow; ``energy(q0, p0)`` is H. Every step is a
+    few tessel reductions, so memory is O(N) per step (and O(snapshots N) with ``snapshots``).
+
+    Parameters
+    ----------
+    kernel : Kernel
+        The deformation kernel (GaussianKernel, CauchyKernel...).
+    n_steps : int, default 10
+        Integration steps from t = 0 to 1.
+    integrator : {"euler", "ralston", "rk4", "reversible"}
+        The scheme ("reversible": memory flat in steps, odeint_reversible).
+    snapshots : int, optional
+        None (plain autograd through every step) or the states checkpoint_loop may keep
+        (explicit integrators only).
+
+    Raises
+    ------
+    ValueError
+        A kernel that is not a Kernel, n_steps < 1, an unknown integrator, or snapshots with the
+        reversible integrator.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.shapes import LDDMM, GaussianKernel
+    >>> model = LDDMM(GaussianKernel(1.0), n_steps=10)
+    >>> q0 = torch.zeros(1, 2, dtype=torch.float64)
+    >>> p0 = torch.tensor([[1.0, 0.0]], dtype=torch.float64)
+    >>> q1, p1 = model.shoot(q0, p0)      # one point, k(q, q) = 1: it moves by p0
+    >>> [round(v, 12) for v in q1[0].tolist()]
+    [1.0, 0.0]
+    """
 
     def __init__(self, kernel, n_steps=10, integrator="ralston", snapshots=None):
         if not isinstance(kernel, Kernel):
@@ -130,19 +162,43 @@ def _check_state(q0, p0, points):
 
 
 class NormalizedLDDMM(LDDMM):
-    """LDDMM with the normalized Hamiltonian of the kernel normalization talk:
-        H(q, p) = 1/2 <l * p, K(q, q) (l * p)>,   l = Lambda(q, mu),
-    the kernel matrix scaled symmetrically, Delta(l) K Delta(l), so that its rows against the
-    measure mu = sum_i mu_i delta_{q_i} carried by the control points sum to 1: l solves
-    l * K(q, q) (l * mu) = 1 (the symmetric Sinkhorn theorem), reached by `nits` iterations
-    l <- sqrt(l / K(q, q)(l * mu)) from l = 1 (2 are often enough; more approach the fixed
-    point). Velocities are then weighted averages of the momenta p_i / mu_i: other points x
-    move with K(x, q)(l * p) / K(x, q)(l * mu) (the normalization extended to all of space).
+    """LDDMM with the normalized Hamiltonian of the kernel normalization talk.
 
-    Derivatives are exact through the iterations: the field is autograd's of H, built once per
-    evaluation (create_graph), so each step costs a few times plain LDDMM's (the talk's "about
-    4 times"; bench/shapes_bench.py measures it). mu: (N,) positive masses on the control points
-    (default: 1 / N each); nits: an integer >= 1."""
+    ``H(q, p) = 1/2 <l * p, K(q, q) (l * p)>`` with ``l = Lambda(q, mu)``: the kernel matrix
+    scaled symmetrically, Delta(l) K Delta(l), so that its rows against the measure
+    mu = sum_i mu_i delta_{q_i} carried by the control points sum to 1: l solves
+    l * K(q, q) (l * mu) = 1 (the symmetric Sinkhorn theorem), reached by ``nits`` iterations
+    l <- sqrt(l / K(q, q)(l * mu)) from l = 1 (2 are often enough). Velocities are then weighted
+    averages of the momenta p_i / mu_i: other points x move with K(x, q)(l * p) / K(x, q)(l * mu).
+    Derivatives are exact through the iterations (autograd's of H), so each step costs a few
+    times plain LDDMM's.
+
+    Parameters
+    ----------
+    kernel : Kernel
+        The deformation kernel.
+    mu : (N,) tensor, optional
+        Positive masses on the control points (default 1 / N each).
+    nits : int, default 2
+        Normalization iterations, >= 1.
+    n_steps, integrator, snapshots
+        As LDDMM's.
+
+    Raises
+    ------
+    ValueError
+        nits < 1, non-positive masses, or LDDMM's errors.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.shapes import NormalizedLDDMM, GaussianKernel
+    >>> model = NormalizedLDDMM(GaussianKernel(1.0), nits=3, n_steps=5)
+    >>> q0 = torch.rand(6, 2, dtype=torch.float64)
+    >>> q1, p1 = model.shoot(q0, torch.zeros_like(q0))
+    >>> bool(torch.equal(q1, q0))          # no momentum, no motion
+    True
+    """
 
     def __init__(self, kernel, mu=None, nits=2, n_steps=10, integrator="ralston",
                  snapshots=None):

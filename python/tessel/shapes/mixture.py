@@ -36,12 +36,43 @@ def _reductions(dim):
 class GaussianMixture:
     """A mixture of `n_components` Gaussians with full covariances, fitted by EM.
 
-    reg: added to each covariance's diagonal, relative to the data's mean variance (keeps the
-    covariances invertible on degenerate data); max_iter, tol: EM stops when the mean
-    log-likelihood (per unit of weight) rises by less than tol; seed: the k-means++ seeding's
-    generator. After fit: means_ (K, D), covariances_ (K, D, D), weights_ (K,), n_iter_ (EM
-    steps), history_ (the mean log-likelihood of the start and after each step, nondecreasing up
-    to rounding), converged_.
+    Each E-step is a LogSumExp reduction over the components and each M-step sums over the
+    points, so memory is O(N + K D^2). After ``fit``: ``means_`` (K, D), ``covariances_``
+    (K, D, D), ``weights_`` (K,), ``n_iter_`` (EM steps), ``history_`` (the mean log-likelihood of
+    the start and after each step, nondecreasing up to rounding), ``converged_``;
+    ``score_samples``, ``log_likelihood`` and ``sample`` use them.
+
+    Parameters
+    ----------
+    n_components : int
+        K, >= 1.
+    reg : float, default 1e-6
+        Added to each covariance's diagonal, relative to the data's mean variance (keeps the
+        covariances invertible on degenerate data).
+    max_iter : int, default 200
+        The most EM steps.
+    tol : float, default 1e-7
+        EM stops when the mean log-likelihood (per unit of weight) rises by less than tol.
+    seed : int, default 0
+        The k-means++ seeding's generator.
+    backend : str, default "auto"
+        As Genred's.
+
+    Raises
+    ------
+    ValueError
+        n_components < 1, a negative reg or tol, max_iter < 1.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.shapes import GaussianMixture
+    >>> g = torch.Generator().manual_seed(0)
+    >>> pts = torch.cat([torch.randn(300, 2, generator=g, dtype=torch.float64) - 4,
+    ...                  torch.randn(200, 2, generator=g, dtype=torch.float64) + 4])
+    >>> gmm = GaussianMixture(2).fit(pts)
+    >>> sorted(round(w, 1) for w in gmm.weights_.tolist())
+    [0.4, 0.6]
     """
 
     def __init__(self, n_components, reg=1e-6, max_iter=200, tol=1e-7, seed=0,

@@ -41,9 +41,44 @@ def default_attachment(source, target):
 
 
 class Registration:
-    """What register returns: `momenta` (N, D) on `control_points`, `deformed` (the source
-    moved by them), `model`, `attachment`, `history` (one dict per iteration: iteration, loss,
-    attachment, energy, evaluations, seconds), `converged` and `n_iter`."""
+    """What register returns.
+
+    Parameters
+    ----------
+    model : LDDMM
+        The deformation model.
+    attachment : callable
+        The data term.
+    source : PointCloud, Curve or Mesh
+        The registered shape.
+    control_points : (N, D) tensor
+        Where the momenta sit.
+    momenta : (N, D) tensor
+        The optimized momenta.
+    history : list of dict
+        One per iteration: iteration, loss, attachment, energy, evaluations, seconds.
+    converged : bool
+        Whether the tolerance stopped the run.
+
+    Notes
+    -----
+    ``deformed`` is the source moved by the momenta (computed on first use) and ``n_iter`` the
+    number of iterations.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.shapes import Curve
+    >>> t = torch.linspace(0, 2 * torch.pi, 21, dtype=torch.float64)[:-1]
+    >>> ring = torch.stack([t.cos(), t.sin()], 1)
+    >>> edges = torch.stack([torch.arange(20), (torch.arange(20) + 1) % 20], 1)
+    >>> circle = Curve(ring, edges)
+    >>> ellipse = circle.with_points(ring * torch.tensor([1.5, 0.7], dtype=torch.float64))
+    >>> from tessel.shapes import register
+    >>> r = register(circle, ellipse, max_iter=2)
+    >>> type(r).__name__, tuple(r.deformed.points.shape), len(r.history)
+    ('Registration', (20, 2), 2)
+    """
 
     def __init__(self, model, attachment, source, control_points, momenta, history, converged):
         self.model, self.attachment = model, attachment
@@ -139,21 +174,65 @@ def _check_args(source, target, control_points, momenta, regularization, max_ite
 def register(source, target, *, model=None, attachment=None, regularization=0.0,
              control_points=None, momenta=None, optimizer="lbfgs", lr=None, max_iter=50,
              tol=1e-7, progress=None, callback=None):
-    """Registers `source` onto `target` (PointCloud, Curve or Mesh of one dimension, dtype and
-    device) and returns a Registration.
+    """Registers `source` onto `target` and returns a Registration.
 
-    model: an LDDMM (default: default_model, a Gaussian kernel at a tenth of the diameter).
-    attachment: a loss(deformed, target) (default: default_attachment: the Binet varifold for
-        curves and meshes, a kernel norm for point clouds).
-    regularization: the weight of the energy H(q0, p0) in the loss (0: KeOps's tutorial's).
-    control_points: where the momenta sit (default: the source's vertices); momenta: the start
-        (default: zeros).
-    optimizer: "lbfgs" (strong Wolfe line search), "adam" or "sgd" (with lr), a torch optimizer
-        class, or a function params -> optimizer. One `step` per iteration, max_iter in all.
-    tol: stop once an iteration changes the loss by less than tol times its value.
-    progress: one line per iteration on stderr: True, False, or None (after 5 s of running).
-    callback: called as callback(record, momenta) after each iteration (record: the history's
-        dict); returning True stops the run.
+    The momenta p0 on the control points are optimized so that the deformed source matches the
+    target: loss = attachment(deformed, target) + regularization * H(q0, p0).
+
+    Parameters
+    ----------
+    source, target : PointCloud, Curve or Mesh
+        Of one dimension, dtype and device.
+    model : LDDMM, optional
+        Default: a Gaussian kernel at a tenth of the diameter.
+    attachment : callable, optional
+        ``loss(deformed, target)``; default the Binet varifold for curves and meshes, a kernel
+        norm for point clouds.
+    regularization : float, default 0.0
+        The weight of the energy H(q0, p0) in the loss (0: KeOps's tutorial's).
+    control_points : (N, D) tensor, optional
+        Where the momenta sit (default: the source's vertices).
+    momenta : (N, D) tensor, optional
+        The start (default: zeros).
+    optimizer : str, class or callable, default "lbfgs"
+        "lbfgs" (strong Wolfe line search), "adam" or "sgd" (with lr), a torch optimizer class, or
+        a function params -> optimizer. One ``step`` per iteration.
+    lr : float, optional
+        The learning rate of "adam" / "sgd".
+    max_iter : int, default 50
+        Iterations in all.
+    tol : float, default 1e-7
+        Stop once an iteration changes the loss by less than tol times its value.
+    progress : bool, optional
+        One line per iteration on stderr: True, False, or None (after 5 s of running).
+    callback : callable, optional
+        ``callback(record, momenta)`` after each iteration (record: the history's dict);
+        returning True stops the run.
+
+    Returns
+    -------
+    Registration
+        The momenta, the deformed source and the history.
+
+    Raises
+    ------
+    ValueError
+        Shapes of different dimensions, dtypes or devices, an unknown optimizer, or max_iter < 1.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.shapes import Curve
+    >>> t = torch.linspace(0, 2 * torch.pi, 21, dtype=torch.float64)[:-1]
+    >>> ring = torch.stack([t.cos(), t.sin()], 1)
+    >>> edges = torch.stack([torch.arange(20), (torch.arange(20) + 1) % 20], 1)
+    >>> circle = Curve(ring, edges)
+    >>> ellipse = circle.with_points(ring * torch.tensor([1.5, 0.7], dtype=torch.float64))
+    >>> from tessel.shapes import LDDMM, GaussianKernel, Varifold, register
+    >>> r = register(circle, ellipse, model=LDDMM(GaussianKernel(0.5), n_steps=5),
+    ...              attachment=Varifold(0.5, orientation="binet"), max_iter=5)
+    >>> r.n_iter, r.history[-1]["attachment"] < 0.01 * r.history[0]["attachment"]
+    (5, True)
     """
     q0 = _check_args(source, target, control_points, momenta, float(regularization), max_iter,
                      tol)
