@@ -11,7 +11,23 @@ void bind_formula_class(nb::module_& m) {
   // Formulas are built here through the op table (make, var, constant, ...), never from text on
   // a front end's hot path; their printed text is their pickled state, which parses back to the
   // same hash.
-  nb::class_<Formula>(m, "Formula")
+  nb::class_<Formula>(m, "Formula", R"doc(An immutable, hash-consed formula of the C++ core.
+
+Made by :func:`tessel.parse` from KeOps's text, and by LazyTensor arithmetic. Equal formulas
+are one node: ``==`` is identity and ``hash`` a 128-bit hex digest stable across runs and
+machines. ``dim`` is the output dimension; ``variables()`` lists (index, category, dim) of
+each variable that occurs (category 0 = i, 1 = j, 2 = parameter). Formulas pickle as their
+printed text.
+
+Examples
+--------
+>>> import tessel
+>>> f = tessel.parse("Exp(-SqDist(X,Y)) * B", ["X = Vi(3)", "Y = Vj(3)", "B = Vj(1)"])
+>>> f.dim, f.variables()
+(1, [(0, 0, 3), (1, 1, 3), (2, 1, 1)])
+>>> f == tessel.parse("Exp(-SqDist(X,Y)) * B", ["X = Vi(3)", "Y = Vj(3)", "B = Vj(1)"])
+True
+)doc")
       .def_prop_ro("dim", &Formula::dim)
       .def_prop_ro("hash", [](const Formula& f) { return f.hash().hex(); })
       .def("__str__", &Formula::str)

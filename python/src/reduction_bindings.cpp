@@ -131,7 +131,41 @@ nb::list reduction_table_dicts() {
 }
 
 void bind_reduction_class(nb::module_& m) {
-  nb::class_<Reduction>(m, "Reduction")
+  nb::class_<Reduction>(m, "Reduction", R"doc(A reduction of a formula over j (axis=1) or i (axis=0).
+
+The core's object behind Genred: ``grad(var)`` and ``jvp(var)`` return the derivative as
+another Reduction (its extra last input is the cotangent, or the tangent), ``inputs()`` its
+(index, category, dim) inputs, ``num_outputs`` 2 for the value-and-index reductions.
+
+Parameters
+----------
+op : str
+    Sum, Min, Max, ArgMin, ArgMax, Min_ArgMin, Max_ArgMax, KMin, ArgKMin, KMin_ArgKMin,
+    LogSumExp or SumSoftMaxWeight.
+formula : Formula
+    The reduced formula.
+axis : {0, 1}, default 1
+    The reduced index.
+k : int, default 0
+    K of the KMin family.
+weight : Formula, optional
+    The weights of SumSoftMaxWeight or of a weighted LogSumExp.
+
+Raises
+------
+ValueError
+    An unknown op, a K missing or not wanted, or a weight the op does not take.
+
+Examples
+--------
+>>> import tessel
+>>> f = tessel.parse("Exp(-SqDist(X,Y)) * B", ["X = Vi(3)", "Y = Vj(3)", "B = Vj(1)"])
+>>> r = tessel.Reduction("Sum", f)
+>>> r.op, r.axis, r.output_dim(0)
+('Sum', 1, 1)
+>>> r.grad(0).inputs()[-1]          # the cotangent: an i-variable of the output's dim
+(3, 0, 1)
+)doc")
       .def(nb::init<>())
       .def(
           "__init__",

@@ -429,7 +429,7 @@ def odeint_reversible(f, y0, t, *, method=None, rtol=None, atol=None, options=No
     Returns
     -------
     tensor or tuple of tensors
-        y at the times t, shape (len(t), \*y0.shape); a tuple of such tensors if y0 is a tuple.
+        y at the times t, shape (len(t), *y0.shape); a tuple of such tensors if y0 is a tuple.
 
     Raises
     ------
