@@ -125,8 +125,8 @@ void bind_text(nb::module_& m) {
       "op_table",
       [] {
         using Params = std::tuple<bool, int, int, std::string>;
-        std::vector<std::tuple<std::string, int, int, std::string, std::string, std::string,
-                               Params>>
+        std::vector<
+            std::tuple<std::string, int, int, std::string, std::string, std::string, Params>>
             v;
         for (const OpSummary& o : op_table())
           v.emplace_back(o.name, o.arity, o.n_int_params, o.infix, o.dim_rule, o.method,

@@ -24,10 +24,10 @@ NB_MODULE(_core, m) {
   });
   // User errors become TypeError or ValueError by their kind; a broken internal invariant becomes
   // tessel.InternalError (a RuntimeError), which no `except ValueError` mistakes for bad input.
-  nb::exception<InternalError>(m, "InternalError", PyExc_RuntimeError)
-      .attr("__doc__") = "A broken internal invariant: a bug in tessel, never a mistake of the "
-                         "caller.\n\nThe message names the function and asks for a report; "
-                         "bad input raises ValueError or TypeError instead.";
+  nb::exception<InternalError>(m, "InternalError", PyExc_RuntimeError).attr("__doc__") =
+      "A broken internal invariant: a bug in tessel, never a mistake of the "
+      "caller.\n\nThe message names the function and asks for a report; "
+      "bad input raises ValueError or TypeError instead.";
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
       std::rethrow_exception(p);

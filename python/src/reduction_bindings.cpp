@@ -131,7 +131,8 @@ nb::list reduction_table_dicts() {
 }
 
 void bind_reduction_class(nb::module_& m) {
-  nb::class_<Reduction>(m, "Reduction", R"doc(A reduction of a formula over j (axis=1) or i (axis=0).
+  nb::class_<Reduction>(m, "Reduction",
+                        R"doc(A reduction of a formula over j (axis=1) or i (axis=0).
 
 The core's object behind Genred: ``grad(var)`` and ``jvp(var)`` return the derivative as
 another Reduction (its extra last input is the cotangent, or the tangent), ``inputs()`` its
