@@ -132,10 +132,12 @@ def plot_ot(rows, machines, out, plt):
         fig.savefig(out / name, dpi=90)
         plt.close(fig)
         written.append(name)
-        for other in ("geomloss-online", "geomloss-tensorized"):
-            if other in impls:
-                summary.append(_ratio_line(f"Sinkhorn divergence D = {d} vs {NAMES[other]}",
-                                           impls, "tessel", other, "seconds"))
+        for ours, other in (("tessel", "geomloss-online"), ("tessel", "geomloss-tensorized"),
+                            ("tessel-multiscale", "geomloss-multiscale")):
+            if ours in impls and other in impls:
+                summary.append(_ratio_line(f"Sinkhorn divergence + gradient, D = {d}: "
+                                           f"{NAMES[ours]} vs {NAMES[other]}", impls, ours,
+                                           other, "seconds"))
     return written, summary
 
 
