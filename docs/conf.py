@@ -21,7 +21,7 @@ extensions = [
     "breathe",
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
-exclude_patterns = ["_build", "images/README.md"]
+exclude_patterns = ["_build", "images/README.md", "sg_execution_times.rst"]
 myst_heading_anchors = 3
 
 html_theme = "furo"

@@ -36,7 +36,7 @@ if [[ -f bench/plot_results.py ]]; then
   "$python" bench/plot_results.py --out docs/_generated/perf
 fi
 echo "docs: sphinx (gallery: $gallery; warnings are errors)"
-rm -rf "$out/html" docs/auto_examples
+rm -rf "$out/html" docs/auto_examples docs/sg_execution_times.rst
 # The gallery's kernels go to the test suite's cache: the test command compiles them once.
 TESSEL_CACHE_DIR=${TESSEL_CACHE_DIR:-$PWD/build/test-cache} PYTHONPATH="$PWD/build/python" \
   TESSEL_DOCS_GALLERY=$gallery MPLBACKEND=Agg \
