@@ -366,110 +366,115 @@ def _plan(d, method, rtol, atol, options, step_size, steps_per_interval, snapsho
     return method, None, ctl, snapshots
 
 
+# odeint_reversible's documentation (numpydoc; the site and help() read it), kept beside the
+# function so that the function itself stays short.
+_ODEINT_REVERSIBLE_DOC = """Solves dy/dt = f(t, y), y(t[0]) = y0 by reversible Heun (or Dormand–Prince).
+
+Returns y at the times t, shape (len(t), *y0.shape) (a tuple of such tensors if y0 is a tuple), with a
+backward whose memory does not grow with the number of steps (see the module's docstring).
+
+Parameters
+----------
+f
+    f(t, y) -> dy/dt, with t a 0-dim tensor and y (and the result) like y0. It must be
+    deterministic: the backward evaluates it again.
+y0
+    a floating-point tensor, or a tuple of them (f then takes and returns tuples).
+t
+    a 1-D floating-point tensor of output times, strictly increasing or decreasing; t[0] is
+    the initial time. The grid always passes through every t[k].
+step_size, steps_per_interval
+    (at most one) each interval [t[k], t[k+1]] is cut into ceil(|t[k+1] - t[k]| / step_size)
+    or steps_per_interval equal steps. By default one step per interval: t itself is the
+    grid.
+method
+    "reversible_heun" (the default) or "dopri5" (Dormand–Prince 5(4), torchdiffeq's default:
+    fifth order, 6 evaluations of f per step; not reversible, so its backward recomputes
+    states with checkpoint_loop over each interval's steps: each interval of t keeps at most
+    `snapshots` states (default 16) and the graph of its last step from the forward to the
+    backward, so many output times cost memory).
+rtol, atol, options
+    adaptive steps, as in torchdiffeq (the default for "dopri5", with rtol=1e-7 and
+    atol=1e-9; "reversible_heun" is adaptive when either is given): the controller
+    (tessel.loops._odeint_adaptive) accepts a step when the rms over the state of its error
+    estimate / (atol + rtol max(|y|, |y'|)) is <= 1 and cuts the last step of each interval
+    to land on t[k+1]. The error estimate is the embedded 4th-order solution for "dopri5"
+    and the Euler step (first order, so tight tolerances cost many steps) for
+    "reversible_heun". options: first_step, safety (0.9), ifactor (10), dfactor (0.2),
+    max_num_steps (1e6, accepted and rejected together; over it raises RuntimeError). The
+    steps accepted are recorded and the backward replays them: no controller and no rejected
+    attempt runs again, and the gradient is that of the discrete computation the forward
+    made (the step times as fixed fractions of their intervals, so gradients in t move them
+    with the interval's ends). Reversible Heun is not A-stable: on a stiff field its
+    controller shrinks the steps until max_num_steps; use "dopri5" there. A step size below
+    4 eps max(|t|, interval) ends the solve (some 25 rejected attempts after the trouble
+    starts): with a ValueError giving t and the evaluation when f returned nan or inf from a
+    finite state that smaller steps did not avoid, else with a RuntimeError (a solution that
+    blows up, y' = y^2 near t = 1). A non-finite y0 is a ValueError.
+snapshots
+    for "dopri5", the states each interval's checkpoint_loop may keep (Revolve).
+params
+    optional tensors to differentiate besides those found (see below): the union of both
+    receives gradients. Default: f.parameters() if f is an nn.Module (as in torchdiffeq; a
+    parameter f does not use gets a zero gradient), else none.
+stats
+    an optional dict, filled with `steps` (accepted), `rejected`, `nfe_forward`,
+    `nfe_backward` (evaluations of f; for "dopri5" the forward's count includes the replay
+    of the accepted steps that builds the checkpoints), with rtol/atol `step_times` (every
+    step's end, t[0] first), for "dopri5" `max_stored`, and for "reversible_heun"
+    `vjp_backward` and, after a backward, `backward` ("reversible" or "stored"),
+    `reconstruction_error` (max abs difference between the reconstructed y_0 and z_0 and the
+    true y0) and `reconstruction_error_rel` (the same over max |y0|).
+
+Returns
+-------
+tensor or tuple of tensors
+    y at the times t, shape (len(t), *y0.shape); a tuple of such tensors if y0 is a tuple.
+
+Raises
+------
+ValueError
+    A non-finite y0, a t that is not strictly monotonic, both ``step_size`` and
+    ``steps_per_interval``, or an unknown ``method``.
+RuntimeError
+    The adaptive controller passes ``max_num_steps`` or cannot keep the error bounded (a
+    solution that blows up), or a tensor requiring grad that the forward did not find.
+
+Notes
+-----
+Tensors that f reads besides (t, y) (closure variables, an nn.Module's parameters, also of
+modules called inside a closure, a weight computed from a parameter before the solve) are
+found by themselves: each evaluation of f in the forward runs with grad enabled, its graph is
+walked to the leaves requiring grad and to the outside tensors it was computed from, then
+dropped (tessel.loops._captured); a tensor read at a few times only is found too. The backward's
+evaluations are checked the same way: a tensor requiring grad that was not found raises
+RuntimeError instead of losing its gradient (f must read the same tensors every time).
+
+Gradients flow to y0, params, the tensors f reads and t (through the step sizes and f's
+time argument; the grid points inside an interval move linearly with its ends). For
+reversible Heun a first-order backward costs
+steps + 1 evaluations of f and as many vector-Jacobian products, and can run again (with
+retain_graph). With create_graph=True (double backward) it falls back to differentiating the
+plain iteration with its stored graph: exact and differentiable, but memory linear in steps.
+
+Examples
+--------
+>>> import torch
+>>> from tessel.loops import odeint_reversible
+>>> k = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+>>> y0 = torch.tensor([1.0], dtype=torch.float64)
+>>> t = torch.tensor([0.0, 1.0], dtype=torch.float64)
+>>> y = odeint_reversible(lambda t, y: -k * y, y0, t, steps_per_interval=200)  # y' = -k y
+>>> (g,) = torch.autograd.grad(y[-1].sum(), k)
+>>> exact = torch.exp(-k.detach())                   # y(1) = e^-k, dy(1)/dk = -e^-k
+>>> bool(abs(y[-1, 0] - exact) < 1e-4), bool(abs(g + exact) < 1e-4)
+(True, True)
+"""
+
+
 def odeint_reversible(f, y0, t, *, method=None, rtol=None, atol=None, options=None,
                       step_size=None, steps_per_interval=None, snapshots=None, params=None,
                       stats=None):
-    """Solves dy/dt = f(t, y), y(t[0]) = y0 with reversible Heun (or Dormand–Prince); returns y
-    at the times t, shape (len(t), *y0.shape) (a tuple of such tensors if y0 is a tuple), with a
-    backward whose memory does not grow with the number of steps (see the module's docstring).
-
-    Parameters
-    ----------
-    f
-        f(t, y) -> dy/dt, with t a 0-dim tensor and y (and the result) like y0. It must be
-        deterministic: the backward evaluates it again.
-    y0
-        a floating-point tensor, or a tuple of them (f then takes and returns tuples).
-    t
-        a 1-D floating-point tensor of output times, strictly increasing or decreasing; t[0] is
-        the initial time. The grid always passes through every t[k].
-    step_size, steps_per_interval
-        (at most one) each interval [t[k], t[k+1]] is cut into ceil(|t[k+1] - t[k]| / step_size)
-        or steps_per_interval equal steps. By default one step per interval: t itself is the
-        grid.
-    method
-        "reversible_heun" (the default) or "dopri5" (Dormand–Prince 5(4), torchdiffeq's default:
-        fifth order, 6 evaluations of f per step; not reversible, so its backward recomputes
-        states with checkpoint_loop over each interval's steps: each interval of t keeps at most
-        `snapshots` states (default 16) and the graph of its last step from the forward to the
-        backward, so many output times cost memory).
-    rtol, atol, options
-        adaptive steps, as in torchdiffeq (the default for "dopri5", with rtol=1e-7 and
-        atol=1e-9; "reversible_heun" is adaptive when either is given): the controller
-        (tessel.loops._odeint_adaptive) accepts a step when the rms over the state of its error
-        estimate / (atol + rtol max(|y|, |y'|)) is <= 1 and cuts the last step of each interval
-        to land on t[k+1]. The error estimate is the embedded 4th-order solution for "dopri5"
-        and the Euler step (first order, so tight tolerances cost many steps) for
-        "reversible_heun". options: first_step, safety (0.9), ifactor (10), dfactor (0.2),
-        max_num_steps (1e6, accepted and rejected together; over it raises RuntimeError). The
-        steps accepted are recorded and the backward replays them: no controller and no rejected
-        attempt runs again, and the gradient is that of the discrete computation the forward
-        made (the step times as fixed fractions of their intervals, so gradients in t move them
-        with the interval's ends). Reversible Heun is not A-stable: on a stiff field its
-        controller shrinks the steps until max_num_steps; use "dopri5" there. A step size below
-        4 eps max(|t|, interval) ends the solve (some 25 rejected attempts after the trouble
-        starts): with a ValueError giving t and the evaluation when f returned nan or inf from a
-        finite state that smaller steps did not avoid, else with a RuntimeError (a solution that
-        blows up, y' = y^2 near t = 1). A non-finite y0 is a ValueError.
-    snapshots
-        for "dopri5", the states each interval's checkpoint_loop may keep (Revolve).
-    params
-        optional tensors to differentiate besides those found (see below): the union of both
-        receives gradients. Default: f.parameters() if f is an nn.Module (as in torchdiffeq; a
-        parameter f does not use gets a zero gradient), else none.
-    stats
-        an optional dict, filled with `steps` (accepted), `rejected`, `nfe_forward`,
-        `nfe_backward` (evaluations of f; for "dopri5" the forward's count includes the replay
-        of the accepted steps that builds the checkpoints), with rtol/atol `step_times` (every
-        step's end, t[0] first), for "dopri5" `max_stored`, and for "reversible_heun"
-        `vjp_backward` and, after a backward, `backward` ("reversible" or "stored"),
-        `reconstruction_error` (max abs difference between the reconstructed y_0 and z_0 and the
-        true y0) and `reconstruction_error_rel` (the same over max |y0|).
-
-    Returns
-    -------
-    tensor or tuple of tensors
-        y at the times t, shape (len(t), *y0.shape); a tuple of such tensors if y0 is a tuple.
-
-    Raises
-    ------
-    ValueError
-        A non-finite y0, a t that is not strictly monotonic, both ``step_size`` and
-        ``steps_per_interval``, or an unknown ``method``.
-    RuntimeError
-        The adaptive controller passes ``max_num_steps`` or cannot keep the error bounded (a
-        solution that blows up), or a tensor requiring grad that the forward did not find.
-
-    Notes
-    -----
-    Tensors that f reads besides (t, y) (closure variables, an nn.Module's parameters, also of
-    modules called inside a closure, a weight computed from a parameter before the solve) are
-    found by themselves: each evaluation of f in the forward runs with grad enabled, its graph is
-    walked to the leaves requiring grad and to the outside tensors it was computed from, then
-    dropped (tessel.loops._captured); a tensor read at a few times only is found too. The backward's
-    evaluations are checked the same way: a tensor requiring grad that was not found raises
-    RuntimeError instead of losing its gradient (f must read the same tensors every time).
-
-    Gradients flow to y0, params, the tensors f reads and t (through the step sizes and f's
-    time argument; the grid points inside an interval move linearly with its ends). For
-    reversible Heun a first-order backward costs
-    steps + 1 evaluations of f and as many vector-Jacobian products, and can run again (with
-    retain_graph). With create_graph=True (double backward) it falls back to differentiating the
-    plain iteration with its stored graph: exact and differentiable, but memory linear in steps.
-
-    Examples
-    --------
-    >>> import torch
-    >>> from tessel.loops import odeint_reversible
-    >>> k = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
-    >>> y0 = torch.tensor([1.0], dtype=torch.float64)
-    >>> t = torch.tensor([0.0, 1.0], dtype=torch.float64)
-    >>> y = odeint_reversible(lambda t, y: -k * y, y0, t, steps_per_interval=200)  # y' = -k y
-    >>> (g,) = torch.autograd.grad(y[-1].sum(), k)
-    >>> exact = torch.exp(-k.detach())                   # y(1) = e^-k, dy(1)/dk = -e^-k
-    >>> bool(abs(y[-1, 0] - exact) < 1e-4), bool(abs(g + exact) < 1e-4)
-    (True, True)
-    """
     d = _check_t(t)
     is_tuple = isinstance(y0, (tuple, list))
     y0s = tuple(y0) if is_tuple else (y0,)
@@ -518,3 +523,6 @@ def odeint_reversible(f, y0, t, *, method=None, rtol=None, atol=None, options=No
         return tuple(outs) if is_tuple else outs[0]
     outs = _ReversibleFunction.apply(run, outs, len(y0s), t, *y0s, *params)
     return tuple(outs) if is_tuple else outs[0]
+
+
+odeint_reversible.__doc__ = _ODEINT_REVERSIBLE_DOC

@@ -99,86 +99,90 @@ class OTResult:
                 f"marginal_error={self.marginal_error})")
 
 
+# solve_sample's documentation (numpydoc; the site and help() read it), kept beside the
+# function so that the function itself stays short.
+_SOLVE_SAMPLE_DOC = """Entropic OT between (a, x) and (b, y): the solver, its potentials, its plan.
+
+Parameters
+----------
+a : (N,) or (N, 1) tensor or None
+    The weights of x (None: uniform 1/N); a list of them with lists of clouds.
+x : (N, D) or (B, N, D) tensor, or a list of (N_k, D) tensors
+    The first cloud; batched inputs solve B problems, lists of clouds of different sizes
+    give a list of OTResult.
+b, y : tensors or lists
+    The second cloud and its weights, likewise.
+p, blur, reach, diameter, scaling, cost, debias, backend, gradient, snapshots : optional
+    As in :class:`SamplesLoss` (eps = blur^p).
+reach_x, reach_y : float, optional
+    The two marginal penalties apart (semi-unbalanced; None: a hard constraint).
+tol : float, default 1e-6
+    Stop when the marginal error (L1, mass units) is <= tol (0: the schedule only).
+max_iter : int, default 1000
+    The most iterations in all; the solver warns if it stops there first.
+update : {"alternating", "symmetric"}
+    Classic alternating Sinkhorn updates, or GeomLoss's averaged symmetric ones.
+truncate, cluster_scale : float, optional
+    The multiscale solver's settings.
+
+Returns
+-------
+OTResult or list of OTResult
+    The value, potentials, plan and report; a list for lists of clouds.
+
+Raises
+------
+ValueError
+    An unknown update, a negative tol, a max_iter below 1, mismatched lists, or clouds of
+    different dimensions.
+TypeError
+    A cost that is not a formula.
+NotImplementedError
+    A non-envelope gradient with the multiscale solver.
+
+Notes
+-----
+a: (N,), (N, 1) or None (uniform weights 1/N, for that cloud only); x: (N, D); b, y
+likewise; batched inputs (B, N, D) solve B problems; lists of clouds of different sizes
+(x = [x1, x2], y = [y1, y2], a and b None or lists of weights) give a list of OTResult, one
+per pair, their schedules starting at one diameter for all (as SamplesLoss's). p, blur,
+reach, diameter, scaling, cost, debias and backend as in SamplesLoss (eps = blur^p;
+backend="multiscale" runs the multiscale solver with
+`truncate` and `cluster_scale`, envelope gradients only; any other the online solver);
+reach_x / reach_y set the two marginal penalties apart
+(semi-unbalanced; None: that marginal is a hard constraint).
+
+A solver converges by default: after GeomLoss's eps-scaling schedule it iterates at
+eps = blur^p until the marginal error (L1, mass units) is <= tol, up to max_iter iterations
+in all, with classic alternating Sinkhorn updates, and warns if it stopped first.
+tol=0, update="symmetric" reproduce GeomLoss's loop exactly (the schedule only, averaged
+symmetric updates: what SamplesLoss runs). gradient="envelope" (default) differentiates
+the last extrapolation (one extra reduction per potential); gradient="implicit" the fixed
+point itself (two Newton steps of conjugate gradients on the plan operator: exact first and
+second derivatives, for Hessian-vector products; as SamplesLoss's); gradient="unrolled"
+differentiates through the iterations the loop ran (snapshots=s: at most s kept). The
+global grad mode is not touched. Returns an OTResult.
+
+
+Examples
+--------
+>>> import torch
+>>> from tessel.ot import solve_sample
+>>> x = torch.tensor([[0.0], [1.0]], dtype=torch.float64)
+>>> y = torch.tensor([[0.1], [1.1]], dtype=torch.float64)
+>>> r = solve_sample(None, x, None, y, blur=0.01, tol=1e-10)
+>>> r.plan.argmax(1).ravel().tolist()          # each x_i's partner
+[0, 1]
+>>> # the transport cost 0.1^2 / 2, up to the entropic term at this blur
+>>> bool(abs(float(r.value) - 0.005) < 2e-4)
+True
+"""
+
+
 def solve_sample(a, x, b, y, *, p=2, blur=0.05, reach=None, reach_x=None, reach_y=None,
                  diameter=None, scaling=0.5, cost=None, debias=False, tol=1e-6, max_iter=1000,
                  update="alternating", backend="auto", gradient="envelope", snapshots=None,
                  truncate=5.0, cluster_scale=None):
-    """Entropic OT between (a, x) and (b, y): the solver, its potentials and its plan.
-
-    Parameters
-    ----------
-    a : (N,) or (N, 1) tensor or None
-        The weights of x (None: uniform 1/N); a list of them with lists of clouds.
-    x : (N, D) or (B, N, D) tensor, or a list of (N_k, D) tensors
-        The first cloud; batched inputs solve B problems, lists of clouds of different sizes
-        give a list of OTResult.
-    b, y : tensors or lists
-        The second cloud and its weights, likewise.
-    p, blur, reach, diameter, scaling, cost, debias, backend, gradient, snapshots : optional
-        As in :class:`SamplesLoss` (eps = blur^p).
-    reach_x, reach_y : float, optional
-        The two marginal penalties apart (semi-unbalanced; None: a hard constraint).
-    tol : float, default 1e-6
-        Stop when the marginal error (L1, mass units) is <= tol (0: the schedule only).
-    max_iter : int, default 1000
-        The most iterations in all; the solver warns if it stops there first.
-    update : {"alternating", "symmetric"}
-        Classic alternating Sinkhorn updates, or GeomLoss's averaged symmetric ones.
-    truncate, cluster_scale : float, optional
-        The multiscale solver's settings.
-
-    Returns
-    -------
-    OTResult or list of OTResult
-        The value, potentials, plan and report; a list for lists of clouds.
-
-    Raises
-    ------
-    ValueError
-        An unknown update, a negative tol, a max_iter below 1, mismatched lists, or clouds of
-        different dimensions.
-    TypeError
-        A cost that is not a formula.
-    NotImplementedError
-        A non-envelope gradient with the multiscale solver.
-
-    Notes
-    -----
-    a: (N,), (N, 1) or None (uniform weights 1/N, for that cloud only); x: (N, D); b, y
-    likewise; batched inputs (B, N, D) solve B problems; lists of clouds of different sizes
-    (x = [x1, x2], y = [y1, y2], a and b None or lists of weights) give a list of OTResult, one
-    per pair, their schedules starting at one diameter for all (as SamplesLoss's). p, blur,
-    reach, diameter, scaling, cost, debias and backend as in SamplesLoss (eps = blur^p;
-    backend="multiscale" runs the multiscale solver with
-    `truncate` and `cluster_scale`, envelope gradients only; any other the online solver);
-    reach_x / reach_y set the two marginal penalties apart
-    (semi-unbalanced; None: that marginal is a hard constraint).
-
-    A solver converges by default: after GeomLoss's eps-scaling schedule it iterates at
-    eps = blur^p until the marginal error (L1, mass units) is <= tol, up to max_iter iterations
-    in all, with classic alternating Sinkhorn updates, and warns if it stopped first.
-    tol=0, update="symmetric" reproduce GeomLoss's loop exactly (the schedule only, averaged
-    symmetric updates: what SamplesLoss runs). gradient="envelope" (default) differentiates
-    the last extrapolation (one extra reduction per potential); gradient="implicit" the fixed
-    point itself (two Newton steps of conjugate gradients on the plan operator: exact first and
-    second derivatives, for Hessian-vector products; as SamplesLoss's); gradient="unrolled"
-    differentiates through the iterations the loop ran (snapshots=s: at most s kept). The
-    global grad mode is not touched. Returns an OTResult.
-
-
-    Examples
-    --------
-    >>> import torch
-    >>> from tessel.ot import solve_sample
-    >>> x = torch.tensor([[0.0], [1.0]], dtype=torch.float64)
-    >>> y = torch.tensor([[0.1], [1.1]], dtype=torch.float64)
-    >>> r = solve_sample(None, x, None, y, blur=0.01, tol=1e-10)
-    >>> r.plan.argmax(1).ravel().tolist()          # each x_i's partner
-    [0, 1]
-    >>> # the transport cost 0.1^2 / 2, up to the entropic term at this blur
-    >>> bool(abs(float(r.value) - 0.005) < 2e-4)
-    True
-    """
     if isinstance(x, (list, tuple)) or isinstance(y, (list, tuple)):
         return _solve_ragged(a, x, b, y, dict(
             p=p, blur=blur, reach=reach, reach_x=reach_x, reach_y=reach_y, diameter=diameter,
@@ -248,6 +252,9 @@ def solve_sample(a, x, b, y, *, p=2, blur=0.05, reach=None, reach_x=None, reach_
     plan = plan_lazy(a_.detach(), x_, b_.detach(), y_, f, g, eps,
                      lambda u, v: cost_lazy(formula, u, v, loss.p))
     return OTResult(value, f, g, pp, qq, plan, reports)
+
+
+solve_sample.__doc__ = _SOLVE_SAMPLE_DOC
 
 
 def _solve_ragged(a, x, b, y, opts):
