@@ -368,7 +368,7 @@ def _plan(d, method, rtol, atol, options, step_size, steps_per_interval, snapsho
 
 # odeint_reversible's documentation (numpydoc; the site and help() read it), kept beside the
 # function so that the function itself stays short.
-_ODEINT_REVERSIBLE_DOC = """Solves dy/dt = f(t, y), y(t[0]) = y0 by reversible Heun or Dormand–Prince.
+_ODEINT_REVERSIBLE_DOC = """Integrates dy/dt = f(t, y) from y0 by reversible Heun or Dormand–Prince.
 
 Returns y at the times t, shape (len(t), *y0.shape) (a tuple of such tensors if y0 is a
 tuple), with a backward whose memory does not grow with the number of steps (see the module's
