@@ -217,6 +217,7 @@ class FormulaOps:
         return self._binary(other, "__pow__", "Powf", reverse=True)
 
     def power(self, other):
+        """self ** other elementwise (pykeops's name)."""
         return self.__pow__(other)
 
     # ---- ops whose Python spelling differs from the table's -------------------------------------
@@ -234,6 +235,7 @@ class FormulaOps:
                                               self._operand(b, "clamp")])
 
     def one_hot(self, D):
+        """The one-hot vector of dim D of a scalar LazyTensor holding an integer."""
         return self._apply("one_hot", "OneHot", [self], (lv.positive_int("one_hot", "D", D),))
 
     def bspline(self, x, k=0):
@@ -249,6 +251,7 @@ class FormulaOps:
                            [self, self._operand(other, "difference_matrix")])
 
     def norm(self, dim=-1):
+        """The Euclidean norm over the D components (dim=-1 only), as norm2."""
         if dim not in (-1, self.dim() - 1):
             raise ValueError("LazyTensor.norm: only the norm over the D components (dim=-1) is "
                              "symbolic")
@@ -266,6 +269,7 @@ class FormulaOps:
         return self._build("weightedsqdist", _core.weighted_sqdist, [w, self, y])
 
     def elem(self, i):
+        """The component i (0 <= i < D), a LazyTensor of dim 1."""
         if isinstance(i, bool) or not isinstance(i, numbers.Integral):
             raise TypeError(f"LazyTensor.elem: the index must be an integer, got {i!r}")
         if not 0 <= i < self.ndim:
@@ -273,6 +277,7 @@ class FormulaOps:
         return self._apply("elem", "Elem", [self], (i,))
 
     def extract(self, start, length):
+        """The components start .. start + length - 1, a LazyTensor of dim length."""
         if not (0 <= start and length >= 1 and start + length <= self.ndim):
             raise IndexError(f"LazyTensor.extract: range [{start}, {start + length}) does not fit "
                              f"in dim {self.ndim}")

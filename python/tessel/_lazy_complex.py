@@ -80,6 +80,7 @@ class ComplexOps:
 
     @property
     def shape(self):
+        """(B..., N, M, D), D counting complex numbers."""
         return self._batch + (self._ni or 1, self._nj or 1, self.ndim)
 
     @property
@@ -112,10 +113,12 @@ class ComplexOps:
 
     @property
     def real(self):
+        """The real part, a real LazyTensor."""
         return self._to_real("real", "ComplexReal")
 
     @property
     def imag(self):
+        """The imaginary part, a real LazyTensor."""
         return self._to_real("imag", "ComplexImag")
 
     def angle(self):
@@ -133,9 +136,11 @@ class ComplexOps:
         return self._to_real("sqabs", "ComplexSquareAbs")
 
     def conj(self):
+        """The complex conjugate, elementwise."""
         return self._apply("conj", "Conj", [self])
 
     def exp(self):
+        """exp(z) elementwise."""
         return self._apply("exp", "ComplexExp", [self])
 
     def _not_real(self, who):
@@ -143,12 +148,15 @@ class ComplexOps:
                         "real one)")
 
     def real2complex(self):
+        """Not for complex LazyTensors (a TypeError): it takes a real one."""
         self._not_real("real2complex")
 
     def imag2complex(self):
+        """Not for complex LazyTensors (a TypeError): it takes a real one."""
         self._not_real("imag2complex")
 
     def exp1j(self):
+        """Not for complex LazyTensors (a TypeError): it takes a real one."""
         self._not_real("exp1j")
 
     # ---- reductions: Sum only ------------------------------------------------------------------
@@ -180,4 +188,6 @@ def block_real_methods(cls, names):
                             "to .real, .imag, abs() or angle()")
 
         method.__name__ = method.__qualname__ = name
+        method.__doc__ = (f"Not defined for complex LazyTensors (a TypeError says so): apply "
+                          f"{name} to .real, .imag, abs() or angle().")
         setattr(cls, name, method)

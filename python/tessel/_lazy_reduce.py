@@ -175,6 +175,7 @@ class Reductions:
         return self._reduce("Sum", a, who="sum", **options)
 
     def sum_reduction(self, axis=None, dim=None, **options):
+        """The sum over i (axis=0) or j (axis=1): pykeops's name for sum over an index."""
         return self._reduce("Sum", self._axis(axis, dim, "sum_reduction", False), **options)
 
     def logsumexp(self, axis=None, dim=None, weight=None, **options):
@@ -196,21 +197,27 @@ class Reductions:
         return self._reduce(op, a, who=who, **options)
 
     def min(self, axis=-1, dim=None, **options):
+        """The minimum over i (axis=0) or j (axis=1), or over the D components (axis=-1)."""
         return self._extreme("Min", "Min", axis, dim, "min", options)
 
     def max(self, axis=-1, dim=None, **options):
+        """The maximum over i (axis=0) or j (axis=1), or over the D components (axis=-1)."""
         return self._extreme("Max", "Max", axis, dim, "max", options)
 
     def argmin(self, axis=-1, dim=None, **options):
+        """The int64 index of the minimum over i, j or the D components (NaN wins, ties: lowest)."""
         return self._extreme("ArgMin", "ArgMin", axis, dim, "argmin", options)
 
     def argmax(self, axis=-1, dim=None, **options):
+        """The int64 index of the maximum over i, j or the D components (NaN wins, ties: lowest)."""
         return self._extreme("ArgMax", "ArgMax", axis, dim, "argmax", options)
 
     def min_argmin(self, axis=None, dim=None, **options):
+        """(minimum, int64 index of the minimum) over i or j, in one reduction."""
         return self._extreme("Min_ArgMin", None, axis, dim, "min_argmin", options)
 
     def max_argmax(self, axis=None, dim=None, **options):
+        """(maximum, int64 index of the maximum) over i or j, in one reduction."""
         return self._extreme("Max_ArgMax", None, axis, dim, "max_argmax", options)
 
     def _kred(self, op, K, axis, dim, who, options):
@@ -220,10 +227,13 @@ class Reductions:
         return self._reduce(op, self._axis(axis, dim, who, False), k=K, who=who, **options)
 
     def Kmin(self, K, axis=None, dim=None, **options):
+        """The K smallest values over i or j, sorted (self of dim 1; NaN sorts last)."""
         return self._kred("KMin", K, axis, dim, "Kmin", options)
 
     def argKmin(self, K, axis=None, dim=None, **options):
+        """The int64 indices of the K smallest values over i or j (K nearest neighbours)."""
         return self._kred("ArgKMin", K, axis, dim, "argKmin", options)
 
     def Kmin_argKmin(self, K, axis=None, dim=None, **options):
+        """(K smallest values, their int64 indices) over i or j, in one reduction."""
         return self._kred("KMin_ArgKMin", K, axis, dim, "Kmin_argKmin", options)

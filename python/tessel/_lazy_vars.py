@@ -184,6 +184,7 @@ class Variable:
             self.key = (id(source), cat, tuple(array.shape))
 
     def transposed(self):
+        """The same variable with i and j exchanged (for LazyTensor.t())."""
         if self.cat == P:
             return self
         return Variable(self.source, self.array, J if self.cat == I else I, self.dim, self.n,

@@ -54,6 +54,7 @@ class KernelSolveBase:
 
     @property
     def reduction(self):
+        """The core's Sum reduction K(v) the solver multiplies by (a tessel.Reduction)."""
         return self._spec.reduction
 
     def __getstate__(self):

@@ -124,6 +124,7 @@ class LazyTensor(ToComplex, Reductions, FormulaOps):
 
     @property
     def nbatchdims(self):
+        """The number of batch dimensions (the B... of (B..., N, M, D))."""
         return len(self._batch)
 
     def dim(self):
@@ -157,6 +158,7 @@ class LazyTensor(ToComplex, Reductions, FormulaOps):
 
     @property
     def aliases(self):
+        """The variables' declarations in KeOps's syntax ("V0 = Vi(3)", ...), in index order."""
         return [f"V{k} = {_CAT_TEXT[v.cat]}({v.dim})" for k, v in enumerate(self._vars)]
 
     def __repr__(self):
@@ -232,6 +234,7 @@ class LazyTensor(ToComplex, Reductions, FormulaOps):
 
     @property
     def T(self):
+        """The transpose: i and j exchanged (as t())."""
         return self.t()
 
 

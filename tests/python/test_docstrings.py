@@ -174,3 +174,21 @@ class _Collect:
     def take(cls):
         out, cls.text = "".join(cls.text), []
         return out
+
+
+CLASSES = [p for p in DOCUMENTED if inspect.isclass(p[2]) and not issubclass(p[2], BaseException)]
+
+
+@pytest.mark.parametrize("modname, name, cls", CLASSES, ids=_ids(CLASSES))
+def test_members_have_docstrings(modname, name, cls):
+    """Every public method and property of a public class says what it does (the reference
+    lists them, and help() shows them)."""
+    missing = []
+    for member in dir(cls):
+        if member.startswith("_"):
+            continue
+        static = inspect.getattr_static(cls, member)
+        value = getattr(cls, member)
+        if (callable(value) or isinstance(static, property)) and not inspect.getdoc(value):
+            missing.append(member)
+    assert not missing, f"{modname}.{name}: members without a docstring: {missing}"

@@ -90,6 +90,7 @@ class OTResult:
 
     @property
     def marginals(self):
+        """(plan.sum(1), plan.sum(0)): the plan's marginals on x and y, computed once."""
         if self._marginals is None:
             self._marginals = (self.plan.sum(-2)[..., 0], self.plan.sum(-3)[..., 0])
         return self._marginals

@@ -129,6 +129,7 @@ class PointCloud:
         self.points, self.weights = points, weights
 
     def with_points(self, points):
+        """The same shape (cells, weights) on other points: a deformed copy, differentiable."""
         out = object.__new__(type(self))
         out.__dict__.update(self.__dict__)
         out.points = points
@@ -138,9 +139,9 @@ class PointCloud:
     centers = property(lambda self: self.points, doc="(M, D) where the measure sits")
     measures = property(lambda self: self.weights, doc="(M,) the measure's masses")
     normals = property(lambda self: None, doc="(M, D) weighted orientations, or None")
-    dim = property(lambda self: self.points.shape[1])
-    device = property(lambda self: self.points.device)
-    dtype = property(lambda self: self.points.dtype)
+    dim = property(lambda self: self.points.shape[1], doc="D, the points' dimension")
+    device = property(lambda self: self.points.device, doc="the points' device")
+    dtype = property(lambda self: self.points.dtype, doc="the points' dtype")
 
     def to(self, *args, **kwargs):
         """The shape with every tensor moved (device and/or float dtype, as Tensor.to)."""
@@ -212,8 +213,8 @@ class Curve(PointCloud):
 
     lengths = property(lambda self: self.tangents.norm(dim=1), doc="(E,) segment lengths")
     length = property(lambda self: self.lengths.sum(), doc="the total length")
-    weights = measures = property(lambda self: self.lengths)
-    normals = property(lambda self: self.tangents)
+    weights = measures = property(lambda self: self.lengths, doc="(E,) the segments' lengths")
+    normals = property(lambda self: self.tangents, doc="(E, D) the segment vectors (tangents)")
 
     @property
     def centers(self):
@@ -316,7 +317,7 @@ class Mesh(PointCloud):
 
     areas = property(lambda self: self.normals.norm(dim=1), doc="(F,) triangle areas")
     area = property(lambda self: self.areas.sum(), doc="the total area")
-    weights = measures = property(lambda self: self.areas)
+    weights = measures = property(lambda self: self.areas, doc="(F,) the triangles' areas")
 
     @property
     def centers(self):

@@ -58,6 +58,7 @@ class Atlas:
 
     @property
     def n_iter(self):
+        """The number of iterations run (the history's length)."""
         return len(self.history)
 
     def __repr__(self):

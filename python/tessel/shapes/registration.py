@@ -89,6 +89,7 @@ class Registration:
 
     @property
     def n_iter(self):
+        """The number of iterations run (the history's length)."""
         return len(self.history)
 
     def deform(self, shape):
