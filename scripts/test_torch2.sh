@@ -27,7 +27,9 @@ if [[ ! -x $py ]]; then
 fi
 # pykeops, geomloss and torchdiffeq are compared against; the suite skips what needs them when
 # they are absent.
-want=("$torch_spec" numpy pytest pytest-xdist hypothesis nanobind scikit-build-core)
+# numpydoc checks the docstrings, websocket-client drives Chromium in the site checker's test.
+want=("$torch_spec" numpy pytest pytest-xdist hypothesis nanobind scikit-build-core numpydoc==1.11.0
+  websocket-client==1.8.0)
 optional=(pykeops==2.3 geomloss torchdiffeq==0.2.5 meshio nibabel matplotlib)
 if ! "$py" -m pip install -q "${want[@]}"; then
   echo "torch2: could not install ${want[*]}" >&2
