@@ -183,10 +183,8 @@ class Curve(PointCloud):
     >>> import torch
     >>> from tessel.shapes import Curve
     >>> t = torch.linspace(0, 2 * torch.pi, 21, dtype=torch.float64)[:-1]
-    >>> ring = torch.stack([t.cos(), t.sin()], 1)
-    >>> edges = torch.stack([torch.arange(20), (torch.arange(20) + 1) % 20], 1)
-    >>> circle = Curve(ring, edges)
-    >>> ellipse = circle.with_points(ring * torch.tensor([1.5, 0.7], dtype=torch.float64))
+    >>> circle = Curve.polyline(torch.stack([t.cos(), t.sin()], 1), closed=True)  # 20 segments
+    >>> ellipse = circle.with_points(circle.points * torch.tensor([1.5, 0.7]).double())
     >>> round(float(circle.measures.sum()), 3)          # the polygon's perimeter
     6.257
     """

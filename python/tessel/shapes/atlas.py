@@ -40,10 +40,8 @@ class Atlas:
     >>> import torch
     >>> from tessel.shapes import Curve
     >>> t = torch.linspace(0, 2 * torch.pi, 21, dtype=torch.float64)[:-1]
-    >>> ring = torch.stack([t.cos(), t.sin()], 1)
-    >>> edges = torch.stack([torch.arange(20), (torch.arange(20) + 1) % 20], 1)
-    >>> circle = Curve(ring, edges)
-    >>> ellipse = circle.with_points(ring * torch.tensor([1.5, 0.7], dtype=torch.float64))
+    >>> circle = Curve.polyline(torch.stack([t.cos(), t.sin()], 1), closed=True)  # 20 segments
+    >>> ellipse = circle.with_points(circle.points * torch.tensor([1.5, 0.7]).double())
     >>> from tessel.shapes import atlas
     >>> a = atlas([circle, ellipse], regularization=0.01, max_iter=1)
     >>> type(a).__name__, len(a.deformed)
@@ -102,10 +100,8 @@ def atlas(shapes, template=None, *, model=None, attachment=None, regularization=
     >>> import torch
     >>> from tessel.shapes import Curve
     >>> t = torch.linspace(0, 2 * torch.pi, 21, dtype=torch.float64)[:-1]
-    >>> ring = torch.stack([t.cos(), t.sin()], 1)
-    >>> edges = torch.stack([torch.arange(20), (torch.arange(20) + 1) % 20], 1)
-    >>> circle = Curve(ring, edges)
-    >>> ellipse = circle.with_points(ring * torch.tensor([1.5, 0.7], dtype=torch.float64))
+    >>> circle = Curve.polyline(torch.stack([t.cos(), t.sin()], 1), closed=True)  # 20 segments
+    >>> ellipse = circle.with_points(circle.points * torch.tensor([1.5, 0.7]).double())
     >>> from tessel.shapes import LDDMM, GaussianKernel, KernelNorm, atlas
     >>> a = atlas([circle, ellipse], model=LDDMM(GaussianKernel(0.5), n_steps=3),
     ...           attachment=KernelNorm(0.5), regularization=0.01, max_iter=3)

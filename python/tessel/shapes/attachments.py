@@ -176,10 +176,8 @@ class KernelNorm(_KernelAttachment):
     >>> import torch
     >>> from tessel.shapes import Curve
     >>> t = torch.linspace(0, 2 * torch.pi, 21, dtype=torch.float64)[:-1]
-    >>> ring = torch.stack([t.cos(), t.sin()], 1)
-    >>> edges = torch.stack([torch.arange(20), (torch.arange(20) + 1) % 20], 1)
-    >>> circle = Curve(ring, edges)
-    >>> ellipse = circle.with_points(ring * torch.tensor([1.5, 0.7], dtype=torch.float64))
+    >>> circle = Curve.polyline(torch.stack([t.cos(), t.sin()], 1), closed=True)  # 20 segments
+    >>> ellipse = circle.with_points(circle.points * torch.tensor([1.5, 0.7]).double())
     >>> from tessel.shapes import KernelNorm
     >>> d = KernelNorm(0.5)
     >>> float(d(circle, circle)), float(d(circle, ellipse)) > 0
@@ -220,12 +218,10 @@ class Currents(_KernelAttachment):
     >>> import torch
     >>> from tessel.shapes import Curve
     >>> t = torch.linspace(0, 2 * torch.pi, 21, dtype=torch.float64)[:-1]
-    >>> ring = torch.stack([t.cos(), t.sin()], 1)
-    >>> edges = torch.stack([torch.arange(20), (torch.arange(20) + 1) % 20], 1)
-    >>> circle = Curve(ring, edges)
-    >>> ellipse = circle.with_points(ring * torch.tensor([1.5, 0.7], dtype=torch.float64))
+    >>> circle = Curve.polyline(torch.stack([t.cos(), t.sin()], 1), closed=True)  # 20 segments
+    >>> ellipse = circle.with_points(circle.points * torch.tensor([1.5, 0.7]).double())
     >>> from tessel.shapes import Currents
-    >>> reversed_circle = Curve(ring, edges.flip(1))       # opposite orientation
+    >>> reversed_circle = Curve(circle.points, circle.edges.flip(1))       # opposite orientation
     >>> c = Currents(0.5)
     >>> float(c(circle, circle)), float(c(circle, reversed_circle)) > 0
     (0.0, True)
@@ -291,13 +287,11 @@ class Varifold(_KernelAttachment):
     >>> import torch
     >>> from tessel.shapes import Curve
     >>> t = torch.linspace(0, 2 * torch.pi, 21, dtype=torch.float64)[:-1]
-    >>> ring = torch.stack([t.cos(), t.sin()], 1)
-    >>> edges = torch.stack([torch.arange(20), (torch.arange(20) + 1) % 20], 1)
-    >>> circle = Curve(ring, edges)
-    >>> ellipse = circle.with_points(ring * torch.tensor([1.5, 0.7], dtype=torch.float64))
+    >>> circle = Curve.polyline(torch.stack([t.cos(), t.sin()], 1), closed=True)  # 20 segments
+    >>> ellipse = circle.with_points(circle.points * torch.tensor([1.5, 0.7]).double())
     >>> from tessel.shapes import Varifold
     >>> v = Varifold(0.5, orientation="binet")
-    >>> flipped = Curve(ring, edges.flip(1))                 # the same curve, reversed
+    >>> flipped = Curve(circle.points, circle.edges.flip(1))                 # the same curve, reversed
     >>> float(v(circle, circle)), abs(float(v(circle, flipped))) < 1e-12
     (0.0, True)
     """
@@ -375,10 +369,8 @@ class SinkhornLoss:
     >>> import torch
     >>> from tessel.shapes import Curve
     >>> t = torch.linspace(0, 2 * torch.pi, 21, dtype=torch.float64)[:-1]
-    >>> ring = torch.stack([t.cos(), t.sin()], 1)
-    >>> edges = torch.stack([torch.arange(20), (torch.arange(20) + 1) % 20], 1)
-    >>> circle = Curve(ring, edges)
-    >>> ellipse = circle.with_points(ring * torch.tensor([1.5, 0.7], dtype=torch.float64))
+    >>> circle = Curve.polyline(torch.stack([t.cos(), t.sin()], 1), closed=True)  # 20 segments
+    >>> ellipse = circle.with_points(circle.points * torch.tensor([1.5, 0.7]).double())
     >>> from tessel.shapes import SinkhornLoss
     >>> loss = SinkhornLoss(blur=0.1)
     >>> float(loss(circle, ellipse)) > float(loss(circle, circle))

@@ -70,10 +70,8 @@ class Registration:
     >>> import torch
     >>> from tessel.shapes import Curve
     >>> t = torch.linspace(0, 2 * torch.pi, 21, dtype=torch.float64)[:-1]
-    >>> ring = torch.stack([t.cos(), t.sin()], 1)
-    >>> edges = torch.stack([torch.arange(20), (torch.arange(20) + 1) % 20], 1)
-    >>> circle = Curve(ring, edges)
-    >>> ellipse = circle.with_points(ring * torch.tensor([1.5, 0.7], dtype=torch.float64))
+    >>> circle = Curve.polyline(torch.stack([t.cos(), t.sin()], 1), closed=True)  # 20 segments
+    >>> ellipse = circle.with_points(circle.points * torch.tensor([1.5, 0.7]).double())
     >>> from tessel.shapes import register
     >>> r = register(circle, ellipse, max_iter=2)
     >>> type(r).__name__, tuple(r.deformed.points.shape), len(r.history)
@@ -225,10 +223,8 @@ def register(source, target, *, model=None, attachment=None, regularization=0.0,
     >>> import torch
     >>> from tessel.shapes import Curve
     >>> t = torch.linspace(0, 2 * torch.pi, 21, dtype=torch.float64)[:-1]
-    >>> ring = torch.stack([t.cos(), t.sin()], 1)
-    >>> edges = torch.stack([torch.arange(20), (torch.arange(20) + 1) % 20], 1)
-    >>> circle = Curve(ring, edges)
-    >>> ellipse = circle.with_points(ring * torch.tensor([1.5, 0.7], dtype=torch.float64))
+    >>> circle = Curve.polyline(torch.stack([t.cos(), t.sin()], 1), closed=True)  # 20 segments
+    >>> ellipse = circle.with_points(circle.points * torch.tensor([1.5, 0.7]).double())
     >>> from tessel.shapes import LDDMM, GaussianKernel, Varifold, register
     >>> r = register(circle, ellipse, model=LDDMM(GaussianKernel(0.5), n_steps=5),
     ...              attachment=Varifold(0.5, orientation="binet"), max_iter=5)
