@@ -291,7 +291,7 @@ class Varifold(_KernelAttachment):
     >>> ellipse = circle.with_points(circle.points * torch.tensor([1.5, 0.7]).double())
     >>> from tessel.shapes import Varifold
     >>> v = Varifold(0.5, orientation="binet")
-    >>> flipped = Curve(circle.points, circle.edges.flip(1))                 # the same curve, reversed
+    >>> flipped = Curve(circle.points, circle.edges.flip(1))      # the same curve, reversed
     >>> float(v(circle, circle)), abs(float(v(circle, flipped))) < 1e-12
     (0.0, True)
     """
