@@ -82,13 +82,19 @@ def _label(machine):
     return f"{cpu}, {machine.get('threads', '?')} threads, {machine.get('date', 'undated')}"
 
 
+def _grouped(rows, key, member):
+    """{key(row): {row[member]: [rows]}}, sorted by key: one figure per key, a line per member."""
+    groups = collections.defaultdict(lambda: collections.defaultdict(list))
+    for r in rows:
+        groups[key(r)][r[member]].append(r)
+    return sorted(groups.items())
+
+
 def plot_kernels(rows, machines, out, plt):
     """One figure per case: median time and pairs/s against N, one line per backend."""
     written, summary = [], []
-    by_case = collections.defaultdict(lambda: collections.defaultdict(list))
-    for r in rows:
-        by_case[(r["case"], r["_folder"])][r["backend"]].append(r)
-    for (case, folder), backends in sorted(by_case.items()):
+    for (case, folder), backends in _grouped(rows, lambda r: (r["case"], r["_folder"]),
+                                             "backend"):
         fig, (ax_t, ax_p) = plt.subplots(1, 2, figsize=(10, 3.8))
         for backend, rs in sorted(backends.items()):
             rs = sorted(rs, key=lambda r: r["n"])
@@ -114,10 +120,7 @@ def plot_kernels(rows, machines, out, plt):
 def plot_ot(rows, machines, out, plt):
     """One figure per (folder, D): value + gradient time against N, one line per solver."""
     written, summary = [], []
-    groups = collections.defaultdict(lambda: collections.defaultdict(list))
-    for r in rows:
-        groups[(r["_folder"], r["d"])][r["impl"]].append(r)
-    for (folder, d), impls in sorted(groups.items()):
+    for (folder, d), impls in _grouped(rows, lambda r: (r["_folder"], r["d"]), "impl"):
         fig, ax = plt.subplots(figsize=(6.5, 4))
         for impl, rs in sorted(impls.items()):
             rs = sorted(rs, key=lambda r: r["n"])
