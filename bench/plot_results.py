@@ -82,6 +82,14 @@ def _label(machine):
     return f"{cpu}, {machine.get('threads', '?')} threads, {machine.get('date', 'undated')}"
 
 
+def _save(fig, path, plt):
+    """Writes the figure as a PNG and frees it; returns the file's name."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path.name
+
+
 def _grouped(rows, key, member):
     """{key(row): {row[member]: [rows]}}, sorted by key: one figure per key, a line per member."""
     groups = collections.defaultdict(lambda: collections.defaultdict(list))
@@ -107,11 +115,7 @@ def plot_kernels(rows, machines, out, plt):
         ax_t.legend()
         fig.suptitle(f"{CASES.get(case, case)}, D = 3, float32 — {_label(machines[folder])}",
                      fontsize=9)
-        fig.tight_layout()
-        name = f"kernels-{case}.png"
-        fig.savefig(out / name, dpi=90)
-        plt.close(fig)
-        written.append(name)
+        written.append(_save(fig, out / f"kernels-{case}.png", plt))
         summary.append(_ratio_line(CASES.get(case, case), backends, "tessel-cpu", "pykeops-cpu",
                                    "median_s"))
     return written, summary
@@ -130,11 +134,7 @@ def plot_ot(rows, machines, out, plt):
         ax.legend(fontsize=8)
         ax.set_title(f"Sinkhorn divergence, D = {d}, float32\n{_label(machines[folder])}",
                      fontsize=9)
-        fig.tight_layout()
-        name = f"ot-d{d}.png"
-        fig.savefig(out / name, dpi=90)
-        plt.close(fig)
-        written.append(name)
+        written.append(_save(fig, out / f"ot-d{d}.png", plt))
         for ours, other in (("tessel", "geomloss-online"), ("tessel", "geomloss-tensorized"),
                             ("tessel-multiscale", "geomloss-multiscale")):
             if ours in impls and other in impls:
