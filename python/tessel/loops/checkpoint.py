@@ -26,10 +26,10 @@ from .snapshot_levels import check_storage
 
 __all__ = ["checkpoint_loop", "revolve_schedule", "revolve_optimal_recomputations", "MAX_STEPS"]
 
-# The largest loop the checkpointed drivers differentiate. The schedule is one list of about
-# 3.5 actions per step, some 1 KB per step in Python objects: 8 GB at this length. Past it the
-# list cannot be built on most machines (a MemoryError after a long wait), so the drivers refuse
-# at once. Without grad mode no schedule is built and the loop has no length limit.
+#: The largest loop the checkpointed drivers differentiate. The schedule is one list of about
+#: 3.5 actions per step, some 1 KB per step in Python objects: 8 GB at this length. Past it the
+#: list cannot be built on most machines (a MemoryError after a long wait), so the drivers refuse
+#: at once. Without grad mode no schedule is built and the loop has no length limit.
 MAX_STEPS = 2 ** 23
 
 
