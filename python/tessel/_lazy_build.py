@@ -11,6 +11,7 @@ import numbers
 
 from . import _core
 from . import _lazy_vars as lv
+from ._lazy_opdocs import table_method_doc
 
 __all__ = ["FormulaOps", "add_table_methods", "joint"]
 
@@ -418,8 +419,7 @@ def _table_method(op, arity, params, name):
         return self._apply(name, op, operands, given)
 
     method.__name__ = method.__qualname__ = name
-    method.__doc__ = f"The core op {op} ({arity} formula argument(s), {count} {what}" + \
-        (f": {', '.join(names)})." if names else ").")
+    method.__doc__ = table_method_doc(op, arity, params)
     return method
 
 

@@ -238,8 +238,10 @@ class LazyTensor(ToComplex, Reductions, FormulaOps):
         return self.t()
 
 
+#: The names (a tuple of str) of the LazyTensor methods made from the core's op table: ``exp``,
+#: ``sqdist``, ``matvecmult``, ``keops_tensordot``... one per op that no hand-written method
+#: spells. Front ends that wrap LazyTensor (the pykeops layer) forward each of them.
 TABLE_METHODS = add_table_methods(LazyTensor)
-"""The LazyTensor methods made from the core's op table (front ends forward them)."""
 
 
 class ComplexLazyTensor(ComplexOps, LazyTensor):
