@@ -40,12 +40,12 @@ class ArrayAdapter:
         ``scalar(values, dtype)``: a 1-D array of those numbers.
     genred, kernel_solve : type
         The library's Genred and KernelSolve classes.
-    complex_dtypes : tuple
-        complex64, complex128: one per float dtype, in order.
-    as_real : callable
+    complex_dtypes : tuple, default ()
+        The complex dtypes accepted (complex64, complex128): one per float dtype, in order.
+    as_real : callable, optional
         ``as_real(x)``: the (..., 2D) float view (re0, im0, re1, ...) of a (..., D) complex
         array, without a copy where its last axis is contiguous.
-    as_complex : callable
+    as_complex : callable, optional
         ``as_complex(a)``: the (..., D) complex view of a (..., 2D) float result. Gradients flow
         through both views on tensors.
 
@@ -73,9 +73,11 @@ _adapters = []
 
 
 def register_adapter(adapter):
-    """Makes LazyTensor accept the adapter's arrays (a front end calls this when imported).
+    """Make LazyTensor accept the adapter's arrays (a front end calls this when imported).
 
-    Registering the same array type twice keeps the first adapter.
+    Registering the same array type twice keeps the first adapter. An array whose library's
+    front end (``tessel.<library>``) is not imported yet makes LazyTensor import it, so
+    ``Vi(numpy_array)`` works after ``import tessel.lazytensor`` alone.
 
     Parameters
     ----------
@@ -85,6 +87,7 @@ def register_adapter(adapter):
     Returns
     -------
     None
+        The adapter is kept in a registry read by every LazyTensor constructor.
 
     Raises
     ------
@@ -131,6 +134,12 @@ def is_complex_number(x):
 # ---- variables -----------------------------------------------------------------------------------
 class Variable:
     """One input of a LazyTensor's formula, as :func:`joint` returns them.
+
+    Variable k of a LazyTensor's ``formula`` (``Vi(k, D)`` in its text) reads
+    ``variables[k]``: an array with its role (``cat``) and dim, a parameter given as numbers
+    (``value``), or a placeholder whose array comes with the reduction's call. The same array
+    used twice in one role is one Variable. A front end builds them; users read them to see
+    what a formula takes.
 
     Parameters
     ----------

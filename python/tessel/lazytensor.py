@@ -58,7 +58,7 @@ class LazyTensor(ToComplex, Reductions, FormulaOps):
 
     See Also
     --------
-    Vi, Vj, Pm : the same, saying the variable's kind explicitly.
+    Vi, Vj, Pm : The same, saying the variable's kind explicitly.
 
     Examples
     --------
@@ -293,22 +293,30 @@ block_real_methods(ComplexLazyTensor, TABLE_METHODS + (
 def Vi(x):
     """An i-variable: one row per output row i (the index a reduction over j keeps).
 
+    ``Vi(x)`` is ``LazyTensor(x[:, None, :])`` said explicitly: row i of ``x`` is the value of
+    the variable at every pair (i, j). A formula of i- and j-variables is the (N, M) matrix
+    of its values at every pair, never stored; ``K.sum(axis=1)`` sums over j and gives one row
+    per i. The array is used in place (no copy); with PyTorch tensors gradients flow to it.
+
     Parameters
     ----------
     x : (N, D) or (B..., N, D) array or tensor
-        float32 or float64 (NumPy or PyTorch); ``(N,)`` means D = 1.
+        float32 or float64 (float16, bfloat16 and complex too), a NumPy array or a PyTorch
+        tensor; ``(N,)`` means D = 1. Leading batch dims B... broadcast against the other
+        variables'.
 
     Returns
     -------
     LazyTensor
-        The symbolic (N, 1, D) variable.
+        The symbolic (B..., N, 1, D) variable.
 
     Raises
     ------
     TypeError
-        ``x`` is not an array of a supported library.
+        ``x`` is not an array of a supported library (a list, a number), or its dtype is not a
+        float or complex one.
     ValueError
-        ``x`` has no row axis (a 0-d array).
+        ``x`` has no row axis (a 0-d array) or D = 0.
 
     Examples
     --------
@@ -325,30 +333,39 @@ def Vi(x):
 def Vj(x):
     """A j-variable: one row per reduced index j (summed over by a reduction over j).
 
+    ``Vj(y)`` is ``LazyTensor(y[None, :, :])``: row j of ``y`` is the value of the variable at
+    every pair (i, j). In a kernel sum a_i = sum_j k(x_i, y_j) b_j, the points y and weights b
+    are j-variables. The array is used in place (no copy); with PyTorch tensors gradients flow
+    to it.
+
     Parameters
     ----------
     x : (M, D) or (B..., M, D) array or tensor
-        float32 or float64 (NumPy or PyTorch); ``(M,)`` means D = 1.
+        float32 or float64 (float16, bfloat16 and complex too), a NumPy array or a PyTorch
+        tensor; ``(M,)`` means D = 1. Leading batch dims B... broadcast against the other
+        variables'.
 
     Returns
     -------
     LazyTensor
-        The symbolic (1, M, D) variable.
+        The symbolic (B..., 1, M, D) variable.
 
     Raises
     ------
     TypeError
-        ``x`` is not an array of a supported library.
+        ``x`` is not an array of a supported library (a list, a number), or its dtype is not a
+        float or complex one.
     ValueError
-        ``x`` has no row axis (a 0-d array).
+        ``x`` has no row axis (a 0-d array) or D = 0.
 
     Examples
     --------
     >>> import torch
     >>> from tessel.torch import Vi, Vj
     >>> x, y = torch.rand(5, 3), torch.rand(7, 3)
-    >>> (Vi(x) - Vj(y)).norm2().sum(dim=1).shape     # sum_j |x_i - y_j|
-    torch.Size([5, 1])
+    >>> s = (Vi(x) - Vj(y)).norm2().sum(dim=1)     # sum_j |x_i - y_j|
+    >>> s.shape, bool(torch.allclose(s[:, 0], torch.cdist(x, y).sum(1)))
+    (torch.Size([5, 1]), True)
     """
     return LazyTensor._leaf(lv.from_rows(x, lv.J, "Vj"))
 
@@ -356,21 +373,30 @@ def Vj(x):
 def Pm(x):
     """A parameter: one vector shared by every (i, j) pair.
 
+    Parameters are the constants of a formula that may change between calls or need a
+    gradient: a kernel's bandwidth, a weight matrix. A Python number written in a formula
+    (``-10 * d``) is a constant compiled into the kernel; ``Pm(10.0)`` is an input instead,
+    so one compiled kernel serves every value. With a PyTorch tensor gradients flow to it.
+
     Parameters
     ----------
-    x : (D,) or (B..., D) array or tensor, or number(s)
-        A number or a sequence of numbers (dimension D) becomes an array of the other arrays'
-        dtype when a reduction runs.
+    x : (D,) or (B..., D) array or tensor, or a number or sequence of numbers
+        An array (float32 or float64, float16, bfloat16 or complex too) is used as it is. A
+        number or a sequence of D numbers becomes an array of the other arrays' dtype when a
+        reduction runs.
 
     Returns
     -------
     LazyTensor
-        The symbolic (1, 1, D) parameter.
+        The symbolic (B..., 1, 1, D) parameter.
 
     Raises
     ------
     TypeError
-        ``x`` is neither an array of a supported library nor numbers.
+        ``x`` is neither an array of a supported library nor numbers (an empty sequence, a
+        string), or an array of a dtype that is not a float or complex one.
+    ValueError
+        An array with D = 0.
 
     Examples
     --------
