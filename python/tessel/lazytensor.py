@@ -74,6 +74,11 @@ class LazyTensor(ToComplex, Reductions, FormulaOps):
     True
     >>> ((x_i - y_j) ** 2).sum(-1).argmin(dim=1).shape     # nearest y of each x
     torch.Size([100, 1])
+    >>> import numpy as np                                 # the same class on NumPy arrays
+    >>> xn, yn = x.numpy(), y.numpy()
+    >>> nn = LazyTensor(xn[:, None, :]).sqdist(LazyTensor(yn[None, :, :])).argmin(axis=1)
+    >>> type(nn).__name__, nn.dtype, bool((nn[:, 0] == torch.cdist(x, y).argmin(1).numpy()).all())
+    ('ndarray', dtype('int64'), True)
     """
 
     __slots__ = ()
