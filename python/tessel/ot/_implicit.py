@@ -67,7 +67,6 @@ def _residual(a, x, b, y, z, eps, rho_x, rho_y, cost):
 
 def _newton_step(a, x, b, y, z, eps, rho_x, rho_y, cost, tol, stats):
     n = x.shape[0]
-    f, g = z[:n], z[n:]
     plan, row, col, mass_x, mass_y, r = _residual(a, x, b, y, z, eps, rho_x, rho_y, cost)
     stats.setdefault("residuals", []).append(float(r.detach().abs().sum()))
     diag = torch.cat((row / eps + (0 if rho_x is None else mass_x / rho_x),
@@ -78,43 +77,107 @@ def _newton_step(a, x, b, y, z, eps, rho_x, rho_y, cost, tol, stats):
         # does its residual: a unit diagonal there keeps CG positive definite and leaves that
         # potential unmoved (newton_potentials then sets it by its softmin).
         diag = torch.where(zero, diag.detach()[~zero].mean(), diag)
-    if rho_x is None and rho_y is None:
-        # The shift direction: H's null space; its (consistent) right-hand side has no part
-        # along it, so adding it changes nothing but the gauge, which is fixed at no shift.
-        shift = torch.cat((torch.ones_like(f), -torch.ones_like(g)))
-        scale = float(diag.detach().mean()) / (shift.shape[0])
-    else:
-        shift, scale = None, 0.0
+    # Balanced problems: c (1, -1)(1, -1)^T fills H's null space, the shift direction; the
+    # (consistent) right-hand side has no part along it, so this fixes the gauge at no shift.
+    c = float(diag.detach().mean()) / diag.shape[0] if rho_x is None and rho_y is None else 0.0
+    return z + _solve_blocks(plan, diag[:n], diag[n:], c, eps, r[:n], r[n:], tol, stats)
+
+
+def _solve_blocks(plan, d1, d2, c, eps, rf, rg, tol, stats):
+    """(vf, vg) solving H' (vf, vg) = (rf, rg), H' = [[A, B], [B^T, D]] with A = diag(d1) + c 11^T,
+    B = plan / eps - c 11^T, D = diag(d2) + c 11^T: D is eliminated (Sherman-Morrison) and CG,
+    Jacobi-preconditioned by A's diagonal, runs on the Schur complement S = A - B D^-1 B^T.
+    The same two reductions per iteration as CG on H', but S's spectrum (1 - s_k^2 after
+    scaling, s_k the scaled plan's singular values) needs about half the iterations of H''s
+    (1 +- s_k), and the scaling removes the spread of the marginals' masses: 2 to 13 times
+    fewer reductions on the problems we measured."""
+    inv_d2 = 1 / d2
+    sm = c / (1 + c * inv_d2.sum())  # differentiable: D^-1 moves with d2
+
+    def solve_d(w):  # D^-1 w
+        u = inv_d2 * w
+        return u - sm * u.sum() * inv_d2 if c else u
+
+    def b_t(v):  # B^T v
+        out = (plan.t() @ v[:, None])[:, 0] / eps
+        return out - c * v.sum() if c else out
+
+    def b_(w):  # B w
+        out = (plan @ w[:, None])[:, 0] / eps
+        return out - c * w.sum() if c else out
+
+    def schur(v):
+        out = d1 * v - b_(solve_d(b_t(v)))
+        return out + c * v.sum() if c else out
+
+    vf = cg_solve(schur, rf - b_(solve_d(rg)), tol=tol, atol=1e-30, on_nonconvergence="warn",
+                  stats=stats, preconditioner=1 / (d1.detach() + c))
+    return torch.cat((vf, solve_d(rg - b_t(vf))))
+
+
+def _sym_residual(a, x, p, eps, rho, cost):
+    """(plan, row sums, masses, r(p)) of a symmetric (x-x) problem at f = g = p."""
+    plan = plan_lazy(a, x, a, x, p, p, eps, cost)
+    row = plan.sum(1)[:, 0]
+    mass = a if rho is None else a * torch.exp(-p / rho)
+    return plan, row, mass, mass - row
+
+
+def _sym_newton_step(a, x, p, eps, rho, cost, tol, stats):
+    """p + J^{-1} r(p), J = diag(row / eps + mass / rho) + plan / eps: the Jacobian of the
+    symmetric problem's residual (r_i = mass_i - sum_j pi_ij, pi_ij = a_i a_j
+    exp((p_i + p_j - C_ij) / eps)) restricted to f = g. On that subspace the plan operator is
+    D + P (scaled: I + K, K's spectrum in (-1, 1]) where the full one, D +- P, is near singular
+    along the antisymmetric shifts of far-apart clusters: those directions change neither p nor
+    the loss, but an autograd right-hand side has parts there that CG cannot resolve."""
+    plan, row, mass, r = _sym_residual(a, x, p, eps, rho, cost)
+    stats.setdefault("residuals", []).append(float(r.detach().abs().sum()))
+    diag = row / eps + (0 if rho is None else mass / rho)
+    if bool((a == 0).any()):  # as in _newton_step: zero-weight rows of J vanish
+        diag = torch.where(a == 0, diag.detach()[a != 0].mean(), diag)
 
     def matvec(v):
-        vf, vg = v[:n], v[n:]
-        out = diag * v + torch.cat(((plan @ vg[:, None])[:, 0], (plan.t() @ vf[:, None])[:, 0])) / eps
-        if shift is not None:
-            out = out + scale * (shift @ v) * shift
-        return out
+        return diag * v + (plan @ v[:, None])[:, 0] / eps
 
-    return z + cg_solve(matvec, r, tol=tol, atol=1e-30, on_nonconvergence="warn", stats=stats)
+    return p + cg_solve(matvec, r, tol=tol, atol=1e-30, on_nonconvergence="warn", stats=stats,
+                        preconditioner=1 / diag.detach())
 
 
-def newton_potentials(a, x, b, y, f0, g0, eps, rho_x, rho_y, cost, steps=2, tol=1e-10):
-    """(f, g) after `steps` Newton steps from (f0, g0) (detached), differentiable in a, x, b, y
-    to order 2 ** steps - 1 (2 steps: first and second derivatives exact). 1-D inputs a (N),
-    b (M), f0 (N), g0 (M); x (N, D), y (M, D); rho None for a hard marginal."""
-    z = torch.cat((f0, g0)).detach()
+def _refine(step, residual, z, eps, steps, mass, target=None, errors=None, most=8):
+    """`steps` Newton steps z <- step(z, stats) from z (detached), checked: the marginal error
+    residual(z) must end no larger than it began (or at rounding level for the total `mass`).
+    A start whose marginal error is above `target` (the loop stopped at max_iter) first gets up
+    to `most` steps without a graph while they lower it: the derivatives of the last `steps` are
+    exact only from a start inside Newton's quadratic region. The final marginal error is
+    appended to the list `errors`."""
+    z = z.detach()
     stats = {}
     why = None
     try:
+        with torch.no_grad():
+            err = float(residual(z).abs().sum())
+            for _ in range(most if target is not None and err > target else 0):
+                dz = step(z, {}) - z
+                # Damped: the full step overshoots outside the quadratic region.
+                for t in (1.0, 0.5, 0.25, 0.125):
+                    err1 = float(residual(z + t * dz).abs().sum())
+                    if err1 < err:
+                        break
+                if not err1 < err:  # also stops at NaN: the checked steps below report it
+                    break
+                z, err = z + t * dz, err1
+                if err <= target:
+                    break
         for _ in range(steps):
-            z = _newton_step(a, x, b, y, z, eps, rho_x, rho_y, cost, tol, stats)
+            z = step(z, stats)
     except ValueError as e:  # CG met a non-finite or indefinite product: z was far from the point
         why = str(e)
     if why is None:
         with torch.no_grad():
-            final = float(_residual(a, x, b, y, z.detach(), eps, rho_x, rho_y, cost)[-1]
-                          .abs().sum())
+            final = float(residual(z.detach()).abs().sum())
         # Newton converges from a start close enough to the fixed point; from too far it may
         # jump away (steps that did not lower the marginals' error), or overflow.
-        floor = 100 * torch.finfo(z.dtype).eps * float(a.detach().sum() + b.detach().sum())
+        floor = 100 * torch.finfo(z.dtype).eps * mass
         if not (math.isfinite(final) and final <= max(stats["residuals"][0], floor)):
             why = (f"the marginal error went from {stats['residuals'][0]:.3g} to {final:.3g} "
                    "instead of down")
@@ -124,6 +187,22 @@ def newton_potentials(a, x, b, y, f0, g0, eps, rho_x, rho_y, cost, steps=2, tol=
             f"steps at eps = {eps:.3g} ({why}): the plan operator they invert gets ill-"
             "conditioned as eps shrinks (about 1/eps). Raise blur, or use gradient='envelope' "
             "or 'unrolled'")
+    if errors is not None:
+        errors.append(final)
+    return z
+
+
+def newton_potentials(a, x, b, y, f0, g0, eps, rho_x, rho_y, cost, steps=2, tol=1e-10,
+                      target=None, errors=None):
+    """(f, g) after `steps` Newton steps from (f0, g0) (detached), differentiable in a, x, b, y
+    to order 2 ** steps - 1 (2 steps: first and second derivatives exact). 1-D inputs a (N),
+    b (M), f0 (N), g0 (M); x (N, D), y (M, D); rho None for a hard marginal; target: the
+    marginal error (l1) below which (f0, g0) counts as converged, errors: a list that receives
+    the final one (see _refine)."""
+    z = _refine(lambda z, st: _newton_step(a, x, b, y, z, eps, rho_x, rho_y, cost, tol, st),
+                lambda z: _residual(a, x, b, y, z, eps, rho_x, rho_y, cost)[-1],
+                torch.cat((f0, g0)), eps, steps, float(a.detach().sum() + b.detach().sum()),
+                target, errors)
     n = x.shape[0]
     f, g = z[:n], z[n:]
     # The potential of a zero-weight point is not pinned by the dual's stationarity (its mass
@@ -133,6 +212,18 @@ def newton_potentials(a, x, b, y, f0, g0, eps, rho_x, rho_y, cost, steps=2, tol=
     if bool((b == 0).any()):
         g = torch.where(b == 0, _softmin(y, x, a, f, eps, rho_y, lambda u, v: cost(v, u).t()), g)
     return f, g
+
+
+def newton_symmetric(a, x, p0, eps, rho, cost, steps=2, tol=1e-10, target=None, errors=None):
+    """The potential p of the symmetric problem (a, x) against itself (the debiasing terms),
+    by Newton steps on f = g = p from p0: as newton_potentials, at half the unknowns, one
+    reduction per CG iteration, and well conditioned (see _sym_newton_step)."""
+    p = _refine(lambda z, st: _sym_newton_step(a, x, z, eps, rho, cost, tol, st),
+                lambda z: _sym_residual(a, x, z, eps, rho, cost)[-1],
+                p0, eps, steps, 2 * float(a.detach().sum()), target, errors)
+    if bool((a == 0).any()):
+        p = torch.where(a == 0, _softmin(x, x, a, p, eps, rho, cost), p)
+    return p
 
 
 def _softmin(x, y, b, g, eps, rho, cost):
@@ -145,7 +236,7 @@ def _softmin(x, y, b, g, eps, rho, cost):
 def implicit_potentials(a, x, b, y, solve, settings, report=None):
     """(f, g, p, q) of one problem, differentiable to second order through newton_potentials: the
     core solves to convergence (solve: the core's options), then two Newton steps per problem
-    (x-y, and with debias x-x and y-y, each with its own marginal penalty on both sides)."""
+    (x-y, and with debias the symmetric x-x and y-y, each with its own marginal penalty)."""
     res = core_sinkhorn(a, x, b, y, solve)
     if report is not None:
         report.update(history=res.history, converged=res.converged, eps=res.eps,
@@ -163,15 +254,16 @@ def implicit_potentials(a, x, b, y, solve, settings, report=None):
         return torch.from_numpy(t).to(dtype=x.dtype, device=x.device)
 
     tol = 1e-11 if x.dtype == torch.float64 else 1e-5
+    target = solve["tol"] if solve["tol"] > 0 else None
+    errors = []
     try:
         f, g = newton_potentials(a, x, b, y, pot(res.f), pot(res.g), eps, rho_x, rho_y, cost,
-                                 tol=tol)
-        if not settings["debias"]:
-            return f, g, x.new_zeros(0), x.new_zeros(0)
-        p1, p2 = newton_potentials(a, x, a, x, pot(res.p), pot(res.p), eps, rho_x, rho_x, cost,
-                                   tol=tol)
-        q1, q2 = newton_potentials(b, y, b, y, pot(res.q), pot(res.q), eps, rho_y, rho_y, cost,
-                                   tol=tol)
+                                 tol=tol, target=target, errors=errors)
+        if settings["debias"]:
+            p = newton_symmetric(a, x, pot(res.p), eps, rho_x, cost, tol=tol, target=target,
+                                 errors=errors)
+            q = newton_symmetric(b, y, pot(res.q), eps, rho_y, cost, tol=tol, target=target,
+                                 errors=errors)
     except RuntimeError as e:
         if solve["tol"] > 0 and not res.converged:  # the likely cause: say it first
             worst = max(res.history[-1][1:]) if len(res.history) else math.nan
@@ -181,4 +273,9 @@ def implicit_potentials(a, x, b, y, solve, settings, report=None):
                 f"iteration down), too far from the fixed point for the implicit gradient. {e}. "
                 "Raising max_iter may do") from None
         raise
-    return f, g, (p1 + p2) / 2, (q1 + q2) / 2
+    if report is not None and target is not None:
+        # Newton steps may finish what the loop left at max_iter: converged is what they reached.
+        report.update(refined_error=max(errors), converged=max(errors) <= target)
+    if not settings["debias"]:
+        return f, g, x.new_zeros(0), x.new_zeros(0)
+    return f, g, p, q

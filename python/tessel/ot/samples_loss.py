@@ -507,10 +507,14 @@ def solve_potentials(gradient, a, x, b, y, solve, settings, who, reports=None, s
         pots = [unrolled_potentials(a[k], x[k], b[k], y[k], solve, settings, reports[k],
                                     snapshots) for k in range(x.shape[0])]
     if solve["tol"] > 0 and not all(r["converged"] for r in reports):
-        worst = max(max(r["history"][-1][1:]) for r in reports)
-        warnings.warn(f"{who}: stopped after max_iter={solve['max_iter']} iterations with a "
-                      f"marginal error of {worst:.3g} > tol={solve['tol']:g}; raise max_iter or "
-                      "blur, or lower the accuracy asked for", RuntimeWarning, stacklevel=3)
+        worst = max(r.get("refined_error", max(r["history"][-1][1:])) for r in reports)
+        newton = " and Newton refinement" if gradient == "implicit" else ""
+        hint = ("raise blur, or call tessel.ot.solve_sample, which takes max_iter and tol"
+                if who.endswith("SamplesLoss") else
+                "raise max_iter or blur, or lower the accuracy asked for")
+        warnings.warn(f"{who}: stopped after max_iter={solve['max_iter']} iterations{newton} "
+                      f"with a marginal error of {worst:.3g} > tol={solve['tol']:g}; {hint}",
+                      RuntimeWarning, stacklevel=3)
     return [torch.stack([pk[m] for pk in pots]) for m in range(4)]
 
 
