@@ -80,6 +80,28 @@ def test_ot_bench_smoke_and_table(tmp_path):
     assert "| 200 | 3 | tessel |" in t.stdout and "1.0x" in t.stdout
 
 
+
+def test_ot_hvp_bench_agrees_with_dense_autograd_and_tabulates(tmp_path):
+    # The implicit mode's Hessian-vector product against dense autograd through the iterations
+    # to convergence: the bench's own accuracy column must show agreement, balanced and not.
+    rows = []
+    for reach in ([], ["--reach", "0.5"]):
+        out = subprocess.run([sys.executable, str(BENCH / "ot_hvp_bench.py"), "--n", "30",
+                              "--blur", "0.3", *reach], capture_output=True, text=True,
+                             env=dict(os.environ), timeout=300)
+        assert out.returncode == 0, out.stdout + out.stderr
+        rows += [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert [r["impl"] for r in rows] == ["tessel-implicit", "dense"] * 2
+    for r in rows[1::2]:
+        assert r["iterations"] > 1 and r["hvp_rel_diff"] < 1e-9 and r["value_rel_diff"] < 1e-12
+    assert all(r["hvp_s"] > 0 and r["hvp_norm"] > 0 for r in rows)
+    path = tmp_path / "hvp.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    t = subprocess.run([sys.executable, str(BENCH / "ot_hvp_bench.py"), "--table", str(path)],
+                       capture_output=True, text=True, timeout=60)
+    assert t.returncode == 0, t.stderr
+    assert "| 30 | 45 | 0.5 | tessel-implicit |" in t.stdout and "reference" in t.stdout
+
 def test_half_accuracy_smoke_and_table(tmp_path):
     out = subprocess.run([sys.executable, str(BENCH / "half_accuracy.py"), "--n", "300"],
                          capture_output=True, text=True, env=dict(os.environ), timeout=300)
