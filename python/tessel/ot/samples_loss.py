@@ -168,9 +168,11 @@ class SamplesLoss(torch.nn.Module):
     gradient (a tessel option): "envelope" (default, GeomLoss's: the loop's last extrapolation
     differentiated with the potentials it started from held constant; one extra reduction) or
     "implicit": the loop runs to convergence (alternating updates, marginal error 1e-9 in
-    float64, 1e-5 in float32) and the potentials are differentiated by the implicit function
-    theorem (two Newton steps of conjugate gradients on the plan operator), exact at the fixed
-    point and to second order: Hessian-vector products (autograd with create_graph=True) of
+    float64, 1e-5 in float32, at most 10000 iterations, then damped Newton steps if that was not
+    enough; a RuntimeWarning when they do not reach it either) and the potentials are
+    differentiated by the implicit function theorem (two Newton steps of conjugate gradients on
+    the plan operator), exact at the fixed point and to second order: Hessian-vector products
+    (autograd with create_graph=True) of
     debiased, unbalanced and semi-unbalanced losses alike; "unrolled": autograd through every
     iteration of the loop (the exact derivative of what it computed, converged or not, to any
     order), keeping every iteration or, with snapshots=s, at most s of them (checkpoint_loop).
