@@ -43,21 +43,30 @@ def tessel_loss(args):
     return SamplesLoss("sinkhorn", p=2, blur=args.blur, reach=args.reach, gradient="implicit")
 
 
+def alternating(x, y, args):
+    """The (f, g) of each alternating log-domain update from zero at the final eps, dense."""
+    import torch
+    eps = args.blur ** 2
+    damp = 1.0 if args.reach is None else 1 / (1 + eps / args.reach ** 2)
+    c = ((x[:, None] - y[None]) ** 2).sum(-1) / 2
+    la, lb = -math.log(len(x)), -math.log(len(y))  # float64 logs: sum a = sum b exactly
+    f, g = x.new_zeros(len(x)), x.new_zeros(len(y))
+    while True:
+        f = -damp * eps * torch.logsumexp(lb + (g[None] - c) / eps, 1)
+        g = -damp * eps * torch.logsumexp(la + (f[:, None] - c) / eps, 0)
+        yield f, g
+
+
 def dense_loss(args, iters):
-    """The debiased divergence by `iters` alternating log-domain updates at the final eps."""
+    """The debiased divergence by `iters` dense updates at the final eps."""
     import torch
     eps = args.blur ** 2
     damp = 1.0 if args.reach is None else 1 / (1 + eps / args.reach ** 2)
 
     def potentials(x, y):
-        c = ((x[:, None] - y[None]) ** 2).sum(-1) / 2
-        la = torch.full((len(x),), -math.log(len(x)), dtype=x.dtype)
-        lb = torch.full((len(y),), -math.log(len(y)), dtype=x.dtype)
-        f, g = x.new_zeros(len(x)), x.new_zeros(len(y))
-        for _ in range(iters):
-            f = -damp * eps * torch.logsumexp(lb[None] + (g[None] - c) / eps, 1)
-            g = -damp * eps * torch.logsumexp(la[:, None] + (f[:, None] - c) / eps, 0)
-        return f, g
+        for _, fg in zip(range(iters), alternating(x, y, args)):
+            pass
+        return fg
 
     def side(pot, n):
         if args.reach is None:
@@ -69,10 +78,9 @@ def dense_loss(args, iters):
         # The averaged update p <- (p + softmin(p)) / 2: alternating ones converge slowly along
         # the antisymmetric shifts of far-apart clusters.
         c = ((x[:, None] - x[None]) ** 2).sum(-1) / 2
-        la = torch.full((len(x),), -math.log(len(x)), dtype=x.dtype)
         p = x.new_zeros(len(x))
         for _ in range(iters):
-            p = (p - damp * eps * torch.logsumexp(la[None] + (p[None] - c) / eps, 1)) / 2
+            p = (p - damp * eps * torch.logsumexp(-math.log(len(x)) + (p[None] - c) / eps, 1)) / 2
         return p
 
     def loss(x, y):
@@ -99,19 +107,12 @@ def run_once(loss, x, y, v):
 def converged_iterations(x, y, args, tol=1e-12, most=20000):
     """How many alternating updates from zero the dense x-y problem needs at the final eps for
     its potentials to move less than tol (in the cost's units; counted without a graph)."""
-    import torch
-    eps = args.blur ** 2
-    damp = 1.0 if args.reach is None else 1 / (1 + eps / args.reach ** 2)
-    c = ((x[:, None] - y[None]) ** 2).sum(-1) / 2
-    la, lb = -math.log(len(x)), -math.log(len(y))
     f, g = x.new_zeros(len(x)), x.new_zeros(len(y))
-    for it in range(1, most + 1):
-        f1 = -damp * eps * torch.logsumexp(lb + (g[None] - c) / eps, 1)
-        g1 = -damp * eps * torch.logsumexp(la + (f1[:, None] - c) / eps, 0)
+    for it, (f1, g1) in zip(range(1, most + 1), alternating(x, y, args)):
         moved = max(float((f1 - f).abs().max()), float((g1 - g).abs().max()))
-        f, g = f1, g1
         if moved < tol:
             return it
+        f, g = f1, g1
     return most
 
 

@@ -45,9 +45,10 @@ def _preconditioner(who, m, b):
         return _checked_matvec(m, b, "preconditioner")
     if not isinstance(m, torch.Tensor) or m.shape != b.shape[:1] or m.dtype != b.dtype \
             or m.device != b.device:
+        got = (f"a {m.dtype} tensor of shape {tuple(m.shape)} on {m.device}"
+               if isinstance(m, torch.Tensor) else f"a {type(m).__name__}")
         raise TypeError(f"{who}: preconditioner must be a callable (v -> M^-1 v) or a tensor of "
-                        f"shape ({b.shape[0]},) with b's dtype and device; got "
-                        f"{_describe(m)}")
+                        f"shape ({b.shape[0]},) with b's dtype and device; got {got}")
     d = m.detach()
     if not bool(torch.isfinite(d).all()) or not bool((d > 0).all()):
         raise ValueError(f"{who}: a diagonal preconditioner must be finite and positive "
@@ -55,12 +56,6 @@ def _preconditioner(who, m, b):
     if b.dim() == 2:
         d = d[:, None]
     return lambda v: v * d
-
-
-def _describe(t):
-    if isinstance(t, torch.Tensor):
-        return f"a {t.dtype} tensor of shape {tuple(t.shape)} on {t.device}"
-    return f"a {type(t).__name__}"
 
 
 def _apply_precond(opts, r, rs, limit, it):

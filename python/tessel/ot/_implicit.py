@@ -71,16 +71,20 @@ def _newton_step(a, x, b, y, z, eps, rho_x, rho_y, cost, tol, stats):
     stats.setdefault("residuals", []).append(float(r.detach().abs().sum()))
     diag = torch.cat((row / eps + (0 if rho_x is None else mass_x / rho_x),
                       col / eps + (0 if rho_y is None else mass_y / rho_y)))
-    zero = torch.cat((a == 0, b == 0))
-    if bool(zero.any()):
-        # A zero weight's row and column of H vanish (its plan entries are exact zeros), and so
-        # does its residual: a unit diagonal there keeps CG positive definite and leaves that
-        # potential unmoved (newton_potentials then sets it by its softmin).
-        diag = torch.where(zero, diag.detach()[~zero].mean(), diag)
+    diag = _pin_zero_weights(diag, torch.cat((a == 0, b == 0)))
     # Balanced problems: c (1, -1)(1, -1)^T fills H's null space, the shift direction; the
     # (consistent) right-hand side has no part along it, so this fixes the gauge at no shift.
     c = float(diag.detach().mean()) / diag.shape[0] if rho_x is None and rho_y is None else 0.0
     return z + _solve_blocks(plan, diag[:n], diag[n:], c, eps, r[:n], r[n:], tol, stats)
+
+
+def _pin_zero_weights(diag, zero):
+    """A zero weight's row and column of the plan operator vanish (its plan entries are exact
+    zeros), and so does its residual: a typical diagonal there keeps CG positive definite and
+    leaves that potential unmoved (newton_potentials then sets it by its softmin)."""
+    if not bool(zero.any()):
+        return diag
+    return torch.where(zero, diag.detach()[~zero].mean(), diag)
 
 
 def _solve_blocks(plan, d1, d2, c, eps, rf, rg, tol, stats):
@@ -89,26 +93,23 @@ def _solve_blocks(plan, d1, d2, c, eps, rf, rg, tol, stats):
     Jacobi-preconditioned by A's diagonal, runs on the Schur complement S = A - B D^-1 B^T.
     The same two reductions per iteration as CG on H', but S's spectrum (1 - s_k^2 after
     scaling, s_k the scaled plan's singular values) needs about half the iterations of H''s
-    (1 +- s_k), and the scaling removes the spread of the marginals' masses: 2 to 13 times
-    fewer reductions on the problems we measured."""
+    (1 +- s_k), and the scaling removes the spread of the marginals' masses (soft marginals).
+    c = 0 (unbalanced problems) leaves the plain blocks."""
     inv_d2 = 1 / d2
     sm = c / (1 + c * inv_d2.sum())  # differentiable: D^-1 moves with d2
 
     def solve_d(w):  # D^-1 w
         u = inv_d2 * w
-        return u - sm * u.sum() * inv_d2 if c else u
+        return u - sm * u.sum() * inv_d2
 
     def b_t(v):  # B^T v
-        out = (plan.t() @ v[:, None])[:, 0] / eps
-        return out - c * v.sum() if c else out
+        return (plan.t() @ v[:, None])[:, 0] / eps - c * v.sum()
 
     def b_(w):  # B w
-        out = (plan @ w[:, None])[:, 0] / eps
-        return out - c * w.sum() if c else out
+        return (plan @ w[:, None])[:, 0] / eps - c * w.sum()
 
     def schur(v):
-        out = d1 * v - b_(solve_d(b_t(v)))
-        return out + c * v.sum() if c else out
+        return d1 * v + c * v.sum() - b_(solve_d(b_t(v)))
 
     vf = cg_solve(schur, rf - b_(solve_d(rg)), tol=tol, atol=1e-30, on_nonconvergence="warn",
                   stats=stats, preconditioner=1 / (d1.detach() + c))
@@ -132,9 +133,7 @@ def _sym_newton_step(a, x, p, eps, rho, cost, tol, stats):
     the loss, but an autograd right-hand side has parts there that CG cannot resolve."""
     plan, row, mass, r = _sym_residual(a, x, p, eps, rho, cost)
     stats.setdefault("residuals", []).append(float(r.detach().abs().sum()))
-    diag = row / eps + (0 if rho is None else mass / rho)
-    if bool((a == 0).any()):  # as in _newton_step: zero-weight rows of J vanish
-        diag = torch.where(a == 0, diag.detach()[a != 0].mean(), diag)
+    diag = _pin_zero_weights(row / eps + (0 if rho is None else mass / rho), a == 0)
 
     def matvec(v):
         return diag * v + (plan @ v[:, None])[:, 0] / eps

@@ -172,8 +172,8 @@ class SamplesLoss(torch.nn.Module):
     enough; a RuntimeWarning when they do not reach it either) and the potentials are
     differentiated by the implicit function theorem (two Newton steps of conjugate gradients on
     the plan operator), exact at the fixed point and to second order: Hessian-vector products
-    (autograd with create_graph=True) of
-    debiased, unbalanced and semi-unbalanced losses alike; "unrolled": autograd through every
+    (autograd with create_graph=True) of debiased, unbalanced and semi-unbalanced losses alike;
+    "unrolled": autograd through every
     iteration of the loop (the exact derivative of what it computed, converged or not, to any
     order), keeping every iteration or, with snapshots=s, at most s of them (checkpoint_loop).
 
