@@ -176,6 +176,40 @@ def test_nondeterministic_step_is_reported(name, loop, make, n, s):
 
 
 @pytest.mark.parametrize("name,loop", LOOPS)
+@pytest.mark.parametrize("make", [lambda: _numpy_noise_step(0), _global_step])
+def test_nondeterministic_step_is_reported_under_create_graph(name, loop, make):
+    # The full recomputation (create_graph=True, or a second backward) used to skip the check:
+    # a gradient 5 % off, silently.
+    x0 = torch.linspace(-1, 1, 5, dtype=F64, requires_grad=True)
+    out = loop(make(), x0, 10, 3)
+    with pytest.raises(RuntimeError, match=rf"checkpoint_{name}: the loop, run again in backward "
+                                           r"\(create_graph=True or a second backward\), ended "
+                                           "in a different state 0"):
+        torch.autograd.grad(out.sum(), x0, create_graph=True)
+    out = loop(make(), x0, 10, 3, determinism_check="none")
+    torch.autograd.grad(out.sum(), x0, create_graph=True)  # the caller's choice: no error
+
+
+@pytest.mark.parametrize("name,loop", LOOPS)
+def test_second_backward_checks_and_passes_deterministic_steps(name, loop):
+    x0 = torch.linspace(-1, 1, 5, dtype=F64, requires_grad=True)
+    out = loop(_global_step(), x0, 6, 6, determinism_check="none")
+    torch.autograd.grad(out.sum(), x0, retain_graph=True)
+    out = loop(lambda x, k: torch.sin(x) * 0.9, x0, 10, 3)
+    (g1,) = torch.autograd.grad(out.sum(), x0, retain_graph=True)
+    (g2,) = torch.autograd.grad(out.sum(), x0, create_graph=True)  # recomputed, checked, equal
+    torch.testing.assert_close(g1, g2, rtol=1e-14, atol=0)
+    (h,) = torch.autograd.grad(g2.sum(), x0)
+    assert torch.isfinite(h).all()
+    # A result the caller changed in place afterwards leaves nothing to compare: no false alarm.
+    out = loop(lambda x, k: torch.sin(x) * 0.9, x0, 10, 3)
+    z = out * 1.0
+    with torch.no_grad():
+        out.add_(1.0)
+    torch.autograd.grad(z.sum(), x0, create_graph=True)
+
+
+@pytest.mark.parametrize("name,loop", LOOPS)
 def test_determinism_check_none_turns_the_comparison_off(name, loop):
     """As torch.utils.checkpoint's keyword: for steps that differ in the last bits on a GPU."""
     x0 = torch.linspace(-1, 1, 5, dtype=F64, requires_grad=True)

@@ -126,6 +126,14 @@ def _same_bits(a, b):
     return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
 
 
+_REPLAY_ADVICE = (
+    "the gradient would be wrong. step must compute the same from the same state and k: no "
+    "unseeded random source (NumPy, Python's random; torch's generators are replayed with "
+    "preserve_rng_state=True), no global that changes between calls, no nondeterministic GPU "
+    "kernel (torch.use_deterministic_algorithms(True) avoids those); determinism_check='none' "
+    "turns this check off")
+
+
 def _check_determinism(who, v):
     """determinism_check, named and valued as torch.utils.checkpoint's: True to compare."""
     if v not in ("default", "none"):
@@ -190,6 +198,9 @@ class _Revolve:
             self.plan_levels()
         self.cur = None
         self.taped = None
+        # The loop's result as the forward returned it, with the version counters it had then:
+        # backward_full compares its recomputation with it (set by _attach).
+        self.final = None
 
     def plan_levels(self):
         """Tells the store how often each slot is written or read in the schedule still to run
@@ -312,12 +323,7 @@ class _Revolve:
             if not _same_bits(o.detach(), x.detach()):
                 raise RuntimeError(
                     f"{self.name}: step {k}, run again in backward, gave a different state {j} "
-                    "than when it ran before; the gradient would be wrong. step must compute the "
-                    "same from the same state and k: no unseeded random source (NumPy, Python's "
-                    "random; torch's generators are replayed with preserve_rng_state=True), no "
-                    "global that changes between calls, no nondeterministic GPU kernel "
-                    "(torch.use_deterministic_algorithms(True) avoids those); "
-                    "determinism_check='none' turns this check off")
+                    f"than when it ran before; {_REPLAY_ADVICE}")
 
     def backward_full(self, grads, states, params, create_graph):
         """The plain path, for what the schedule cannot serve: create_graph=True (the taped
@@ -333,6 +339,7 @@ class _Revolve:
             for k in range(self.n_steps):
                 cur = self.call(cur, k)
         self.captured.check(cur, states)
+        self._check_final(cur)
         pairs = [(o, g) for o, g in zip(cur, grads) if g is not None and o.requires_grad]
         targets = [x for x in states if x.requires_grad] + [p for p in params if p.requires_grad]
         res = iter(grad_once([o for o, _ in pairs], targets, [g for _, g in pairs],
@@ -343,6 +350,22 @@ class _Revolve:
                        for g, x in zip(state_grads, states)]
         param_grads = [next(res) if p.requires_grad else None for p in params]
         return state_grads, param_grads
+
+    def _check_final(self, cur):
+        """The full recomputation must end where the forward ended, as each replayed step must in
+        the scheduled backward: else the gradient (to any order) is another trajectory's. A result
+        the caller has since changed in place (its version moved) has nothing left to compare."""
+        if not self.check_replay or self.final is None:
+            return
+        final, versions = self.final
+        if any(f._version != v for f, v in zip(final, versions)):
+            return
+        for j, (o, f) in enumerate(zip(cur, final)):
+            if not _same_bits(o.detach(), f):
+                raise RuntimeError(
+                    f"{self.name}: the loop, run again in backward (create_graph=True or a "
+                    f"second backward), ended in a different state {j} than when it ran before; "
+                    f"{_REPLAY_ADVICE}")
 
     @staticmethod
     def _reverse(inp, out, grads, params, param_grads):
@@ -465,7 +488,9 @@ def checkpoint_loop(step, state, n_steps, snapshots, params=(), stats=None, stor
         "default" (as in torch.utils.checkpoint): each step recomputed in backward must give,
         bit for bit, the state the loop already holds after it (a snapshot or an earlier
         recomputation; no extra memory), else a RuntimeError names the step: a step that does
-        not compute the same twice would get the gradient of another trajectory. "none" turns
+        not compute the same twice would get the gradient of another trajectory. The full
+        recomputation of create_graph=True and of a second backward must end in the state the
+        forward returned, checked the same way. "none" turns
         the comparison off, for steps whose GPU kernels add in a varying order (atomics) and
         differ in the last bits only.
 
@@ -548,4 +573,6 @@ def _attach(run, states, outs, is_tuple):
         run.release()
         return outs if is_tuple else outs[0]
     outs = _RevolveFunction.apply(run, outs, len(states), *states, *params)
+    # Views of the returned tensors, not copies: no memory beyond what the caller holds.
+    run.final = (tuple(o.detach() for o in outs), [o._version for o in outs])
     return tuple(outs) if is_tuple else outs[0]
