@@ -143,9 +143,17 @@ class _Views:
 
     def __init__(self, dim, centers, measures, normals):
         self.dim, self.centers, self.measures, self.normals = dim, centers, measures, normals
-        # Unit normals: the measures are the normals' norms and no piece is degenerate (the
-        # shapes check it when built).
-        self.units = None if normals is None else normals / measures[:, None]
+        self.units = None if normals is None else _unit(normals, measures)
+
+
+def _unit(normals, measures):
+    """normals / measures, and 0 on a piece of measure 0 (a collapsed face or segment of a
+    deformed shape): its term m_i k_o(u_i, .) is 0 for any u_i, and both where branches have
+    finite derivatives, so its value and gradient stay those of the limit."""
+    m = measures[:, None]
+    live = m > 0
+    return torch.where(live, normals / torch.where(live, m, torch.ones_like(m)),
+                       torch.zeros_like(normals))
 
 
 class KernelNorm(_KernelAttachment):
@@ -236,10 +244,14 @@ class Currents(_KernelAttachment):
         _need_normals(self._who, source, target, "")
 
     def _inner(self, a, b):
-        red = _reduction(a.dim, self.kernel, ORIENTATIONS["linear"][0], weighted=False)
-        out = red(a.centers, b.centers, a.normals, b.normals, self._g(a.centers),
-                  **self._options())
-        return out.sum()
+        return _currents_inner(self, a, b)
+
+
+def _currents_inner(att, a, b):
+    """sum_ij k(x_i, y_j) <n_i, n'_j> with att's spatial kernel, scale and backend."""
+    red = _reduction(a.dim, att.kernel, ORIENTATIONS["linear"][0], weighted=False)
+    return red(a.centers, b.centers, a.normals, b.normals, att._g(a.centers),
+               **att._options()).sum()
 
 
 def _need_normals(who, source, target, what):
@@ -261,7 +273,8 @@ class Varifold(_KernelAttachment):
     orientation_scale: "constant": 1 (KernelNorm); "linear": <u, v> (Currents); "oriented":
     exp(2 (<u, v> - 1) / so^2); "unoriented": exp(2 (<u, v>^2 - 1) / so^2) (u and -u alike);
     "binet": <u, v>^2 (Deformetrica's and KeOps's LDDMM tutorial's choice). A remeshed shape has
-    nearly the same varifold.
+    nearly the same varifold. A piece of measure 0 (a face or segment that a deformation
+    collapsed) contributes nothing, and its limit's gradient where that exists.
 
     Parameters
     ----------
@@ -317,6 +330,10 @@ class Varifold(_KernelAttachment):
         _need_normals(self._who, source, target, " (a varifold reads the unit normals)")
 
     def _inner(self, a, b):
+        if self.orientation == "linear":
+            # m_i m_j <u_i, v_j> = <n_i, n_j>: no unit normals, hence the exact derivative at a
+            # collapsed piece (where u_i is undefined but n_i -> 0 is smooth).
+            return _currents_inner(self, a, b)
         formula = ORIENTATIONS[self.orientation][0]
         red = _reduction(a.dim, self.kernel, formula)
         x = a.centers
