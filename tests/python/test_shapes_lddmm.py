@@ -253,17 +253,52 @@ def test_normalized_hamiltonian_shooting_equals_dense_autograd():
           torch.autograd.grad(want[0].square().sum() + want[1].sum(), ts), tol=1e-9)
 
 
-def test_normalized_flow_carries_other_points_with_the_control_points():
-    # Near the normalization's fixed point (many iterations), the extension of the velocity to
-    # space, K(x, q)(l p) / K(x, q)(l mu), equals the control points' own at x = q.
-    model = NormalizedLDDMM(GaussianKernel(0.5, backend="interpreter"), nits=40, n_steps=3)
-    q0, p0 = cloud(15, 21, d=2), 0.02 * (cloud(15, 22, d=2) - 0.5)
-    lam = model.normalization(q0)
-    k = GaussianKernel(0.5, backend="interpreter")
-    mu = torch.full((15, 1), 1 / 15, dtype=F64)
-    assert float((lam * k(q0, q0, lam * mu) - 1).abs().max()) < 1e-9
+@pytest.mark.parametrize("nits", [1, 2, 40])
+def test_normalized_flow_carries_other_points_with_the_control_points(nits):
+    # One velocity field moves every point: a point that starts on a control point follows it
+    # at any nits, not only at the normalization's fixed point.
+    model = NormalizedLDDMM(GaussianKernel(0.5, backend="interpreter"), nits=nits, n_steps=3)
+    q0, p0 = cloud(15, 21, d=2), 0.2 * (cloud(15, 22, d=2) - 0.5)
     q1, _, x1 = model.shoot(q0, p0, q0.clone())
-    close([x1], [q1], tol=1e-8)
+    assert float((q1 - q0).abs().max()) > 1e-2
+    close([x1], [q1], tol=1e-12)
+    if nits == 40:
+        # At the fixed point, lambda(z) = 1 / K(z, q)(l mu): velocities average the momenta.
+        k, lam = GaussianKernel(0.5, backend="interpreter"), model.normalization(q0)
+        mu = torch.full((15, 1), 1 / 15, dtype=F64)
+        assert float((lam * k(q0, q0, lam * mu) - 1).abs().max()) < 1e-9
+        z = cloud(7, 23, d=2)
+        close([model.velocity(z, q0, p0)], [k(z, q0, lam * p0) / k(z, q0, lam * mu)], tol=1e-9)
+
+
+def dense_normalized_velocity(s, z, q, p, mu, nits):
+    """lambda(z) K(z, q)(l p), lambda(z) the iterations at z against q's iterates."""
+    kqq, kzq = dense_k("gaussian", q, q, s), dense_k("gaussian", z, q, s)
+    lam, lz = torch.ones_like(mu), torch.ones_like(z[:, :1])
+    for _ in range(nits):
+        lz = (lz / (kzq @ (lam * mu))).sqrt()
+        lam = (lam / (kqq @ (lam * mu))).sqrt()
+    return lz * (kzq @ (lam * p))
+
+
+def test_normalized_transport_of_other_points_equals_dense_autograd():
+    s, nits, mu = 0.5, 2, torch.full((10, 1), 0.1, dtype=F64)
+    q0 = cloud(10, 24, d=2).requires_grad_()
+    p0 = (0.2 * (cloud(10, 25, d=2) - 0.5)).requires_grad_()
+    x0 = cloud(6, 26, d=2).requires_grad_()
+    model = NormalizedLDDMM(GaussianKernel(s, backend="interpreter"), nits=nits, n_steps=2,
+                            integrator="euler")
+    want = (q0, p0, x0)
+    for _ in range(2):
+        h = dense_normalized_h(s, want[0], want[1], mu, nits)
+        gq, gp = torch.autograd.grad(h, want[:2], create_graph=True)
+        v = dense_normalized_velocity(s, want[2], want[0], want[1], mu, nits)
+        want = tuple(a + 0.5 * b for a, b in zip(want, (gp, -gq, v)))
+    got = model.shoot(q0, p0, x0)
+    close(got, want, tol=1e-10)
+    ts = [q0, p0, x0]
+    close(torch.autograd.grad(got[2].square().sum(), ts),
+          torch.autograd.grad(want[2].square().sum(), ts), tol=1e-9)
 
 
 def test_bad_input_is_a_clear_error():

@@ -152,3 +152,17 @@ def test_defaults_register_a_mesh_with_the_binet_varifold():
     assert r.history[-1]["loss"] < 0.2 * r.history[0]["loss"], r
     cloud = register(PointCloud(src.points), PointCloud(tgt.points), max_iter=3, progress=False)
     assert type(cloud.attachment).__name__ == "KernelNorm"
+
+
+@pytest.mark.parametrize("nits", [1, 2])
+def test_normalized_lddmm_reports_the_attachment_of_its_deformed_shape(nits):
+    # The control points (the source's vertices) and the transported shape move by one field,
+    # so the history's attachment, reached through the control points, is r.deformed's.
+    from tessel.shapes import NormalizedLDDMM
+    src = PointCloud(torch.rand(40, 2, dtype=F64, generator=torch.Generator().manual_seed(3)))
+    tgt = PointCloud(src.points * 1.3 + 0.1)
+    model = NormalizedLDDMM(GaussianKernel(0.4, backend="interpreter"), nits=nits, n_steps=4)
+    att = dense_mmd(0.3)
+    r = register(src, tgt, model=model, attachment=att, max_iter=5, progress=False)
+    assert r.history[-1]["attachment"] < 0.5 * r.history[0]["attachment"]
+    assert float(att(r.deformed, tgt)) == pytest.approx(r.history[-1]["attachment"], rel=1e-12)

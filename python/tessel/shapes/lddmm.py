@@ -85,13 +85,17 @@ class LDDMM:
         return (f"LDDMM({self.kernel!r}, n_steps={self.n_steps}, "
                 f"integrator={self.integrator!r}{extra})")
 
+    def velocity(self, z, q, p):
+        """v(z) = K(z, q) p: the velocity that momenta p on control points q give points z."""
+        return self.kernel(z, q, p)
+
     def field(self, state):
         """The right-hand side at state = (q, p) or (q, p, x)."""
         q, p = state[0], state[1]
         dq, dp = self.kernel.field(q, p)
         if len(state) == 2:
             return dq, dp
-        return dq, dp, self.kernel(state[2], q, p)
+        return dq, dp, self.velocity(state[2], q, p)
 
     def _step(self, state, dt):
         f = self.field
@@ -168,8 +172,11 @@ class NormalizedLDDMM(LDDMM):
     scaled symmetrically, Delta(l) K Delta(l), so that its rows against the measure
     mu = sum_i mu_i delta_{q_i} carried by the control points sum to 1: l solves
     l * K(q, q) (l * mu) = 1 (the symmetric Sinkhorn theorem), reached by ``nits`` iterations
-    l <- sqrt(l / K(q, q)(l * mu)) from l = 1 (2 are often enough). Velocities are then weighted
-    averages of the momenta p_i / mu_i: other points x move with K(x, q)(l * p) / K(x, q)(l * mu).
+    l <- sqrt(l / K(q, q)(l * mu)) from l = 1 (2 are often enough). Every point z, control point
+    or not, moves with one velocity field v(z) = lambda(z) K(z, q)(l * p), lambda(z) the same
+    iterations run at z (``velocity``), so lambda(q_i) = l_i and a point that starts on a control
+    point follows it; at the fixed point lambda(z) = 1 / K(z, q)(l * mu) and velocities are
+    weighted averages of the momenta p_i / mu_i.
     Derivatives are exact through the iterations (autograd's of H), so each step costs a few
     times plain LDDMM's.
 
@@ -226,14 +233,6 @@ class NormalizedLDDMM(LDDMM):
                              f"but there are {q.shape[0]} control points")
         return self.mu.to(dtype=q.dtype, device=q.device)[:, None]
 
-    def normalization(self, q):
-        """l = Lambda(q, mu), (N, 1): nits symmetric Sinkhorn iterations from 1."""
-        mu = self._mu(q)
-        lam = torch.ones_like(mu)
-        for _ in range(self.nits):
-            lam = (lam / self.kernel(q, q, lam * mu)).sqrt()
-        return lam
-
     def hamiltonian(self, q, p, lam=None):
         """H(q, p), with l = Lambda(q, mu) unless given."""
         lp = (self.normalization(q) if lam is None else lam) * p
@@ -243,23 +242,49 @@ class NormalizedLDDMM(LDDMM):
         _check_state(q0, p0, None)
         return self.hamiltonian(q0, p0)
 
+    def iterates(self, q):
+        """[l_0 = 1, l_1, ..., l_nits] (each (N, 1)): the normalization's iterates at q."""
+        mu = self._mu(q)
+        out = [torch.ones_like(mu)]
+        for _ in range(self.nits):
+            out.append((out[-1] / self.kernel(q, q, out[-1] * mu)).sqrt())
+        return out
+
+    def normalization(self, q):
+        """l = Lambda(q, mu), (N, 1): nits symmetric Sinkhorn iterations from 1."""
+        return self.iterates(q)[-1]
+
+    def velocity(self, z, q, p, iterates=None):
+        """v(z) = lambda(z) K(z, q)(l p) at points z (M, D), from control points q and momenta p.
+
+        lambda(z) runs the normalization's iterations at z against the control points' iterates
+        l_k (`iterates`, computed from q unless given): lambda_{k+1}(z) = sqrt(lambda_k(z) /
+        K(z, q)(l_k mu)) from 1, so lambda(q_i) = l_i and v(q_i) = l_i K(q_i, q)(l p) = dH/dp_i,
+        the control points' own velocity: one field moves every point."""
+        its = self.iterates(q) if iterates is None else iterates
+        mu = self._mu(q)
+        lam = torch.ones_like(z[:, :1])
+        for lk in its[:-1]:
+            lam = (lam / self.kernel(z, q, lk * mu)).sqrt()
+        return lam * self.kernel(z, q, its[-1] * p)
+
     def field(self, state):
         q, p = state[0], state[1]
         with torch.enable_grad():
-            # Without an outer graph (no_grad shooting), q and p are leaves of this one only.
+            # Without an outer graph through q (no_grad shooting, or momenta alone), q is a leaf
+            # of this graph only.
             qg = q if q.requires_grad else q.detach().requires_grad_()
-            pg = p if p.requires_grad else p.detach().requires_grad_()
-            outer = q.requires_grad or p.requires_grad
-            lam = self.normalization(qg)
-            dh_dq, dh_dp = torch.autograd.grad(self.hamiltonian(qg, pg, lam), (qg, pg),
-                                               create_graph=outer)
-        if not outer:
-            dh_dq, dh_dp = dh_dq.detach(), dh_dp.detach()
+            its = self.iterates(qg)
+            (dh_dq,) = torch.autograd.grad(self.hamiltonian(qg, p, its[-1]), qg,
+                                           create_graph=q.requires_grad or p.requires_grad)
+        if not q.requires_grad:
+            its = [lk.detach() for lk in its]
+        if not (q.requires_grad or p.requires_grad):
+            dh_dq = dh_dq.detach()
+        # dH/dp = l K(q, q)(l p) is v(q): the velocity field's value at the control points
+        # (iterated there, lambda(q) = l exactly).
+        lam = its[-1]
+        dh_dp = lam * self.kernel(q, q, lam * p)
         if len(state) == 2:
             return dh_dp, -dh_dq
-        # The same l moves the other points: q's own when q is differentiated (qg is q then),
-        # a constant otherwise.
-        lam = lam if q.requires_grad else lam.detach()
-        x = state[2]
-        v = self.kernel(x, q, lam * p) / self.kernel(x, q, lam * self._mu(q))
-        return dh_dp, -dh_dq, v
+        return dh_dp, -dh_dq, self.velocity(state[2], q, p, its)
