@@ -307,6 +307,25 @@ def test_cg_preconditioner_second_derivatives():
     assert torch.autograd.gradgradcheck(solve, (a, b))
 
 
+@pytest.mark.parametrize("form", ["tensor", "callable"])
+@pytest.mark.parametrize("dtype,c", [(F64, 1e-300), (F64, 1e300), (torch.float32, 1e-30),
+                                     (torch.float32, 1e30)])
+def test_cg_preconditioner_of_any_scale(form, dtype, c):
+    # A valid Jacobi preconditioner of 1e-300 used to be blamed on the operator ("not positive
+    # definite": r^T M^-1 r and p^T A p underflowed). CG is invariant to M's scale: the same
+    # iterates, to rounding, as with M of unit size.
+    a = _badly_scaled(12).to(dtype)
+    b = rand(12, 2).to(dtype)
+    d = (1 / torch.diagonal(a)) / torch.diagonal(a).reciprocal().max()
+    unit, scaled = {}, {}
+    m = (lambda s: d * s) if form == "tensor" else (lambda s: (lambda v: (d * s)[:, None] * v))
+    x1 = cg_solve(lambda v: a @ v, b, tol=1e-5, stats=unit, preconditioner=m(1.0))
+    x2 = cg_solve(lambda v: a @ v, b, tol=1e-5, stats=scaled, preconditioner=m(c))
+    assert scaled["iterations"] == unit["iterations"]
+    eps = torch.finfo(dtype).eps
+    torch.testing.assert_close(x2, x1, rtol=1e3 * eps, atol=1e3 * eps * float(x1.abs().max()))
+
+
 def test_cg_preconditioner_bad_inputs():
     a, b = spd(3), torch.ones(3, dtype=F64)
     cases = [

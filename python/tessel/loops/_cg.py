@@ -58,12 +58,27 @@ def _preconditioner(who, m, b):
     return lambda v: v * d
 
 
-def _apply_precond(opts, r, rs, limit, it):
-    """z = M^{-1} r and r^T z per column (z = r without a preconditioner). The stopping test stays
-    on |r|, so tol means the same with or without one."""
+def _pow2_scale(z, r):
+    """A power of two c with |c z| about |r| (largest entries), as a pair of factors that are
+    each representable in z's dtype. CG's iterates do not change when M^-1 is scaled by a
+    positive constant (alpha takes 1/c, p takes c), so scaling by c costs no rounding and keeps
+    r^T M^-1 r and p^T A p inside the dtype's range for a preconditioner of any valid size."""
+    zmax, rmax = float(z.detach().abs().max()), float(r.detach().abs().max())
+    if not (0.0 < zmax < math.inf and 0.0 < rmax < math.inf):
+        return ()
+    e = math.frexp(rmax)[1] - math.frexp(zmax)[1]
+    return () if e == 0 else (2.0 ** (e // 2), 2.0 ** (e - e // 2))
+
+
+def _apply_precond(opts, r, rs, limit, it, scale=(), z=None):
+    """z = c M^{-1} r and r^T z per column (z = r without a preconditioner; c = the product of
+    `scale`, see _pow2_scale; `z`: M^{-1} r when already applied). The stopping test stays on
+    |r|, so tol means the same with or without one."""
     if opts.precond is None:
         return r, rs
-    z = opts.precond(r)
+    z = opts.precond(r) if z is None else z
+    for c in scale:
+        z = z * c
     rz = (r * z).sum(0)
     bad = ~(rs.sqrt() <= limit) & ~(rz > 0)
     if bool(bad.any()):
@@ -88,7 +103,9 @@ def _cg_iterate(mv, b, x0, opts, extra_atol):
         x = x0.detach().clone()
         r = b - mv(x)
     rs = torch.linalg.vector_norm(r, dim=0) ** 2
-    z, rz = _apply_precond(opts, r, rs, limit, 0)
+    z = None if opts.precond is None else opts.precond(r)
+    scale = () if z is None else _pow2_scale(z, r)
+    z, rz = _apply_precond(opts, r, rs, limit, 0, scale, z)
     p = z.clone()
     it = 0
     while True:
@@ -106,8 +123,10 @@ def _cg_iterate(mv, b, x0, opts, extra_atol):
             if not math.isfinite(val):
                 raise ValueError(f"cg_solve: matvec produced non-finite values (p^T A p = {val}) "
                                  f"at iteration {it}{col}")
+            why = (" (0: A is singular along p, or p^T A p underflowed: scale A nearer to "
+                   "unit size)" if val == 0.0 else "")
             raise ValueError(f"cg_solve: the operator is not positive definite: p^T A p = "
-                             f"{val:.3e} <= 0 at iteration {it}{col}; CG needs a symmetric "
+                             f"{val:.3e} <= 0 at iteration {it}{col}{why}; CG needs a symmetric "
                              "positive-definite matvec")
         # Converged columns get zero steps so that they stay put while the others go on.
         alpha = (rz / pap).masked_fill(done, 0.0)
@@ -115,7 +134,7 @@ def _cg_iterate(mv, b, x0, opts, extra_atol):
         x.addcmul_(p, alpha)
         r.addcmul_(ap, alpha, value=-1.0)
         rs = torch.linalg.vector_norm(r, dim=0) ** 2
-        z, rz_new = _apply_precond(opts, r, rs, limit, it)
+        z, rz_new = _apply_precond(opts, r, rs, limit, it, scale)
         beta = (rz_new / rz).masked_fill(done, 0.0)
         p.mul_(beta).add_(z)
         rz = rz_new
