@@ -446,8 +446,8 @@ def test_bad_arguments():
                                                       r"; expected one of 'constant'"),
              (lambda: Varifold(0.5, "oriented"), r"Varifold: orientation='oriented'.* needs "
                                                   r"orientation_scale"),
-             (lambda: Varifold(0.5), r"Varifold: orientation='unoriented'.* needs "
-                                     r"orientation_scale"),
+             (lambda: Varifold(0.5, "unoriented"), r"Varifold: orientation='unoriented'.* needs "
+                                                   r"orientation_scale"),
              (lambda: Varifold(0.5, "binet", 0.5), r"Varifold: orientation='binet' has no "
                                                    r"scale; expected orientation_scale=None"),
              (lambda: Varifold(0.5, "oriented", math.inf), r"orientation_scale = inf"),

@@ -280,8 +280,9 @@ class Varifold(_KernelAttachment):
     ----------
     scale : float or 0-dim tensor
         The spatial width s (> 0).
-    orientation : {"unoriented", "oriented", "binet", "linear", "constant"}
-        The orientation kernel.
+    orientation : {"binet", "unoriented", "oriented", "linear", "constant"}, default "binet"
+        The orientation kernel (the default, as register's, ignores the orientation of the
+        pieces and needs no orientation_scale).
     orientation_scale : float, optional
         so, needed by the Gaussian ones ("oriented", "unoriented") and refused by the others.
     kernel : {"gaussian", "cauchy"}
@@ -311,7 +312,7 @@ class Varifold(_KernelAttachment):
 
     _who = "Varifold"
 
-    def __init__(self, scale, orientation="unoriented", orientation_scale=None,
+    def __init__(self, scale, orientation="binet", orientation_scale=None,
                  kernel="gaussian", backend=None):
         super().__init__(scale, kernel, backend)
         self.orientation = _choice(self._who, "orientation", orientation, tuple(ORIENTATIONS))
