@@ -217,6 +217,19 @@ def test_a_bad_axis_says_so():
         td.Genred("SqDist(X,Y)", ["X=Vi(3)", "Y=Vj(3)"], axis=2)
 
 
+def test_a_group_that_is_not_a_process_group_says_so():
+    # It used to fail later, in torch.distributed, with an AttributeError naming neither.
+    msg = r"group must be None \(the default process group\) or a torch.distributed.ProcessGroup"
+    for make in (lambda g: td.Genred(*GAUSS[:2], group=g),
+                 lambda g: td.KernelSolve(*GAUSS[:2], "B", group=g)):
+        with pytest.raises(TypeError,
+                           match=r"tessel\.distributed\.\w+: " + msg + ".*got str 'abc'"):
+            make("abc")
+    x = torch.randn(4, 3)
+    with pytest.raises(TypeError, match=msg + ".*got int 3"):
+        td.SamplesLoss(group=3)(x, x)
+
+
 def test_without_a_process_group_the_call_says_what_to_do():
     assert not dist.is_initialized()
     red = td.Genred(*GAUSS[:2])

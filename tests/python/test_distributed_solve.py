@@ -192,5 +192,7 @@ def test_bad_constructions_and_options_say_so():
         td.KernelSolve("B*G", ["B=Vj(1)", "G=Pm(1)"], "B")
     with pytest.raises(NotImplementedError, match="ranges"):
         td.KernelSolve(*GAUSS[:3])(*_whole(4, 2)[:3], ranges=(None,) * 6)
+    solver = td.KernelSolve(*GAUSS[:3])
+    solver.group = object()  # stands for a group: no process group is initialized here
     with pytest.raises(TypeError, match="cannot be pickled"):
-        td.KernelSolve(*GAUSS[:3], group=object()).__getstate__()
+        solver.__getstate__()

@@ -24,7 +24,7 @@ import torch.distributed as dist
 
 from .. import torch as _tt
 from .._genred import reduction_name
-from ._ring import TAG_BLOCK as _TAG_BLOCK, TAG_GRAD as _TAG_GRAD, Ring, exchange
+from ._ring import TAG_BLOCK as _TAG_BLOCK, TAG_GRAD as _TAG_GRAD, Ring, check_group, exchange
 from ._rules import rule_for
 
 __all__ = ["Genred"]
@@ -137,7 +137,8 @@ class Genred:
         if self._rule is None:
             raise NotImplementedError(f"{_WHO}: reduction_op={name!r} is not sharded (it is "
                                       "indexed, not a reduction over i or j)")
-        self.reduction_op, self.axis, self.group, self._k = name, axis, group, opt_arg
+        self.reduction_op, self.axis, self._k = name, axis, opt_arg
+        self.group = check_group(_WHO, group)
         self._make = (formula, aliases, axis, dtype, formula2, options)
         self._locals = {}
         spec = whole._spec

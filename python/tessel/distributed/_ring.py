@@ -81,6 +81,16 @@ def _explain_mismatch(ring, parts, digests, who):
     raise ValueError(f"{who}: rank {bad} called with arguments unlike rank 0's")
 
 
+def check_group(who, group):
+    """group must be None (the default group) or a torch.distributed ProcessGroup: anything else
+    would fail deep in torch.distributed with an AttributeError that names neither."""
+    if group is not None and not isinstance(group, dist.ProcessGroup):
+        raise TypeError(f"{who}: group must be None (the default process group) or a "
+                        "torch.distributed.ProcessGroup (from dist.new_group(...)), got "
+                        f"{type(group).__name__} {group!r}")
+    return group
+
+
 class Ring:
     """The group, this rank in it, and its neighbours' global ranks (what isend/irecv take)."""
 
@@ -103,6 +113,7 @@ class Ring:
 
     @staticmethod
     def of(group, who):
+        check_group(who, group)
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError(f"{who}: no process group is initialized; call "
                                "torch.distributed.init_process_group(...) on every rank first")

@@ -21,7 +21,7 @@ from .. import torch as _tt
 from .._exit import keep_until_exit
 from .._solve import KernelSolveBase
 from ._genred import Genred
-from ._ring import Ring, digest_of
+from ._ring import Ring, check_group, digest_of
 
 __all__ = ["KernelSolve"]
 
@@ -124,6 +124,7 @@ class KernelSolve(KernelSolveBase):
 
     def __init__(self, formula, aliases, varinvalias, axis=1, dtype=None, group=None,
                  **options):
+        check_group(_WHO, group)
         super().__init__(formula, aliases, varinvalias, axis=axis, **options)
         cats = {c for _, c, _ in self._spec.reduction.inputs()}
         if not {0, 1} <= cats:
