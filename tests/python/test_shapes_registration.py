@@ -110,9 +110,9 @@ def test_bad_arguments_are_clear_errors():
         register(SRC, TGT, model=MODEL, attachment=att, optimizer="newton")
     with pytest.raises(ValueError, match="momenta has shape"):
         register(SRC, TGT, model=MODEL, attachment=att, momenta=torch.zeros(3, 2, dtype=F64))
-    with pytest.raises(ValueError, match="regularization must be finite and >= 0"):
+    with pytest.raises(ValueError, match="regularization = -1.0; expected a finite number >= 0"):
         register(SRC, TGT, model=MODEL, attachment=att, regularization=-1.0)
-    with pytest.raises(ValueError, match="max_iter must be an integer >= 0"):
+    with pytest.raises(ValueError, match="max_iter = 2.5; expected an integer >= 1"):
         register(SRC, TGT, model=MODEL, attachment=att, max_iter=2.5)
     with pytest.raises(FloatingPointError, match="the loss became nan"):
         register(SRC, TGT, model=MODEL, attachment=lambda a, b: a.points.sum() * math.nan,

@@ -37,11 +37,15 @@ def _check_points(who, points, dims=None):
     if dims is not None and points.shape[1] not in dims:
         want = " or ".join(map(str, dims))
         _fail(who, f"points has dimension {points.shape[1]}; expected {want}")
-    bad = ~torch.isfinite(points.detach()).all(1)
+    check_finite(who, "points", points, "every vertex must be a finite point")
+
+
+def check_finite(who, name, rows, expected="expected finite values"):
+    """Refuses an (N, D) tensor with a non-finite entry, naming its first such row."""
+    bad = ~torch.isfinite(rows.detach()).all(1)
     if bool(bad.any()):
         i = int(torch.nonzero(bad)[0, 0])
-        _fail(who, f"points[{i}] = {points[i].detach().tolist()} is not finite; every vertex "
-                   "must be a finite point")
+        _fail(who, f"{name}[{i}] = {rows[i].detach().tolist()} is not finite; {expected}")
 
 
 def _check_cells(who, name, cells, k, n_points, device):

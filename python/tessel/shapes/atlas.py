@@ -9,8 +9,8 @@ shape), so every deformed template is a shape of the same kind as the subjects.
 """
 import torch
 
-from ._shape import PointCloud, check_pair
-from .registration import _minimize, default_attachment, default_model
+from ._shape import PointCloud, check_finite, check_pair
+from .registration import _minimize, check_run, default_attachment, default_model
 
 
 class Atlas:
@@ -93,7 +93,8 @@ def atlas(shapes, template=None, *, model=None, attachment=None, regularization=
     Raises
     ------
     ValueError
-        Fewer than one shape, shapes of different kinds, dimensions, dtypes or devices.
+        Fewer than one shape, shapes of different kinds, dimensions, dtypes or devices,
+        non-finite points, or register's errors on the optimization's arguments.
 
     Examples
     --------
@@ -117,9 +118,9 @@ def atlas(shapes, template=None, *, model=None, attachment=None, regularization=
             raise TypeError(f"tessel.shapes.atlas: shapes[{k}] must be a PointCloud, Curve or "
                             f"Mesh, got {type(s).__name__}")
         check_pair("atlas", template, s)
-    if not (float(regularization) >= 0):
-        raise ValueError(f"tessel.shapes.atlas: regularization must be >= 0, got "
-                         f"{regularization}")
+        check_finite("atlas", f"shapes[{k}].points", s.points)
+    check_finite("atlas", "template.points", template.points)
+    check_run("atlas", regularization, max_iter, tol)
     model = default_model(template, shapes[0]) if model is None else model
     attachment = default_attachment(template, shapes[0]) if attachment is None else attachment
     t = template.points.detach().clone().requires_grad_(True)

@@ -13,7 +13,7 @@ the transported points and the kernel's parameters, to any order with the explic
 import torch
 
 from ..loops import checkpoint_loop, odeint_reversible
-from ._shape import PointCloud
+from ._shape import PointCloud, check_finite
 from .kernels import Kernel
 
 INTEGRATORS = ("euler", "ralston", "rk4", "reversible")
@@ -115,7 +115,7 @@ class LDDMM:
     def shoot(self, q0, p0, points=None):
         """(q1, p1) at t = 1 from control points q0 (N, D) and momenta p0 (N, D); with `points`
         (M, D), also where the flow takes them: (q1, p1, x1)."""
-        _check_state(q0, p0, points)
+        _check_state(type(self).__name__ + ".shoot", q0, p0, points)
         state = (q0, p0) if points is None else (q0, p0, points)
         dt = 1.0 / self.n_steps
         if self.integrator == "reversible":
@@ -132,7 +132,7 @@ class LDDMM:
 
     def energy(self, q0, p0):
         """The deformation's energy H(q0, p0), constant along the geodesic."""
-        _check_state(q0, p0, None)
+        _check_state(type(self).__name__ + ".energy", q0, p0, None)
         return self.kernel.hamiltonian(q0, p0)
 
     def deform(self, shape, p0, control_points=None):
@@ -147,22 +147,26 @@ class LDDMM:
         return shape.with_points(self.shoot(control_points, p0, shape.points)[2])
 
 
-def _check_state(q0, p0, points):
-    for name, t in (("q0", q0), ("p0", p0)) + ((("points", points),) if points is not None
-                                                else ()):
+def _check_state(who, q0, p0, points):
+    def fail(msg):
+        raise ValueError(f"tessel.shapes.{who}: {msg}")
+    named = (("q0", q0), ("p0", p0)) + ((("points", points),) if points is not None else ())
+    for name, t in named:
         if not isinstance(t, torch.Tensor) or t.dim() != 2 or not t.dtype.is_floating_point:
-            raise ValueError(f"tessel.shapes.LDDMM.shoot: {name} must be a floating (N, D) "
-                             f"tensor, got {getattr(t, 'shape', type(t).__name__)}")
+            fail(f"{name} must be a floating (N, D) tensor, got "
+                 f"{getattr(t, 'shape', type(t).__name__)}")
     if p0.shape != q0.shape:
-        raise ValueError(f"tessel.shapes.LDDMM.shoot: p0 has shape {tuple(p0.shape)} but q0 "
-                         f"{tuple(q0.shape)}; expected one momentum per control point")
+        fail(f"p0 has shape {tuple(p0.shape)} but q0 {tuple(q0.shape)}; expected one momentum "
+             "per control point")
     if points is not None and points.shape[1] != q0.shape[1]:
-        raise ValueError(f"tessel.shapes.LDDMM.shoot: points have dimension {points.shape[1]} "
-                         f"but the control points {q0.shape[1]}")
-    for name, t in (("p0", p0), ("points", points)):
-        if t is not None and (t.device != q0.device or t.dtype != q0.dtype):
-            raise ValueError(f"tessel.shapes.LDDMM.shoot: {name} is {t.dtype} on {t.device} "
-                             f"but q0 {q0.dtype} on {q0.device}; expected the same")
+        fail(f"points have dimension {points.shape[1]} but the control points {q0.shape[1]}")
+    for name, t in named[1:]:
+        if t.device != q0.device or t.dtype != q0.dtype:
+            fail(f"{name} is {t.dtype} on {t.device} but q0 {q0.dtype} on {q0.device}; expected "
+                 "the same")
+    # A non-finite start makes a NaN flow, which no later check can trace back to its cause.
+    for name, t in named:
+        check_finite(who, name, t)
 
 
 class NormalizedLDDMM(LDDMM):
@@ -239,7 +243,7 @@ class NormalizedLDDMM(LDDMM):
         return 0.5 * (lp * self.kernel(q, q, lp)).sum()
 
     def energy(self, q0, p0):
-        _check_state(q0, p0, None)
+        _check_state(type(self).__name__ + ".energy", q0, p0, None)
         return self.hamiltonian(q0, p0)
 
     def iterates(self, q):

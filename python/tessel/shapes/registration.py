@@ -8,12 +8,13 @@ optimizer, and returns a `Registration`: the momenta, the deformed shape, the mo
 history with, per iteration, the loss, the attachment, the energy, the evaluations and the time.
 """
 import math
+import numbers
 import sys
 import time
 
 import torch
 
-from ._shape import check_pair
+from ._shape import check_finite, check_pair
 from .attachments import KernelNorm, Varifold
 from .kernels import GaussianKernel
 from .lddmm import LDDMM
@@ -146,28 +147,39 @@ class _Progress:
               f"{rec['energy']:.6g}  {rec['seconds']:.3g} s", file=sys.stderr, flush=True)
 
 
-def _check_args(source, target, control_points, momenta, regularization, max_iter, tol):
+def _check_args(source, target, control_points, momenta):
     who = "register"
     check_pair(who, source, target)
     q0 = source.points.detach() if control_points is None else control_points
-    if not isinstance(q0, torch.Tensor) or q0.dim() != 2 or q0.shape[1] != source.dim:
-        raise ValueError(f"tessel.shapes.register: control_points must be an (N, {source.dim}) "
-                         "tensor")
-    if q0.dtype != source.dtype or q0.device != source.device:
-        raise ValueError(f"tessel.shapes.register: control_points are {q0.dtype} on "
-                         f"{q0.device} but the source {source.dtype} on {source.device}")
+    for name, t in (("control_points", q0), ("momenta", momenta)):
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.shape[1] != source.dim:
+            raise ValueError(f"tessel.shapes.register: {name} must be an (N, {source.dim}) "
+                             f"tensor, got {getattr(t, 'shape', type(t).__name__)}")
+        if t.dtype != source.dtype or t.device != source.device:
+            raise ValueError(f"tessel.shapes.register: {name} are {t.dtype} on {t.device} but "
+                             f"the source {source.dtype} on {source.device}; expected the same")
     if momenta is not None and momenta.shape != q0.shape:
         raise ValueError(f"tessel.shapes.register: momenta has shape {tuple(momenta.shape)}; "
                          f"expected {tuple(q0.shape)} (one per control point)")
-    if not (regularization >= 0 and math.isfinite(regularization)):
-        raise ValueError(f"tessel.shapes.register: regularization must be finite and >= 0, got "
-                         f"{regularization}")
-    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 0:
-        raise ValueError(f"tessel.shapes.register: max_iter must be an integer >= 0, got "
-                         f"{max_iter!r}")
-    if not (tol >= 0):
-        raise ValueError(f"tessel.shapes.register: tol must be >= 0, got {tol}")
+    for name, t in (("source.points", source.points), ("target.points", target.points),
+                    ("control_points", q0), ("momenta", momenta)):
+        if t is not None:
+            check_finite(who, name, t)
     return q0
+
+
+def check_run(who, regularization, max_iter, tol):
+    """The optimization's own arguments (register's, atlas's)."""
+    def fail(name, value, expected):
+        raise ValueError(f"tessel.shapes.{who}: {name} = {value!r}; expected {expected}")
+    for name, value in (("regularization", regularization), ("tol", tol)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
+                value >= 0 and math.isfinite(value)):
+            fail(name, value, "a finite number >= 0")
+    if isinstance(max_iter, bool) or not isinstance(max_iter, numbers.Integral) or max_iter < 1:
+        fail("max_iter", max_iter, "an integer >= 1")
 
 
 def register(source, target, *, model=None, attachment=None, regularization=0.0,
@@ -216,7 +228,11 @@ def register(source, target, *, model=None, attachment=None, regularization=0.0,
     Raises
     ------
     ValueError
-        Shapes of different dimensions, dtypes or devices, an unknown optimizer, or max_iter < 1.
+        Shapes of different dimensions, dtypes or devices, non-finite points, control points or
+        momenta, an unknown optimizer, a regularization or tol that is not a finite number >= 0,
+        or max_iter < 1.
+    FloatingPointError
+        The loss, or the optimizer's iterate, became non-finite (a step too large).
 
     Examples
     --------
@@ -231,8 +247,8 @@ def register(source, target, *, model=None, attachment=None, regularization=0.0,
     >>> r.n_iter, r.history[-1]["attachment"] < 0.01 * r.history[0]["attachment"]
     (5, True)
     """
-    q0 = _check_args(source, target, control_points, momenta, float(regularization), max_iter,
-                     tol)
+    check_run("register", regularization, max_iter, tol)
+    q0 = _check_args(source, target, control_points, momenta)
     model = default_model(source, target) if model is None else model
     attachment = default_attachment(source, target) if attachment is None else attachment
     p0 = torch.zeros_like(q0) if momenta is None else momenta.detach().clone()
@@ -279,9 +295,13 @@ def _minimize(who, params, terms, optimizer, lr, max_iter, tol, progress, callba
     previous = math.inf
     for it in range(1, max_iter + 1):
         start, before = time.perf_counter(), evals["n"]
-        opt.step(closure)
+        try:
+            opt.step(closure)
+            values = values_at_iterate()
+        except ValueError as err:
+            _blame_the_step(who, it, params, last, err)
         rec = dict(iteration=it, evaluations=evals["n"] - before,
-                   seconds=time.perf_counter() - start, **values_at_iterate())
+                   seconds=time.perf_counter() - start, **values)
         if not math.isfinite(rec["loss"]):
             raise FloatingPointError(f"tessel.shapes.{who}: the loss became {rec['loss']} at "
                                      f"iteration {it}; lower lr or the kernel's width")
@@ -295,6 +315,18 @@ def _minimize(who, params, terms, optimizer, lr, max_iter, tol, progress, callba
             break
         previous = rec["loss"]
     return history, converged
+
+
+def _blame_the_step(who, it, params, last, err):
+    """Re-raises err, a model's refusal of its input, unless the input was the optimizer's
+    non-finite iterate (the caller's were checked before the run): then the step is to blame."""
+    if all(bool(torch.isfinite(p.detach()).all()) for p in params):
+        raise err
+    loss = last.get("loss", 0.0)
+    cause = (f"the loss became {loss}" if not math.isfinite(loss) else
+             "the optimizer's step made the parameters non-finite")
+    raise FloatingPointError(f"tessel.shapes.{who}: {cause} at iteration {it}; lower lr or the "
+                             "kernel's width") from err
 
 
 __all__ = ["register", "Registration", "default_model", "default_attachment", "diameter"]
