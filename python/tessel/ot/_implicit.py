@@ -232,6 +232,19 @@ def _softmin(x, y, b, g, eps, rho, cost):
     return -damp * eps * lse
 
 
+def canonical_gauge(a, f, b, g):
+    """(f - t, g + t) with t = (<a, f> - <b, g>) / (sum a + sum b), so that <a, f> = <b, g>.
+
+    A balanced problem's potentials are defined up to the shift (f + c, g - c); the loop's is set
+    by its whole path, which the fixed point does not remember, so the Newton steps' derivative
+    along the shift (none) is not that of the returned potentials (a 110 % error on sums of
+    them). Returned in this gauge, a differentiable function of the fixed point, the potentials
+    and their implicit derivatives agree. The value <a, f> + <b, g> is unchanged for equal
+    masses; f_i + g_j, and so the plan, always."""
+    t = ((a * f).sum(-1) - (b * g).sum(-1)) / (a.sum(-1) + b.sum(-1))
+    return f - t[..., None], g + t[..., None]
+
+
 def implicit_potentials(a, x, b, y, solve, settings, report=None):
     """(f, g, p, q) of one problem, differentiable to second order through newton_potentials: the
     core solves to convergence (solve: the core's options), then two Newton steps per problem

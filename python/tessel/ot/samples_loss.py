@@ -14,7 +14,7 @@ import torch
 
 from .. import _core
 from ._dense import dense_potentials
-from ._implicit import implicit_potentials
+from ._implicit import canonical_gauge, implicit_potentials
 from ._potentials import SinkhornPotentials, bounding_diameter, first_order_only
 from ._unrolled import unrolled_potentials
 from .multiscale import multiscale_potentials
@@ -172,7 +172,9 @@ class SamplesLoss(torch.nn.Module):
     enough; a RuntimeWarning when they do not reach it either) and the potentials are
     differentiated by the implicit function theorem (two Newton steps of conjugate gradients on
     the plan operator), exact at the fixed point and to second order: Hessian-vector products
-    (autograd with create_graph=True) of debiased, unbalanced and semi-unbalanced losses alike;
+    (autograd with create_graph=True) of debiased, unbalanced and semi-unbalanced losses alike
+    (a balanced problem's potentials f, g, defined up to a constant, are then returned with
+    <a, f> = <b, g>, so that their own derivatives are exact too);
     "unrolled": autograd through every
     iteration of the loop (the exact derivative of what it computed, converged or not, to any
     order), keeping every iteration or, with snapshots=s, at most s of them (checkpoint_loop).
@@ -397,6 +399,8 @@ class SamplesLoss(torch.nn.Module):
         """The value (or GeomLoss's potentials) from the potentials (f, g, p, q)."""
         f, g, p, q = pots
         if self.potentials:
+            if self.gradient == "implicit" and self.reach_x is None and self.reach_y is None:
+                f, g = canonical_gauge(a, f, b, g)
             F, G = (f - p, g - q) if self.debias else (f, g)
             # Shaped as GeomLoss returns them: (B, N) batched, (1, N) for a single pair of clouds.
             return F, G

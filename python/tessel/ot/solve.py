@@ -8,7 +8,7 @@ the loop's history. Memory stays O(N + M).
 import math
 import numbers
 
-from ._implicit import cost_lazy, plan_lazy
+from ._implicit import canonical_gauge, cost_lazy, plan_lazy
 from ._potentials import bounding_diameter
 from .samples_loss import (SamplesLoss, _check_number, check_gradient, check_length_power,
                            check_snapshots, common_diameter, dual_side, solve_potentials)
@@ -160,7 +160,8 @@ tol=0, update="symmetric" reproduce GeomLoss's loop exactly (the schedule only, 
 symmetric updates: what SamplesLoss runs). gradient="envelope" (default) differentiates
 the last extrapolation (one extra reduction per potential); gradient="implicit" the fixed
 point itself (two Newton steps of conjugate gradients on the plan operator: exact first and
-second derivatives, for Hessian-vector products; as SamplesLoss's); gradient="unrolled"
+second derivatives, for Hessian-vector products; as SamplesLoss's; a balanced problem's f and g
+then satisfy <a, f> = <b, g>, which fixes their constant); gradient="unrolled"
 differentiates through the iterations the loop ran (snapshots=s: at most s kept). The
 global grad mode is not touched. Returns an OTResult.
 
@@ -246,6 +247,8 @@ def solve_sample(a, x, b, y, *, p=2, blur=0.05, reach=None, reach_x=None, reach_
                  - dual_side(b_, qq, rho_y, eps, env, semi))
     else:
         pp = qq = None
+    if gradient == "implicit" and rho_x is None and rho_y is None:
+        f, g = canonical_gauge(a_, f, b_, g)  # after the value, which it leaves as it was
     if not batched:
         value, f, g, a_, x_, b_, y_ = value[0], f[0], g[0], a_[0], x_[0], b_[0], y_[0]
         pp, qq = (None, None) if pp is None else (pp[0], qq[0])
