@@ -24,6 +24,7 @@ import torch.distributed as dist
 
 from .. import _core
 from ..ot import SamplesLoss as _WholeLoss
+from ..ot.samples_loss import distinct_digits
 from ._genred import Genred
 from ._ring import Ring, exchange
 
@@ -381,8 +382,9 @@ def _check_masses(masses, dtype):
         raise ValueError(f"{_WHO}: the weights sum to {ma:g} (a) and {mb:g} (b) over all ranks; "
                          "expected a positive total mass for each")
     if abs(ma - mb) > tol * max(ma, mb):
-        raise ValueError(f"{_WHO}: balanced OT needs equal total masses; over all ranks a sums "
-                         f"to {ma!r} and b to {mb!r}: normalise the weights")
+        sa, sb = distinct_digits(ma, mb)
+        raise ValueError(f"{_WHO}: balanced OT needs equal total masses; over all ranks the "
+                         f"weights a sum to {sa} and b to {sb}: normalise a and b")
 
 
 def _log_weights(w):

@@ -52,6 +52,35 @@ def check_length_power(who, name, v, p):
     return v
 
 
+def distinct_digits(u, v):
+    """u and v with the fewest significant digits (at least 6) whose difference, as printed, is
+    u - v to 10 %: 1 + 1e-6 and 1 - 1e-6 print as 1.000001 and 0.999999, not 1 and 0.999999."""
+    for k in range(6, 18):
+        su, sv = f"{u:.{k}g}", f"{v:.{k}g}"
+        if abs(float(su) - float(sv) - (u - v)) <= 0.1 * abs(u - v):
+            break
+    return su, sv
+
+
+def check_masses(who, a, b):
+    """Balanced OT has no solution between different total masses (the potentials would drift):
+    a ValueError naming both sums, to as many digits as tell them apart (the core's message read
+    "a sums to 1 and b to 1" for 1 + 1e-6 and 1 - 1e-6). a (B, N), b (B, M); the core's
+    tolerance (a relative 1e-4 in float32, 1e-8 in float64)."""
+    tol = 1e-4 if a.dtype == torch.float32 else 1e-8
+    if not all(bool(((w >= 0) & torch.isfinite(w)).all()) for w in (a.detach(), b.detach())):
+        return  # the core names the weight that is negative or not finite
+    for k, (ma, mb) in enumerate(zip(a.detach().double().sum(-1).tolist(),
+                                     b.detach().double().sum(-1).tolist())):
+        if abs(ma - mb) > tol * max(ma, mb):
+            sa, sb = distinct_digits(ma, mb)
+            rel, most = distinct_digits(abs(ma - mb) / max(ma, mb), tol)
+            where = f" (problem {k} of the batch)" if a.shape[0] > 1 else ""
+            raise ValueError(f"{who}: balanced OT (reach None) needs equal total masses; the "
+                             f"weights a sum to {sa} and b to {sb}{where}, a relative "
+                             f"difference of {rel} > {most}: normalise a and b, or give a reach")
+
+
 def common_diameter(xs, ys, who):
     """The bounding-box diagonal of every cloud of a batch given as lists (None if all points
     coincide): one epsilon schedule for all, as for a batch of equal sizes."""
@@ -338,6 +367,8 @@ class SamplesLoss(torch.nn.Module):
             settings = dict(p=self.p, blur=self.blur, reach_x=self.reach_x, reach_y=self.reach_y,
                             diameter=diameter or self.diameter, scaling=self.scaling,
                             debias=self.debias)
+            if self.reach_x is None and self.reach_y is None:
+                check_masses(_WHO, a, b)
             pots = dense_potentials(a, x, b, y, self.cost, settings)
             return self._finish(pots, a, b, batched)
         settings = dict(p=self.p, cost=self._cost_formula(dim), blur=self.blur,
@@ -498,6 +529,8 @@ def solve_potentials(gradient, a, x, b, y, solve, settings, who, reports=None, s
     """(f, g, p, q), each stacked over the batch, by the chosen gradient mode; warns when a loop
     asked to converge (tol > 0) stopped at max_iter first."""
     reports = [{} for _ in range(x.shape[0])] if reports is None else reports
+    if settings["reach_x"] is None and settings["reach_y"] is None:
+        check_masses(who, a, b)
     if multiscale is not None:
         pots = [multiscale_potentials(a[k], x[k], b[k], y[k], settings, report=reports[k],
                                       tol=solve["tol"], max_iter=solve["max_iter"], **multiscale)
