@@ -131,30 +131,6 @@ sqdist <- function(x, y) {
   sum(x * y, index = "j")
 }
 
-Summary.LazyTensor <- function(..., na.rm = FALSE) {
-  args <- list(...)
-  index <- if (is.null(args$index)) NA else args$index
-  x <- args[[1]]
-  op <- c(sum = "Sum", min = "Min", max = "Max")[.Generic]
-  if (is.na(op)) lazy_fail(.Generic, "is not defined for LazyTensors")
-  if (is.na(index)) return(unary(x, op, 1L))
-  reduction(x, op, index)
-}
-
-argmin <- function(x, index = NA) {
-  if (is.na(index)) unary(x, "ArgMin", 1L) else reduction(x, "ArgMin", index)
-}
-argmax <- function(x, index = NA) {
-  if (is.na(index)) unary(x, "ArgMax", 1L) else reduction(x, "ArgMax", index)
-}
-min_argmin <- function(x, index) reduction(x, "Min_ArgMin", index)
-max_argmax <- function(x, index) reduction(x, "Max_ArgMax", index)
-Kmin <- function(x, K, index) reduction(x, "KMin", index, K = K)
-argKmin <- function(x, K, index) reduction(x, "ArgKMin", index, K = K)
-Kmin_argKmin <- function(x, K, index) reduction(x, "KMin_ArgKMin", index, K = K)
-logsumexp <- function(x, index, weight = NULL) reduction(x, "LogSumExp", index, weight = weight)
-sumsoftmaxweight <- function(x, v, index) reduction(x, "SumSoftMaxWeight", index, weight = v)
-
 # Placeholders renamed a0, a1, ... by first appearance, with their aliases and data.
 lazy_text <- function(texts, vars) {
   tokens <- unique(unlist(regmatches(texts, gregexpr("@[0-9]+@", texts))))
@@ -166,31 +142,6 @@ lazy_text <- function(texts, vars) {
   }, "")
   list(texts = texts, aliases = aliases, tokens = tokens,
        data = lapply(tokens, function(t) vars[[t]]$data))
-}
-
-#' A reduction of a LazyTensor over "i" or "j": op is a KeOps reduction name ("Sum", "Min",
-#' "ArgKMin", ...); indices (ArgMin, ...) are 0-based, as in rkeops and KeOps.
-reduction <- function(x, op, index, K = NULL, weight = NULL) {
-  x <- as_lazy(x)
-  if (!identical(index, "i") && !identical(index, "j")) {
-    lazy_fail(op, "index must be \"i\" or \"j\"; got ", format(index))
-  }
-  tag <- if (index == "j") 0L else 1L
-  vars <- x$vars
-  texts <- x$formula
-  if (!is.null(weight)) {
-    weight <- as_lazy(weight)
-    vars <- merge_vars(x, weight)
-    texts <- c(texts, weight$formula)
-  }
-  t <- lazy_text(texts, vars)
-  body <- t$texts[1]
-  if (!is.null(K)) body <- paste0(body, ",", as.integer(K))
-  body <- paste0(body, ",", tag)
-  if (!is.null(weight)) body <- paste0(body, ",", t$texts[2])
-  who <- sprintf("%s reduction (index = \"%s\"; variables a0, a1, ... in order of appearance)",
-                 op, index)
-  lazy_eval(paste0(op, "_Reduction(", body, ")"), t$aliases, t$data, who)
 }
 
 # Kernels are kept per text, precision and backend: a repeated expression is not parsed again.

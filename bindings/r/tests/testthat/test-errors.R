@@ -63,7 +63,7 @@ test_that("formula, alias, option and gradient errors carry the core's message",
 
 test_that("LazyTensor misuse is an error too, and the session survives all of the above", {
   expect_error(Vi(x) + Vj(b), "dims 3 and 2", class = "tessel_error")
-  expect_error(sum(Vi(x) * Vj(y), index = "k"), "index must be \"i\" or \"j\"",
+  expect_error(sum(Vi(x) * Vj(y), index = "k"), "sum: argument 'index' must be \"i\"",
                class = "tessel_error")
   expect_error(Vi(matrix(c(1, NA), 2)), "contains NA", class = "tessel_error")
   expect_error(prod(Vi(x)), "not defined for LazyTensors", class = "tessel_error")

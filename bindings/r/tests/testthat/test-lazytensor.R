@@ -51,7 +51,7 @@ test_that("min, argmin, Kmin, logsumexp and sumsoftmaxweight reduce as rkeops's 
   expect_equal(argKmin(D, 3, "j"), t(apply(d, 1, function(r) order(r)[1:3] - 1)))
   expect_equal(Kmin_argKmin(D, 2, "i")$indices, t(apply(d, 2, function(r) order(r)[1:2] - 1)))
   expect_equal(logsumexp(-D, "j"), matrix(log(rowSums(exp(-d)))), tolerance = 1e-12)
-  sw <- sumsoftmaxweight(-D, Vj(b), "j")
+  sw <- sumsoftmaxweight(-D, "j", Vj(b))
   expect_equal(sw, (exp(-d) %*% b) / rowSums(exp(-d)), tolerance = 1e-12)
 })
 
