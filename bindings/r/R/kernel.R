@@ -140,31 +140,23 @@ tessel_grad <- function(kernel, var) {
   grad_kernel(kernel, var, "tessel_grad", sys.call())
 }
 
-grad_kernel <- function(kernel, var, who, call) {
-  ptr <- kernel_ptr(kernel, who, call)
-  names <- core_call(sys.call(), tessel_r_describe, ptr)$args$name
+# The cotangent's name: "eta", or "eta2", ... when taken.
+fresh_name <- function(names) {
   eta <- "eta"
   k <- 1
   while (eta %in% names) {
     k <- k + 1
     eta <- paste0("eta", k)
   }
+  eta
+}
+
+grad_kernel <- function(kernel, var, who, call) {
+  ptr <- kernel_ptr(kernel, who, call)
+  eta <- fresh_name(core_call(sys.call(), tessel_r_describe, ptr)$args$name)
   pos <- var_position(ptr, var, who, call)
   g <- core_call(call, tessel_r_grad, ptr, pos, eta)
   kernel_function(g, who)
-}
-
-#' rkeops 2's keops_kernel: the formula and its aliases give a function of a list of arrays.
-#' `precision` and `backend` are tessel's (rkeops sets them with set_rkeops_options).
-keops_kernel <- function(formula, args, sum_scheme = "auto", precision = "double",
-                         backend = "auto") {
-  make_kernel(formula, args, precision_arg(precision), backend, sum_scheme, "keops_kernel",
-              sys.call())
-}
-
-#' rkeops 2's keops_grad: var is an argument name or a 0-based position.
-keops_grad <- function(operator, var) {
-  grad_kernel(operator, var, "keops_grad", sys.call())
 }
 
 #' What a kernel is: its formula, the core's reduction, arguments, outputs and options.
@@ -184,4 +176,114 @@ print.tessel_kernel <- function(x, ...) {
       "\n")
   cat("  precision:", info$precision, " backend:", info$backend, "\n")
   invisible(x)
+}
+
+# ---- rkeops 2's formula texts (keops_kernel, keops_grad) read as rkeops reads them ----------
+#
+# rkeops 2 hands its last number to pykeops as `axis`: 0 reduces over i (one result row per j),
+# 1 over j, the opposite of KeOps's tag that tessel_reduction reads. It writes weights before the
+# axis (SumSoftMaxWeight_Reduction(F, W, axis)), and Grad(Red(F, axis), v, e) stands for
+# Red(Grad(F, v, e), axis). Ported code gets rkeops's numbers only if the binding reads them so.
+
+# "Name(a, b(c, d), e)" -> list(name = "Name", args = c("a", "b(c, d)", "e")); NULL when the text
+# is not one call (the core then reports what is wrong with it).
+split_call <- function(text) {
+  t <- trimws(text)
+  open <- regexpr("(", t, fixed = TRUE)
+  if (open < 2 || !endsWith(t, ")")) return(NULL)
+  chars <- strsplit(substr(t, open + 1, nchar(t) - 1), "")[[1]]
+  depth <- cumsum(chars == "(") - cumsum(chars == ")")
+  if (any(depth < 0)) return(NULL)
+  cut <- c(0, which(chars == "," & depth == 0), length(chars) + 1)
+  args <- vapply(seq_len(length(cut) - 1), function(k) {
+    paste(chars[seq_len(cut[k + 1] - cut[k] - 1) + cut[k]], collapse = "")
+  }, "")
+  list(name = trimws(substr(t, 1, open - 1)), args = trimws(args))
+}
+
+weighted_reductions <- c("SumSoftMaxWeight", "LogSumExp", "LogSumExpWeight")
+
+# One rkeops reduction text in the core's form: the axis flipped into KeOps's tag, a weight moved
+# after it. Texts that are no reduction call pass unchanged (the core's parser names the fault).
+rkeops_formula <- function(formula, who) {
+  call <- split_call(formula)
+  if (is.null(call)) return(formula)
+  if (call$name == "Grad") return(rkeops_grad_text(call$args, who))
+  if (!endsWith(call$name, "_Reduction") || length(call$args) < 2) return(formula)
+  n <- length(call$args)
+  axis <- call$args[n]
+  if (!axis %in% c("0", "1")) {
+    lazy_fail(who, "the last argument of '", formula, "' must be rkeops's axis: 0 (reduce ",
+              "over i, one row per j) or 1 (reduce over j, one row per i); got '", axis, "'")
+  }
+  tag <- if (axis == "0") "1" else "0"
+  op <- sub("_Reduction$", "", call$name)
+  args <- if (op %in% weighted_reductions && n == 3) {
+    c(call$args[1], tag, call$args[2])
+  } else {
+    c(call$args[-n], tag)
+  }
+  paste0(call$name, "(", paste(args, collapse = ", "), ")")
+}
+
+# Grad(Red(F, axis), v, e) as rkeops computes it: Red(Grad(F, v, e), axis). For a Sum with v and
+# e indexed like the result this is the gradient of <e, Red>; rkeops keeps the axis whatever v is.
+rkeops_grad_text <- function(args, who) {
+  if (length(args) != 3) {
+    lazy_fail(who, "Grad takes three arguments, Grad(Sum_Reduction(F, axis), x, e); got ",
+              length(args))
+  }
+  inner <- split_call(rkeops_formula(args[1], who))
+  if (is.null(inner) || !endsWith(inner$name, "_Reduction")) {
+    lazy_fail(who, "Grad must wrap a reduction, as in Grad(Sum_Reduction(F, axis), x, e); ",
+              "got '", args[1], "'")
+  }
+  if (inner$name != "Sum_Reduction") {
+    lazy_fail(who, "Grad of a ", sub("_Reduction$", "", inner$name), " reduction is not ",
+              "taken: rkeops computes it as ", inner$name, "(Grad(F, ", args[2], ", ", args[3],
+              "), axis), which is no derivative of that reduction. For its gradient use ",
+              "tessel_grad(keops_kernel(\"", args[1], "\", args), \"", args[2], "\")")
+  }
+  inner$args[1] <- paste0("Grad(", inner$args[1], ", ", args[2], ", ", args[3], ")")
+  paste0(inner$name, "(", paste(inner$args, collapse = ", "), ")")
+}
+
+#' rkeops 2's keops_kernel: the formula and its aliases give a function of a list of arrays. The
+#' last number of the formula is rkeops's axis (0 reduces over i, 1 over j); weights come before
+#' it; Grad may wrap a Sum reduction. `precision` and `backend` are tessel's (rkeops sets them
+#' with set_rkeops_options).
+keops_kernel <- function(formula, args, sum_scheme = "auto", precision = "double",
+                         backend = "auto") {
+  rkeops_kernel(formula, args, list(sum_scheme = sum_scheme, precision = precision,
+                                    backend = backend), "keops_kernel", sys.call())
+}
+
+# The kernel of an rkeops text, which keeps that text for keops_grad.
+rkeops_kernel <- function(formula, args, opt, who, call) {
+  if (!is.character(formula) || length(formula) != 1) {
+    lazy_fail(who, "argument 'formula' must be one character string; got ",
+              describe_value(formula))
+  }
+  f <- make_kernel(rkeops_formula(formula, who), args, precision_arg(opt$precision),
+                   opt$backend, opt$sum_scheme, who, call)
+  attr(f, "rkeops") <- c(list(formula = formula, args = as.character(args)), opt)
+  f
+}
+
+#' rkeops 2's keops_grad: var is an argument name or a 0-based position. For an operator of
+#' keops_kernel it is rkeops's Grad(formula, var, eta): eta indexed like var, of the dim of the
+#' reduced formula. For a kernel of tessel_reduction it is tessel_grad.
+keops_grad <- function(operator, var) {
+  call <- sys.call()
+  rk <- attr(operator, "rkeops")
+  if (is.null(rk)) return(grad_kernel(operator, var, "keops_grad", call))
+  ptr <- kernel_ptr(operator, "keops_grad", call)
+  pos <- var_position(ptr, var, "keops_grad", call)
+  info <- core_call(call, tessel_r_describe, ptr)
+  a <- info$args
+  eta <- fresh_name(a$name)
+  alias <- sprintf("%s = %s(%d, %d)", eta, a$cat[pos + 1], max(a$index) + 1L,
+                   as.integer(info$output_dims[1]))
+  rkeops_kernel(sprintf("Grad(%s, %s, %s)", rk$formula, a$name[pos + 1], eta), c(rk$args, alias),
+                rk[c("sum_scheme", "precision", "backend")], "keops_grad", call)
 }

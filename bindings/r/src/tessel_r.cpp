@@ -183,6 +183,10 @@ Inputs read_inputs(const Kernel& k, SEXP list, bool row_major) {
     }
     in.views[static_cast<size_t>(a.index)] = v;
   }
+  // No Vi (or no Vj) argument: that axis has one row, as in rkeops and pykeops (R's kernels take
+  // no size arguments).
+  if (in.ni < 0) in.ni = 1;
+  if (in.nj < 0) in.nj = 1;
   return in;
 }
 
