@@ -29,17 +29,19 @@ LazyTensor <- function(x, index = NA) {
   if (is.LazyTensor(x)) return(x)
   if (!is.numeric(x)) lazy_fail("LazyTensor", "x must be a numeric matrix or vector")
   if (anyNA(x)) lazy_fail("LazyTensor", "x contains NA; remove or impute missing values first")
+  ok <- length(index) == 1 && (is.na(index) || (is.character(index) && index %in% c("i", "j")))
+  if (!ok || is.LazyTensor(index)) {
+    lazy_fail("LazyTensor", "argument 'index' must be \"i\", \"j\" or NA (a parameter); got ",
+              describe_value(index))
+  }
   if (is.na(index)) {
     cat <- "Pm"
     dim <- length(x)
     x <- as.numeric(x)
-  } else if (index %in% c("i", "j")) {
+  } else {
     cat <- if (index == "i") "Vi" else "Vj"
     if (!is.matrix(x)) x <- matrix(x, ncol = 1)
     dim <- ncol(x)
-  } else {
-    lazy_fail("LazyTensor", "index must be \"i\", \"j\" or NA (a parameter); got ",
-              format(index))
   }
   if (dim < 1) lazy_fail("LazyTensor", "x has no columns")
   token <- new_token()

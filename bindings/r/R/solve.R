@@ -27,7 +27,10 @@ kernel_solve <- function(kernel, args, var, alpha = 0, tol = 1e-6, maxiter = 0) 
 KernelSolve <- function(formula, aliases, varinvalias, axis = 0, precision = "double",
                         backend = "auto") {
   call <- sys.call()
-  if (!axis %in% c(0, 1)) lazy_fail("KernelSolve", "axis must be 0 (over i) or 1 (over j)")
+  if (length(axis) != 1 || !axis %in% c(0, 1)) {
+    lazy_fail("KernelSolve", "argument 'axis' must be 0 (over i) or 1 (over j); got ",
+              describe_value(axis))
+  }
   text <- paste0("Sum_Reduction(", formula, ", ", if (axis == 1) 0 else 1, ")")
   ptr <- core_call(call, tessel_r_kernel, text, as.character(aliases), "KernelSolve",
                    precision_arg(precision), backend, "block")

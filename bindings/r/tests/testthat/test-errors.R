@@ -67,6 +67,9 @@ test_that("LazyTensor misuse is an error too, and the session survives all of th
                class = "tessel_error")
   expect_error(Vi(matrix(c(1, NA), 2)), "contains NA", class = "tessel_error")
   expect_error(prod(Vi(x)), "not defined for LazyTensors", class = "tessel_error")
+  expect_error(KernelSolve("X", "X = Vi(3)", "X", axis = c(0, 1)),
+               "KernelSolve: argument 'axis' must be 0 .*; got c\\(0, 1\\)",
+               class = "tessel_error")
   expect_equal(k(x, y, b, 1), gauss_matrix(x, y, 1) %*% b, tolerance = 1e-12)
 })
 

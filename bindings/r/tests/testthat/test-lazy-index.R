@@ -89,6 +89,10 @@ test_that("a bad index names the function, the argument, what was expected and w
   fail(sum_reduction(D, NA), "sum_reduction", "NA")
   fail(argKmin_reduction(D, 2, "b"), "argKmin_reduction", "\"b\"")
   fail(reduction.LazyTensor(D, "Sum", "b"), "reduction.LazyTensor", "\"b\"")
+  expect_error(LazyTensor(x, c("i", "j")), paste0("LazyTensor: argument 'index' must be \"i\", ",
+                                                   "\"j\" or NA .*; got c\\(\"i\", \"j\"\\)"),
+               class = "tessel_error")
+  expect_error(LazyTensor(x, 1), "LazyTensor: argument 'index' .*; got 1", class = "tessel_error")
   expect_error(Kmin(D, 0, "j"), "Kmin: argument 'K' must be a whole number >= 1; got 0",
                class = "tessel_error")
   expect_error(argKmin(D, "j", 2), "argKmin: argument 'K' must be .*; got \"j\"",
