@@ -13,6 +13,7 @@ deformation's parameters):
 `with_points(x)` gives the same connectivity on new vertices (the deformed shape); shapes hold
 their tensors on any device, float32 or float64, and are checked once, when built.
 """
+import math
 import warnings
 
 import torch
@@ -76,14 +77,44 @@ def _check_cells(who, name, cells, k, n_points, device):
     return cells
 
 
-def _check_degenerate(who, name, sizes):
-    zero = sizes.detach() <= 0
-    if bool(zero.any()):
-        row = int(torch.nonzero(zero)[0, 0])
-        what = "length" if name == "edges" else "area"
+def _check_degenerate(who, name, shape):
+    """Refuses pieces of zero measure, and measures outside the dtype's normal range, which the
+    same shape in float64 at unit size tells apart from coinciding vertices."""
+    sizes = shape.measures.detach()
+    what = "length" if name == "edges" else "area"
+    tiny, big = torch.finfo(sizes.dtype).tiny, torch.finfo(sizes.dtype).max
+    bad = ~((sizes >= tiny) & (sizes <= big))
+    if not bool(bad.any()):
+        return
+    row = int(torch.nonzero(bad)[0, 0])
+    pts = shape.points.detach().to(torch.float64)
+    unit = math.ldexp(1.0, -math.frexp(float(pts.abs().max()))[1])
+    ref = float(shape.with_points(pts * unit).measures[row])
+    if ref == 0:
         _fail(who, f"{name}[{row}] has zero {what} (its vertices coincide"
                    f"{'' if name == 'edges' else ' or are collinear'}); remove it or merge "
                    "its vertices")
+    power = 1 if name == "edges" else 2
+    log10 = (math.log2(ref) - power * math.log2(unit)) * math.log10(2)
+    _fail(who, f"{name}[{row}] has {what} 10^{log10:.1f} (its vertices are distinct), outside "
+               f"{sizes.dtype}'s normal range [{tiny:.3g}, {big:.3g}]; pass float64 points or "
+               "rescale them")
+
+
+def _exponent(t):
+    """2^-e per row of t (N, D), e the binary exponent of the row's largest |entry| (1 for a
+    zero row), kept within the dtype's range: dividing a row by it is exact and brings it to
+    unit size, so squares of its entries can neither overflow nor underflow."""
+    e = torch.frexp(t.detach().abs().amax(1, keepdim=True))[1]
+    limit = int(math.log2(torch.finfo(t.dtype).max)) - 2
+    # exp2 of an integer is exact (torch.ldexp is not: it forms 2^e in float32).
+    return torch.exp2((-e).clamp(-limit, limit).to(t.dtype))
+
+
+def _row_norms(t):
+    """|t_i| for each row, computed at unit size (see _exponent) then scaled back."""
+    scale = _exponent(t)
+    return (t * scale).norm(dim=1) / scale[:, 0]
 
 
 class PointCloud:
@@ -199,7 +230,7 @@ class Curve(PointCloud):
         _check_points("Curve", points)
         self.points = points
         self.edges = _check_cells("Curve", "edges", edges, 2, points.shape[0], points.device)
-        _check_degenerate("Curve", "edges", self.lengths)
+        _check_degenerate("Curve", "edges", self)
 
     @classmethod
     def polyline(cls, points, closed=False):
@@ -213,7 +244,7 @@ class Curve(PointCloud):
         """(E, D) segment vectors p1 - p0 (their norms are the lengths)."""
         return self.points[self.edges[:, 1]] - self.points[self.edges[:, 0]]
 
-    lengths = property(lambda self: self.tangents.norm(dim=1), doc="(E,) segment lengths")
+    lengths = property(lambda self: _row_norms(self.tangents), doc="(E,) segment lengths")
     length = property(lambda self: self.lengths.sum(), doc="the total length")
     weights = measures = property(lambda self: self.lengths, doc="(E,) the segments' lengths")
     normals = property(lambda self: self.tangents, doc="(E, D) the segment vectors (tangents)")
@@ -260,7 +291,7 @@ class Mesh(PointCloud):
         _check_points("Mesh", points, dims=(3,))
         self.points = points
         self.faces = _check_cells("Mesh", "faces", faces, 3, points.shape[0], points.device)
-        _check_degenerate("Mesh", "faces", self.areas)
+        _check_degenerate("Mesh", "faces", self)
 
     @classmethod
     def icosphere(cls, subdivisions=0, radius=1.0, dtype=torch.float64, device=None):
@@ -315,9 +346,13 @@ class Mesh(PointCloud):
     def normals(self):
         """(F, 3) area-weighted normals (p1 - p0) x (p2 - p0) / 2 (their norms: the areas)."""
         a, b, c = self._corners()
-        return torch.linalg.cross(b - a, c - a, dim=1) / 2
+        # At unit size, per face: a product of two edge coordinates under- or overflows where
+        # a single coordinate does not (float32 faces of side 1e-20 or 1e20).
+        u, v = b - a, c - a
+        scale = _exponent(torch.cat((u, v), 1))
+        return torch.linalg.cross(u * scale, v * scale, dim=1) / scale / scale / 2
 
-    areas = property(lambda self: self.normals.norm(dim=1), doc="(F,) triangle areas")
+    areas = property(lambda self: _row_norms(self.normals), doc="(F,) triangle areas")
     area = property(lambda self: self.areas.sum(), doc="the total area")
     weights = measures = property(lambda self: self.areas, doc="(F,) the triangles' areas")
 

@@ -65,12 +65,53 @@ def _check_scale(who, name, value):
     return value
 
 
-def _inverse_square(scale, factor, like):
-    """factor / scale^2 as a (1,) parameter of like's dtype and device: computed in torch, so that
-    a tensor scale that requires grad gets its gradient through the reductions."""
+def _inverse_square(scale, factor, like, length=1.0):
+    """factor / (scale / length)^2 as a (1,) parameter of like's dtype and device: computed in
+    torch, so that a tensor scale that requires grad gets its gradient through the reductions.
+    length: the power of two the coordinates were divided by (exact)."""
     if isinstance(scale, torch.Tensor):
-        return (factor / scale.to(device=like.device, dtype=like.dtype) ** 2).reshape(1)
-    return torch.tensor([factor / float(scale) ** 2], dtype=like.dtype, device=like.device)
+        return (factor / (scale.to(device=like.device, dtype=like.dtype) / length) ** 2).reshape(1)
+    return torch.tensor([factor / (float(scale) / length) ** 2], dtype=like.dtype,
+                        device=like.device)
+
+
+def _exponent(v):
+    """e with v = m 2^e, m in [0.5, 1) (0 for v = 0): dividing by 2^e is exact."""
+    return math.frexp(v)[1]
+
+
+def _at_unit_size(who, scale, views, names=("source", "target")):
+    """The views with coordinates divided by a power of two near the scale, and measures (and
+    normals) by one near the largest measure, and that second one's square, which the loss
+    computed on them is multiplied by: every kernel argument and product is then of unit size,
+    where 1 / scale^2 and m_i m_j can neither overflow nor underflow (scales of 1e-200 or 1e200,
+    float32 shapes at 1e20). Both divisions are exact; refuses what the dtype cannot hold."""
+    dtype = views[0].centers.dtype
+    info = torch.finfo(dtype)
+    lo, hi = _exponent(info.tiny), _exponent(info.max) - 1
+    peaks = [float(v.measures.detach().abs().max()) for v in views]
+    for name, peak in zip(names, peaks):
+        if not math.isfinite(peak):
+            _fail(who, f"{name}'s measures (lengths or areas) reach {peak}, past {dtype}'s "
+                       "range; pass float64 points or rescale the shapes")
+    e_mass = _exponent(max(peaks))
+    if not lo <= 2 * e_mass <= hi:
+        _fail(who, f"the shapes' measures reach {max(peaks):.3g}: the loss, a sum of their "
+                   f"products, is about 2^{2 * e_mass}, outside {dtype}'s normal range "
+                   f"[{info.tiny:.3g}, {info.max:.3g}]; pass float64 points or rescale the shapes")
+    s = float(scale.detach()) if isinstance(scale, torch.Tensor) else float(scale)
+    length = math.ldexp(1.0, _exponent(s))
+    size = max(float(v.centers.detach().abs().max()) for v in views)
+    if not size / length <= info.max / 4:
+        _fail(who, f"scale = {s:g} is too small for coordinates of size {size:.3g} "
+                   f"in {dtype} (their ratio passes its range); pass float64 points or rescale "
+                   "the shapes")
+    mass = math.ldexp(1.0, e_mass)
+    out = [_Views(v.dim, v.centers / length, v.measures / mass,
+                  None if v.normals is None else v.normals / mass, v.units) for v in views]
+    for v in out:
+        v.length = length
+    return out, mass * mass
 
 
 @functools.lru_cache(maxsize=64)
@@ -116,7 +157,9 @@ class _KernelAttachment:
         self._check_shapes(source, target)
         # Each view once per call: the shapes compute them from their points, and every term
         # that reads a shape then shares one autograd path back to them.
-        return _norm2(self._inner, self._views(source), self._views(target))
+        a, b = (self._views(s) for s in (source, target))
+        (a, b), factor = _at_unit_size(self._who, self.scale, (a, b))
+        return _norm2(self._inner, a, b) * factor
 
     def _views(self, shape):
         return _Views(shape.dim, shape.centers, shape.measures, shape.normals)
@@ -124,8 +167,8 @@ class _KernelAttachment:
     def _check_shapes(self, source, target):
         pass
 
-    def _g(self, like):
-        return _inverse_square(self.scale, 1.0, like)
+    def _g(self, view):
+        return _inverse_square(self.scale, 1.0, view.centers, view.length)
 
     def _options(self):
         return {} if self.backend is None else {"backend": self.backend}
@@ -141,9 +184,10 @@ def _length_repr(v):
 class _Views:
     """What the kernel sums read of one shape, computed once per call."""
 
-    def __init__(self, dim, centers, measures, normals):
+    def __init__(self, dim, centers, measures, normals, units=None):
         self.dim, self.centers, self.measures, self.normals = dim, centers, measures, normals
-        self.units = None if normals is None else _unit(normals, measures)
+        self.units = units if units is not None or normals is None else _unit(normals, measures)
+        self.length = 1.0  # the power of two the centers were divided by
 
 
 def _unit(normals, measures):
@@ -177,7 +221,10 @@ class KernelNorm(_KernelAttachment):
     ------
     ValueError
         A scale that is not > 0, or an unknown kernel; at call time, shapes of different
-        dimensions.
+        dimensions, or shapes whose loss the dtype cannot hold (non-finite measures, measures
+        whose products pass its range, coordinates past it once divided by the scale). Any
+        scale the dtype can hold is computed exactly rescaled (the coordinates and the scale
+        divided by one power of two, the measures by another).
 
     Examples
     --------
@@ -199,7 +246,7 @@ class KernelNorm(_KernelAttachment):
 
     def _inner(self, a, b):
         red = _reduction(a.dim, self.kernel)
-        out = red(a.centers, b.centers, b.measures[:, None], self._g(a.centers), **self._options())
+        out = red(a.centers, b.centers, b.measures[:, None], self._g(a), **self._options())
         return (a.measures * out[:, 0]).sum()
 
 
@@ -250,7 +297,7 @@ class Currents(_KernelAttachment):
 def _currents_inner(att, a, b):
     """sum_ij k(x_i, y_j) <n_i, n'_j> with att's spatial kernel, scale and backend."""
     red = _reduction(a.dim, att.kernel, ORIENTATIONS["linear"][0], weighted=False)
-    return red(a.centers, b.centers, a.normals, b.normals, att._g(a.centers),
+    return red(a.centers, b.centers, a.normals, b.normals, att._g(a),
                **att._options()).sum()
 
 
@@ -284,7 +331,8 @@ class Varifold(_KernelAttachment):
         The orientation kernel (the default, as register's, ignores the orientation of the
         pieces and needs no orientation_scale).
     orientation_scale : float, optional
-        so, needed by the Gaussian ones ("oriented", "unoriented") and refused by the others.
+        so, needed by the Gaussian ones ("oriented", "unoriented") and refused by the others; in
+        [2^-60, 2^60].
     kernel : {"gaussian", "cauchy"}
         The spatial kernel.
     backend : str, optional
@@ -326,6 +374,14 @@ class Varifold(_KernelAttachment):
                              f"orientation_scale=None, got {orientation_scale!r}")
         self.orientation_scale = (None if orientation_scale is None else
                                   _check_scale(self._who, "orientation_scale", orientation_scale))
+        so = self.orientation_scale
+        so = None if so is None else float(so.detach() if isinstance(so, torch.Tensor) else so)
+        # Its kernel reads 2 / so^2, a float32 parameter; past these bounds it is a Dirac or a
+        # constant to float32's precision anyway.
+        if so is not None and not 2.0 ** -60 <= so <= 2.0 ** 60:
+            _fail(self._who, f"orientation_scale = {so:g}; expected a number in [2^-60, 2^60] "
+                             f"(a scale on unit normals, where 2 / orientation_scale^2 is a "
+                             "normal float32 number)")
 
     def _check_shapes(self, source, target):
         _need_normals(self._who, source, target, " (a varifold reads the unit normals)")
@@ -341,7 +397,7 @@ class Varifold(_KernelAttachment):
         args = [x, b.centers]
         if formula is not None:
             args += [a.units, b.units]
-        args += [b.measures[:, None], self._g(x)]
+        args += [b.measures[:, None], self._g(a)]
         if self.orientation_scale is not None:
             args.append(_inverse_square(self.orientation_scale, 2.0, x))
         out = red(*args, **self._options())

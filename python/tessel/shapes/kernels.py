@@ -44,6 +44,27 @@ def _positive(who, name, value):
     return v
 
 
+def _length(value):
+    """The power of two nearest a width (float or tensor): coordinates divided by it are exact
+    and of the width's size, where 1 / width^2 neither overflows nor underflows."""
+    v = float(value.detach().reshape(-1)[0]) if isinstance(value, torch.Tensor) else float(value)
+    return math.ldexp(1.0, math.frexp(v)[1])
+
+
+def _inverse_square(who, name, value, length, dtype, device):
+    """1 / (value / length)^2 as a (1,) parameter, refused where dtype cannot hold it (widths of
+    one kernel too far apart to share one length)."""
+    v = (value.detach() if isinstance(value, torch.Tensor)
+         else torch.tensor(float(value), dtype=torch.float64))
+    e = 2 * (math.frexp(length)[1] - math.frexp(float(v.reshape(-1).min()))[1])
+    info = torch.finfo(dtype)
+    if not math.frexp(info.tiny)[1] < e < math.frexp(info.max)[1] - 1:
+        raise ValueError(f"tessel.shapes.{who}: {name} = {v.tolist()} is 2^{-(e // 2)} times "
+                         f"the kernel's largest width; expected widths whose ratio squared "
+                         f"{dtype} holds")
+    return 1 / (_param(value, dtype, device) / length) ** 2
+
+
 def _param(value, dtype, device):
     """A Pm parameter tensor (1-D) in the points' dtype and device, differentiable if value is."""
     if isinstance(value, torch.Tensor):
@@ -75,9 +96,10 @@ class Kernel:
     """A deformation kernel k(x, y), the base of GaussianKernel, CauchyKernel and the others.
 
     Subclasses give ``_formula`` (text in X, Y and their parameter names), ``_param_dims``
-    ((name, dim) pairs) and ``_param_values(dtype, device)``; the base class turns them into the
-    reductions LDDMM needs (the field, the Hamiltonian). ``backend``: as Genred's ("auto",
-    "compiled", "interpreter", "cuda"), for every reduction.
+    ((name, dim) pairs), ``_param_values(dtype, device, length)`` (for coordinates divided by
+    ``_length()``); the base class turns them into the reductions LDDMM needs (the field, the
+    Hamiltonian). ``backend``: as Genred's ("auto", "compiled", "interpreter", "cuda"), for every
+    reduction.
 
     Examples
     --------
@@ -98,7 +120,25 @@ class Kernel:
         return _reductions(self._formula(dim), tuple(self._param_dims(dim)), dim)
 
     def _params(self, like):
-        return self._param_values(like.dtype, like.device)
+        return self._param_values(like.dtype, like.device, self._length())
+
+    def _length(self):
+        """The power of two that coordinates are divided by before the reductions (exact):
+        near the kernel's width, so that its parameters are of unit size."""
+        return 1.0
+
+    def _unit(self, *ts):
+        """ts divided by the length; refused where coordinates that large pass the dtype's
+        range at this width (widths far below the coordinates' size)."""
+        length = self._length()
+        if length < 2.0 ** -60:
+            size = max(float(t.detach().abs().max()) for t in ts)
+            if not size / length <= torch.finfo(ts[0].dtype).max / 4:
+                raise ValueError(f"tessel.shapes.{type(self).__name__}: its width is too "
+                                 f"small for coordinates of size {size:.3g} in "
+                                 f"{ts[0].dtype} (their ratio passes its range); pass float64 "
+                                 "points or rescale them")
+        return [t / length for t in ts]
 
     def _check(self, who, *ts):
         d = ts[0].shape[-1]
@@ -116,19 +156,23 @@ class Kernel:
             raise ValueError(f"tessel.shapes.{type(self).__name__}.__call__: b has shape "
                              f"{tuple(b.shape)}; expected ({y.shape[0]}, E), one row per y")
         red = _velocity(self._formula(d), tuple(self._param_dims(d)), d, b.shape[1])
-        return red(x, y, b, *self._params(x), backend=self.backend)
+        return red(*self._unit(x, y), b, *self._params(x), backend=self.backend)
 
     def hamiltonian(self, q, p):
         """H(q, p) = 1/2 sum_ij k(q_i, q_j) <p_i, p_j> (0-dim)."""
         d = self._check("hamiltonian", q, p)
-        return 0.5 * self._reductions(d)[0](q, q, p, p, *self._params(q),
+        (u,) = self._unit(q)
+        return 0.5 * self._reductions(d)[0](u, u, p, p, *self._params(q),
                                             backend=self.backend).sum()
 
     def field(self, q, p):
         """(dq/dt, dp/dt) = (dH/dp, -dH/dq) at (q, p): the geodesic equations."""
         d = self._check("field", q, p)
         force = self._reductions(d)[1]
-        return self(q, q, p), -force(q, q, p, p, *self._params(q), backend=self.backend)
+        (u,) = self._unit(q)
+        # The reduction differentiates in the divided coordinates u = q / length.
+        return self(q, q, p), -force(u, u, p, p, *self._params(q),
+                                     backend=self.backend) / self._length()
 
     def __repr__(self):
         extra = "" if self.backend == "auto" else f", backend={self.backend!r}"
@@ -150,8 +194,11 @@ class _Radial(Kernel):
     def _param_dims(self, dim):
         return [("G", 1)]
 
-    def _param_values(self, dtype, device):
-        return [1 / _param(self.scale, dtype, device) ** 2]
+    def _length(self):
+        return _length(self.scale)
+
+    def _param_values(self, dtype, device, length):
+        return [_inverse_square(type(self).__name__, "scale", self.scale, length, dtype, device)]
 
     def _describe(self):
         return f"scale={self.scale}"
@@ -272,8 +319,12 @@ class SumOfGaussians(Kernel):
     def _param_dims(self, dim):
         return [("G", len(self.scales)), ("W", len(self.scales))]
 
-    def _param_values(self, dtype, device):
-        g = torch.cat([1 / _param(s, dtype, device) ** 2 for s in self.scales])
+    def _length(self):
+        return max(_length(s) for s in self.scales)
+
+    def _param_values(self, dtype, device, length):
+        g = torch.cat([_inverse_square("SumOfGaussians", f"scales[{k}]", s, length, dtype, device)
+                       for k, s in enumerate(self.scales)])
         w = torch.cat([_param(w, dtype, device) for w in self.weights])
         return [g, w]
 
@@ -338,8 +389,8 @@ class AnisotropicGaussian(Kernel):
                              f"{self.matrix.shape[0]} but the points have dimension {dim}")
         return [("A", self.matrix.numel())]
 
-    def _param_values(self, dtype, device):
-        return [self.matrix.to(dtype=dtype, device=device).reshape(-1)]
+    def _param_values(self, dtype, device, length):
+        return [self.matrix.to(dtype=dtype, device=device).reshape(-1) * length ** 2]
 
     def _describe(self):
         return f"matrix={tuple(self.matrix.shape)}"
