@@ -282,3 +282,49 @@ def test_sinkhorn_loss_with_a_collapsed_piece(make):
     # change the support's extent that the eps-scaling schedule reads: the two runs stop at
     # different (converged) iterates, a relative 1e-4 apart at this blur.
     assert abs(float(v - v_ref)) <= 1e-4 * abs(float(v_ref))
+
+
+# ---------------------------------------------------------------------------------------------
+# Messages.
+
+def test_shape_arguments_are_named():
+    s = Mesh.icosphere(1)
+    with pytest.raises(ValueError, match=r"Mesh.icosphere: subdivisions = 2.5; expected an "
+                                         r"integer >= 0"):
+        Mesh.icosphere(2.5)
+    with pytest.raises(ValueError, match=r"Mesh.icosphere: radius = -1.0; expected a finite"):
+        Mesh.icosphere(1, radius=-1.0)
+    cloud = PointCloud(X)
+    curve = Curve.polyline(X)
+    for shape in (s, cloud, curve):
+        n, d = shape.points.shape
+        who = type(shape).__name__
+        with pytest.raises(ValueError, match=rf"{who}.with_points: points has shape "
+                                             rf"\({n - 3}, {d}\); expected \({n}, {d}\), one "
+                                             r"row per vertex"):
+            shape.with_points(shape.points[:-3])
+        with pytest.raises(ValueError, match=rf"{who}.with_points: points has shape "
+                                             rf"\({n}, 2\); expected \({n}, {d}\)"):
+            shape.with_points(shape.points[:, :2])
+        with pytest.raises(TypeError, match=rf"{who}.with_points: points must be a "
+                                            r"torch.Tensor"):
+            shape.with_points(shape.points.tolist())
+        with pytest.raises(TypeError, match=rf"{who}.with_points: points has dtype torch.int64"):
+            shape.with_points(shape.points.long())
+
+
+def test_register_optimization_arguments_are_named():
+    src = Curve.polyline(cloud(6, 3), closed=True)
+    tgt = src.with_points(src.points + 0.1)
+    model = LDDMM(GaussianKernel(0.5, backend="interpreter"), n_steps=2)
+    cases = [(dict(regularization="abc"), r"regularization = 'abc'; expected a finite number"),
+             (dict(regularization=math.inf), r"regularization = inf; expected a finite number"),
+             (dict(tol=-1.0), r"tol = -1.0; expected a finite number >= 0"),
+             (dict(max_iter=0), r"max_iter = 0; expected an integer >= 1"),
+             (dict(max_iter=True), r"max_iter = True; expected an integer >= 1")]
+    for kwargs, message in cases:
+        with pytest.raises(ValueError, match=rf"tessel.shapes.register: {message}"):
+            register(src, tgt, model=model, **kwargs)
+    from tessel.shapes import atlas
+    with pytest.raises(ValueError, match=r"tessel.shapes.atlas: max_iter = 0; expected"):
+        atlas([src, tgt], model=model, max_iter=0)

@@ -14,6 +14,7 @@ deformation's parameters):
 their tensors on any device, float32 or float64, and are checked once, when built.
 """
 import math
+import numbers
 import warnings
 
 import torch
@@ -165,6 +166,16 @@ class PointCloud:
 
     def with_points(self, points):
         """The same shape (cells, weights) on other points: a deformed copy, differentiable."""
+        who = f"{type(self).__name__}.with_points"
+        if not isinstance(points, torch.Tensor):
+            raise TypeError(f"tessel.shapes.{who}: points must be a torch.Tensor "
+                            f"{tuple(self.points.shape)}, got {type(points).__name__}")
+        if points.shape != self.points.shape:
+            _fail(who, f"points has shape {tuple(points.shape)}; expected "
+                       f"{tuple(self.points.shape)}, one row per vertex of this shape")
+        if points.dtype not in _FLOATS:
+            raise TypeError(f"tessel.shapes.{who}: points has dtype {points.dtype}; expected "
+                            "torch.float32 or torch.float64")
         out = object.__new__(type(self))
         out.__dict__.update(self.__dict__)
         out.points = points
@@ -301,6 +312,13 @@ class Mesh(PointCloud):
         v = torch.tensor([[-1, t, 0], [1, t, 0], [-1, -t, 0], [1, -t, 0], [0, -1, t], [0, 1, t],
                           [0, -1, -t], [0, 1, -t], [t, 0, -1], [t, 0, 1], [-t, 0, -1],
                           [-t, 0, 1]], dtype=dtype, device=device)
+        if isinstance(subdivisions, bool) or not isinstance(subdivisions, numbers.Integral) or (
+                subdivisions < 0):
+            _fail("Mesh.icosphere", f"subdivisions = {subdivisions!r}; expected an integer >= 0")
+        if not isinstance(radius, torch.Tensor) and (
+                isinstance(radius, bool) or not isinstance(radius, numbers.Real)
+                or not 0 < radius < math.inf):
+            _fail("Mesh.icosphere", f"radius = {radius!r}; expected a finite number > 0")
         f = torch.tensor([[0, 11, 5], [0, 5, 1], [0, 1, 7], [0, 7, 10], [0, 10, 11], [1, 5, 9],
                           [5, 11, 4], [11, 10, 2], [10, 7, 6], [7, 1, 8], [3, 9, 4], [3, 4, 2],
                           [3, 2, 6], [3, 6, 8], [3, 8, 9], [4, 9, 5], [2, 4, 11], [6, 2, 10],
