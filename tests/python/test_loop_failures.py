@@ -275,6 +275,44 @@ def test_blow_up_hits_the_step_floor(method, rtol):
     assert stats["steps"] + stats["rejected"] < 100_000
 
 
+@pytest.mark.parametrize("lam,rtol", [(100.0, 1e-6), (1e4, 1e-6), (100.0, 1e-3), (1.0, 1e-4)])
+def test_reversible_heun_on_a_contracting_field_says_stiff_early(lam, rtol):
+    # y' = -lam (y - cos t): its parasitic mode grows like exp(lam t) and shrinks the steps until
+    # max_num_steps (a million steps, minutes, at lam = 100). Now: a few thousand steps.
+    stats = {}
+    t = torch.tensor([0.0, 10.0], dtype=F64)
+    with pytest.raises(RuntimeError, match=r"odeint_reversible: the field looks stiff for "
+                                           r"reversible Heun .* would take about .* steps, "
+                                           r"beyond options\['max_num_steps'\] = 1000000\. "
+                                           "Use method='dopri5'"):
+        odeint_reversible(lambda s, y: -lam * (y - torch.cos(s)), torch.zeros(3, dtype=F64), t,
+                          rtol=rtol, atol=rtol * 1e-2, stats=stats)
+    assert stats["steps"] + stats["rejected"] < 5000
+    if lam > 100:
+        return  # dopri5 too is stability-bound there: 3e4 steps at lam = 1e4
+    # dopri5 solves it, to the tolerance, in few steps.
+    stats = {}
+    y = odeint_reversible(lambda s, y: -lam * (y - torch.cos(s)), torch.zeros(3, dtype=F64), t,
+                          method="dopri5", rtol=1e-6, atol=1e-8, stats=stats)
+    c = lam / (1 + lam * lam)  # y(t) = c (lam cos t + sin t) - c lam exp(-lam t)
+    exact = c * (lam * math.cos(10.0) + math.sin(10.0)) - c * lam * math.exp(-lam * 10.0)
+    assert abs(float(y[-1, 0]) - exact) < 1e-4 and stats["steps"] < 5000
+
+
+def test_reversible_heun_finishes_what_its_budget_can():
+    # Dissipative but short: its error estimates alternate, yet the steps do not fall fast
+    # enough to pass the budget, so the solve runs to the end as before.
+    stats = {}
+    t = torch.linspace(0.0, 5.0, 3, dtype=F64)
+    y = odeint_reversible(lambda s, y: -y, torch.ones(2, dtype=F64), t, rtol=1e-3, atol=1e-5,
+                          stats=stats)
+    torch.testing.assert_close(y[:, 0], torch.exp(-t), rtol=0, atol=1e-2)
+    # A small budget with the same field: the projection now passes it, so it stops early.
+    with pytest.raises(RuntimeError, match="looks stiff for reversible Heun"):
+        odeint_reversible(lambda s, y: -y, torch.ones(2, dtype=F64), t, rtol=1e-3, atol=1e-5,
+                          options={"max_num_steps": 1000})
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_overflow_of_a_too_large_step_is_retried(method):
     # The first step of 1e40 overflows f (y^9 of a stage near -1e40) from a finite stage; a

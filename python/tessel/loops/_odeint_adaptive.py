@@ -25,7 +25,7 @@ from ._captured import Captured
 from ._state import outputs_like
 from .checkpoint import checkpoint_loop
 
-__all__ = ["Controller", "Field", "grid", "march", "dopri5"]
+__all__ = ["Controller", "Field", "ParasiteWatch", "grid", "march", "dopri5"]
 
 _NAME = "odeint_reversible"
 
@@ -164,7 +164,61 @@ class Controller:
         return min(100 * h0, h1, span)
 
 
-def march(t, state, attempt, ctl, h, q, stats, field):
+class ParasiteWatch:
+    """Early failure for reversible Heun on a contracting (stiff or merely dissipative) field.
+
+    The method's second root (an eigenvalue near -(1 + h|lambda|) for y' = lambda y with
+    lambda < 0) is a parasitic mode that alternates in sign from step to step and grows like
+    exp(|lambda| t) whatever the step size. Once it dominates, the error estimate alternates in
+    sign from one accepted step to the next (a smooth solution's error does not), and the
+    controller can only shrink h to keep the mode's seeds small: h falls steadily and the solve
+    crawls towards max_num_steps (a million steps, minutes, before this existed). Over a window
+    of accepted steps that alternate, the fall of h is extrapolated at its exponential rate to the
+    end of t; when that would take more steps than the budget left, the solve stops at once with
+    the diagnosis. A rotation (the harmonic oscillator) or a smooth solution never alternates, and
+    a dissipative field that the budget can finish is left to finish."""
+
+    WINDOW = 64  # accepted steps per estimate: short enough to stop within milliseconds
+    SHARE = 0.9  # of the window's consecutive pairs whose error estimates alternate in sign
+
+    def __init__(self, t_end):
+        self.t_end = t_end
+        self.prev = None
+        self.window = []  # (alternated, end time, size) of the recent accepted full steps
+
+    def accepted(self, err, s1, used, full, ctl, taken):
+        """Records an accepted step (its error estimate `err`, end time s1, size `used`; `full`:
+        not cut to land on an output time) and raises when the field looks stiff."""
+        alt = (self.prev is not None and
+               sum(float((a * b).sum()) for a, b in zip(err, self.prev)) < 0)
+        self.prev = [e.detach() for e in err]
+        if not full:
+            return
+        self.window.append((alt, s1, used))
+        if len(self.window) < self.WINDOW:
+            return
+        share = sum(a for a, _, _ in self.window) / self.WINDOW
+        (_, t0, h0), (_, t1, h1) = self.window[0], self.window[-1]
+        del self.window[: self.WINDOW // 2]
+        if share < self.SHARE or not 0 < h1 < h0 or t1 == t0:
+            return
+        rate = math.log(h0 / h1) / abs(t1 - t0)
+        left = abs(self.t_end - t1)
+        growth = rate * left
+        steps = math.inf if growth > 700 else math.expm1(growth) / (rate * h1)
+        if steps > ctl.max_steps - taken:
+            raise RuntimeError(
+                f"{_NAME}: the field looks stiff for reversible Heun (contracting: "
+                f"{share:.0%} of the last {self.WINDOW} accepted steps' error estimates "
+                "alternate in sign, the method's parasitic mode, which grows on any contracting "
+                f"field); the step size fell from {h0:.3g} to {h1:.3g} by t={t1:.6g}, and at "
+                f"that rate the rest of the solve to t={self.t_end:g} would take about "
+                f"{steps:.3g} steps, beyond options['max_num_steps'] = {ctl.max_steps}. Use "
+                "method='dopri5' (not reversible; checkpointed), fixed steps small against the "
+                "field's time scale, or looser rtol/atol")
+
+
+def march(t, state, attempt, ctl, h, q, stats, field, watch=None):
     """Integrates through every interval of t with the controller. attempt(s, s1, state) returns
     (new state, error estimate, y at s, y at s1). Returns the fractions of each interval's step
     times (tensors of t's dtype) and the state at every t[k], k >= 1. A step size below the
@@ -173,14 +227,15 @@ def march(t, state, attempt, ctl, h, q, stats, field):
     `field` (the Field attempt evaluates) that turned a finite state non-finite since the last
     accepted step, if any. A non-finite f is not an error at once: from a step too large, a
     finite stage may still overflow f (exp of a large stage), and a smaller step cures that; the
-    dfactor 0.2 shrinks h to the floor in some 25 attempts, a few milliseconds."""
+    dfactor 0.2 shrinks h to the floor in some 25 attempts, a few milliseconds. `watch` (a
+    ParasiteWatch, for reversible Heun) sees every accepted step."""
     try:
-        return _march(t, state, attempt, ctl, h, q, stats, field)
+        return _march(t, state, attempt, ctl, h, q, stats, field, watch)
     finally:
         field.watch = None  # the backward's evaluations are not watched
 
 
-def _march(t, state, attempt, ctl, h, q, stats, field):
+def _march(t, state, attempt, ctl, h, q, stats, field, watch):
     tv = t.detach()
     eps = torch.finfo(tv.dtype).eps
     fracs, rows = [], []
@@ -231,6 +286,8 @@ def _march(t, state, attempt, ctl, h, q, stats, field):
                 rejected += 1
                 continue
             stats["steps"] += 1
+            if watch is not None:
+                watch.accepted(err, float(s1), used, not last, ctl, taken)
             state, s, rejected, bad = new, s1, 0, None
             if last:
                 break

@@ -39,7 +39,7 @@ import torch
 from .._exit import keep_until_exit
 from ._captured import Captured, grad_once
 from .checkpoint import MAX_STEPS, _as_int
-from ._odeint_adaptive import Controller, Field, dopri5, march
+from ._odeint_adaptive import Controller, Field, ParasiteWatch, dopri5, march
 from ._odeint_adaptive import grid as _grid
 
 __all__ = ["odeint_reversible"]
@@ -128,7 +128,7 @@ class _Solver:
             return new, err, state[0], new[0]
 
         fracs, rows = march(t, (y, list(y0s), F), attempt, self.ctl, h, 2, self.stats,
-                            self.call)
+                            self.call, ParasiteWatch(float(t[-1])))
         self._set_steps(fracs)
         self.stats["step_times"] = _grid(t.detach(), fracs)
         outs = [torch.stack([y0] + [r[0][j] for r in rows]) for j, y0 in enumerate(y0s)]
@@ -406,8 +406,10 @@ rtol, atol, options
     steps accepted are recorded and the backward replays them: no controller and no rejected
     attempt runs again, and the gradient is that of the discrete computation the forward
     made (the step times as fixed fractions of their intervals, so gradients in t move them
-    with the interval's ends). Reversible Heun is not A-stable: on a stiff field its
-    controller shrinks the steps until max_num_steps; use "dopri5" there. A step size below
+    with the interval's ends). Reversible Heun is not A-stable: on a stiff or long
+    dissipative field its parasitic mode makes the controller shrink the steps without end;
+    when their fall, extrapolated, would pass max_num_steps, the solve stops within a few
+    thousand steps with a RuntimeError saying the field looks stiff; use "dopri5" there. A step size below
     4 eps max(|t|, interval) ends the solve (some 25 rejected attempts after the trouble
     starts): with a ValueError giving t and the evaluation when f returned nan or inf from a
     finite state that smaller steps did not avoid, else with a RuntimeError (a solution that
