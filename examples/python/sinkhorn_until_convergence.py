@@ -29,6 +29,7 @@ Run::
 --check also runs `loop` and `unrolled` with the steps `while` took and compares the gradients.
 --levels keeps two snapshots in (device) memory, two in host RAM and the others on disk
 (tessel.torch.SnapshotLevels), as for states too large for memory, and prints each level's use.
+The figure shows the marginal error at each step of `while` and the gradient dX on the circle.
 """
 import argparse
 import math
@@ -36,6 +37,7 @@ import resource
 import sys
 import time
 
+import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
@@ -90,15 +92,21 @@ class Problem:
                                self.log_q + g / self.eps, self.G).sum()
 
 
-def sinkhorn_while(prob, tol, snapshots, max_steps=10000, storage=None):
+def sinkhorn_while(prob, tol, snapshots, max_steps=10000, storage=None, trace=None):
     stats = {}
     start = prob.start()
     if storage == "levels":  # two states' bytes on the device, two in host RAM, the rest on disk
         two = 2 * sum(t.numel() * t.element_size() for t in start)
         storage = SnapshotLevels(device_bytes=two, host_bytes=two, disk_bytes=None)
-    state = checkpoint_while(lambda st, k: prob.marginal_error(st) > tol, prob.step,
-                             start, snapshots, max_steps=max_steps, stats=stats,
-                             storage=storage)
+
+    def going_on(st, k):
+        err = prob.marginal_error(st)
+        if trace is not None:  # the error before step k, for the figure
+            trace[k] = float(err)
+        return err > tol
+
+    state = checkpoint_while(going_on, prob.step, start, snapshots, max_steps=max_steps,
+                             stats=stats, storage=storage)
     cost = prob.cost(state)
     (dX,) = torch.autograd.grad(cost, prob.X)
     if stats["max_steps_reached"]:
@@ -170,7 +178,9 @@ def main(argv=None):
     print(f"Sinkhorn until the marginal error < {args.tol:g}: N = M = {args.n}, eps = {S**2}, "
           f"{args.dtype}, {args.snapshots} snapshots")
     storage = "levels" if args.levels else None
-    runs = {"while": lambda: sinkhorn_while(prob, args.tol, args.snapshots, storage=storage)}
+    trace = {}
+    runs = {"while": lambda: sinkhorn_while(prob, args.tol, args.snapshots, storage=storage,
+                                            trace=trace)}
     results = {}
     for name in ("while", "loop", "unrolled") if args.check else ("while",):
         if name == "loop":
@@ -197,10 +207,40 @@ def main(argv=None):
     for name, err in errors.items():
         print(f"  {name} vs while: relative difference of dX {err:.1e} (tolerance {tol:.0e}) "
               f"{'ok' if err <= tol else 'FAILED'}")
-    return 0 if ok and all(err <= tol for err in errors.values()) else 1
+    status = 0 if ok and all(err <= tol for err in errors.values()) else 1
+    return status, (prob, results["while"][1], trace, args.tol)
+
+
+def plot(prob, dX, trace, tol, shown=60):
+    """Left: the row marginal's L1 error before each step of `while`, down to tol. Right: the
+    circles and -dX (the direction that lowers the transport cost) at `shown` points of X."""
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.4))
+    ax.semilogy(list(trace), list(trace.values()), "o-", ms=3, label="L1 marginal error")
+    ax.axhline(tol, color="k", lw=0.6, ls=":", label=f"tol = {tol:g}: the loop stops below")
+    ax.set_xlabel("Sinkhorn step k")
+    ax.set_ylabel("sum_i |sum_j pi_ij - p_i|")
+    ax.set_title(f"checkpoint_while ran {len(trace) - 1} steps (unknown beforehand)")
+    ax.legend(fontsize=8)
+    X, Y = prob.X.detach(), prob.Y
+    rows = torch.linspace(0, len(X) - 1, shown).long()
+    ax2.plot(*X.T, "-", color="tab:blue", lw=1, label="X (moves)")
+    ax2.plot(*Y.T, "-", color="tab:red", lw=1, label="Y (fixed target)")
+    ax2.quiver(*X[rows].T, *(-dX[rows]).T, angles="xy", color="k", width=0.004,
+               label="-dX: descent direction of the cost")
+    ax2.set_aspect("equal")
+    ax2.set_ylim(-1.1, 1.6)  # room for the legend above the circles
+    ax2.set_xlabel("first coordinate")
+    ax2.set_ylabel("second coordinate")
+    ax2.set_title(f"gradient of the transport cost, N = {len(X):,}")
+    ax2.legend(fontsize=8, loc="upper center", ncol=2)
+    fig.tight_layout()
+    return fig
+
 
 if __name__ == "__main__":
     # A failed check exits non-zero; success returns quietly (the gallery runs this file too).
-    status = main()
+    status, shown = main()
+    plot(*shown)
+    plt.show()
     if status:
         sys.exit(status)
