@@ -18,6 +18,8 @@ Y is the fixed target, as in the story. Four variants, each a function returning
               LogSumExp "softmin" (stable for any s, as no exp(-C/s^2) is formed alone), in
               checkpoint_loop too.
 
+The figure shows each variant's time and its gradient dX along the circle, over the first's.
+
 Run::
 
     PYTHONPATH=build/python python3 examples/python/sinkhorn_seed.py [--n 2000] [--iters 100]
@@ -28,6 +30,7 @@ import math
 import sys
 import time
 
+import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
@@ -180,14 +183,14 @@ def main(argv=None):
     dtype = getattr(torch, args.dtype)
     X, Y, P, Q = circles(args.n, dtype)
     print(f"Sinkhorn, N = M = {args.n}, {args.iters} iterations, s = {S}, {args.dtype}")
-    results = {}
+    results, seconds = {}, {}
     for v in variants:
         stats = {}
         kw = dict(stats=stats) if v in ("checkpoint", "logdomain") else {}
         t0 = time.perf_counter()
         cost, dX = FUNCTIONS[v](X, Y, P, Q, args.iters, args.snapshots, **kw)
         elapsed = time.perf_counter() - t0
-        results[v] = (cost, dX)
+        results[v], seconds[v] = (cost, dX), elapsed
         extra = (f"  ({stats['step_calls']} step calls, <= {stats['max_stored']} of "
                  f"{stats['snapshots']} snapshots stored)" if stats else "")
         print(f"  {v:<10} cost {cost.item():.15g}  |dX| {dX.norm().item():.15g}  "
@@ -202,11 +205,41 @@ def main(argv=None):
         ok &= good
         print(f"  {v} vs {ref}: relative difference cost {ec:.1e}, dX {ed:.1e} "
               f"(tolerance {tol:.0e}) {'ok' if good else 'FAILED'}")
-    return 0 if ok else 1
+    return 0 if ok else 1, (args, results, seconds)
+
+
+def plot(args, results, seconds):
+    """Left: each variant's time for the loop and its gradient. Right: how far each variant's
+    cost and dX are from the first one run's, against the tolerance main checks."""
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    names = list(results)
+    ax.bar(names, [seconds[v] for v in names], color=[f"C{k}" for k in range(len(names))])
+    ax.set_ylabel("seconds (forward + backward)")
+    ax.set_title(f"{args.iters} Sinkhorn iterations, N = M = {args.n:,}, {args.dtype}")
+    ref, others = names[0], names[1:]
+    pos = np.arange(len(others))
+    diffs = [[_rel(results[v][part], results[ref][part]) for v in others] for part in (0, 1)]
+    for k, label in enumerate(("cost", "dX")):
+        ax2.bar(pos + 0.4 * k - 0.2, diffs[k], 0.4, color=f"C{k + 4}", label=f"{label} vs {ref}")
+    tols = [TOLERANCE[args.dtype]["logdomain" if "logdomain" in (v, ref) else "plain"]
+            for v in others]
+    ax2.hlines(tols, pos - 0.4, pos + 0.4, color="k", label="tolerance checked")
+    ax2.set_yscale("log")
+    # An exact agreement (0) has no bar; the axis starts below the smallest difference.
+    low = min([d for d in diffs[0] + diffs[1] if d > 0] + [1e-16]) / 10
+    ax2.set_ylim(low, 1e3 * max(tols, default=1.0))
+    ax2.set_xticks(pos, others)
+    ax2.set_ylabel("relative difference")
+    ax2.set_title(f"agreement with {ref}")
+    ax2.legend(fontsize=8, loc="upper left", ncol=3)
+    fig.tight_layout()
+    return fig
 
 
 if __name__ == "__main__":
     # A failed check exits non-zero; success returns quietly (the gallery runs this file too).
-    status = main()
+    status, shown = main()
+    plot(*shown)
+    plt.show()
     if status:
         sys.exit(status)
