@@ -23,7 +23,8 @@ weights. The normal operator is real because x is real. Two variants, each (loss
             compared with `unrolled` at cg_iters large enough to converge (--ref-cg-iters).
 
 With one coil the normal operator Re(F^H M F) has the eigenvalues 0, 1/2 and 1 only, and CG
-converges exactly in 3 iterations; several coils make the solve a real iterative one.
+converges exactly in 3 iterations; several coils make the solve a real iterative one. The figure
+shows the first image: the truth, the zero-filled start and both reconstructions.
 
 Run::
 
@@ -35,6 +36,7 @@ import math
 import sys
 import time
 
+import matplotlib.pyplot as plt
 import torch
 from torch import nn
 
@@ -181,8 +183,8 @@ def cg_implicit(op, b, tol, log=None):
     return x.T.reshape(shape)
 
 
-def reconstruct(prob, variant, iters, cg_iters=10, tol=1e-11, log=None):
-    """(loss, d loss / d first conv weight) of `iters` outer iterations."""
+def images(prob, variant, iters, cg_iters=10, tol=1e-11, log=None):
+    """The images after `iters` outer iterations, from the zero-filled x = Re(A^H y)."""
     x = prob.aty
     for _ in range(iters):
         z = x + prob.net(x)
@@ -191,6 +193,12 @@ def reconstruct(prob, variant, iters, cg_iters=10, tol=1e-11, log=None):
             x = cg_unrolled(prob.normal, b, cg_iters)
         else:
             x = cg_implicit(prob.normal, b, tol, log)
+    return x
+
+
+def reconstruct(prob, variant, iters, cg_iters=10, tol=1e-11, log=None):
+    """(loss, d loss / d first conv weight) of `iters` outer iterations."""
+    x = images(prob, variant, iters, cg_iters, tol, log)
     loss = ((x - prob.x_true) ** 2).sum()
     (grad,) = torch.autograd.grad(loss, prob.weight())
     return loss.detach(), grad
@@ -254,11 +262,34 @@ def main(argv=None):
     tl, tg = _rel(trunc[0], ref[0]), _rel(trunc[1], ref[1])
     print(f"  {names[0]} vs {names[2]}: relative difference loss {tl:.1e}, dW {tg:.1e} "
           "(the truncated CG's own answer, not an error of either tool)")
-    return 0 if ok else 1
+    return 0 if ok else 1, (prob, args, tol)
+
+
+def plot(prob, args, tol):
+    """The first image of the batch: truth, zero-filled start, unrolled and implicit results
+    (the forward passes again, without gradients), each with its relative error."""
+    with torch.no_grad():
+        shown = [("truth", prob.x_true), ("zero-filled Re(A^H y)", prob.aty),
+                 (f"unrolled, {args.cg_iters} CG iterations",
+                  images(prob, "unrolled", args.iters, args.cg_iters)),
+                 (f"implicit, CG to tol {tol:g}", images(prob, "implicit", args.iters, tol=tol))]
+    fig, axes = plt.subplots(1, len(shown), figsize=(3 * len(shown), 3.6), layout="constrained")
+    truth = prob.x_true[0, 0]
+    for k, (ax, (name, img)) in enumerate(zip(axes, shown)):
+        img = img[0, 0]
+        ax.imshow(img.cpu(), cmap="gray", vmin=0, vmax=float(truth.max()))
+        err = f"\nrelative error {_rel(img, truth):.1%}" if k else "\n(the phantom)"
+        ax.set_title(name + err, fontsize=9)
+        ax.set_axis_off()
+    fig.suptitle(f"{args.coils} coils, {float(prob.mask.mean()):.0%} of k-space, "
+                 f"{args.iters} outer iterations (untrained CNN)", fontsize=10)
+    return fig
 
 
 if __name__ == "__main__":
     # A failed check exits non-zero; success returns quietly (the gallery runs this file too).
-    status = main()
+    status, shown = main()
+    plot(*shown)
+    plt.show()
     if status:
         sys.exit(status)
