@@ -44,7 +44,9 @@ struct ReductionSummary {
   std::string family;    // "sum", "select" (Min/Max), "kselect" (K best), "softmax", "indexed"
   bool is_max = false;   // select: Max rather than Min
   std::string outputs;   // "value", "index" or "value,index"
-  std::string dim_rule;  // columns of each output: "formula", "k" or "weight_or_1"
+  // Columns of each output: "formula", "k_times_formula" (K times the formula's dim) or
+  // "weight_or_1".
+  std::string dim_rule;
   std::string weight;    // the weight formula: "none", "optional" or "required"
   bool scalar_formula = false;  // the formula must have dim 1
   bool uses_k = false;

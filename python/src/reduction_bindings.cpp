@@ -243,8 +243,8 @@ void bind_reductions(nb::module_& m) {
   m.def("reduction_table", &reduction_table_dicts,
         "Every reduction of the core, as dicts: name, spellings (other KeOps names), by_name "
         "(False: made by differentiation only), family, is_max, outputs ('value', 'index', "
-        "'value,index'), dim_rule ('formula', 'k', 'weight_or_1'), weight ('none', 'optional', "
-        "'required'), scalar_formula, uses_k, identity, index_op, grad, forward_mode, summary.");
+        "'value,index'), dim_rule ('formula', 'k_times_formula', 'weight_or_1'), weight ('none', "
+        "'optional', 'required'), scalar_formula, uses_k, identity, index_op, grad, forward_mode, summary.");
   bind_reduction_class(m);
   bind_bound_class(m);
   m.def(

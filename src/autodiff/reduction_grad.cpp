@@ -70,19 +70,36 @@ void select_grad(ReductionImpl& d, const ReductionImpl& r, const Formula& x, con
   const bool kmin = info.family == ReductionFamily::KSelect;
   const ReductionPtr idx_src = sub_reduction(r, info.index_op, kmin ? r.k : 0);
   const Formula idx = add_computed(d, idx_src, 0, r.outer());
-  // The slot variable carries the cotangent of the selected entry: e[o, k] for KMin, and e[o, :]
-  // restricted to component k for Min/Max of a vector formula.
+  // The slot variable carries the cotangent of the selected entry into the component it was
+  // selected for: e[o, k * D + c] into component c for KMin (slot k * D + c), e[o, c] for Min/Max
+  // (slot c).
   const int slot_index = d.next_computed_index();
-  const int slot_dim = kmin ? 1 : r.f.dim();
+  const int slot_dim = r.f.dim();
   d.vars.push_back(VarSlot{slot_index, r.outer(), slot_dim, DType::Float32, true});
   d.slot_vars.push_back(
       SlotVar{slot_index, e.node().var_index(), kmin ? SlotKind::Elem : SlotKind::Masked});
   d.index_var = idx.node().var_index();
-  d.k = kmin ? r.k : r.f.dim();
+  d.k = kmin ? r.k * r.f.dim() : r.f.dim();
   d.f = grad(r.f, x, var(slot_index, slot_dim, r.outer()));
   ReductionImpl as_gather = r;
   as_gather.op = ReductionOp::GatherSum;
   place(d, as_gather, v.cat, true);
+}
+
+// A slot variable of dim `dim` that is 1 in component k % dim at slot k, else 0.
+Formula one_hot(ReductionImpl& d, Category cat, int dim) {
+  const int oh = d.next_computed_index();
+  d.vars.push_back(VarSlot{oh, cat, dim, DType::Float32, true});
+  d.slot_vars.push_back(SlotVar{oh, -1, SlotKind::OneHot});
+  return var(oh, dim, cat);
+}
+
+// The component of gs (the derivative with respect to slot variable sv) that slot k's source
+// entry reached: all of gs when sv has dim 1 or is Masked (the one-hot on the source selects),
+// else (KMin of a vector: source entry k sits in component k % D) component k % D of gs.
+Formula slot_component(ReductionImpl& d, const SlotVar& s, const VarSlot& sv, const Formula& gs) {
+  if (sv.dim == 1 || s.kind == SlotKind::Masked) return gs;
+  return sum(gs * one_hot(d, sv.cat, sv.dim));
 }
 
 // Gather/Scatter derivatives keep the slots and indices of the reduction they come from.
@@ -213,10 +230,8 @@ std::shared_ptr<ReductionImpl> grad_impl(const ReductionPtr& rp, int var_index, 
         const VarSlot* sv = r.find_var(s.var);
         const Formula gs = grad(F, var(s.var, sv->dim, sv->cat), e);
         if (is_zero(gs)) continue;
-        const int oh = d->next_computed_index();
-        d->vars.push_back(VarSlot{oh, sv->cat, v.dim, DType::Float32, true});
-        d->slot_vars.push_back(SlotVar{oh, -1, SlotKind::OneHot});
-        d->f = d->f + var(oh, v.dim, sv->cat) * gs;
+        const Formula picked = slot_component(*d, s, *sv, gs);
+        d->f = d->f + one_hot(*d, sv->cat, v.dim) * picked;
       }
       place(*d, r, v.cat, true);
       break;

@@ -47,9 +47,7 @@ struct KernelArgs {
 
 bool kernel_layout(const ReductionImpl& r, KernelLayout& lay) {
   const ReductionInfo& info = reduction_info(r.op);
-  if (info.is_indexed() || !r.slot_vars.empty() ||
-      (info.family == ReductionFamily::KSelect && r.k > kCompiledMaxK))
-    return false;
+  if (info.is_indexed() || !r.slot_vars.empty() || kselect_too_large(r)) return false;
   std::set<int> used;
   for (const Formula& f : {r.f, r.weight})
     if (f.valid())

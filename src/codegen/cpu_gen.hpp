@@ -136,10 +136,13 @@ struct Gen {
         v.push_back({"VI", acc("bidx", row, c), "", "(VI){} - 1"});
       }
     } else if (fam == ReductionFamily::KSelect) {
+      // One sorted list per formula component.
       const string K = "[" + to_string(r.k) + "]";
-      v.push_back({"T", "kv_" + R_, K, ""});
-      v.push_back({"i64", "ki_" + R_, K, ""});
-      v.push_back({"int", "kf_" + R_, "", "0"});
+      for (int c = 0; c < D; ++c) {
+        v.push_back({"T", acc("kv", row, c), K, ""});
+        v.push_back({"i64", acc("ki", row, c), K, ""});
+        v.push_back({"int", acc("kf", row, c), "", "0"});
+      }
     } else if (fam == ReductionFamily::SoftMax) {
       v.push_back({"V", acc("mv", row, 0), "", "bc(-__builtin_inf())"});
       for (const string& n : softmax_sums(row)) {
@@ -220,10 +223,11 @@ struct Gen {
                " = tk_ ? f_ : " + b + "; " + bi + " = tk_ ? " + o + bi + " : " + bi + "; }\n";
       });
     } else if (fam == ReductionFamily::KSelect) {
-      const string R_ = to_string(row), K = to_string(r.k);
-      s += "      for (int q = 0; q < " + o + "kf_" + R_ + "; ++q) fold_kins(kv_" + R_ + ", ki_" +
-           R_ + ", &kf_" + R_ + ", " + K + ", " + o + "kv_" + R_ + "[q], " + o + "ki_" + R_ +
-           "[q]);\n";
+      for (int c = 0; c < D; ++c) {
+        const string kv = acc("kv", row, c), ki = acc("ki", row, c), kf = acc("kf", row, c);
+        s += "      for (int q = 0; q < " + o + kf + "; ++q) fold_kins(" + kv + ", " + ki + ", &" +
+             kf + ", " + to_string(r.k) + ", " + o + kv + "[q], " + o + ki + "[q]);\n";
+      }
     } else if (fam == ReductionFamily::SoftMax) {
       const string mv = acc("mv", row, 0);
       s += "      { const V m_ = v_max(" + mv + ", " + o + mv + ");\n";
@@ -274,17 +278,7 @@ struct Gen {
         return t + " " + b + " = tk_ ? f_ : " + b + "; " + bi + " = tk_ ? tv : " + bi + "; }\n";
       });
     } else if (fam == ReductionFamily::KSelect) {
-      const string R_ = to_string(row), K = to_string(r.k);
-      const string lane_ok = tail ? "if (valid[l]) " : "";
-      s += "    { const V f_ = " + f[0].s + ";\n";
-      s += "      if (kf_" + R_ + " < " + K + " || kv_" + R_ + "[" + K + " - 1] != kv_" + R_ + "[" +
-           K + " - 1]) {\n";
-      s += "        for (int l = 0; l < W; ++l) " + lane_ok + "fold_kins(kv_" + R_ + ", ki_" + R_ +
-           ", &kf_" + R_ + ", " + K + ", f_[l], t * W + l);\n";
-      s += "      } else { VI c_ = f_ < bc(kv_" + R_ + "[" + K + " - 1]);" +
-           (tail ? " c_ &= valid;" : "") + "\n";
-      s += "        if (v_any(c_)) for (int l = 0; l < W; ++l) if (c_[l]) fold_kins(kv_" + R_ +
-           ", ki_" + R_ + ", &kf_" + R_ + ", " + K + ", f_[l], t * W + l);\n      }\n    }\n";
+      for (int c = 0; c < D; ++c) s += kselect_fold(row, c, f[c].s, tail);
     } else if (fam == ReductionFamily::SoftMax) {
       const string R_ = to_string(row);
       if (!tail) {
@@ -302,6 +296,22 @@ struct Gen {
         s += "    }\n";
       }
     }
+    return s;
+  }
+
+  // Folds the tile's values `fv` of component c into its K-best list: lane by lane while the
+  // list is not full (or its last is NaN), else only the lanes below its last value.
+  string kselect_fold(int row, int c, const string& fv, bool tail) const {
+    const string kv = acc("kv", row, c), ki = acc("ki", row, c), kf = acc("kf", row, c);
+    const string K = to_string(r.k), last = kv + "[" + K + " - 1]";
+    const string ins =
+        "fold_kins(" + kv + ", " + ki + ", &" + kf + ", " + K + ", f_[l], t * W + l);";
+    string s = "    { const V f_ = " + fv + ";\n";
+    s += "      if (" + kf + " < " + K + " || " + last + " != " + last + ") {\n";
+    s += "        for (int l = 0; l < W; ++l) " + string(tail ? "if (valid[l]) " : "") + ins + "\n";
+    s += "      } else { VI c_ = f_ < bc(" + last + ");" + (tail ? " c_ &= valid;" : "") + "\n";
+    s += "        if (v_any(c_)) for (int l = 0; l < W; ++l) if (c_[l]) " + ins +
+         "\n      }\n    }\n";
     return s;
   }
 
@@ -390,14 +400,20 @@ struct Gen {
         return t + "      }\n";
       });
     } else if (fam == ReductionFamily::KSelect) {
-      const string K = to_string(r.k);
+      // KeOps's layout: column q * D + c is the q-th best of component c.
+      const string K = to_string(r.k), DS = to_string(D);
       s += "      for (int q = 0; q < " + K + "; ++q) {\n";
-      for (int o = 0; o < info.num_outputs(); ++o)
-        s += info.output_is_index(o)
-                 ? "        outi[" + out_row + " * " + K + " + q] = q < kf_" + R_ + " ? ki_" + R_ +
-                       "[q] : -1;\n"
-                 : "        out0[" + out_row + " * " + K + " + q] = q < kf_" + R_ + " ? kv_" + R_ +
-                       "[q] : (T)" + identity_text(info, "__builtin_inf()") + ";\n";
+      for (int c = 0; c < D; ++c) {
+        const string at = out_row + " * " + to_string(r.k * D) + " + q * " + DS + " + " +
+                          to_string(c),
+                     kf = acc("kf", row, c);
+        for (int o = 0; o < info.num_outputs(); ++o)
+          s += info.output_is_index(o)
+                   ? "        outi[" + at + "] = q < " + kf + " ? " + acc("ki", row, c) +
+                         "[q] : -1;\n"
+                   : "        out0[" + at + "] = q < " + kf + " ? " + acc("kv", row, c) +
+                         "[q] : (T)" + identity_text(info, "__builtin_inf()") + ";\n";
+      }
       s += "      }\n";
     } else if (fam == ReductionFamily::SoftMax) {
       // Each lane's sums live under its own maximum: rescale them to the row's maximum M.

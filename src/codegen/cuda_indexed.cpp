@@ -81,19 +81,22 @@ std::string cuda_indexed_source(const ReductionImpl& r, bool f64) {
   s += "    const i64 j = " + element(q_of.at(r.index_var), "a", "k", "i64") + ";\n";
   s += "    if (j < 0 || j >= n_partner) continue;\n";
   s += partner_loads;
-  // Per-slot values: E[a, k], E[a, :] masked to component k, or the k-th unit vector.
+  // Per-slot values, in component k % dim (reduction_impl.hpp): E[a, k], E[a, :] masked to
+  // component k, or the k-th unit vector.
   for (const Formula& u : variables(r.f)) {
     const SlotVar* sv = slot_of(r, u.node().var_index());
     if (sv == nullptr) continue;
     for (int c = 0; c < u.dim(); ++c) {
       const string cs = to_string(c);
+      const string here = u.dim() == 1 ? string() : "k % " + to_string(u.dim()) + " == " + cs;
       string val;
       if (sv->kind == SlotKind::Elem)
         val = "(V)" + element(q_of.at(sv->src), "a", "k");
       else if (sv->kind == SlotKind::Masked)
-        val = "k == " + cs + " ? (V)" + element(q_of.at(sv->src), "a", cs) + " : (V)0";
+        val = "(V)" + element(q_of.at(sv->src), "a", cs);
       else
-        val = "k == " + cs + " ? (V)1 : (V)0";
+        val = "(V)1";
+      if (!here.empty()) val = here + " ? " + val + " : (V)0";
       s += "    const V " + name("s", sv->var, c) + " = " + val + ";\n";
     }
   }

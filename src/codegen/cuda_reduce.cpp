@@ -8,8 +8,9 @@
 //   takes a smaller value or the first NaN in one test; the first term is not forced in, so a
 //   range whose terms all equal the initial +-inf ends with index -1, which close() turns into
 //   the range's first index (the CPU's answer for that case).
-// - KMin: a list sorted by (value, NaN last, index) held in registers (constant indices after
-//   unrolling) up to K = 16, in local memory above; a term costs one comparison with the K-th.
+// - KMin: per formula component, a list sorted by (value, NaN last, index) held in registers
+//   (constant indices after unrolling) up to K = 16, in local memory above; a term costs one
+//   comparison with the K-th. Column q * D + c of the outputs is component c's q-th best.
 // - LogSumExp/SumSoftMaxWeight: one pass with a running maximum m. Terms are exp(v - m) =
 //   ex2(v log2e - m log2e), one fma and one ex2 per term; the rare new maximum rescales the sums.
 //   A NaN term makes the sums NaN (so the outputs), as the CPU's NaN flag does.
@@ -32,6 +33,10 @@ using std::to_string;
 constexpr int kRegisterK = 16;
 
 string slot(int k, const string& at) { return string("[") + to_string(k) + " * ws + " + at + "]"; }
+
+// Component c's K-best list of state s: its values and indices.
+string kv(int c, const string& s) { return "kv" + to_string(c) + s; }
+string ki(int c, const string& s) { return "ki" + to_string(c) + s; }
 
 }  // namespace
 
@@ -58,7 +63,7 @@ std::vector<string> ReduceCode::sums() const {
 int ReduceCode::slots() const {
   if (fam_ == ReductionFamily::Sum) return d_;
   if (fam_ == ReductionFamily::Select) return 2 * d_;
-  if (fam_ == ReductionFamily::KSelect) return 2 * k_;
+  if (fam_ == ReductionFamily::KSelect) return 2 * k_ * d_;
   return 1 + static_cast<int>(sums().size());
 }
 
@@ -66,7 +71,7 @@ int ReduceCode::state_registers(bool f64) const {
   const int t = f64 ? 2 : 1;  // a T value; doubles and indices take 2
   if (fam_ == ReductionFamily::Sum) return d_ * ((acc_f64_ ? 2 : kahan_ ? 2 * t : t) + 2);
   if (fam_ == ReductionFamily::Select) return d_ * (t + 2);
-  if (fam_ == ReductionFamily::KSelect) return k_ * (t + 2);
+  if (fam_ == ReductionFamily::KSelect) return k_ * d_ * (t + 2);
   return 2 * t + static_cast<int>(sums().size()) * (t + 2);
 }
 
@@ -120,9 +125,11 @@ string ReduceCode::declare(const string& s) const {
            to_string(c) + s + " = -1;\n";
   } else if (fam_ == ReductionFamily::KSelect) {
     const string K = to_string(k_);
-    o += "  T kv" + s + "[" + K + "]; i64 ki" + s + "[" + K + "];\n";
-    o += "#pragma unroll\n  for (int q = 0; q < " + K + "; ++q) { kv" + s + "[q] = INF; ki" + s +
-         "[q] = -1; }\n";
+    for (int c = 0; c < d_; ++c) {
+      o += "  T " + kv(c, s) + "[" + K + "]; i64 " + ki(c, s) + "[" + K + "];\n";
+      o += "#pragma unroll\n  for (int q = 0; q < " + K + "; ++q) { " + kv(c, s) + "[q] = INF; " +
+           ki(c, s) + "[q] = -1; }\n";
+    }
   } else {
     o += "  T m" + s + " = -INF, ml" + s + " = 0; (void)ml" + s + ";\n";
     for (const string& n : sums())
@@ -156,7 +163,8 @@ string ReduceCode::push(const std::vector<string>& rows, const std::vector<std::
       }
   } else if (fam_ == ReductionFamily::KSelect) {
     for (size_t q = 0; q < rows.size(); ++q)
-      o += "      kpush(kv" + rows[q] + ", ki" + rows[q] + ", " + f[q][0] + ", j);\n";
+      for (int c = 0; c < d_; ++c)
+        o += "      kpush(" + kv(c, rows[q]) + ", " + ki(c, rows[q]) + ", " + f[q][c] + ", j);\n";
   } else {
     // The common case, v <= m, is straight-line code; one branch for all rows handles a new
     // maximum (or NaN) in any of them, which keeps divergence bookkeeping out of the loop.
@@ -229,8 +237,12 @@ string ReduceCode::store(const string& s, const string& at) const {
       o += "    wv" + slot(2 * c, at) + " = bv" + to_string(c) + s + "; wi" + slot(2 * c + 1, at) +
            " = bi" + to_string(c) + s + ";\n";
   } else if (fam_ == ReductionFamily::KSelect) {
-    o += "#pragma unroll\n    for (int q = 0; q < " + to_string(k_) + "; ++q) { wv[2 * q * ws + " +
-         at + "] = kv" + s + "[q]; wi[(2 * q + 1) * ws + " + at + "] = ki" + s + "[q]; }\n";
+    for (int c = 0; c < d_; ++c) {
+      const string w = "(2 * (" + to_string(c * k_) + " + q)";
+      o += "#pragma unroll\n    for (int q = 0; q < " + to_string(k_) + "; ++q) { wv[" + w +
+           ") * ws + " + at + "] = " + kv(c, s) + "[q]; wi[" + w + " + 1) * ws + " + at +
+           "] = " + ki(c, s) + "[q]; }\n";
+    }
   } else {
     o += "    wv" + slot(0, at) + " = m" + s + ";\n";
     int k = 1;
@@ -248,9 +260,12 @@ string ReduceCode::load(const string& s, const string& at) const {
       o += "    bv" + to_string(c) + s + " = (T)wv" + slot(2 * c, at) + "; bi" + to_string(c) + s +
            " = wi" + slot(2 * c + 1, at) + ";\n";
   } else if (fam_ == ReductionFamily::KSelect) {
-    o += "#pragma unroll\n    for (int q = 0; q < " + to_string(k_) + "; ++q) { kv" + s +
-         "[q] = (T)wv[2 * q * ws + " + at + "]; ki" + s + "[q] = wi[(2 * q + 1) * ws + " + at +
-         "]; }\n";
+    for (int c = 0; c < d_; ++c) {
+      const string w = "(2 * (" + to_string(c * k_) + " + q)";
+      o += "#pragma unroll\n    for (int q = 0; q < " + to_string(k_) + "; ++q) { " + kv(c, s) +
+           "[q] = (T)wv[" + w + ") * ws + " + at + "]; " + ki(c, s) + "[q] = wi[" + w +
+           " + 1) * ws + " + at + "]; }\n";
+    }
   } else {
     // ml (m log2 e) is what push() scales by: resumed with m (0 while there is no term yet).
     o += "    m" + s + " = (T)wv" + slot(0, at) + "; ml" + s + " = m" + s + " == -INF ? (T)0 : m" +
@@ -275,8 +290,10 @@ string ReduceCode::merge(const string& a, const string& b) const {
            "; }\n";
     }
   } else if (fam_ == ReductionFamily::KSelect) {
-    o += "#pragma unroll\n    for (int q = 0; q < " + to_string(k_) + "; ++q) if (ki" + b +
-         "[q] >= 0) kpush(kv" + a + ", ki" + a + ", kv" + b + "[q], ki" + b + "[q]);\n";
+    for (int c = 0; c < d_; ++c)
+      o += "#pragma unroll\n    for (int q = 0; q < " + to_string(k_) + "; ++q) if (" + ki(c, b) +
+           "[q] >= 0) kpush(" + kv(c, a) + ", " + ki(c, a) + ", " + kv(c, b) + "[q], " + ki(c, b) +
+           "[q]);\n";
   } else {
     // b's terms come after a's: the same rescaling as one more term, NaN and +-inf included.
     const string ma = "(double)m" + a, mb = "(double)m" + b;
@@ -306,11 +323,14 @@ string ReduceCode::finish(const string& s, const string& row) const {
                                       : "    out0[" + at + "] = bv" + to_string(c) + s + ";\n";
     }
   } else if (fam_ == ReductionFamily::KSelect) {
-    const string K = to_string(k_);
-    o += "#pragma unroll\n    for (int q = 0; q < " + K + "; ++q) {";
-    for (int q = 0; q < info_.num_outputs(); ++q)
-      o += info_.output_is_index(q) ? " outi[" + row + " * " + K + " + q] = ki" + s + "[q];"
-                                    : " out0[" + row + " * " + K + " + q] = kv" + s + "[q];";
+    o += "#pragma unroll\n    for (int q = 0; q < " + to_string(k_) + "; ++q) {";
+    for (int c = 0; c < d_; ++c) {
+      const string at =
+          row + " * " + to_string(k_ * d_) + " + q * " + to_string(d_) + " + " + to_string(c);
+      for (int q = 0; q < info_.num_outputs(); ++q)
+        o += info_.output_is_index(q) ? " outi[" + at + "] = " + ki(c, s) + "[q];"
+                                      : " out0[" + at + "] = " + kv(c, s) + "[q];";
+    }
     o += " }\n";
   } else {
     // Empty or all -inf: m = -inf and zero sums give -inf (LogSumExp) and NaN (SoftMax: 0 / 0);

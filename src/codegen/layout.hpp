@@ -19,14 +19,21 @@ struct KernelLayout {
   int outer_dim = 0, inner_dim = 0, param_dim = 0;  // components per row / per tile lane / total
 };
 
-// The generated kernels keep each row's K best terms in fixed arrays (the CPU kernel's stack, a
-// CUDA thread's registers and local memory) and insert in O(K): a large K would overflow the
-// stack and compile to huge unrolled loops. Past this K, KMin runs in the CPU interpreter (heap
-// storage) and CUDA refuses it with an error.
+// The generated kernels keep each row's K best terms of every formula component in fixed arrays
+// (the CPU kernel's stack, a CUDA thread's registers and local memory) and insert in O(K): a
+// large K would overflow the stack and compile to huge unrolled loops. Past this many list
+// entries (K times the formula's dim), KMin runs in the CPU interpreter (heap storage) and CUDA
+// refuses it with an error.
 constexpr int kCompiledMaxK = 1024;
 
+// Whether a K-selection keeps more list entries than the generated kernels hold.
+inline bool kselect_too_large(const ReductionImpl& r) {
+  return reduction_info(r.op).family == ReductionFamily::KSelect &&
+         static_cast<int64_t>(r.k) * r.f.dim() > kCompiledMaxK;
+}
+
 // Places the variables a reduction's formulas use; false when no generated kernel applies
-// (gather/scatter reductions, index variables, K > kCompiledMaxK). Defined in cpu_codegen.cpp.
+// (gather/scatter reductions, index variables, kselect_too_large). Defined in cpu_codegen.cpp.
 bool kernel_layout(const ReductionImpl& r, KernelLayout& layout);
 
 }  // namespace tessel

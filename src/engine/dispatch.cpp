@@ -329,9 +329,10 @@ void run_backend(Call& c) {
   if (chosen.fallback == nullptr) {
     // Compiled code was what the rules chose (no device, no interpreter-only reduction).
     const bool compiled = ctx.opt.backend == Backend::Compiled && c.p.device < 0 && !interpret;
-    if (compiled && c.kmin && r.k > kCompiledMaxK)
+    if (compiled && kselect_too_large(r))
       detail::fail("evaluate", "the compiled backend was requested but ", reduction_name(r.op),
-                   " with K = ", r.k, " exceeds its limit K <= ", kCompiledMaxK,
+                   " with K = ", r.k, " of a formula of dim ", r.f.dim(),
+                   " exceeds its limit K * dim <= ", kCompiledMaxK,
                    "; use the default or interpreter backend");
     detail::fail("evaluate", "the ", chosen.first->name(),
                  " backend was requested but cannot run this reduction");

@@ -20,9 +20,10 @@ struct ComputedVar {
   int output = 0;                                // which output of `source`
 };
 
-// Gather/Scatter slots: at slot k, formula variable `var` (anchor category) takes E[anchor, k]
-// (Elem, dim 1), E[anchor, :] masked to component k (Masked, dim of E), where E is variable `src`,
-// or the k-th unit vector (OneHot, no source).
+// Gather/Scatter slots: at slot k, formula variable `var` (anchor category, dim d) is zero but in
+// component k % d, which holds E[anchor, k] (Elem: KMin's slot k * D + c carries the cotangent
+// of component c's k-th best), E[anchor, k] again (Masked, E of dim d: Min/Max of a vector), or 1
+// (OneHot, no source); E is variable `src`.
 enum class SlotKind : uint8_t { Elem, Masked, OneHot };
 struct SlotVar {
   int var = 0;

@@ -37,12 +37,13 @@ constexpr ReductionInfo kTable[] = {
      D::FormulaDim, W::None, false, false, kInf, R::ArgMin, G::Select, "(Min, ArgMin)"},
     {R::MaxArgMax, "Max_ArgMax", {"MaxArgMax"}, true, F::Select, true, O::ValueIndex,
      D::FormulaDim, W::None, false, false, -kInf, R::ArgMax, G::Select, "(Max, ArgMax)"},
-    {R::KMin, "KMin", {}, true, F::KSelect, false, O::Value, D::K, W::None, true, true, kInf,
-     R::ArgKMin, G::KSelect, "the K smallest values of a scalar F, sorted; NaN last"},
-    {R::ArgKMin, "ArgKMin", {}, true, F::KSelect, false, O::Index, D::K, W::None, true, true, kInf,
-     R::ArgKMin, G::None, "the indices of KMin"},
-    {R::KMinArgKMin, "KMin_ArgKMin", {"KMinArgKMin"}, true, F::KSelect, false, O::ValueIndex, D::K,
-     W::None, true, true, kInf, R::ArgKMin, G::KSelect, "(KMin, ArgKMin)"},
+    {R::KMin, "KMin", {}, true, F::KSelect, false, O::Value, D::KTimesFormulaDim, W::None, false,
+     true, kInf, R::ArgKMin, G::KSelect,
+     "the K smallest values of each component of F, sorted; NaN last, ties to the lowest index"},
+    {R::ArgKMin, "ArgKMin", {}, true, F::KSelect, false, O::Index, D::KTimesFormulaDim, W::None,
+     false, true, kInf, R::ArgKMin, G::None, "the indices of KMin"},
+    {R::KMinArgKMin, "KMin_ArgKMin", {"KMinArgKMin"}, true, F::KSelect, false, O::ValueIndex,
+     D::KTimesFormulaDim, W::None, false, true, kInf, R::ArgKMin, G::KSelect, "(KMin, ArgKMin)"},
     {R::LogSumExp, "LogSumExp", {"LogSumExpWeight"}, true, F::SoftMax, false, O::Value,
      D::WeightDimOr1, W::Optional, true, false, -kInf, R::LogSumExp, G::LogSumExp,
      "log sum_j exp(F), or with a weight w, log sum_j exp(F) w"},
@@ -95,7 +96,7 @@ ReductionOp reduction_from_name(const std::string& name) {
 std::vector<ReductionSummary> reduction_table() {
   static const char* const kFamily[] = {"sum", "select", "kselect", "softmax", "indexed"};
   static const char* const kOutputs[] = {"value", "index", "value,index"};
-  static const char* const kDim[] = {"formula", "k", "weight_or_1"};
+  static const char* const kDim[] = {"formula", "k_times_formula", "weight_or_1"};
   static const char* const kWeight[] = {"none", "optional", "required"};
   static const char* const kGrad[] = {"none",   "sum",     "logsumexp", "softmax",
                                       "select", "kselect", "indexed"};

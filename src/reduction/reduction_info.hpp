@@ -17,14 +17,15 @@ namespace tessel {
 // rules every backend shares):
 //   Sum:     one running sum per formula component; merge by adding.
 //   Select:  per component the best (value, index); Min or Max by `is_max`.
-//   KSelect: the K best (value, index) pairs of a scalar formula, sorted.
+//   KSelect: per formula component, the K best (value, index) pairs, sorted (KeOps's layout:
+//            output column k * dim + c is the k-th best of component c).
 //   SoftMax: a running maximum m and sums rescaled by exp(m_old - m_new) (LogSumExp and SoftMax).
 //   Indexed: sums over a few listed partner indices (Gather/Scatter, made by differentiation).
 enum class ReductionFamily : uint8_t { Sum, Select, KSelect, SoftMax, Indexed };
 // What the outputs hold: values, indices, or (values, indices).
 enum class ReductionOutputs : uint8_t { Value, Index, ValueIndex };
-// Columns of every output: the formula's dim, K, or the weight's dim (1 without a weight).
-enum class OutputDimRule : uint8_t { FormulaDim, K, WeightDimOr1 };
+// Columns of every output: the formula's dim, K times it, or the weight's dim (1 without one).
+enum class OutputDimRule : uint8_t { FormulaDim, KTimesFormulaDim, WeightDimOr1 };
 enum class WeightUse : uint8_t { None, Optional, Required };
 // The rule src/autodiff/reduction_grad.cpp applies to differentiate a reduction of this kind.
 enum class GradRule : uint8_t {
@@ -70,8 +71,8 @@ struct ReductionInfo {
   bool forward_mode() const { return grad != GradRule::None && grad != GradRule::KSelect; }
   int output_dim(int formula_dim, int weight_dim, int k) const {
     switch (dim_rule) {
-      case OutputDimRule::K:
-        return k;
+      case OutputDimRule::KTimesFormulaDim:
+        return k * formula_dim;
       case OutputDimRule::WeightDimOr1:
         return weight_dim > 0 ? weight_dim : 1;
       default:

@@ -120,8 +120,8 @@ inline std::vector<double> eval_pair(const Reduction& r, const std::vector<Array
 
 // Dense float64 reference of a reduction built by name: F (and the weight) on every (i, j) pair
 // with the reference evaluator, reduced by the row's family with the documented semantics (Min/Max:
-// first NaN wins, ties to the lowest index; KMin: stable sort, NaN last). One vector per output,
-// indices as doubles. Written apart from the library's folds so that it can judge them.
+// first NaN wins, ties to the lowest index; KMin: stable sort per component, NaN last). One vector
+// per output, indices as doubles. Written apart from the library's folds so that it can judge them.
 inline std::vector<std::vector<double>> dense_reduction(const Reduction& r,
                                                         const std::vector<Array>& in) {
   const ReductionInfo& info = reduction_info(r.op());
@@ -166,15 +166,19 @@ inline std::vector<std::vector<double>> dense_reduction(const Reduction& r,
         }
         break;
       case ReductionFamily::KSelect: {
-        std::vector<std::pair<double, int64_t>> all;
-        for (int64_t q = 0; q < n_red; ++q) all.push_back({f[q][0], q});
-        std::stable_sort(all.begin(), all.end(), [](auto& a, auto& b) {
-          return !std::isnan(a.first) && (std::isnan(b.first) || a.first < b.first);
-        });
-        for (int q = 0; q < K; ++q) {
-          val.push_back(all[q].first);
-          idx.push_back(static_cast<double>(all[q].second));
+        // Each component sorted on its own; column q * D + d is component d's q-th (KeOps).
+        std::vector<std::vector<std::pair<double, int64_t>>> all(D);
+        for (int d = 0; d < D; ++d) {
+          for (int64_t q = 0; q < n_red; ++q) all[d].push_back({f[q][d], q});
+          std::stable_sort(all[d].begin(), all[d].end(), [](auto& a, auto& b) {
+            return !std::isnan(a.first) && (std::isnan(b.first) || a.first < b.first);
+          });
         }
+        for (int q = 0; q < K; ++q)
+          for (int d = 0; d < D; ++d) {
+            val.push_back(all[d][q].first);
+            idx.push_back(static_cast<double>(all[d][q].second));
+          }
         break;
       }
       case ReductionFamily::SoftMax: {

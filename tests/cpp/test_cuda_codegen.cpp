@@ -69,8 +69,10 @@ TEST(CudaCodegen, EveryReductionCompiles) {
     for (ReductionOp op : {ReductionOp::Min, ReductionOp::Max, ReductionOp::ArgMin,
                            ReductionOp::ArgMax, ReductionOp::MinArgMin, ReductionOp::MaxArgMax})
       expect_compiles(Reduction(op, x - y), f64);
-    for (ReductionOp op : {ReductionOp::KMin, ReductionOp::ArgKMin, ReductionOp::KMinArgKMin})
+    for (ReductionOp op : {ReductionOp::KMin, ReductionOp::ArgKMin, ReductionOp::KMinArgKMin}) {
       expect_compiles(Reduction(op, sqdist(x, y), 1, 5), f64);
+      expect_compiles(Reduction(op, x - y, 1, 5), f64);  // one list per component
+    }
     expect_compiles(Reduction(ReductionOp::LogSumExp, f), f64);
     expect_compiles(Reduction(ReductionOp::LogSumExp, f, 1, 0, b), f64);
     expect_compiles(Reduction(ReductionOp::SumSoftMaxWeight, f, 1, 0, b), f64);
@@ -115,7 +117,9 @@ TEST(CudaCodegen, IndexedKernelsCompile) {
   const Formula d = sqdist(vi(0, 3), vj(1, 3)) * vj(2, 1);
   const Reduction g1 = grad(Reduction(ReductionOp::Min, d), 1);
   const Reduction g2 = grad(grad(Reduction(ReductionOp::KMin, d, 1, 3), 0), 3);
-  std::vector<const ReductionImpl*> todo = {&g1.impl(), &g2.impl()};
+  const Formula v = (vi(0, 3) - vj(1, 3)) * vj(2, 1);  // a vector: slots k * 3 + c
+  const Reduction g3 = grad(grad(Reduction(ReductionOp::KMin, v, 1, 2), 1), 3);
+  std::vector<const ReductionImpl*> todo = {&g1.impl(), &g2.impl(), &g3.impl()};
   int compiled = 0;
   for (size_t q = 0; q < todo.size(); ++q) {
     const ReductionImpl& r = *todo[q];
@@ -307,11 +311,12 @@ TEST_F(CudaCodegenPlan, SplitFillsTheGpuWithinLimits) {
   const CudaKernelPlan kp = plan_cuda_kernel(k16.impl(), false, 1000000, 1000000, h100);
   EXPECT_EQ(kp.split_j, 1);
   EXPECT_EQ(kp.workspace_bytes, 0u);
-  // Workspace words per row: Sum D, Min/Max 2D, KMin 2K, LogSumExp 2, SoftMax 2 + weights.
+  // Workspace words per row: Sum D, Min/Max 2D, KMin 2KD, LogSumExp 2, SoftMax 2 + weights.
   const std::pair<Reduction, size_t> words[] = {
       {Reduction(ReductionOp::Sum, x - y), 3},
       {Reduction(ReductionOp::ArgMin, x - y), 6},
       {Reduction(ReductionOp::KMin, sqdist(x, y), 1, 4), 8},
+      {Reduction(ReductionOp::KMin, x - y, 1, 4), 24},
       {Reduction(ReductionOp::LogSumExp, -sqdist(x, y)), 2},
       {Reduction(ReductionOp::SumSoftMaxWeight, -sqdist(x, y), 1, 0, vj(2, 3)), 5}};
   for (const auto& [r, n] : words)

@@ -120,6 +120,8 @@ TEST_P(CudaEmulatedIndexed, GradientsThroughSelectionsMatchTheInterpreter) {
       Reduction(ReductionOp::MinArgMin, d),
       Reduction(ReductionOp::KMin, d, 1, 3),
       Reduction(ReductionOp::KMinArgKMin, d, 1, 4),
+      // Per component of a vector: slot k * 3 + c carries component c's k-th best.
+      Reduction(ReductionOp::KMin, (x - y) * (x - y) * (w[0] + 2.0), 1, 3),
       Reduction(ReductionOp::Min, sqdist(vj(0, 3), vi(1, 3)) * (vi(2, 2)[1] + 2.0), 0),
       Reduction(ReductionOp::MaxArgMax, (x - y) * w[1], 1),
   };

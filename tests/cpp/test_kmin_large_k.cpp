@@ -93,7 +93,7 @@ TEST(KMinLargeK, CompiledBackendNamesTheLimit) {
   const auto in = tied_points(2, k + 1, 51);
   expect_error(
       [&] { evaluate(Reduction(ReductionOp::KMin, kDist, 1, k), in, with(Backend::Compiled)); },
-      {"evaluate", "KMin", "K = 1025", "K <= 1024"});
+      {"evaluate", "KMin", "K = 1025", "dim 1", "K * dim <= 1024"});
   // K > nj keeps its own error, whatever the size of K.
   expect_error([&] { evaluate(Reduction(ReductionOp::ArgKMin, kDist, 1, 5000), in); },
                {"ArgKMin", "K = 5000", "larger than the number of j rows (1026)"});

@@ -201,9 +201,11 @@ def reduce(op, F, axis=1, k=None, W=None):
         val = torch.gather(F, 1, idx[:, None, :])[:, 0, :]
         return val if op in ("Min", "Max") else idx if op.startswith("Arg") else (val, idx)
     if op in ("KMin", "ArgKMin", "KMin_ArgKMin"):
-        a = F[..., 0].detach().double().numpy()
+        # Each component on its own; column q * D + c is component c's q-th best (KeOps).
+        a = F.detach().double().numpy()
         idx = torch.from_numpy(np.argsort(a, axis=1, kind="stable")[:, :k].astype(np.int64))
-        val = torch.gather(F[..., 0], 1, idx)
+        val = torch.gather(F, 1, idx).flatten(1)
+        idx = idx.flatten(1)
         return val if op == "KMin" else idx if op == "ArgKMin" else (val, idx)
     if op == "LogSumExp":
         m = F.detach().max(1, keepdim=True).values

@@ -56,9 +56,9 @@ def dense(row, weighted, x, y, b, s, scalar=False):
     if fam == "select":
         idx = (F.argmax(1) if row["is_max"] else F.argmin(1)).detach()
         return torch.gather(F, 1, idx[:, None, :])[:, 0]
-    if fam == "kselect":
-        idx = torch.topk(F[..., 0].detach(), K, dim=1, largest=False, sorted=True).indices
-        return torch.gather(F[..., 0], 1, idx)
+    if fam == "kselect":  # per component, column q * d + c as KeOps lays them out
+        idx = torch.topk(F.detach(), K, dim=1, largest=False, sorted=True).indices
+        return torch.gather(F, 1, idx).flatten(1)
     f = F[..., 0]
     if row["name"] == "LogSumExp":
         if not weighted:

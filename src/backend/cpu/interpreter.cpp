@@ -98,11 +98,13 @@ struct Evaluator {
       } else if (n.op == OpCode::Zero) {
         for (int c = 0; c < n.dim; ++c) out[c] = Lanes(0.0);
       } else if (const SlotVar* s = prog.slot[q]) {
+        // Slot k fills component k % dim (reduction_impl.hpp): KMin's slot k * D + c is the
+        // k-th best of component c.
         const Bound* e = s->kind == SlotKind::OneHot ? nullptr : &p.var(s->src);
         for (int c = 0; c < n.dim; ++c)
           for (int l = 0; l < kLanes; ++l)
-            out[c].v[l] = s->kind == SlotKind::Elem ? e->at(anchor, slot_k[l])
-                          : c != slot_k[l]          ? 0.0
+            out[c].v[l] = c != slot_k[l] % n.dim        ? 0.0
+                          : s->kind == SlotKind::Elem   ? e->at(anchor, slot_k[l])
                           : s->kind == SlotKind::Masked ? e->at(anchor, c)
                                                         : 1.0;
       } else {

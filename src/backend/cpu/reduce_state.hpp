@@ -2,7 +2,8 @@
 //
 // Semantics (the compiled kernels must match): Min/Max propagate NaN and report the first NaN's
 // index; ties go to the lowest index. KMin ranks NaN after every number (as sorting does) and
-// ties by index. LogSumExp and SumSoftMaxWeight rescale online by the running maximum.
+// ties by index, each formula component on its own list (output column k * dim + c).
+// LogSumExp and SumSoftMaxWeight rescale online by the running maximum.
 // With no terms: Sum 0, Min +inf, Max -inf, indices -1, LogSumExp -inf, SumSoftMaxWeight NaN.
 // Infinite terms follow torch.logsumexp and torch.softmax: a +inf term makes LogSumExp +inf (all
 // +inf too; weighted: log of the sum of the weights of the +inf terms, +inf or NaN), and
@@ -38,8 +39,9 @@ class ReduceState {
     // The SoftMax family keeps its identity -inf in m_; its sums start at 0.
     std::fill(val_.begin(), val_.end(), is_softmax() ? 0.0 : info_.identity);
     std::fill(idx_.begin(), idx_.end(), -1);
-    filled_ = 0;
-    heap_.clear();
+    filled_.assign(d_, 0);
+    heap_.resize(k_ > kSortedK ? d_ : 0);
+    for (auto& h : heap_) h.clear();
     m_ = -inf;
     s_ = 0;
     nan_ = false;
@@ -54,7 +56,7 @@ class ReduceState {
         }
       }
     } else if (info_.family == ReductionFamily::KSelect) {
-      push_kmin(f[0], j);
+      for (int c = 0; c < d_; ++c) push_kmin(c, f[c], j);
     } else if (is_softmax()) {
       push_softmax(f[0], w);
     } else {
@@ -66,16 +68,12 @@ class ReduceState {
   // Not const: a heap-kept K-best list is sorted into place first.
   template <class Out>
   void finish(Out out) {
-    if (!heap_.empty()) {
-      std::sort_heap(heap_.begin(), heap_.end(), kbefore);
-      for (size_t q = 0; q < heap_.size(); ++q) val_[q] = heap_[q].first, idx_[q] = heap_[q].second;
-      heap_.clear();
-    }
+    if (info_.family == ReductionFamily::KSelect) return finish_kselect(out);
     if (is_softmax()) {
       for (size_t c = 0; c < val_.size(); ++c) out(0, static_cast<int>(c), softmax_value(c));
       return;
     }
-    // Sum, Select and KSelect: the values, the indices, or both.
+    // Sum and Select: the values, the indices, or both.
     for (int o = 0; o < info_.num_outputs(); ++o)
       for (size_t c = 0; c < val_.size(); ++c)
         out(o, static_cast<int>(c),
@@ -83,6 +81,24 @@ class ReduceState {
   }
 
  private:
+  // Component c's list is kept at [c * K, (c + 1) * K); the output interleaves the components.
+  template <class Out>
+  void finish_kselect(Out out) {
+    for (size_t c = 0; c < heap_.size(); ++c) {
+      std::vector<std::pair<double, int64_t>>& h = heap_[c];
+      std::sort_heap(h.begin(), h.end(), kbefore);
+      for (size_t q = 0; q < h.size(); ++q)
+        val_[c * k_ + q] = h[q].first, idx_[c * k_ + q] = h[q].second;
+      h.clear();
+    }
+    for (int o = 0; o < info_.num_outputs(); ++o)
+      for (int q = 0; q < k_; ++q)
+        for (int c = 0; c < d_; ++c) {
+          const size_t at = static_cast<size_t>(c) * k_ + q;
+          out(o, q * d_ + c, info_.output_is_index(o) ? static_cast<double>(idx_[at]) : val_[at]);
+        }
+  }
+
   bool is_softmax() const { return info_.family == ReductionFamily::SoftMax; }
   double softmax_value(size_t c) const {
     if (op_ == ReductionOp::LogSumExp)
@@ -102,20 +118,22 @@ class ReduceState {
            (!fold::fold_ranks_before(b.first, a.first) && a.second < b.second);
   }
 
-  void push_kmin(double v, int64_t j) {
+  void push_kmin(int c, double v, int64_t j) {
     if (k_ > kSortedK) {
+      std::vector<std::pair<double, int64_t>>& h = heap_[c];
       const std::pair<double, int64_t> t{v, j};
-      if (static_cast<int>(heap_.size()) < k_) {
-        heap_.push_back(t);
-        std::push_heap(heap_.begin(), heap_.end(), kbefore);
-      } else if (kbefore(t, heap_.front())) {
-        std::pop_heap(heap_.begin(), heap_.end(), kbefore);
-        heap_.back() = t;
-        std::push_heap(heap_.begin(), heap_.end(), kbefore);
+      if (static_cast<int>(h.size()) < k_) {
+        h.push_back(t);
+        std::push_heap(h.begin(), h.end(), kbefore);
+      } else if (kbefore(t, h.front())) {
+        std::pop_heap(h.begin(), h.end(), kbefore);
+        h.back() = t;
+        std::push_heap(h.begin(), h.end(), kbefore);
       }
       return;
     }
-    fold::fold_kins(val_.data(), idx_.data(), &filled_, k_, v, j);
+    const size_t at = static_cast<size_t>(c) * k_;
+    fold::fold_kins(val_.data() + at, idx_.data() + at, &filled_[c], k_, v, j);
   }
 
   // LogSumExp (val_ = sum of exp(F - m) w, or of exp(F - m)) and SoftMax (val_ = sum exp(F-m) G,
@@ -148,8 +166,9 @@ class ReduceState {
   int d_, wd_, k_;
   std::vector<double> val_;
   std::vector<int64_t> idx_;
-  std::vector<std::pair<double, int64_t>> heap_;  // the K best when k_ > kSortedK
-  int filled_ = 0;
+  // Per component: the K best when k_ > kSortedK, and the sorted lists' fill.
+  std::vector<std::vector<std::pair<double, int64_t>>> heap_;
+  std::vector<int> filled_;
   double m_ = 0, s_ = 0;
   bool nan_ = false;
 };

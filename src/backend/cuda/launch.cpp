@@ -268,9 +268,10 @@ bool CudaBackend::run(const Problem& p, std::span<const ArrayView> outs) {
   const CudaContextScope scope(device);
   const ReductionImpl& r = *p.r;
   if (reduction_info(r.op).is_indexed()) return run_indexed(p, outs);
-  if (reduction_info(r.op).family == ReductionFamily::KSelect && r.k > kCompiledMaxK)
-    detail::fail(kWho, reduction_name(r.op), " with K = ", r.k,
-                 " exceeds the CUDA limit K <= ", kCompiledMaxK, "; evaluate it on CPU arrays");
+  if (kselect_too_large(r))
+    detail::fail(kWho, reduction_name(r.op), " with K = ", r.k, " of a formula of dim ", r.f.dim(),
+                 " exceeds the CUDA limit K * dim <= ", kCompiledMaxK,
+                 "; evaluate it on CPU arrays");
   const bool f64 = p.dtype == DType::Float64;
   const auto plan_ptr =
       plans_.get(r, f64, p.n_outer, p.n_inner,
