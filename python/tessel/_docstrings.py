@@ -1,7 +1,8 @@
-"""The docstrings of Genred and KernelSolve, written once for tessel.numpy and tessel.torch.
+"""Docstring text written once: Genred's and KernelSolve's for tessel.numpy and tessel.torch,
+and the parts that several of the package's docstrings share (`fill`).
 
-Each front end formats them with its own words and example, so that every example runs on that
-front end's arrays (the test suite runs them as doctests).
+Each front end formats Genred's and KernelSolve's with its own words and example, so that every
+example runs on that front end's arrays (the test suite runs them as doctests).
 """
 
 GENRED = """A compiled reduction ``a_i = Red_j F(p, x_i, y_j)`` (axis=1) or over i (axis=0).
@@ -195,3 +196,42 @@ def torch_docs():
               "differentiation; not under ``torch.func`` transforms (an error says so).",
         example=TORCH_SOLVE_EXAMPLE)
     return genred, solve
+
+
+# tessel.distributed's examples each run in a one-rank gloo group of their own, so that each runs
+# alone; an in-process store needs no free port. Under torchrun, each process runs the lines that
+# follow after its own dist.init_process_group("gloo").
+ONE_RANK_GROUP = """>>> import torch
+>>> import torch.distributed as dist
+>>> dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+>>> _ = torch.manual_seed(0)"""
+# The parameters that a sharded class adds to its one-process twin's, or passes on to it.
+SHARDED_PARAMETERS = """group : torch.distributed.ProcessGroup, optional
+    The ranks that share the rows; None (the default) is the world.
+**options
+    tessel.torch.{twin}'s build options (``dtype_acc``, ``sum_scheme``, ...)."""
+
+
+def fill(obj=None, **parts):
+    """Puts each part where the docstring of obj has a line that is only ``{name}``, indented as
+    that line, and returns obj; without obj, returns the decorator that does so.
+
+    Text that several docstrings share (an example's setup, a parameter's description) is thus
+    written once, and every docstring still shows it whole.
+    """
+    if obj is None:
+        return lambda o: fill(o, **parts)
+    lines, used = [], set()
+    for line in obj.__doc__.split("\n"):
+        name = line.strip()[1:-1] if line.strip().startswith("{") else None
+        if name not in parts:
+            lines.append(line)
+            continue
+        used.add(name)
+        indent = line[:len(line) - len(line.lstrip())]
+        lines.extend(indent + p if p else p for p in parts[name].split("\n"))
+    if used != set(parts):  # a misspelt placeholder would show the part nowhere
+        raise ValueError(f"fill: the docstring of {obj.__qualname__} has no line "
+                         f"{{{sorted(set(parts) - used)[0]}}}")
+    obj.__doc__ = "\n".join(lines)
+    return obj

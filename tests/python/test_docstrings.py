@@ -192,3 +192,34 @@ def test_members_have_docstrings(modname, name, cls):
         if (callable(value) or isinstance(static, property)) and not inspect.getdoc(value):
             missing.append(member)
     assert not missing, f"{modname}.{name}: members without a docstring: {missing}"
+
+
+def test_fill_puts_a_shared_part_whole_at_its_placeholder():
+    """Text several docstrings share is written once and shown whole, at the placeholder's
+    indent; a placeholder that is not in the docstring is refused, not silently dropped."""
+    from tessel._docstrings import fill
+
+    def f():
+        """Summary.
+
+        Examples
+        --------
+        {setup}
+        >>> x = 1
+        """
+
+    fill(f, setup=">>> a = 1\n\n>>> b = 2")
+    assert "\n        >>> a = 1\n\n        >>> b = 2\n        >>> x = 1\n" in f.__doc__
+
+    def g():
+        """Summary with {setup} inside a line."""
+
+    with pytest.raises(ValueError, match=r"g has no line \{setup\}"):
+        fill(g, setup=">>> a = 1")
+
+
+def test_no_docstring_keeps_a_placeholder():
+    """Every `{name}` line of a shared docstring part was filled."""
+    left = [f"{m}.{n}" for m, n, o in DOCUMENTED
+            if re.search(r"^\s*\{\w+\}\s*$", inspect.getdoc(o) or "", re.M)]
+    assert not left, f"unfilled docstring placeholders in {left}"

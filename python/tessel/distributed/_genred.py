@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from .. import torch as _tt
+from .._docstrings import ONE_RANK_GROUP, SHARDED_PARAMETERS, fill
 from .._genred import reduction_name
 from ._ring import TAG_BLOCK as _TAG_BLOCK, TAG_GRAD as _TAG_GRAD, Ring, check_group, exchange
 from ._rules import rule_for
@@ -34,6 +35,8 @@ _VI, _VJ, _PM = 0, 1, 2
 _CATEGORY = {_VI: "Vi", _VJ: "Vj", _PM: "Pm"}
 
 
+@fill(one_rank_group=ONE_RANK_GROUP,
+      sharded_parameters=SHARDED_PARAMETERS.format(twin="Genred"))
 class Genred:
     """A kernel reduction over rows spread across the ranks of a process group.
 
@@ -74,10 +77,7 @@ class Genred:
         K of the KMin, ArgKMin and KMin_ArgKMin reductions.
     formula2 : str, optional
         The weight formula of LogSumExp and SumSoftMaxWeight.
-    group : torch.distributed.ProcessGroup, optional
-        The ranks that share the rows; None (the default) is the world.
-    **options
-        tessel.torch.Genred's build options (``dtype_acc``, ``sum_scheme``, ...).
+    {sharded_parameters}
 
     Raises
     ------
@@ -104,15 +104,9 @@ class Genred:
     A one-rank gloo group, so that the example runs alone (under ``torchrun``, each process
     runs the same lines with its own rows and ``dist.init_process_group("gloo")``):
 
-    >>> import socket
-    >>> import torch
-    >>> import torch.distributed as dist
+    {one_rank_group}
     >>> import tessel.torch
     >>> from tessel.distributed import Genred
-    >>> s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
-    >>> dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
-    ...                         world_size=1)
-    >>> _ = torch.manual_seed(0)
     >>> x, y, b = torch.randn(100, 3), torch.randn(80, 3), torch.randn(80, 1)  # rank's rows
     >>> formula, aliases = "Exp(-SqDist(X, Y)) * B", ["X = Vi(3)", "Y = Vj(3)", "B = Vj(1)"]
     >>> a = Genred(formula, aliases, axis=1)(x, y, b)  # this rank's rows of sum_j K_ij b_j
@@ -133,7 +127,8 @@ class Genred:
         # The reduction as one process would build it: it checks the formula, the aliases, K and
         # the weight, and is what the ranks' calls are compared by.
         whole = _tt.Genred(formula, aliases, name, axis, dtype, opt_arg, formula2, **options)
-        self._rule = rule_for(name, formula2 is not None, opt_arg)
+        self._rule = rule_for(name, formula2 is not None, opt_arg,
+                              whole._spec.reduction.formula.dim)
         if self._rule is None:
             raise NotImplementedError(f"{_WHO}: reduction_op={name!r} is not sharded (it is "
                                       "indexed, not a reduction over i or j)")

@@ -10,6 +10,7 @@ import torch
 
 from .. import lazytensor as _lt
 from .. import _lazy_vars as lv
+from .._docstrings import ONE_RANK_GROUP, fill
 from .._lazy_reduce import GENRED_OPTIONS
 from ._genred import Genred
 
@@ -33,7 +34,32 @@ class _Sharded(lv.ArrayAdapter):
 
 _SHARDED = {}
 
+# Vi's and Vj's argument, result, errors and neighbours, in the words of the index each follows.
+_ROWS_SECTIONS = """Parameters
+----------
+x : ({n}, D) float32 or float64 tensor
+    This rank's rows (an ({n},) tensor is read as dim 1).
 
+Returns
+-------
+LazyTensor
+    The sharded {index}-variable, of shape {shape}.
+
+Raises
+------
+TypeError
+    If ``x`` is not an array.
+ValueError
+    If ``x`` has no rows dimension (a 0-d tensor).
+NotImplementedError
+    If ``x`` is complex.
+
+See Also
+--------
+{others}, LazyTensor"""
+
+
+@fill(one_rank_group=ONE_RANK_GROUP)
 class LazyTensor(_lt.LazyTensor):
     """A symbolic (N, M, D) tensor whose reductions are sharded over torch.distributed.
 
@@ -78,13 +104,7 @@ class LazyTensor(_lt.LazyTensor):
     --------
     A Gaussian kernel product in a one-rank gloo group, equal to the one-process result:
 
-    >>> import socket
-    >>> import torch
-    >>> import torch.distributed as dist
-    >>> s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
-    >>> dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
-    ...                         world_size=1)
-    >>> _ = torch.manual_seed(0)
+    {one_rank_group}
     >>> f64 = torch.float64
     >>> x, y = torch.randn(100, 3, dtype=f64), torch.randn(80, 3, dtype=f64)  # rank's rows
     >>> b = torch.randn(80, 2, dtype=f64)
@@ -121,49 +141,24 @@ class LazyTensor(_lt.LazyTensor):
         return _SHARDED[adapter]
 
 
+@fill(one_rank_group=ONE_RANK_GROUP,
+      rows_sections=_ROWS_SECTIONS.format(n="N_r", index="i", shape="(N_r, 1, D)",
+                                          others="Vj, Pm"))
 def Vi(x):
     """Make an i-variable of a sharded LazyTensor from this rank's (N_r, D) rows.
 
     The rows are indexed by i, the index that a reduction over j (``axis=1``) keeps: each rank
     gets the result's rows of its own points.
 
-    Parameters
-    ----------
-    x : (N_r, D) float32 or float64 tensor
-        This rank's rows (an (N_r,) tensor is read as dim 1).
-
-    Returns
-    -------
-    LazyTensor
-        The sharded i-variable, of shape (N_r, 1, D).
-
-    Raises
-    ------
-    TypeError
-        If ``x`` is not an array.
-    ValueError
-        If ``x`` has no rows dimension (a 0-d tensor).
-    NotImplementedError
-        If ``x`` is complex.
-
-    See Also
-    --------
-    Vj, Pm, LazyTensor
+    {rows_sections}
 
     Examples
     --------
     The 3 nearest neighbours of each of this rank's x among every rank's y:
 
-    >>> import socket
-    >>> import torch
-    >>> import torch.distributed as dist
-    >>> s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
-    >>> dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
-    ...                         world_size=1)
-    >>> _ = torch.manual_seed(0)
+    {one_rank_group}
     >>> f64 = torch.float64
     >>> x, y = torch.randn(100, 3, dtype=f64), torch.randn(80, 3, dtype=f64)  # rank's rows
-    >>> b = torch.randn(80, 2, dtype=f64)
     >>> from tessel.distributed import Vi, Vj
     >>> nn = Vi(x).sqdist(Vj(y)).argKmin(3, axis=1)  # global indices into y
     >>> nn.shape, bool(torch.equal(nn, torch.cdist(x, y).argsort(1)[:, :3]))
@@ -173,44 +168,22 @@ def Vi(x):
     return LazyTensor._leaf(lv.from_rows(x, lv.I, "Vi"))
 
 
+@fill(one_rank_group=ONE_RANK_GROUP,
+      rows_sections=_ROWS_SECTIONS.format(n="M_r", index="j", shape="(1, M_r, D)",
+                                          others="Vi, Pm"))
 def Vj(x):
     """Make a j-variable of a sharded LazyTensor from this rank's (M_r, D) rows.
 
     The rows are indexed by j, the index that a reduction over j sums: every rank's rows of y
     reach every rank's reduction, block by block around the ring, and their gradients come home.
 
-    Parameters
-    ----------
-    x : (M_r, D) float32 or float64 tensor
-        This rank's rows (an (M_r,) tensor is read as dim 1).
-
-    Returns
-    -------
-    LazyTensor
-        The sharded j-variable, of shape (1, M_r, D).
-
-    Raises
-    ------
-    TypeError
-        If ``x`` is not an array.
-    ValueError
-        If ``x`` has no rows dimension (a 0-d tensor).
-    NotImplementedError
-        If ``x`` is complex.
-
-    See Also
-    --------
-    Vi, Pm, LazyTensor
+    {rows_sections}
 
     Examples
     --------
-    >>> import socket
-    >>> import torch
-    >>> import torch.distributed as dist
-    >>> s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
-    >>> dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
-    ...                         world_size=1)
-    >>> _ = torch.manual_seed(0)
+    A Gaussian kernel product: this rank's rows of a sum over every rank's j:
+
+    {one_rank_group}
     >>> f64 = torch.float64
     >>> x, y = torch.randn(100, 3, dtype=f64), torch.randn(80, 3, dtype=f64)  # rank's rows
     >>> b = torch.randn(80, 2, dtype=f64)
@@ -223,6 +196,7 @@ def Vj(x):
     return LazyTensor._leaf(lv.from_rows(x, lv.J, "Vj"))
 
 
+@fill(one_rank_group=ONE_RANK_GROUP)
 def Pm(x):
     """Make a parameter of a sharded LazyTensor: the same values on every rank.
 
@@ -252,16 +226,11 @@ def Pm(x):
 
     Examples
     --------
-    >>> import socket
-    >>> import torch
-    >>> import torch.distributed as dist
-    >>> s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
-    >>> dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
-    ...                         world_size=1)
-    >>> _ = torch.manual_seed(0)
+    A Gaussian kernel's scale as a parameter, the same on every rank:
+
+    {one_rank_group}
     >>> f64 = torch.float64
     >>> x, y = torch.randn(100, 3, dtype=f64), torch.randn(80, 3, dtype=f64)  # rank's rows
-    >>> b = torch.randn(80, 2, dtype=f64)
     >>> from tessel.distributed import Pm, Vi, Vj
     >>> s = (-Pm(torch.tensor([0.5], dtype=f64)) * Vi(x).sqdist(Vj(y))).exp().sum(axis=1)
     >>> ref = torch.exp(-0.5 * torch.cdist(x, y) ** 2).sum(1, keepdim=True)

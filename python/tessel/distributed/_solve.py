@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from .. import torch as _tt
+from .._docstrings import ONE_RANK_GROUP, SHARDED_PARAMETERS, fill
 from .._exit import keep_until_exit
 from .._solve import KernelSolveBase
 from ._genred import Genred
@@ -30,6 +31,8 @@ _WHO = "tessel.distributed.KernelSolve"
 _FAILED = -1
 
 
+@fill(one_rank_group=ONE_RANK_GROUP,
+      sharded_parameters=SHARDED_PARAMETERS.format(twin="KernelSolve"))
 class KernelSolve(KernelSolveBase):
     """Solve a kernel system ``(alpha I + K) a = b`` whose rows are spread across ranks.
 
@@ -66,10 +69,7 @@ class KernelSolve(KernelSolveBase):
         The reduction's axis, as for tessel.torch.KernelSolve.
     dtype : str, optional
         As for tessel.torch.KernelSolve (the arguments' dtype decides).
-    group : torch.distributed.ProcessGroup, optional
-        The ranks that share the rows; None (the default) is the world.
-    **options
-        tessel.torch.KernelSolve's build options (``dtype_acc``, ``sum_scheme``, ...).
+    {sharded_parameters}
 
     Raises
     ------
@@ -96,15 +96,9 @@ class KernelSolve(KernelSolveBase):
     --------
     Kernel interpolation in a one-rank gloo group, equal to the one-process solution:
 
-    >>> import socket
-    >>> import torch
-    >>> import torch.distributed as dist
+    {one_rank_group}
     >>> import tessel.torch
     >>> from tessel.distributed import KernelSolve
-    >>> s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
-    >>> dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
-    ...                         world_size=1)
-    >>> _ = torch.manual_seed(0)
     >>> x = torch.randn(100, 3, dtype=torch.float64)  # this rank's points
     >>> b = torch.randn(100, 1, dtype=torch.float64)  # and its rows of b
     >>> formula, aliases = "Exp(-SqDist(X, Y)) * B", ["X = Vi(3)", "Y = Vj(3)", "B = Vj(1)"]
