@@ -24,7 +24,7 @@ import torch.distributed as dist
 
 from .. import _core
 from ..ot import SamplesLoss as _WholeLoss
-from ..ot.samples_loss import distinct_digits
+from ..ot._ranges import Scaled, degree, distinct_digits, float32_scale
 from ._genred import Genred
 from ._ring import Ring, exchange
 
@@ -110,8 +110,7 @@ class SamplesLoss(torch.nn.Module):
         If an argument has a wrong type; when called, for other than 2 or 4 arguments, or
         arguments that are not float32 or float64 tensors of x's dtype.
     NotImplementedError
-        For an option or backend that is not sharded (see above), or float32 clouds whose
-        diameter is out of [2^-16, 2^16].
+        For an option or backend that is not sharded (see above).
     RuntimeError
         When another rank of the group refused its call, skipped it, or died in it.
 
@@ -198,28 +197,59 @@ class SamplesLoss(torch.nn.Module):
         # do: every rank's reductions must record the same graph.
         a, x, b, y = (t.detach().requires_grad_() if n and not t.requires_grad else t
                       for t, n in zip((a, x, b, y), needs))
-        if self.loss != "sinkhorn":
-            out = self._kernel(a, x, b, y)
-        else:
+        box = math.sqrt(sum((h - l) ** 2 for h, l in zip(hi, lo))) if sum(ns) + sum(ms) else 0.0
+        diameter = box if box > 0 else None
+        if self.loss == "sinkhorn":
             _check_masses(masses, x.dtype)
-            diameter = self.diameter
-            if diameter is None:  # the core's estimate: the global bounding box's diagonal
-                d = math.sqrt(sum((h - l) ** 2 for h, l in zip(hi, lo)))
-                diameter = d if d > 0 else self.blur
-            if x.dtype == torch.float32 and not 2.0 ** -16 <= diameter <= 2.0 ** 16:
-                raise NotImplementedError(f"{_WHO}: float32 clouds of diameter {diameter:.3g} "
-                                          "are not rescaled when sharded; pass float64 points "
-                                          "or clouds of unit size")
-            out = self._sinkhorn(a, x, b, y, diameter)
+            # The core's estimate: the global bounding box's diagonal.
+            diameter = self.diameter or diameter or self.blur
+        out = self._in_range(ring, (a, x, b, y), diameter, masses,
+                             max(map(abs, lo + hi)) if diameter else 0.0)
         if self.potentials:
             return out
         total = out.detach().clone()
         dist.all_reduce(total, group=ring.group)
+        if not bool(torch.isfinite(total)) and x.dtype == torch.float32:
+            raise ValueError(f"{_WHO}: the loss of these float32 points is past float32's "
+                             "range; pass float64 points")
         return _Total.apply(out, total)
 
-    def _sinkhorn(self, a, x, b, y, diameter):
+    def _in_range(self, ring, args, diameter, masses, extent):
+        """The loss (this rank's share) or potentials, float32 clouds far from unit size
+        divided by a power of two (exact) and scaled back, or solved on their float64 copies
+        where no power of two fits float32 (tessel.ot._ranges: the same rule as one process's;
+        every rank decides alike from the global box)."""
+        a, x, b, y = args
+        scale = 1
+        if x.dtype == torch.float32:
+            scale = float32_scale(self.loss, self.p, self.blur, diameter, extent)
+        if scale == 1:
+            return self._solve(args, self.blur, diameter)
+        if scale is None:
+            a, x, b, y = (t.double() for t in args)
+            if self.loss == "sinkhorn":  # equal in float32's tolerance: equal in float64's too
+                b = b * (masses[0] / masses[1])
+            out = self._solve((a, x, b, y), self.blur, diameter)
+            if not self.potentials:  # the total's check (forward) covers the value
+                return out.float()
+            return _all_finite(ring, out, tuple(t.float() for t in out))
+        factor = scale ** degree(self.loss, self.p)
+        x, y = (Scaled.apply(t, 1 / scale, factor / scale) for t in (x, y))
+        a, b = (Scaled.apply(t, 1.0, factor) for t in (a, b))
+        out = self._solve((a, x, b, y), self.blur / scale,
+                          None if diameter is None else diameter / scale)
+        if not self.potentials:
+            return Scaled.apply(out, factor, 1.0)
+        return _all_finite(ring, out, tuple(Scaled.apply(t, factor, 1.0) for t in out))
+
+    def _solve(self, args, blur, diameter):
+        if self.loss != "sinkhorn":
+            return self._kernel(*args, blur)
+        return self._sinkhorn(*args, blur, diameter)
+
+    def _sinkhorn(self, a, x, b, y, blur, diameter):
         """This rank's share of the loss, or its rows of the potentials (F, G)."""
-        schedule = _core.epsilon_schedule(self.p, diameter, self.blur, self.scaling)
+        schedule = _core.epsilon_schedule(self.p, diameter, blur, self.scaling)
         red = self._genred(f"H - E * ({_COSTS[self.p]})", _SOFTMIN_ALIASES, "LogSumExp",
                            x.shape[1])
         la, lb = _log_weights(a), _log_weights(b)
@@ -255,12 +285,12 @@ class SamplesLoss(torch.nn.Module):
             share = share - (a * p).sum() - (b * q).sum()
         return share
 
-    def _kernel(self, a, x, b, y):
+    def _kernel(self, a, x, b, y, blur):
         """This rank's share of half the squared kernel norm of a - b, or its rows of the
         potentials (tessel.ot.kernel_loss's, its gradients included)."""
         formula, scale = _KERNELS[self.loss]
         red = self._genred(formula, _KERNEL_ALIASES, "Sum", x.shape[1])
-        k = x.new_tensor([scale(self.blur)])
+        k = x.new_tensor([scale(blur)])
 
         def product(u, v, w):
             return red(u, v, w[:, None], k)[:, 0]
@@ -385,6 +415,26 @@ def _check_masses(masses, dtype):
         sa, sb = distinct_digits(ma, mb)
         raise ValueError(f"{_WHO}: balanced OT needs equal total masses; over all ranks the "
                          f"weights a sum to {sa} and b to {sb}: normalise a and b")
+
+
+def _all_finite(ring, exact, rounded):
+    """`rounded` (float32 potentials, this rank's rows) if every rank's are finite where the
+    `exact` ones are; else a ValueError on every rank alike (a rank left alone in the
+    collective backward would wait for the others)."""
+    bad = float(any(bool((torch.isfinite(e.detach()) & ~torch.isfinite(r.detach())).any())
+                    for e, r in zip(_tuple(exact), _tuple(rounded))))
+    flag = torch.tensor([bad], dtype=torch.float64)
+    if ring.backend != "gloo":
+        flag = flag.to(exact[0].device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=ring.group)
+    if float(flag) > 0:
+        raise ValueError(f"{_WHO}: the result for these float32 points is past float32's range "
+                         "on some rank; pass float64 points")
+    return rounded
+
+
+def _tuple(t):
+    return t if isinstance(t, tuple) else (t,)
 
 
 def _log_weights(w):

@@ -16,6 +16,7 @@ from .. import _core
 from ._dense import dense_potentials
 from ._implicit import canonical_gauge, implicit_potentials
 from ._potentials import SinkhornPotentials, bounding_diameter, first_order_only
+from ._ranges import Scaled, check_masses, degree, float32_scale, to_float32
 from ._unrolled import unrolled_potentials
 from .multiscale import multiscale_potentials
 from .kernel_loss import KERNELS, kernel_loss
@@ -52,35 +53,6 @@ def check_length_power(who, name, v, p):
     return v
 
 
-def distinct_digits(u, v):
-    """u and v with the fewest significant digits (at least 6) whose difference, as printed, is
-    u - v to 10 %: 1 + 1e-6 and 1 - 1e-6 print as 1.000001 and 0.999999, not 1 and 0.999999."""
-    for k in range(6, 18):
-        su, sv = f"{u:.{k}g}", f"{v:.{k}g}"
-        if abs(float(su) - float(sv) - (u - v)) <= 0.1 * abs(u - v):
-            break
-    return su, sv
-
-
-def check_masses(who, a, b):
-    """Balanced OT has no solution between different total masses (the potentials would drift):
-    a ValueError naming both sums, to as many digits as tell them apart (the core's message read
-    "a sums to 1 and b to 1" for 1 + 1e-6 and 1 - 1e-6). a (B, N), b (B, M); the core's
-    tolerance (a relative 1e-4 in float32, 1e-8 in float64)."""
-    tol = 1e-4 if a.dtype == torch.float32 else 1e-8
-    if not all(bool(((w >= 0) & torch.isfinite(w)).all()) for w in (a.detach(), b.detach())):
-        return  # the core names the weight that is negative or not finite
-    for k, (ma, mb) in enumerate(zip(a.detach().double().sum(-1).tolist(),
-                                     b.detach().double().sum(-1).tolist())):
-        if abs(ma - mb) > tol * max(ma, mb):
-            sa, sb = distinct_digits(ma, mb)
-            rel, most = distinct_digits(abs(ma - mb) / max(ma, mb), tol)
-            where = f" (problem {k} of the batch)" if a.shape[0] > 1 else ""
-            raise ValueError(f"{who}: balanced OT (reach None) needs equal total masses; the "
-                             f"weights a sum to {sa} and b to {sb}{where}, a relative "
-                             f"difference of {rel} > {most}: normalise a and b, or give a reach")
-
-
 def common_diameter(xs, ys, who):
     """The bounding-box diagonal of every cloud of a batch given as lists (None if all points
     coincide): one epsilon schedule for all, as for a batch of equal sizes."""
@@ -99,20 +71,6 @@ def common_diameter(xs, ys, who):
         raise ValueError(f"{who}: every cloud of a batch must have the same dimension D, got "
                          f"{sorted({t.shape[-1] for t in pts})}")
     return bounding_diameter(*pts)
-
-
-class _Scaled(torch.autograd.Function):
-    """t * forward_factor, whose backward multiplies by backward_factor: the power-of-two
-    factors of a rescaled loss, moved to where the cotangents cannot underflow."""
-
-    @staticmethod
-    def forward(ctx, t, forward_factor, backward_factor):
-        ctx.backward_factor = backward_factor
-        return t * forward_factor
-
-    @staticmethod
-    def backward(ctx, g):
-        return g * ctx.backward_factor, None, None
 
 
 class SamplesLoss(torch.nn.Module):
@@ -357,6 +315,8 @@ class SamplesLoss(torch.nn.Module):
     def _forward(self, args, diameter, labels=None):
         a, x, b, y, batched = self._process_args(args)
         scale = self._float32_scale(x, y, diameter)
+        if scale is None:
+            return self._in_float64((a, x, b, y), diameter, labels, batched)
         if scale != 1:
             return self._rescaled(scale, (a, x, b, y), diameter, labels, batched)
         if self.loss != "sinkhorn":
@@ -389,20 +349,38 @@ class SamplesLoss(torch.nn.Module):
         return self._finish(pots, a, b, batched)
 
     def _float32_scale(self, x, y, diameter):
-        """A power of two that brings float32 clouds far from unit size back to it, else 1. The
-        built-in costs are homogeneous (|x-y|^p / p): dividing the points and every length by a
-        power of two is exact and scales the value and the potentials by its p-th power, whereas
-        costs of points at 1e30 overflow float32 (NaN) and those at 1e-20 fall below its normal
-        range (a silently wrong value)."""
-        if (x.dtype != torch.float32 or self.loss != "sinkhorn" or self.cost is not None
-                or self._dense or x.shape[-2] == 0 or y.shape[-2] == 0):
+        """The power of two by which float32 clouds far from unit size, or a blur far from
+        theirs, are divided (tessel.ot._ranges.float32_scale), 1 for every other input, or None
+        where float32 cannot hold the problem at any scale. Squared distances of points at 1e30
+        overflow float32 (NaN) and those of points at 1e-20 fall below its normal range (a
+        silently wrong value); the built-in costs and kernels are homogeneous, so dividing
+        every length by a power of two is exact."""
+        if (x.dtype != torch.float32 or self._dense or self.kernel is not None
+                or (self.loss == "sinkhorn" and self.cost is not None)
+                or x.shape[-2] == 0 or y.shape[-2] == 0):
             return 1
-        d = diameter or self.diameter or bounding_diameter(x, y)
-        if d is None or 2.0 ** -16 <= d <= 2.0 ** 16:
-            return 1
-        if not math.isfinite(d):
+        d = (diameter or self.diameter) if self.loss == "sinkhorn" else None
+        d = d or bounding_diameter(x, y)
+        if d is not None and not math.isfinite(d):
             raise ValueError(f"{_WHO}: x and y must be finite; their bounding box is {d}")
-        return 2.0 ** round(math.log2(d))
+        extent = float(max(x.detach().abs().max(), y.detach().abs().max()))
+        return float32_scale(self.loss, self.p, self.blur, d, extent)
+
+    def _in_float64(self, args, diameter, labels, batched):
+        """The loss of float32 clouds that no rescaling fits in float32 (see _ranges), solved on
+        their float64 copies (exact) and rounded to float32 once; gradients flow back through
+        the casts."""
+        a, x, b, y = (t.double() for t in args)
+        if self.loss == "sinkhorn" and self.reach_x is None and self.reach_y is None:
+            # Equal in float32 (its tolerance), the masses are made equal in float64's: a change
+            # below the rounding of float32 weights.
+            check_masses(_WHO, *args[::2])
+            b = b * (a.sum(-1, keepdim=True) / b.sum(-1, keepdim=True)).detach()
+        out = self._forward((a, x, b, y), diameter, labels)
+        if self.potentials:
+            return tuple(to_float32(t, _WHO) for t in out)
+        value = to_float32(out, _WHO)
+        return value if batched else value[0]
 
     def _rescaled(self, scale, args, diameter, labels, batched):
         """The loss of clouds of unit size (see _float32_scale), scaled back. The factors go on
@@ -413,13 +391,13 @@ class SamplesLoss(torch.nn.Module):
         for name in ("blur", "reach", "reach_x", "reach_y", "diameter"):
             v = getattr(self, name)
             setattr(unit, name, None if v is None else v / scale)
-        factor = scale ** self.p
-        x, y = (_Scaled.apply(t, 1 / scale, factor / scale) for t in (x, y))
-        a, b = (_Scaled.apply(t, 1.0, factor) for t in (a, b))
+        factor = scale ** degree(self.loss, self.p)
+        x, y = (Scaled.apply(t, 1 / scale, factor / scale) for t in (x, y))
+        a, b = (Scaled.apply(t, 1.0, factor) for t in (a, b))
         out = unit._forward((a, x, b, y), None if diameter is None else diameter / scale, labels)
         if self.potentials:
-            return tuple(_Scaled.apply(t, factor, 1.0) for t in out)
-        value = _Scaled.apply(out, factor, 1.0)
+            return tuple(Scaled.apply(t, factor, 1.0) for t in out)
+        value = Scaled.apply(out, factor, 1.0)
         if not bool(torch.isfinite(value).all()) and bool(torch.isfinite(out).all()):
             raise ValueError(f"{_WHO}: the loss of these float32 points is about "
                              f"{float(out.detach().abs().max()) * factor:.3g}, past float32's "

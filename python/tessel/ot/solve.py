@@ -212,15 +212,24 @@ def solve_sample(a, x, b, y, *, p=2, blur=0.05, reach=None, reach_x=None, reach_
         raise TypeError(f"{_WHO}: cost must be a formula (a string in X and Y or a tessel "
                         "Formula): the plan is a LazyTensor of it; a cost function of dense "
                         "tensors is for SamplesLoss (GeomLoss's tensorized backend)")
-    if loss._float32_scale(x_, y_, None) != 1:
+    scale = loss._float32_scale(x_, y_, None)
+    if scale is None:
+        # C / eps, up to (diameter / blur)^p, is the same at every scale (NaN before).
         d = loss.diameter or bounding_diameter(x_, y_)
-        if not 2.0 ** -40 <= d <= 2.0 ** 40:
+        raise ValueError(f"{_WHO}: float32 clouds of diameter {d:.3g} with blur={loss.blur:g} "
+                         f"give costs / eps up to (diameter / blur)^p = "
+                         f"2^{loss.p * math.log2(d / loss.blur):.0f}, past what float32 holds "
+                         "(2^100 here); pass float64 points")
+    if scale != 1:
+        d = loss.diameter or bounding_diameter(x_, y_)
+        if not (2.0 ** -40 <= d <= 2.0 ** 40 and abs(loss.p * math.log2(loss.blur)) <= 100):
             # Their squared distances leave float32's normal range (NaN or a wrong value);
             # SamplesLoss rescales such clouds, but this result's potentials, plan and history
             # would all need scaling back.
-            raise ValueError(f"{_WHO}: x and y are float32 clouds of size {d:.3g}, whose squared "
-                             "distances float32 cannot hold; pass float64 points, or rescale "
-                             "the points and lengths (SamplesLoss does so by itself)")
+            raise ValueError(f"{_WHO}: x and y are float32 clouds of size {d:.3g} with "
+                             f"blur={loss.blur:g}, whose squared distances or eps = blur^p "
+                             "float32 cannot hold; pass float64 points, or rescale the points "
+                             "and lengths (SamplesLoss does so by itself)")
     formula = loss._cost_formula(x_.shape[-1])
     settings = dict(p=loss.p, cost=formula, blur=loss.blur, reach_x=rx, reach_y=ry,
                     diameter=loss._diameter(x_, y_, batched), scaling=loss.scaling,
