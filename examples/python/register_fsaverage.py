@@ -98,5 +98,6 @@ def main(argv=None):
 if __name__ == "__main__":
     # A failed check exits non-zero; success returns quietly (the gallery runs this file too).
     status = main()
+    plt.show()
     if status:
         sys.exit(status)
