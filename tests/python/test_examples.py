@@ -1,13 +1,17 @@
 """The Python examples run as scripts (the variants the documentation build does not run) and
-pass their own checks; every example has a gallery page (docs/auto_examples)."""
+pass their own checks; every example has a gallery page (docs/auto_examples) with a figure."""
+import ast
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
 import pytest
 
-EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "python"
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples" / "python"
+DOCS = ROOT / "docs"
 
 
 # The documentation build (scripts/docs.sh, in the test command) runs every script but the
@@ -23,7 +27,8 @@ EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "python"
     ("register_fsaverage.py", ["--cell", "8", "--iters", "6", "--min-drop", "0.85", "--png",
                                "{tmp}/fsaverage.png"]),
     # Two gloo processes spawned by the example itself (no torchrun), checked against one.
-    ("distributed_torchrun.py", ["--nproc", "2", "--points", "2000"]),
+    ("distributed_torchrun.py", ["--nproc", "2", "--points", "2000", "--png",
+                                 "{tmp}/sharded.png"]),
 ])
 def test_example_runs(script, args, tmp_path):
     args = [args] if isinstance(args, str) else [a.format(tmp=tmp_path) for a in args]
@@ -43,3 +48,46 @@ def test_every_example_has_a_gallery_title():
         lines = path.read_text(encoding="utf-8").split("\n")
         assert lines[0] == '"""' and lines[1] and set(lines[2]) == {"="}, path.name
         assert len(lines[2]) == len(lines[1]), f"{path.name}: title underline length"
+
+
+def _gallery_pattern():
+    """docs/conf.py's default filename_pattern: the scripts sphinx-gallery runs."""
+    tree = ast.parse((DOCS / "conf.py").read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and len(node.args) == 2
+                and isinstance(node.args[0], ast.Constant)
+                and node.args[0].value == "TESSEL_DOCS_EXAMPLES"):
+            return node.args[1].value
+    raise AssertionError("docs/conf.py: no filename_pattern read from TESSEL_DOCS_EXAMPLES")
+
+
+def _pyplot_calls(tree):
+    """The names called as plt.<name>(...) and as <anything>.<name>(...), and whether a call
+    passes title= (a helper that draws its own titled figure, as tessel.shapes.io.plot_shapes)."""
+    direct, methods, titled = set(), set(), False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            titled |= any(k.arg == "title" for k in node.keywords)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            methods.add(node.func.attr)
+            if isinstance(node.func.value, ast.Name) and node.func.value.id == "plt":
+                direct.add(node.func.attr)
+    return direct, methods, titled
+
+
+def test_every_example_draws_a_figure():
+    """Each gallery page shows what its example computes (not sphinx-gallery's placeholder
+    thumbnail): the script draws a titled matplotlib figure and shows or saves it, and a script
+    the documentation build does not run names, as its thumbnail, an image that exists."""
+    pattern = _gallery_pattern()
+    for path in sorted(EXAMPLES.glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        direct, methods, titled = _pyplot_calls(ast.parse(text))
+        assert "import matplotlib.pyplot as plt" in text, f"{path.name}: no matplotlib"
+        assert direct & {"subplots", "figure"}, f"{path.name}: draws no figure"
+        assert titled or methods & {"set_title", "suptitle"}, f"{path.name}: figure untitled"
+        assert "show" in direct or "savefig" in methods, f"{path.name}: figure not shown or saved"
+        if not re.search(pattern, str(path)):
+            thumb = re.search(r'^# sphinx_gallery_thumbnail_path = "([^"]+)"$', text, re.M)
+            assert thumb, f"{path.name}: not run by the gallery, and no thumbnail path"
+            assert (DOCS / thumb.group(1)).is_file(), f"{path.name}: {thumb.group(1)} missing"
