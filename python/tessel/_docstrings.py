@@ -205,6 +205,14 @@ ONE_RANK_GROUP = """>>> import torch
 >>> import torch.distributed as dist
 >>> dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
 >>> _ = torch.manual_seed(0)"""
+# tessel.shapes' examples compare, register or average two closed curves: a 20-segment unit circle
+# and the ellipse it stretches into.
+CIRCLE_AND_ELLIPSE = """>>> import torch
+>>> from tessel.shapes import Curve
+>>> t = torch.linspace(0, 2 * torch.pi, 21, dtype=torch.float64)[:-1]
+>>> circle = Curve.polyline(torch.stack([t.cos(), t.sin()], 1), closed=True)  # 20 segments
+>>> ellipse = circle.with_points(circle.points * torch.tensor([1.5, 0.7]).double())"""
+
 # The parameters that a sharded class adds to its one-process twin's, or passes on to it.
 SHARDED_PARAMETERS = """group : torch.distributed.ProcessGroup, optional
     The ranks that share the rows; None (the default) is the world.

@@ -19,6 +19,8 @@ import warnings
 
 import torch
 
+from .._docstrings import CIRCLE_AND_ELLIPSE, fill
+
 _FLOATS = (torch.float32, torch.float64)
 
 
@@ -205,6 +207,7 @@ class PointCloud:
                 f"dim={self.dim}, dtype={self.dtype}, device={self.device})")
 
 
+@fill(circle_and_ellipse=CIRCLE_AND_ELLIPSE)
 class Curve(PointCloud):
     """A polygonal curve (or a set of them): vertices (N, D) and segments `edges` (E, 2).
 
@@ -226,11 +229,7 @@ class Curve(PointCloud):
 
     Examples
     --------
-    >>> import torch
-    >>> from tessel.shapes import Curve
-    >>> t = torch.linspace(0, 2 * torch.pi, 21, dtype=torch.float64)[:-1]
-    >>> circle = Curve.polyline(torch.stack([t.cos(), t.sin()], 1), closed=True)  # 20 segments
-    >>> ellipse = circle.with_points(circle.points * torch.tensor([1.5, 0.7]).double())
+    {circle_and_ellipse}
     >>> round(float(circle.measures.sum()), 3)          # the polygon's perimeter
     6.257
     """

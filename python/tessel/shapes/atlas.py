@@ -9,19 +9,19 @@ shape), so every deformed template is a shape of the same kind as the subjects.
 """
 import torch
 
+from .._docstrings import CIRCLE_AND_ELLIPSE, fill
 from ._shape import PointCloud, check_finite, check_pair
-from .registration import _minimize, check_run, default_attachment, default_model
+from .registration import (RUN_PARAMETERS, _minimize, _Run, check_run, default_attachment,
+                           default_model)
 
 
-class Atlas:
-    """What atlas returns.
+@fill(circle_and_ellipse=CIRCLE_AND_ELLIPSE, run_parameters=RUN_PARAMETERS)
+class Atlas(_Run):
+    """What atlas returns: the template it estimated, the momenta onto each shape, and the run.
 
     Parameters
     ----------
-    model : LDDMM
-        The deformation model.
-    attachment : callable
-        The data term.
+    {run_parameters}
     template : PointCloud, Curve or Mesh
         The estimated template.
     momenta : list of (N, D) tensors
@@ -37,11 +37,7 @@ class Atlas:
 
     Examples
     --------
-    >>> import torch
-    >>> from tessel.shapes import Curve
-    >>> t = torch.linspace(0, 2 * torch.pi, 21, dtype=torch.float64)[:-1]
-    >>> circle = Curve.polyline(torch.stack([t.cos(), t.sin()], 1), closed=True)  # 20 segments
-    >>> ellipse = circle.with_points(circle.points * torch.tensor([1.5, 0.7]).double())
+    {circle_and_ellipse}
     >>> from tessel.shapes import atlas
     >>> a = atlas([circle, ellipse], regularization=0.01, max_iter=1)
     >>> type(a).__name__, len(a.deformed)
@@ -49,22 +45,17 @@ class Atlas:
     """
 
     def __init__(self, model, attachment, template, momenta, history, converged):
-        self.model, self.attachment, self.template = model, attachment, template
-        self.momenta, self.history, self.converged = momenta, history, converged
+        super().__init__(model, attachment, history, converged)
+        self.template, self.momenta = template, momenta
         with torch.no_grad():
             self.deformed = [model.deform(template, p) for p in momenta]
 
-    @property
-    def n_iter(self):
-        """The number of iterations run (the history's length)."""
-        return len(self.history)
-
     def __repr__(self):
-        last = self.history[-1] if self.history else {}
         return (f"Atlas(subjects={len(self.momenta)}, template={self.template!r}, "
-                f"n_iter={self.n_iter}, loss={last.get('loss', float('nan')):.6g})")
+                f"n_iter={self.n_iter}, loss={self._last('loss'):.6g})")
 
 
+@fill(circle_and_ellipse=CIRCLE_AND_ELLIPSE)
 def atlas(shapes, template=None, *, model=None, attachment=None, regularization=0.0,
           optimizer="lbfgs", lr=None, max_iter=50, tol=1e-7, progress=None, callback=None):
     """Estimates a template of `shapes` and the momenta that deform it onto each.
@@ -98,11 +89,7 @@ def atlas(shapes, template=None, *, model=None, attachment=None, regularization=
 
     Examples
     --------
-    >>> import torch
-    >>> from tessel.shapes import Curve
-    >>> t = torch.linspace(0, 2 * torch.pi, 21, dtype=torch.float64)[:-1]
-    >>> circle = Curve.polyline(torch.stack([t.cos(), t.sin()], 1), closed=True)  # 20 segments
-    >>> ellipse = circle.with_points(circle.points * torch.tensor([1.5, 0.7]).double())
+    {circle_and_ellipse}
     >>> from tessel.shapes import LDDMM, GaussianKernel, KernelNorm, atlas
     >>> a = atlas([circle, ellipse], model=LDDMM(GaussianKernel(0.5), n_steps=3),
     ...           attachment=KernelNorm(0.5), regularization=0.01, max_iter=3)

@@ -22,6 +22,7 @@ import numbers
 
 import torch
 
+from .._docstrings import CIRCLE_AND_ELLIPSE, fill
 from ..ot import SamplesLoss
 from ..ot.samples_loss import check_gradient
 from ..torch import Genred
@@ -146,7 +147,7 @@ class _KernelAttachment:
 
     _who = "KernelAttachment"
 
-    def __init__(self, scale, kernel, backend):
+    def __init__(self, scale, kernel="gaussian", backend=None):
         self.scale = _check_scale(self._who, "scale", scale)
         self.kernel = _choice(self._who, "kernel", kernel, tuple(SPATIAL))
         # backend: the reductions' backend for every call (None: tessel's default choice).
@@ -200,6 +201,7 @@ def _unit(normals, measures):
                        torch.zeros_like(normals))
 
 
+@fill(circle_and_ellipse=CIRCLE_AND_ELLIPSE)
 class KernelNorm(_KernelAttachment):
     """Squared kernel (MMD) distance between the shapes' measures, any shape kind.
 
@@ -228,11 +230,7 @@ class KernelNorm(_KernelAttachment):
 
     Examples
     --------
-    >>> import torch
-    >>> from tessel.shapes import Curve
-    >>> t = torch.linspace(0, 2 * torch.pi, 21, dtype=torch.float64)[:-1]
-    >>> circle = Curve.polyline(torch.stack([t.cos(), t.sin()], 1), closed=True)  # 20 segments
-    >>> ellipse = circle.with_points(circle.points * torch.tensor([1.5, 0.7]).double())
+    {circle_and_ellipse}
     >>> from tessel.shapes import KernelNorm
     >>> d = KernelNorm(0.5)
     >>> float(d(circle, circle)), float(d(circle, ellipse)) > 0
@@ -241,15 +239,13 @@ class KernelNorm(_KernelAttachment):
 
     _who = "KernelNorm"
 
-    def __init__(self, scale, kernel="gaussian", backend=None):
-        super().__init__(scale, kernel, backend)
-
     def _inner(self, a, b):
         red = _reduction(a.dim, self.kernel)
         out = red(a.centers, b.centers, b.measures[:, None], self._g(a), **self._options())
         return (a.measures * out[:, 0]).sum()
 
 
+@fill(circle_and_ellipse=CIRCLE_AND_ELLIPSE)
 class Currents(_KernelAttachment):
     """Squared currents norm: oriented curves and surfaces as vector-valued measures.
 
@@ -270,11 +266,7 @@ class Currents(_KernelAttachment):
 
     Examples
     --------
-    >>> import torch
-    >>> from tessel.shapes import Curve
-    >>> t = torch.linspace(0, 2 * torch.pi, 21, dtype=torch.float64)[:-1]
-    >>> circle = Curve.polyline(torch.stack([t.cos(), t.sin()], 1), closed=True)  # 20 segments
-    >>> ellipse = circle.with_points(circle.points * torch.tensor([1.5, 0.7]).double())
+    {circle_and_ellipse}
     >>> from tessel.shapes import Currents
     >>> reversed_circle = Curve(circle.points, circle.edges.flip(1))       # opposite orientation
     >>> c = Currents(0.5)
@@ -283,9 +275,6 @@ class Currents(_KernelAttachment):
     """
 
     _who = "Currents"
-
-    def __init__(self, scale, kernel="gaussian", backend=None):
-        super().__init__(scale, kernel, backend)
 
     def _check_shapes(self, source, target):
         _need_normals(self._who, source, target, "")
@@ -312,6 +301,7 @@ def _need_normals(who, source, target, what):
                    "expected two curves or two meshes")
 
 
+@fill(circle_and_ellipse=CIRCLE_AND_ELLIPSE)
 class Varifold(_KernelAttachment):
     """Squared varifold norm: unit normals (or tangents) u = n / |n| as a second variable.
 
@@ -346,11 +336,7 @@ class Varifold(_KernelAttachment):
 
     Examples
     --------
-    >>> import torch
-    >>> from tessel.shapes import Curve
-    >>> t = torch.linspace(0, 2 * torch.pi, 21, dtype=torch.float64)[:-1]
-    >>> circle = Curve.polyline(torch.stack([t.cos(), t.sin()], 1), closed=True)  # 20 segments
-    >>> ellipse = circle.with_points(circle.points * torch.tensor([1.5, 0.7]).double())
+    {circle_and_ellipse}
     >>> from tessel.shapes import Varifold
     >>> v = Varifold(0.5, orientation="binet")
     >>> flipped = Curve(circle.points, circle.edges.flip(1))      # the same curve, reversed
@@ -410,6 +396,7 @@ class Varifold(_KernelAttachment):
                 f"{so}, kernel={self.kernel!r})")
 
 
+@fill(circle_and_ellipse=CIRCLE_AND_ELLIPSE)
 class SinkhornLoss:
     """Debiased Sinkhorn divergence between the shapes' measures (tessel.ot with their weights).
 
@@ -440,11 +427,7 @@ class SinkhornLoss:
 
     Examples
     --------
-    >>> import torch
-    >>> from tessel.shapes import Curve
-    >>> t = torch.linspace(0, 2 * torch.pi, 21, dtype=torch.float64)[:-1]
-    >>> circle = Curve.polyline(torch.stack([t.cos(), t.sin()], 1), closed=True)  # 20 segments
-    >>> ellipse = circle.with_points(circle.points * torch.tensor([1.5, 0.7]).double())
+    {circle_and_ellipse}
     >>> from tessel.shapes import SinkhornLoss
     >>> loss = SinkhornLoss(blur=0.1)
     >>> float(loss(circle, ellipse)) > float(loss(circle, circle))

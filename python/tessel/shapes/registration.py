@@ -14,6 +14,7 @@ import time
 
 import torch
 
+from .._docstrings import CIRCLE_AND_ELLIPSE, fill
 from ._shape import check_finite, check_pair
 from .attachments import KernelNorm, Varifold
 from .kernels import GaussianKernel
@@ -41,15 +42,38 @@ def default_attachment(source, target):
     return Varifold(scale, orientation="binet")
 
 
-class Registration:
-    """What register returns.
+# The first parameters of the classes that register and atlas return (see _Run).
+RUN_PARAMETERS = """model : LDDMM
+    The deformation model.
+attachment : callable
+    The data term."""
+
+
+class _Run:
+    """What register's and atlas's results share: the model and data term they ran with, the
+    optimizer's history and whether the tolerance stopped it."""
+
+    def __init__(self, model, attachment, history, converged):
+        self.model, self.attachment = model, attachment
+        self.history, self.converged = history, converged
+
+    @property
+    def n_iter(self):
+        """The number of iterations run (the history's length)."""
+        return len(self.history)
+
+    def _last(self, key):
+        """The last iteration's `key` (NaN before the first)."""
+        return self.history[-1].get(key, math.nan) if self.history else math.nan
+
+
+@fill(circle_and_ellipse=CIRCLE_AND_ELLIPSE, run_parameters=RUN_PARAMETERS)
+class Registration(_Run):
+    """What register returns: the momenta it found, the source they deform, and the run.
 
     Parameters
     ----------
-    model : LDDMM
-        The deformation model.
-    attachment : callable
-        The data term.
+    {run_parameters}
     source : PointCloud, Curve or Mesh
         The registered shape.
     control_points : (N, D) tensor
@@ -68,11 +92,7 @@ class Registration:
 
     Examples
     --------
-    >>> import torch
-    >>> from tessel.shapes import Curve
-    >>> t = torch.linspace(0, 2 * torch.pi, 21, dtype=torch.float64)[:-1]
-    >>> circle = Curve.polyline(torch.stack([t.cos(), t.sin()], 1), closed=True)  # 20 segments
-    >>> ellipse = circle.with_points(circle.points * torch.tensor([1.5, 0.7]).double())
+    {circle_and_ellipse}
     >>> from tessel.shapes import register
     >>> r = register(circle, ellipse, max_iter=2)
     >>> type(r).__name__, tuple(r.deformed.points.shape), len(r.history)
@@ -80,16 +100,10 @@ class Registration:
     """
 
     def __init__(self, model, attachment, source, control_points, momenta, history, converged):
-        self.model, self.attachment = model, attachment
+        super().__init__(model, attachment, history, converged)
         self.control_points, self.momenta = control_points, momenta
-        self.history, self.converged = history, converged
         with torch.no_grad():
             self.deformed = self.deform(source)
-
-    @property
-    def n_iter(self):
-        """The number of iterations run (the history's length)."""
-        return len(self.history)
 
     def deform(self, shape):
         """Any shape (the source, a finer mesh of it, a grid of points) moved by the
@@ -99,10 +113,9 @@ class Registration:
         return self.model.deform(shape, self.momenta, control_points=self.control_points)
 
     def __repr__(self):
-        last = self.history[-1] if self.history else {}
-        return (f"Registration(n_iter={self.n_iter}, loss={last.get('loss', math.nan):.6g}, "
-                f"attachment={last.get('attachment', math.nan):.6g}, "
-                f"energy={last.get('energy', math.nan):.6g}, converged={self.converged})")
+        return (f"Registration(n_iter={self.n_iter}, loss={self._last('loss'):.6g}, "
+                f"attachment={self._last('attachment'):.6g}, "
+                f"energy={self._last('energy'):.6g}, converged={self.converged})")
 
 
 def _optimizer(optimizer, params, lr, who):
@@ -182,6 +195,7 @@ def check_run(who, regularization, max_iter, tol):
         fail("max_iter", max_iter, "an integer >= 1")
 
 
+@fill(circle_and_ellipse=CIRCLE_AND_ELLIPSE)
 def register(source, target, *, model=None, attachment=None, regularization=0.0,
              control_points=None, momenta=None, optimizer="lbfgs", lr=None, max_iter=50,
              tol=1e-7, progress=None, callback=None):
@@ -236,11 +250,7 @@ def register(source, target, *, model=None, attachment=None, regularization=0.0,
 
     Examples
     --------
-    >>> import torch
-    >>> from tessel.shapes import Curve
-    >>> t = torch.linspace(0, 2 * torch.pi, 21, dtype=torch.float64)[:-1]
-    >>> circle = Curve.polyline(torch.stack([t.cos(), t.sin()], 1), closed=True)  # 20 segments
-    >>> ellipse = circle.with_points(circle.points * torch.tensor([1.5, 0.7]).double())
+    {circle_and_ellipse}
     >>> from tessel.shapes import LDDMM, GaussianKernel, Varifold, register
     >>> r = register(circle, ellipse, model=LDDMM(GaussianKernel(0.5), n_steps=5),
     ...              attachment=Varifold(0.5, orientation="binet"), max_iter=5)
