@@ -222,18 +222,26 @@ class Reductions:
 
     def _kred(self, op, K, axis, dim, who, options):
         K = lv.positive_int(who, "K", K)
-        if self.ndim != 1:
-            raise ValueError(f"LazyTensor.{who}: needs a LazyTensor of dim 1, got dim {self.ndim}")
-        return self._reduce(op, self._axis(axis, dim, who, False), k=K, who=who, **options)
+        out = self._reduce(op, self._axis(axis, dim, who, False), k=K, who=who, **options)
+        if self.ndim == 1:
+            return out
+        # Each component has its own K best: the core's column k * D + c becomes [..., k, c].
+        shape = (K, self.ndim)
+        if isinstance(out, tuple):
+            return tuple(o.reshape(*o.shape[:-1], *shape) for o in out)
+        return out.reshape(*out.shape[:-1], *shape)
 
     def Kmin(self, K, axis=None, dim=None, **options):
-        """The K smallest values over i or j, sorted (self of dim 1; NaN sorts last)."""
+        """The K smallest values over i or j, sorted (NaN last, ties to the lowest index): shape
+        (..., N, K) for dim 1, (..., N, K, D) for dim D, each component reduced on its own."""
         return self._kred("KMin", K, axis, dim, "Kmin", options)
 
     def argKmin(self, K, axis=None, dim=None, **options):
-        """The int64 indices of the K smallest values over i or j (K nearest neighbours)."""
+        """The int64 indices of the K smallest values over i or j (K nearest neighbours), shaped
+        as Kmin's values."""
         return self._kred("ArgKMin", K, axis, dim, "argKmin", options)
 
     def Kmin_argKmin(self, K, axis=None, dim=None, **options):
-        """(K smallest values, their int64 indices) over i or j, in one reduction."""
+        """(K smallest values, their int64 indices) over i or j, in one reduction, shaped as
+        Kmin's values."""
         return self._kred("KMin_ArgKMin", K, axis, dim, "Kmin_argKmin", options)

@@ -31,6 +31,8 @@ CASES = [
     ("SqDist(X,Y)", SQ, "ArgMin", 1, None, None),
     ("SqDist(X,Y)", SQ, "KMin_ArgKMin", 1, 3, None),
     ("SqDist(X,Y)", SQ, "ArgKMin", 0, 2, None),
+    # A vector formula: each component merges its own K best.
+    ("(X-Y)*Elem(X,0)", SQ, "KMin_ArgKMin", 1, 3, None),
     ("-G*SqDist(X,Y)", ["X=Vi(3)", "Y=Vj(3)", "B=Vj(2)", "G=Pm(1)"], "SumSoftMaxWeight", 1,
      None, "B"),
     # Weights of both signs: a block's partial sum may be negative where the whole one is not.

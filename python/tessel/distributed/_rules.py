@@ -19,8 +19,9 @@ _EXTREME = {"Min": ("Min_ArgMin", "v"), "ArgMin": ("Min_ArgMin", "i"),
 _KSELECT = {"KMin": "v", "ArgKMin": "i", "KMin_ArgKMin": "vi"}
 
 
-def rule_for(name, weighted, k):
-    """The merge rule of reduction `name` (tessel's spelling), with a weight formula or not."""
+def rule_for(name, weighted, k, dim=1):
+    """The merge rule of reduction `name` (tessel's spelling), with a weight formula or not, of a
+    formula of dim `dim`."""
     if name == "Sum":
         return _Add()
     if name == "LogSumExp" and not weighted:
@@ -30,7 +31,7 @@ def rule_for(name, weighted, k):
     if name in _EXTREME:
         return _Extreme(*_EXTREME[name], largest=name.startswith(("Max", "ArgMax")))
     if name in _KSELECT:
-        return _KSelect(_KSELECT[name], k)
+        return _KSelect(_KSELECT[name], k, dim)
     return None
 
 
@@ -160,12 +161,13 @@ class _Extreme(_Selection):
 
 
 class _KSelect(_Selection):
-    """KMin and ArgKMin of a scalar formula: the K best of two states are the first K of their
-    union sorted by (value with NaN last, global index). A block smaller than K runs with K =
-    its size; each selected slot remembers its block and its slot there, for the gradient."""
+    """KMin and ArgKMin, per component of a formula of dim D: the K best of two states are the
+    first K of their union sorted by (value with NaN last, global index). A block smaller than K
+    runs with K = its size; each selected entry remembers its block and its column there (the
+    core's column k * D + c), for the gradient."""
 
-    def __init__(self, outputs, k):
-        self.ops, self.outputs, self.k = (("KMin_ArgKMin", False),), outputs, k
+    def __init__(self, outputs, k, dim):
+        self.ops, self.outputs, self.k, self.dim = (("KMin_ArgKMin", False),), outputs, k, dim
 
     def block(self, outs, offset, owner):
         v, i = outs
@@ -173,18 +175,20 @@ class _KSelect(_Selection):
         return (v, _globalize(i, offset), torch.full_like(i, owner), slot)
 
     def merge(self, a, b):
-        both = [torch.cat([p, q], dim=1) for p, q in zip(a, b)]
+        # (N, K' * D) states as (N, K', D): each component sorted along dim 1 on its own.
+        both = [torch.cat([p.unflatten(1, (-1, self.dim)), q.unflatten(1, (-1, self.dim))], dim=1)
+                for p, q in zip(a, b)]
         # Two stable sorts: by index, then by value (torch sorts NaN after +inf).
         order = torch.sort(both[1], dim=1, stable=True).indices
         both = [t.gather(1, order) for t in both]
         order = torch.sort(both[0], dim=1, stable=True).indices[:, : self.k]
-        return tuple(t.gather(1, order) for t in both)
+        return tuple(t.gather(1, order).flatten(1) for t in both)
 
     def weights(self, state, outs, g, owner, width):
         if g[0] is None:
             return []
         mine = state[2] == owner
-        w = g[0].new_zeros(g[0].shape[0], width)
+        w = g[0].new_zeros(g[0].shape[0], width * self.dim)  # the block's K best per component
         w.scatter_add_(1, torch.where(mine, state[3], torch.zeros_like(state[3])),
                        torch.where(mine, g[0], torch.zeros_like(g[0])))
         return [(0, w)]

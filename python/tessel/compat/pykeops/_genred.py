@@ -82,18 +82,14 @@ class GenredBase:
         f = formula if isinstance(formula, _core.Formula) else next(parsed)
         w = [] if formula2 is None else [formula2 if isinstance(formula2, _core.Formula)
                                          else next(parsed)]
-        dim = f.dim
-        # tessel's K-reductions take a scalar formula; KeOps reduces each component separately.
-        if op in _K_REDUCTIONS and dim > 1:
-            formulas = [_core.make("Elem", [f], [d]) for d in range(dim)]
-        else:
-            formulas = [f]
         have = {index for _, index, _, _ in declared}
         self.aliases = aliases + [f"Var({i},{d},{c})" for i, d, c in named if i not in have]
         Genred = self._frontend.Genred
-        self._genreds = [Genred(g, self.aliases, reduction_op=op, axis=axis, opt_arg=k,
-                                formula2=w[0] if w else None, **options) for g in formulas]
-        self._op, self._dim = op, dim
+        self._genreds = [Genred(f, self.aliases, reduction_op=op, axis=axis, opt_arg=k,
+                                formula2=w[0] if w else None, **options)]
+        # The core gives a K-reduction of a formula of dim D > 1 as (N, K * D), column k * D + c
+        # for component c's k-th best; pykeops shows it as (N, K, D).
+        self._unflatten = (k, f.dim) if op in _K_REDUCTIONS and f.dim > 1 else None
         spec = self._genreds[0]._spec
         self.nargs = spec.n_inputs
         # A formula with no i- (j-) variable at all has 1 row along i (j), as in pykeops.
@@ -111,9 +107,6 @@ class GenredBase:
         return None if self._formulas[1] is None else str(self._formulas[1])
 
     # -- library hooks -------------------------------------------------------------------------
-    def _stack(self, arrays):
-        raise NotImplementedError
-
     def _copy_into(self, out, result):
         raise NotImplementedError
 
@@ -129,13 +122,10 @@ class GenredBase:
         if ranges is not None:
             kw["ranges"] = ranges
         kw.update(self._size_from)
-        results = [g(*args, **kw) for g in self._genreds]
-        if len(results) == 1:
-            res = results[0]
-        elif isinstance(results[0], tuple):
-            res = tuple(self._stack([r[k] for r in results]) for k in range(2))
-        else:
-            res = self._stack(results)
+        res = self._genreds[0](*args, **kw)
+        if self._unflatten is not None:
+            res = tuple(r.reshape(*r.shape[:-1], *self._unflatten) for r in res) \
+                if isinstance(res, tuple) else res.reshape(*res.shape[:-1], *self._unflatten)
         if out is not None:
             if isinstance(res, tuple):
                 raise ValueError(f"{who}: out= is not supported for the two-output reduction "

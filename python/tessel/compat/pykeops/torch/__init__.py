@@ -14,7 +14,6 @@ __all__ = FRONTEND_ALL
 class Genred(GenredBase):
     _frontend = _ttorch
     _copy_into = staticmethod(lambda out, result: out.copy_(result))
-    _stack = staticmethod(lambda arrays: torch.stack(arrays, dim=-1))
 
 
 generic_sum, generic_logsumexp, generic_argmin, generic_argkmin = make_generic_ops(Genred)
