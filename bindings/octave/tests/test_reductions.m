@@ -61,4 +61,14 @@ function test_reductions()
   [~, i] = F(x, y);
   [~, isrt] = sort(sqdist(x, y), 2);
   check_close(i, isrt(:, 1:2)', 0, 0, 'ArgKMin with index_base 1');
+  % A vector formula: each component keeps its own K best, in row k * D + c (0-based), as
+  % KeOpsLab lays them out.
+  F = keops_kernel('KMin_ArgKMin_Reduction(x-y,2,0)', 'x=Vi(2)', 'y=Vj(2)', o);
+  [v, i] = F(x, y);
+  for c = 1:2
+    [s, is] = sort(x(c, :)' - y(c, :), 2);
+    what = sprintf('KMin_ArgKMin of a vector, component %d', c);
+    check_close(v(c:2:end, :), s(:, 1:2)', 0, 0, [what ' values']);
+    check_close(i(c:2:end, :), is(:, 1:2)' - 1, 0, 0, [what ' indices']);
+  end
 end
