@@ -17,6 +17,7 @@ import operator
 
 import torch
 
+from .._docstrings import fill
 from .._exit import keep_until_exit
 from .. import _core
 from ._captured import Captured, grad_once
@@ -32,16 +33,27 @@ __all__ = ["checkpoint_loop", "revolve_schedule", "revolve_optimal_recomputation
 #: at once. Without grad mode no schedule is built and the loop has no length limit.
 MAX_STEPS = 2 ** 23
 
+# The parameters of Revolve's schedule and of its count of recomputations.
+_SCHEDULE_PARAMETERS = """n_steps : int
+    The loop's length, >= 0.
+snapshots : int
+    States that may be stored at once, >= 1."""
+# The loop body and its state, as every checkpointed loop takes them.
+STEP_PARAMETERS = """step
+    a function (state, k) -> new state of the same structure, shapes and dtypes. The
+    backward re-runs it: it must compute the same again, random draws aside (see
+    preserve_rng_state).
+state
+    a tensor or a tuple of tensors (the result has the same structure)."""
 
+
+@fill(schedule_parameters=_SCHEDULE_PARAMETERS)
 def revolve_schedule(n_steps, snapshots):
     """Revolve's optimal schedule for reversing `n_steps` steps with `snapshots` stored states.
 
     Parameters
     ----------
-    n_steps : int
-        The loop's length, >= 0.
-    snapshots : int
-        States that may be stored at once, >= 1.
+    {schedule_parameters}
 
     Returns
     -------
@@ -63,6 +75,7 @@ def revolve_schedule(n_steps, snapshots):
     return _core.revolve_schedule(n_steps, snapshots)
 
 
+@fill(schedule_parameters=_SCHEDULE_PARAMETERS)
 def revolve_optimal_recomputations(n_steps, snapshots):
     """The forward steps Revolve's schedule runs, its first sweep included: t n - C(s+t, t-1).
 
@@ -70,10 +83,7 @@ def revolve_optimal_recomputations(n_steps, snapshots):
 
     Parameters
     ----------
-    n_steps : int
-        The loop's length, >= 0.
-    snapshots : int
-        States that may be stored at once, >= 1.
+    {schedule_parameters}
 
     Returns
     -------
@@ -447,6 +457,7 @@ def _check_inputs(name, state, snapshots, params, stats):
     return is_tuple, states, snapshots, params, ({} if stats is None else stats)
 
 
+@fill(step_parameters=STEP_PARAMETERS)
 def checkpoint_loop(step, state, n_steps, snapshots, params=(), stats=None, storage=None,
                     preserve_rng_state=True, determinism_check="default"):
     """Runs `state = step(state, k)` for k = 0 .. n_steps-1 and returns the final state, with a
@@ -454,12 +465,7 @@ def checkpoint_loop(step, state, n_steps, snapshots, params=(), stats=None, stor
 
     Parameters
     ----------
-    step
-        a function (state, k) -> new state of the same structure, shapes and dtypes. The
-        backward re-runs it: it must compute the same again, random draws aside (see
-        preserve_rng_state).
-    state
-        a tensor or a tuple of tensors (the result has the same structure).
+    {step_parameters}
     n_steps
         the number of steps, >= 0; at most MAX_STEPS (2**23) under grad mode, where the schedule
         is held in memory (about 1 KB per step); without grad mode, any.

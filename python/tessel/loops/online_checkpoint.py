@@ -20,7 +20,9 @@ import numpy as np
 import torch
 
 from .. import _core
-from .checkpoint import MAX_STEPS, _as_int, _attach, _check_inputs, _Revolve
+from .._docstrings import fill
+from .checkpoint import (MAX_STEPS, STEP_PARAMETERS, _as_int, _attach, _check_inputs,
+                         _Revolve)
 from .snapshot_levels import check_storage
 
 __all__ = ["checkpoint_while", "online_recomputations"]
@@ -170,6 +172,7 @@ class _Online(_Revolve):
         return nxt
 
 
+@fill(step_parameters=STEP_PARAMETERS)
 def checkpoint_while(cond, step, state, snapshots, max_steps=None, params=(), stats=None,
                      storage=None, preserve_rng_state=True, progress=False,
                      determinism_check="default"):
@@ -188,12 +191,7 @@ def checkpoint_while(cond, step, state, snapshots, max_steps=None, params=(), st
         becomes false runs forever when max_steps is None (progress=True shows the steps so
         far), except that a loop to differentiate stops with a ValueError at
         tessel.loops.MAX_STEPS (2**23) steps, whose reversal schedule would not fit in memory.
-    step
-        a function (state, k) -> new state of the same structure, shapes and dtypes. The
-        backward re-runs it: it must compute the same again, random draws aside (see
-        preserve_rng_state).
-    state
-        a tensor or a tuple of tensors (the result has the same structure).
+    {step_parameters}
     snapshots
         how many states may be stored at once (>= 1; the initial state counts as one). The graph
         of the latest step (its input state included) is held besides them, as in
