@@ -16,9 +16,20 @@ import os
 
 import torch
 
+from .._docstrings import fill
 from ._shape import Curve, Mesh, PointCloud, _fail
 
 __all__ = ["read_shape", "write_shape", "fsaverage5", "mirror", "plot_shapes"]
+
+# The parameters of the functions that make a shape, and the result of those that write a file.
+_VERTICES_PARAMETERS = """dtype : torch.dtype, default torch.float64
+    The vertices' dtype.
+device : torch.device, optional
+    Where the vertices go."""
+_RETURNS_PATH = """Returns
+-------
+str or path-like
+    ``path``."""
 
 # FreeSurfer's binary surfaces start with one of these magic numbers (triangle file, quad files);
 # their names ("lh.pial", "rh.white") carry no extension to dispatch on.
@@ -150,6 +161,7 @@ def _is_freesurfer(path):
         return f.read(3) in _FREESURFER_MAGIC
 
 
+@fill(vertices_parameters=_VERTICES_PARAMETERS)
 def read_shape(path, dtype=torch.float64, device=None):
     """Reads a shape from a file: a Mesh, a Curve or a PointCloud.
 
@@ -162,10 +174,7 @@ def read_shape(path, dtype=torch.float64, device=None):
     ----------
     path : str or path-like
         The file.
-    dtype : torch.dtype, default torch.float64
-        The vertices' dtype.
-    device : torch.device, optional
-        Where the vertices go.
+    {vertices_parameters}
 
     Returns
     -------
@@ -215,6 +224,7 @@ def _numpy(t):
     return t.detach().cpu().numpy()
 
 
+@fill(returns_path=_RETURNS_PATH)
 def write_shape(path, shape):
     """Writes a shape to a file in the format its extension names.
 
@@ -230,10 +240,7 @@ def write_shape(path, shape):
     shape : Mesh, Curve or PointCloud
         The shape to write.
 
-    Returns
-    -------
-    str or path-like
-        ``path``.
+    {returns_path}
 
     Raises
     ------
@@ -336,6 +343,7 @@ def _nilearn_dir(who):
     return list(spec.submodule_search_locations)
 
 
+@fill(vertices_parameters=_VERTICES_PARAMETERS)
 def fsaverage5(hemisphere="left", surface="pial", dtype=torch.float64, device=None):
     """FreeSurfer's fsaverage5 cortical surface as a Mesh (10,242 vertices, 20,480 faces, mm).
 
@@ -347,10 +355,7 @@ def fsaverage5(hemisphere="left", surface="pial", dtype=torch.float64, device=No
         The hemisphere.
     surface : {"pial", "white", "inflated", "sphere"}
         The surface.
-    dtype : torch.dtype, default torch.float64
-        The vertices' dtype.
-    device : torch.device, optional
-        Where the vertices go.
+    {vertices_parameters}
 
     Returns
     -------
@@ -473,6 +478,7 @@ def _draw(ax, shape, color, dim):
     return p
 
 
+@fill(returns_path=_RETURNS_PATH)
 def plot_shapes(path, *shapes, labels=None, title=None, panels=False, view=None):
     """Draws shapes (e.g. source, target and deformed) in one figure saved at `path`.
 
@@ -495,10 +501,7 @@ def plot_shapes(path, *shapes, labels=None, title=None, panels=False, view=None)
     view : (float, float), optional
         (elevation, azimuth) in degrees for 3-D axes.
 
-    Returns
-    -------
-    str or path-like
-        ``path``.
+    {returns_path}
 
     Raises
     ------

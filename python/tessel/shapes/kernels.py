@@ -18,6 +18,7 @@ import math
 
 import torch
 
+from .._docstrings import fill
 from ..torch import Genred
 
 
@@ -204,20 +205,25 @@ class _Radial(Kernel):
         return f"scale={self.scale}"
 
 
+# The arguments and errors of every radial kernel.
+_RADIAL_SECTIONS = """Parameters
+----------
+scale : float or 0-dim tensor
+    The width (> 0); a tensor with ``requires_grad`` is learned with the momenta.
+backend : str, default "auto"
+    The reductions' backend, as Genred's.
+
+Raises
+------
+ValueError
+    A scale that is not a finite number > 0."""
+
+
+@fill(radial_sections=_RADIAL_SECTIONS)
 class GaussianKernel(_Radial):
     """The deformation kernel exp(-|x - y|^2 / scale^2).
 
-    Parameters
-    ----------
-    scale : float or 0-dim tensor
-        The width (> 0); a tensor with ``requires_grad`` is learned with the momenta.
-    backend : str, default "auto"
-        As Genred's.
-
-    Raises
-    ------
-    ValueError
-        A scale that is not a finite number > 0.
+    {radial_sections}
 
     Examples
     --------
@@ -234,23 +240,14 @@ class GaussianKernel(_Radial):
     FORMULA = "Exp(-G * SqDist(X, Y))"
 
 
+@fill(radial_sections=_RADIAL_SECTIONS)
 class CauchyKernel(_Radial):
     """The deformation kernel 1 / (1 + |x - y|^2 / scale^2).
 
     Heavier tails than the Gaussian (long-range coupling): at three widths it still weighs
     1/10, where the Gaussian's exp(-9) has vanished.
 
-    Parameters
-    ----------
-    scale : float or 0-dim tensor
-        s, > 0; a tensor with ``requires_grad`` is learned with the momenta.
-    backend : str, default "auto"
-        The reductions' backend, as Genred's.
-
-    Raises
-    ------
-    ValueError
-        A scale that is not a finite number > 0.
+    {radial_sections}
 
     Examples
     --------
