@@ -15,9 +15,10 @@ Run under torchrun (NCCL and one GPU per rank when CUDA is there, else gloo on C
     torchrun --nproc_per_node=4 examples/python/distributed_torchrun.py [--points 20000]
 or by itself, spawning its own gloo processes on this machine:
     PYTHONPATH=build/python python3 examples/python/distributed_torchrun.py --nproc 2
---png FILE also writes the figure: every rank's rows of the sharded sum against one process's,
-and the largest errors against the tolerance. The documentation build does not start processes:
-the figure below is the one this script wrote with ``--nproc 2 --png``.
+
+With ``--png FILE`` it also writes the figure: each row's error of the sharded sum against one
+process's, by rank, and the largest errors against the tolerance. The documentation build starts
+no processes: the figure below is the one this script wrote with ``--nproc 2 --png``.
 
 .. image:: /images/distributed_torchrun.png
    :alt: the sharded sum against one process's, and the errors of the result and gradients
