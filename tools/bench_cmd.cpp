@@ -60,17 +60,20 @@ options:
                      per pair, FP instructions per pair, stack spills
   --no-bound         skip the bound (the peak FMA probe and the hot-loop analysis)
 
-The bound. Once per level a micro-kernel of independent FMA chains, compiled at run time like a
-kernel, runs on every thread: "peak_fma_per_s" is its lane-FMAs per second ("peak_fp_slots_per_s"
-counts its FP instructions' lanes: twice that where the level has no FMA instruction). Each case's
-kernels are compiled to assembly and "fp_ops_per_pair" counts the lane operations of vector FP
-arithmetic (add, sub, mul, div, FMA, min, max, sqrt, round, scale...) per (i, j) pair in their hot
-loops. bound_pairs_per_s = peak_fp_slots_per_s / fp_ops_per_pair is the FMA-slot bound: every FP
-instruction takes one FMA-capable slot; fraction_of_bound = pairs_per_s / bound_pairs_per_s. Loads,
-integer work and the pairs outside the hot loop are not in it; a core with separate add or
-min/max pipes can pass 1. The probe runs again beside each timing and the best rate seen so far
-makes the bound ("peak_fp_slots_per_s" in the line); "peak-fma-best" lines end the run with the
-best of all. "spills" counts the hot loops' loads and stores of stack slots;
+The bound. Once per level two micro-kernels, compiled at run time like a kernel, run on every
+thread: independent FMA chains ("peak_fma_per_s", lane-FMAs per second; "peak_fma_slots_per_s"
+counts their FP instructions' lanes, twice that where the level has no FMA instruction), and FMA
+chains beside add chains, which also fill the add pipes of cores that have them (AMD's Zen);
+"peak_fp_slots_per_s" is the larger rate. Each case's kernels are compiled to assembly:
+"fp_ops_per_pair" counts the lane operations of FP arithmetic (add, sub, mul, div, FMA, min, max,
+sqrt, round, scale...) per (i, j) pair in their hot loops, "mul_ops_per_pair" those of multiplies
+and FMAs. bound_pairs_per_s is the FP-slot bound: every FP instruction takes a slot of
+peak_fp_slots_per_s, and where the level has FMA the multiplies and FMAs take slots of
+peak_fma_slots_per_s, so the pairs per second are at most the smaller of fp_peak / fp_ops and
+fma_peak / mul_ops; fraction_of_bound = pairs_per_s / bound_pairs_per_s is at most 1 up to the
+probes' noise. Loads, integer work and the pairs outside the hot loop are not in it. The probes
+run again beside each timing and the best rates seen so far make the bound; "peak-fma-best"
+lines end the run with the best of all. "spills" counts the hot loops' loads and stores of stack slots;
 "compiled_lanes" is the width of the kernels the timed calls compiled (read from the fresh cache).
 
 Each measurement prints one JSON line on stdout; notes go to stderr. The pykeops side runs
@@ -305,6 +308,7 @@ void emit(const std::string& line) {
 struct CaseLoops {
   std::vector<KernelLoop> kernels;
   double fp_ops_per_pair = 0;  // summed over the kernels: each one visits every (i, j) pair
+  double mul_ops_per_pair = 0;
   int spills = 0;
 };
 
@@ -315,6 +319,7 @@ CaseLoops case_loops(const std::string& name, DType dtype, const std::string& wo
     if (!k.located)
       detail::fail("bench", name, ": the full-tile loop of a kernel was not found by its line");
     c.fp_ops_per_pair += k.fp_ops_per_pair();
+    c.mul_ops_per_pair += k.mul_ops_per_pair();
     c.spills += k.spills();
   }
   return c;
@@ -427,13 +432,19 @@ int bench_main(const Args& args) {
   // the best rate seen so far at the level makes the bound.
   std::map<std::string, std::unique_ptr<PeakProbe>> probes;
   std::map<std::string, double> peaks;  // lane-FP slots per second, the best seen, by level
+  std::map<std::string, double> fma_peaks;  // of the FMA chains alone
+  auto probe_again = [&](const std::string& level, const PeakProbe& probe, int runs, double s) {
+    fma_peaks[level] =
+        std::max(fma_peaks[level], probe.fma_per_s(threads, runs, s) * probe.slots_per_fma());
+    peaks[level] =
+        std::max({peaks[level], fma_peaks[level], probe.mixed_fp_per_s(threads, runs, s)});
+  };
   for (const std::string& level : levels) {
     if (!bound) break;
     SimdOverride set(level);
     try {
       auto probe = std::make_unique<PeakProbe>(o.dtype == DType::Float64, work->path());
-      const double fma = probe->fma_per_s(threads, 3, 0.2);
-      peaks[level] = fma * probe->slots_per_fma();
+      probe_again(level, *probe, 3, 0.2);
       emit(JsonLine()
                .add("case", "peak-fma")
                .add("dtype", dtype_name(o.dtype))
@@ -441,7 +452,8 @@ int bench_main(const Args& args) {
                .add("lanes", probe->lanes())
                .add("fma_chains", probe->chains())
                .add("threads", threads)
-               .add("peak_fma_per_s", fma)
+               .add("peak_fma_per_s", fma_peaks[level] / probe->slots_per_fma())
+               .add("peak_fma_slots_per_s", fma_peaks[level])
                .add("peak_fp_slots_per_s", peaks[level])
                .str());
       probes[level] = std::move(probe);
@@ -517,13 +529,16 @@ int bench_main(const Args& args) {
           }
           if (cl && cl->fp_ops_per_pair > 0) {
             const PeakProbe& probe = *probes.at(level);
-            peaks[level] =
-                std::max(peaks[level], probe.fma_per_s(threads, 2, 0.05) * probe.slots_per_fma());
-            const double bound_pairs = peaks[level] / cl->fp_ops_per_pair;
+            probe_again(level, probe, 2, 0.05);
+            const double bound_pairs =
+                bound_pairs_per_s(cl->fp_ops_per_pair, cl->mul_ops_per_pair, fma_peaks[level],
+                                  peaks[level], probe.slots_per_fma() == 1);
             line.add("lanes", cl->kernels[0].lanes)
+                .add("peak_fma_slots_per_s", fma_peaks[level])
                 .add("peak_fp_slots_per_s", peaks[level])
                 .add("kernels", static_cast<int64_t>(cl->kernels.size()))
                 .add("fp_ops_per_pair", cl->fp_ops_per_pair)
+                .add("mul_ops_per_pair", cl->mul_ops_per_pair)
                 .add("spills", cl->spills)
                 .add("bound_pairs_per_s", bound_pairs)
                 .add("fraction_of_bound", pairs / t.median_s / bound_pairs);
@@ -562,6 +577,7 @@ int bench_main(const Args& args) {
              .add("case", "peak-fma-best")
              .add("dtype", dtype_name(o.dtype))
              .add("simd", level)
+             .add("peak_fma_slots_per_s", fma_peaks[level])
              .add("peak_fp_slots_per_s", slots)
              .str());
   return 0;

@@ -192,6 +192,7 @@ void count(const Insn& in, AsmArch arch, bool frame_pointer, HotLoop& h) {
     if (std::regex_match(m, mt, kFp)) {
       (mt[2] == "p" ? h.fp_vector : h.fp_scalar) += 1;
       if (is_fma(m)) ++h.fma;
+      if (is_fma(m) || mt[1] == "mul") (mt[2] == "p" ? h.mul_vector : h.mul_scalar) += 1;
     }
     if (m.rfind("lea", 0) == 0 || m.rfind("prefetch", 0) == 0 || m.rfind("nop", 0) == 0) return;
     for (size_t k = 0; k < operands.size(); ++k) {
@@ -212,8 +213,10 @@ void count(const Insn& in, AsmArch arch, bool frame_pointer, HotLoop& h) {
         "recpe|recps|rsqrte|rsqrts|scale|rint[a-z])");
     if (std::regex_match(m, kFp)) {
       static const std::regex kVectorReg("(^|[^a-z0-9])(v|z)[0-9]+\\.");
-      (std::regex_search(ops, kVectorReg) ? h.fp_vector : h.fp_scalar) += 1;
+      const bool vec = std::regex_search(ops, kVectorReg);
+      (vec ? h.fp_vector : h.fp_scalar) += 1;
       if (is_fma(m)) ++h.fma;
+      if (is_fma(m) || m == "fmul" || m == "fmulx") (vec ? h.mul_vector : h.mul_scalar) += 1;
     }
     const bool load = m.rfind("ld", 0) == 0, store = m.rfind("st", 0) == 0;
     if (!load && !store) return;
@@ -264,6 +267,13 @@ HotLoop find_hot_loop(const std::string& text, AsmArch arch) {
   return *std::max_element(loops.begin(), loops.end(), [](const HotLoop& a, const HotLoop& b) {
     return a.instructions < b.instructions;
   });
+}
+
+double bound_pairs_per_s(double fp_ops_per_pair, double mul_ops_per_pair, double fma_peak,
+                         double fp_peak, bool has_fma) {
+  const double fp_time = fp_ops_per_pair / std::max(fma_peak, fp_peak);
+  const double mul_time = has_fma ? mul_ops_per_pair / fma_peak : 0.0;
+  return 1.0 / std::max(fp_time, mul_time);
 }
 
 }  // namespace tessel::cli

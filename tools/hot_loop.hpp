@@ -17,6 +17,8 @@ struct HotLoop {
   int fp_vector = 0;     // vector (packed) FP arithmetic: add, sub, mul, div, FMA, min, max, ...
   int fp_scalar = 0;     // scalar FP arithmetic (one lane)
   int fma = 0;           // fused multiply-adds among the two above
+  int mul_vector = 0;    // vector multiplies and FMAs (only a core's multiply/FMA pipes run them)
+  int mul_scalar = 0;    // scalar ones
   int stack_loads = 0;   // instructions reading a stack slot (spill reloads)
   int stack_stores = 0;  // instructions writing one (spill stores)
   int first_line = 0;    // 1-based line of the loop's first instruction in the text
@@ -41,5 +43,13 @@ std::vector<HotLoop> innermost_loops(const std::string& text, AsmArch arch);
 // or sp (aarch64), and through rbp / x29 when the function sets it up as its frame pointer (both
 // are ordinary registers otherwise). Throws std::runtime_error when the text holds no loop.
 HotLoop find_hot_loop(const std::string& text, AsmArch arch);
+
+// The FP-slot bound of a kernel: the most (i, j) pairs per second its hot loops' FP instructions
+// allow at the probed peaks. Every FP instruction takes one FP pipe slot (at most `fp_peak` lane
+// slots per second, the larger of the two probes), and with an FMA instruction at the level the
+// multiplies and FMAs take the multiply/FMA pipes' slots (at most `fma_peak`). Loads, integer
+// work and shuffles are left out, so it bounds from above.
+double bound_pairs_per_s(double fp_ops_per_pair, double mul_ops_per_pair, double fma_peak,
+                         double fp_peak, bool has_fma);
 
 }  // namespace tessel::cli

@@ -118,6 +118,8 @@ void read_loops(const std::string& source, const std::string& text, KernelLoop& 
     // One iteration: one row and one tile (`lanes` pairs); each row has its own pass loop, so a
     // pair meets one of the `rows` loops.
     k.pass_fp_ops_per_pair += (l->fp_vector + static_cast<double>(l->fp_scalar) / k.lanes) / k.rows;
+    k.pass_mul_ops_per_pair +=
+        (l->mul_vector + static_cast<double>(l->mul_scalar) / k.lanes) / k.rows;
     k.pass_instructions_per_pair += static_cast<double>(l->instructions) / (k.lanes * k.rows);
     k.pass_spills += l->spills();
   }
@@ -175,25 +177,31 @@ namespace {
 
 #if defined(__aarch64__)
 constexpr int kChains = 24;  // 4 FMA pipes x 4 cycles of latency, 32 vector registers
+constexpr int kMixedFma = 16, kMixedAdd = 12;
 #else
 constexpr int kChains = 12;  // 2 FMA ports x 4-5 cycles of latency, fits 16 vector registers
+// 2 FMA pipes x 4 cycles and 2 add pipes x 3 cycles, with m and c: 16 registers.
+constexpr int kMixedFma = 8, kMixedAdd = 6;
 #endif
 
-// Independent chains a = a * m + c (one FMA each under -ffp-contract=fast), written out so that
-// the loop body is one block whatever the compiler unrolls.
-std::string peak_source(bool f64, int vbytes) {
+// Independent chains a = a * m + c (one FMA each under -ffp-contract=fast) and b = b + c, written
+// out so that the loop body is one block whatever the compiler unrolls.
+std::string peak_source(bool f64, int vbytes, int fmas, int adds) {
   const char* t = f64 ? "double" : "float";
-  std::string s = "// peak FMA rate probe of tessel bench\ntypedef " + std::string(t) +
+  std::string s = "// peak FP rate probe of tessel bench\ntypedef " + std::string(t) +
                   " V __attribute__((vector_size(" + std::to_string(vbytes) + ")));\n";
   s += "extern \"C\" double tessel_peak(long iters, " + std::string(t) + " m0, " + t + " c0) {\n";
   s += "  const V m = (V){} + m0, c = (V){} + c0;\n";
-  for (int k = 0; k < kChains; ++k)
+  const int chains = fmas + adds;
+  for (int k = 0; k < chains; ++k)
     s += "  V a" + std::to_string(k) + " = (V){} + (" + t + ")" + std::to_string(k) + ";\n";
   s += "  for (long i = 0; i < iters; ++i) {\n";
-  for (int k = 0; k < kChains; ++k)
-    s += "    a" + std::to_string(k) + " = a" + std::to_string(k) + " * m + c;\n";
+  for (int k = 0; k < chains; ++k) {
+    const std::string a = "a" + std::to_string(k);
+    s += "    " + a + " = " + a + (k < fmas ? " * m + c;\n" : " + c;\n");
+  }
   s += "  }\n  V s = (V){};\n";
-  for (int k = 0; k < kChains; ++k) s += "  s += a" + std::to_string(k) + ";\n";
+  for (int k = 0; k < chains; ++k) s += "  s += a" + std::to_string(k) + ";\n";
   s += "  double r = 0;\n  for (unsigned l = 0; l < sizeof(V) / sizeof(s[0]); ++l) r += s[l];\n";
   return s + "  return r;\n}\n";
 }
@@ -201,62 +209,80 @@ std::string peak_source(bool f64, int vbytes) {
 }  // namespace
 
 PeakProbe::PeakProbe(bool f64, const std::string& work_dir) : f64_(f64) {
-  const CompilerInfo cc = usable_compiler();
   const CpuKernelTarget tgt = cpu_kernel_target(f64);
-  const std::string source = peak_source(f64, tgt.vbytes);
+  lanes_ = tgt.vbytes / (f64 ? 8 : 4);
   const std::string stem =
       work_dir + "/peak-" + std::to_string(tgt.vbytes) + (f64 ? "-f64" : "-f32");
-  const std::string text = assembly(source, tgt.flags, stem);
-  const HotLoop loop = find_hot_loop(text, guess_asm_arch(text));
+  fma_ = build(peak_source(f64, tgt.vbytes, kChains, 0), stem, "fma");
   // FP instructions per FMA of the source: 1 with an FMA instruction, 2 (mul + add) without.
-  slots_ = loop.fp() % kChains == 0 && loop.fp() > 0 ? loop.fp() / kChains : 1;
-  lanes_ = tgt.vbytes / (f64 ? 8 : 4);
+  slots_ = fma_.fp_per_iter % kChains == 0 && fma_.fp_per_iter > 0 ? fma_.fp_per_iter / kChains : 1;
+  mixed_ = build(peak_source(f64, tgt.vbytes, kMixedFma, kMixedAdd), stem, "mixed");
+}
+
+PeakProbe::Loop PeakProbe::build(const std::string& source, const std::string& stem_base,
+                                 const std::string& name) {
+  const CompilerInfo cc = usable_compiler();
+  const CpuKernelTarget tgt = cpu_kernel_target(f64_);
+  const std::string stem = stem_base + "-" + name;
+  const std::string text = assembly(source, tgt.flags, stem);
+  Loop l;
+  l.fp_per_iter = find_hot_loop(text, guess_asm_arch(text)).fp();
   std::vector<std::string> args = tgt.flags;
   args.insert(args.end(), {"-o", stem + ".so", stem + ".cpp"});
   run_compiler(cc.path, args, stem + ".so.log");
-  handle_ = dlopen((stem + ".so").c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!handle_) detail::fail("bench", "cannot load the peak probe: ", dlerror());
-  sym_ = dlsym(handle_, "tessel_peak");
-  if (!sym_) detail::fail("bench", "the peak probe has no tessel_peak symbol");
+  void* handle = dlopen((stem + ".so").c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) detail::fail("bench", "cannot load the peak probe: ", dlerror());
+  handles_.push_back(handle);
+  l.sym = dlsym(handle, "tessel_peak");
+  if (!l.sym) detail::fail("bench", "the peak probe has no tessel_peak symbol");
   // Iterations per second of one thread, from a run of at least 20 ms.
   for (long iters = 1 << 16;; iters *= 4) {
     const double t0 = bench::now_s();
-    volatile double sink = call(iters);
+    volatile double sink = call(l, iters);
     (void)sink;
     const double dt = bench::now_s() - t0;
     if (dt > 0.02 || iters > (1L << 40)) {
-      iters_per_s_ = static_cast<double>(iters) / dt;
+      l.iters_per_s = static_cast<double>(iters) / dt;
       break;
     }
   }
+  return l;
 }
 
 PeakProbe::~PeakProbe() {
-  if (handle_) dlclose(handle_);
+  for (void* h : handles_) dlclose(h);
 }
 
-double PeakProbe::call(long iters) const {
+double PeakProbe::call(const Loop& l, long iters) const {
   // m = 1 - 1e-6 and c = 1e-7 keep every chain finite and away from denormals for any length.
-  return f64_ ? reinterpret_cast<double (*)(long, double, double)>(sym_)(iters, 1 - 1e-6, 1e-7)
-              : reinterpret_cast<double (*)(long, float, float)>(sym_)(iters, 1 - 1e-6f, 1e-7f);
+  return f64_ ? reinterpret_cast<double (*)(long, double, double)>(l.sym)(iters, 1 - 1e-6, 1e-7)
+              : reinterpret_cast<double (*)(long, float, float)>(l.sym)(iters, 1 - 1e-6f, 1e-7f);
 }
 
 int PeakProbe::chains() const { return kChains; }
 
-double PeakProbe::fma_per_s(int threads, int runs, double seconds) const {
-  const long iters = static_cast<long>(iters_per_s_ * seconds) + 1;
+// Iterations per second of `threads` threads together, the best of `runs` runs.
+double PeakProbe::rate(const Loop& l, int threads, int runs, double seconds) const {
+  const long iters = static_cast<long>(l.iters_per_s * seconds) + 1;
   double best = 0;
   for (int run = 0; run < runs; ++run) {
     std::vector<std::thread> pool;
     std::vector<double> sinks(static_cast<size_t>(threads));
     const double t0 = bench::now_s();
-    for (int k = 0; k < threads; ++k) pool.emplace_back([&, k] { sinks[k] = call(iters); });
+    for (int k = 0; k < threads; ++k) pool.emplace_back([&, k] { sinks[k] = call(l, iters); });
     for (std::thread& t : pool) t.join();
     const double dt = bench::now_s() - t0;
-    best = std::max(best, static_cast<double>(threads) * static_cast<double>(iters) * kChains *
-                              lanes_ / dt);
+    best = std::max(best, static_cast<double>(threads) * static_cast<double>(iters) / dt);
   }
   return best;
+}
+
+double PeakProbe::fma_per_s(int threads, int runs, double seconds) const {
+  return rate(fma_, threads, runs, seconds) * kChains * lanes_;
+}
+
+double PeakProbe::mixed_fp_per_s(int threads, int runs, double seconds) const {
+  return rate(mixed_, threads, runs, seconds) * mixed_.fp_per_iter * lanes_;
 }
 
 }  // namespace tessel::cli

@@ -21,6 +21,7 @@ struct KernelLoop {
   // The second passes of LogSumExp-like kernels (one loop per row over the block's tiles, with
   // the exp): lane operations and spills they add per pair.
   double pass_fp_ops_per_pair = 0;
+  double pass_mul_ops_per_pair = 0;
   double pass_instructions_per_pair = 0;
   int pass_spills = 0;
   int pairs_per_iter() const { return rows * lanes * tiles; }
@@ -28,6 +29,11 @@ struct KernelLoop {
   double fp_ops_per_pair() const {
     return static_cast<double>(loop.fp_vector) * lanes / pairs_per_iter() +
            static_cast<double>(loop.fp_scalar) / pairs_per_iter() + pass_fp_ops_per_pair;
+  }
+  // Those of them that only a multiply/FMA pipe executes (multiplies and FMAs).
+  double mul_ops_per_pair() const {
+    return static_cast<double>(loop.mul_vector) * lanes / pairs_per_iter() +
+           static_cast<double>(loop.mul_scalar) / pairs_per_iter() + pass_mul_ops_per_pair;
   }
   int spills() const { return loop.spills() + pass_spills; }
 };
@@ -37,8 +43,10 @@ struct KernelLoop {
 // loop is the source's full-tile loop). Throws tessel::Error when there is no compiler or a step fails.
 std::vector<KernelLoop> case_kernels(const bench::BenchProblem& p, const std::string& work_dir);
 
-// A micro-kernel of independent FMA chains compiled at run time like a kernel (same compiler, same
-// flags, at the SIMD level current when it is built) that measures the peak FMA rate.
+// Micro-kernels of independent chains compiled at run time like a kernel (same compiler, same
+// flags, at the SIMD level current when it is built) that measure the peak FP rates: FMA chains
+// alone (the multiply/FMA pipes), and FMA chains beside add chains (every FP pipe: cores such as
+// AMD's Zen add on pipes of their own, so a kernel of adds and FMAs can pass the FMA rate).
 class PeakProbe {
  public:
   PeakProbe(bool f64, const std::string& work_dir);
@@ -47,6 +55,8 @@ class PeakProbe {
   PeakProbe& operator=(const PeakProbe&) = delete;
   // Lane-FMAs per second on `threads` threads at once: the best of `runs` runs of about `seconds`.
   double fma_per_s(int threads, int runs, double seconds) const;
+  // Lane FP instructions per second of the mixed chains, measured the same way.
+  double mixed_fp_per_s(int threads, int runs, double seconds) const;
   int lanes() const { return lanes_; }
   int chains() const;
   // FP instructions per FMA of the chains: 1, or 2 (a multiply and an add) where the level has no
@@ -54,12 +64,18 @@ class PeakProbe {
   int slots_per_fma() const { return slots_; }
 
  private:
-  double call(long iters) const;
+  struct Loop {  // one compiled chain kernel
+    void* sym = nullptr;
+    double iters_per_s = 0;  // one thread
+    int fp_per_iter = 0;     // FP instructions per iteration, read from its assembly
+  };
+  Loop build(const std::string& source, const std::string& stem, const std::string& name);
+  double call(const Loop& l, long iters) const;
+  double rate(const Loop& l, int threads, int runs, double seconds) const;
   bool f64_;
   int lanes_ = 0, slots_ = 1;
-  void* handle_ = nullptr;
-  void* sym_ = nullptr;
-  double iters_per_s_ = 0;  // one thread
+  std::vector<void*> handles_;
+  Loop fma_, mixed_;
 };
 
 }  // namespace tessel::cli

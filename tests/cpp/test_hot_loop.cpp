@@ -121,6 +121,8 @@ TEST(HotLoop, X86InnerLoopCountsInstructionsFpAndSpills) {
   const HotLoop h = find_hot_loop(kX86, AsmArch::X86_64);
   // Stack loads: -48(%rbp) and 32(%rsp) (leaq reads no memory); the store goes to 64(%rsp).
   expect_counts(h, {10, 2, 1, 1, 2, 1, 316});
+  EXPECT_EQ(h.mul_vector, 2);  // vfmadd231ps and vmulps; the scalar vaddss is no multiply
+  EXPECT_EQ(h.mul_scalar, 0);
   EXPECT_EQ(h.spills(), 3);
   EXPECT_EQ(h.first_line, 15);
   EXPECT_EQ(h.last_line, 24);
@@ -149,7 +151,25 @@ TEST(HotLoop, AllLoopsCountNestingAndCalls) {
 TEST(HotLoop, AArch64LoopCountsNeonAndStackThroughSpAndX29) {
   ASSERT_EQ(guess_asm_arch(kAArch64), AsmArch::AArch64);
   // ldr from [sp, 32], str to [x29, 48]; the back edge's line is 40.
-  expect_counts(find_hot_loop(kAArch64, AsmArch::AArch64), {10, 2, 1, 1, 1, 1, 40});
+  const HotLoop h = find_hot_loop(kAArch64, AsmArch::AArch64);
+  expect_counts(h, {10, 2, 1, 1, 1, 1, 40});
+  EXPECT_EQ(h.mul_vector, 2);  // fmla and fmul on v-registers; fadd s4 is a scalar add
+  EXPECT_EQ(h.mul_scalar, 0);
+}
+
+// The bound takes the slower of the two limits. Figures of a core with FMA and separate add pipes:
+// FMA chains reach 100 lane slots per second, FMA and add chains together 150.
+TEST(HotLoop, BoundIsTheTighterOfTheFpAndMultiplyLimits) {
+  // 21 FP operations of which 14 multiply: the multiply pipes (14 / 100) bind, not 21 / 150.
+  EXPECT_DOUBLE_EQ(bound_pairs_per_s(21, 14, 100, 150, true), 100.0 / 14);
+  // Mostly adds: every FP slot binds (30 / 150 > 5 / 100).
+  EXPECT_DOUBLE_EQ(bound_pairs_per_s(30, 5, 100, 150, true), 150.0 / 30);
+  // Without FMA the probe's multiplies and adds are already two slots each: one limit only.
+  EXPECT_DOUBLE_EQ(bound_pairs_per_s(30, 20, 100, 80, false), 100.0 / 30);
+  // The old model (every FP operation in an FMA slot) is the bound only where adds get no pipes
+  // of their own (fp_peak == fma_peak); otherwise it was too low, and a kernel could pass it.
+  EXPECT_DOUBLE_EQ(bound_pairs_per_s(21, 14, 100, 100, true), 100.0 / 21);
+  EXPECT_GT(bound_pairs_per_s(21, 14, 100, 150, true), 100.0 / 21);
 }
 
 TEST(HotLoop, TextWithoutLoopsIsAnError) {
