@@ -15,6 +15,7 @@ import torch
 from .. import _core
 from ._dense import dense_potentials
 from ._implicit import canonical_gauge, implicit_potentials
+from ._large_blur import in_series_regime, series_potentials
 from ._potentials import SinkhornPotentials, bounding_diameter, first_order_only
 from ._ranges import Scaled, check_masses, degree, float32_scale, to_float32
 from ._unrolled import unrolled_potentials
@@ -23,6 +24,7 @@ from .kernel_loss import KERNELS, kernel_loss
 
 _WHO = "tessel.ot.SamplesLoss"
 _BACKENDS = ("auto", "tensorized", "online", "multiscale")
+_SOFT_RATIO_LOG2 = 60  # eps / rho above 2^60: solved in float64, rounded once (see below)
 
 
 def _check_number(name, v, allow_none=False):
@@ -361,6 +363,10 @@ class SamplesLoss(torch.nn.Module):
             return 1
         d = (diameter or self.diameter) if self.loss == "sinkhorn" else None
         d = d or bounding_diameter(x, y)
+        reaches = [r for r in (self.reach_x, self.reach_y) if r is not None]
+        if self.loss == "sinkhorn" and reaches and self.p * math.log2(
+                self.blur / min(reaches)) > _SOFT_RATIO_LOG2:
+            return None  # soft-marginal potentials ~ rho C / eps would underflow float32
         if d is not None and not math.isfinite(d):
             raise ValueError(f"{_WHO}: x and y must be finite; their bounding box is {d}")
         extent = float(max(x.detach().abs().max(), y.detach().abs().max()))
@@ -509,20 +515,22 @@ def solve_potentials(gradient, a, x, b, y, solve, settings, who, reports=None, s
     reports = [{} for _ in range(x.shape[0])] if reports is None else reports
     if settings["reach_x"] is None and settings["reach_y"] is None:
         check_masses(who, a, b)
-    if multiscale is not None:
-        pots = [multiscale_potentials(a[k], x[k], b[k], y[k], settings, report=reports[k],
-                                      tol=solve["tol"], max_iter=solve["max_iter"], **multiscale)
-                for k in range(x.shape[0])]
-        return [torch.stack([pk[m] for pk in pots]) for m in range(4)]
-    if gradient == "envelope":
-        pots = [SinkhornPotentials.apply(x[k], y[k], a[k], b[k], solve, settings, reports[k])
-                for k in range(x.shape[0])]
-    elif gradient == "implicit":
-        pots = [implicit_potentials(a[k], x[k], b[k], y[k], solve, settings, reports[k])
-                for k in range(x.shape[0])]
-    else:
-        pots = [unrolled_potentials(a[k], x[k], b[k], y[k], solve, settings, reports[k],
-                                    snapshots) for k in range(x.shape[0])]
+    def one(k):
+        args = (a[k], x[k], b[k], y[k])
+        if in_series_regime(x[k], y[k], settings):  # blur^p far above the costs: _large_blur
+            if multiscale is not None:  # nothing to truncate: every block is kept
+                reports[k].update(dropped_mass=0.0, kept_blocks=1.0)
+            return series_potentials(gradient, *args, solve, settings, reports[k])
+        if multiscale is not None:
+            return multiscale_potentials(*args, settings, report=reports[k], tol=solve["tol"],
+                                         max_iter=solve["max_iter"], **multiscale)
+        if gradient == "envelope":
+            return SinkhornPotentials.apply(x[k], y[k], a[k], b[k], solve, settings, reports[k])
+        if gradient == "implicit":
+            return implicit_potentials(*args, solve, settings, reports[k])
+        return unrolled_potentials(*args, solve, settings, reports[k], snapshots)
+
+    pots = [one(k) for k in range(x.shape[0])]
     if solve["tol"] > 0 and not all(r["converged"] for r in reports):
         worst = max(r.get("refined_error", max(r["history"][-1][1:])) for r in reports)
         newton = " and Newton refinement" if gradient == "implicit" else ""
@@ -553,9 +561,10 @@ class _DualSide(torch.autograd.Function):
         if rho is None:
             ctx.save_for_backward(w, pot)
             return (w * pot).sum(-1)
-        e = torch.exp(-pot / rho)
-        ctx.save_for_backward(w, e)
-        return (w * ((rho + eps / 2) * (1 - e))).sum(-1)
+        # expm1: past eps ~ rho / rounding, pot / rho is below float's rounding of 1.
+        em1 = torch.expm1(-pot / rho)
+        ctx.save_for_backward(w, em1)
+        return (w * ((rho + eps / 2) * -em1)).sum(-1)
 
     @staticmethod
     def backward(ctx, grad):
@@ -564,8 +573,8 @@ class _DualSide(torch.autograd.Function):
         if rho is None:
             gw, gp = g * (t - ctx.shift), g * w
         else:
-            gw = g * ((rho + eps) * (1 - t) - eps / 2)
-            gp = g * w * (rho + eps) * t / rho
+            gw = g * ((rho + eps) * -t - eps / 2)
+            gp = g * w * (rho + eps) * (1 + t) / rho
         return (gw if ctx.needs_input_grad[0] else None,
                 gp if ctx.needs_input_grad[1] else None, None, None, None)
 
@@ -582,4 +591,4 @@ def dual_side(w, pot, rho, eps, envelope, semi=False):
         return _DualSide.apply(w, pot, rho, eps, eps / 2 if semi else 0.0)
     if rho is None:
         return (w * pot).sum(-1)
-    return (w * ((rho + eps / 2) * (1 - torch.exp(-pot / rho)))).sum(-1)
+    return (w * ((rho + eps / 2) * -torch.expm1(-pot / rho))).sum(-1)

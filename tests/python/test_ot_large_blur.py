@@ -1,0 +1,201 @@
+"""tessel.ot's Sinkhorn losses at a blur far above the costs (up to 1e70), against a stable reference.
+
+At eps = blur^p >> C the log-sum-exp softmin loses everything (exp(-C / eps) rounds to 1): the
+loss read 0 in float64 past blur ~ 1e8 and garbage in float32. The reference here is a dense
+float64 Sinkhorn that never forms eps-sized numbers: each softmin is nu_i - eps log1p(E[e2(z)])
+with nu the weighted mean of C_i. - g, z the centred exponent and e2(z) = exp(z) - 1 - z by its
+Taylor series where |z| is small; it iterates to the fixed point (relative change 1e-16).
+"""
+import math
+
+import pytest
+import torch
+
+import tessel.ot
+from tessel.ot import SamplesLoss, _large_blur
+
+F64 = torch.float64
+BLURS = [0.1, 1.0, 10.0, 1e3, 1e8, 1e30, 1e70]
+
+
+def _e2(z):
+    small = z.abs() < 1e-2
+    zs = torch.where(small, z, torch.zeros_like(z))
+    series = zs ** 2 / 2 * (1 + zs / 3 * (1 + zs / 4 * (1 + zs / 5 * (1 + zs / 6 * (1 + zs / 7)))))
+    return torch.where(small, series, torch.expm1(z) - z)
+
+
+def _softmin(eps, C, b, g):
+    """-eps log sum_j b_j exp((g_j - C_ij) / eps) without eps-sized intermediates."""
+    mass = b.sum()
+    beta = b / mass
+    h = C - g[None, :]
+    nu = (beta * h).sum(1)
+    z = -(h - nu[:, None]) / eps
+    near = torch.log1p((beta * z).sum(1) + (beta * _e2(z)).sum(1))
+    far = torch.logsumexp(z + torch.log(beta), 1)
+    return -eps * torch.log(mass) + nu - eps * torch.where(z.max(1)[0] > 1e-2, far, near)
+
+
+def _cost(u, v, p):
+    d2 = ((u[:, None] - v[None]) ** 2).sum(-1)
+    return d2 / 2 if p == 2 else d2.sqrt()
+
+
+def _fixed(step, start, most=20000):
+    z = start
+    for k in range(most):
+        new = step(z)
+        change = max(float((n - o).abs().max()) for n, o in zip(new, z))
+        z = new
+        if k > 3 and change <= 1e-16 * max(float(t.abs().max()) for t in z):
+            break
+    return z
+
+
+def reference(a, x, b, y, blur, p=2, reach=None):
+    """(divergence, f, g, p, q) at the fixed point, differentiable (through the iterations)."""
+    eps = blur ** p
+    d = 1.0 if reach is None else 1 / (1 + eps / reach ** p)
+    cxy, cyx, cxx, cyy = _cost(x, y, p), _cost(y, x, p), _cost(x, x, p), _cost(y, y, p)
+
+    def xy(z):
+        f = d * _softmin(eps, cxy, b, z[1])
+        return f, d * _softmin(eps, cyx, a, f)
+
+    f, g = _fixed(xy, (torch.zeros_like(a), torch.zeros_like(b)))
+    (pp,) = _fixed(lambda z: ((z[0] + d * _softmin(eps, cxx, a, z[0])) / 2,), (torch.zeros_like(a),))
+    (qq,) = _fixed(lambda z: ((z[0] + d * _softmin(eps, cyy, b, z[0])) / 2,), (torch.zeros_like(b),))
+
+    def side(w, pot):
+        if reach is None:
+            return (w * pot).sum()
+        return (w * (reach ** p + eps / 2) * -torch.expm1(-pot / reach ** p)).sum()
+
+    value = side(a, f) + side(b, g) - side(a, pp) - side(b, qq)
+    return value, f, g, pp, qq
+
+
+def clouds(n=16, m=32, seed=0):
+    """Clouds whose uniform weights sum to 1 exactly (powers of two): a mass off by one rounding
+    changes OT_eps by eps * 1e-16, which is real at eps = 1e60."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, 3, generator=g, dtype=F64)
+    y = torch.rand(m, 3, generator=g, dtype=F64) + 0.3
+    return torch.full((n,), 1 / n, dtype=F64), x, torch.full((m,), 1 / m, dtype=F64), y
+
+
+def _value_and_grad(loss, dtype, a, x, b, y):
+    xx = x.to(dtype).requires_grad_()
+    v = loss(a.to(dtype), xx, b.to(dtype), y.to(dtype))
+    (gx,) = torch.autograd.grad(v, xx)
+    return float(v), gx.double()
+
+
+def _bound(dtype, scale):
+    """What each solver is held to, in units of `scale` (the costs' size): float64, the implicit
+    loop's marginal tolerance 1e-9 (and rounding); float32, its 1e-5 and float32's rounding."""
+    return (1e-9 if dtype == F64 else 1e-5) * scale
+
+
+@pytest.mark.parametrize("dtype", [F64, torch.float32])
+@pytest.mark.parametrize("blur", BLURS)
+def test_divergence_and_gradient_match_reference_at_any_blur(blur, dtype):
+    a, x, b, y = clouds()
+    x = x.clone().requires_grad_()
+    ref, *_ = reference(a, x, b, y, blur)
+    (gref,) = torch.autograd.grad(ref, x)
+    v, gx = _value_and_grad(SamplesLoss("sinkhorn", p=2, blur=blur, gradient="implicit"), dtype,
+                            a, x.detach(), b, y)
+    assert abs(v - float(ref)) <= _bound(dtype, 1.0)
+    assert float((gx - gref).abs().max()) <= _bound(dtype, float(gref.abs().max()) * 10)
+
+
+def test_large_blur_limit_is_half_the_squared_mean_difference():
+    # The colleague's case: blur 1e8 read 0.0 in float64 and -7.7e25 or NaN in float32.
+    g = torch.Generator().manual_seed(1)
+    x = torch.rand(20, 3, generator=g, dtype=F64)
+    y = torch.rand(25, 3, generator=g, dtype=F64) + 0.3
+    limit = float(((x.mean(0) - y.mean(0)) ** 2).sum() / 2)
+    for blur in (1e8, 1e12, 1e30, 1e70):
+        for gradient in ("envelope", "implicit", "unrolled"):
+            loss = SamplesLoss("sinkhorn", p=2, blur=blur, gradient=gradient)
+            assert abs(float(loss(x, y)) - limit) <= 1e-14
+            assert abs(float(loss(x.float(), y.float())) - limit) <= 1e-6 * limit * 4
+        xx = x.clone().requires_grad_()
+        (gx,) = torch.autograd.grad(SamplesLoss("sinkhorn", p=2, blur=blur)(xx, y), xx)
+        want = ((x.mean(0) - y.mean(0)) / x.shape[0]).expand_as(gx)
+        assert torch.allclose(gx, want, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("gradient", ["envelope", "unrolled", "implicit"])
+def test_potentials_match_reference(gradient):
+    a, x, b, y = clouds()
+    # The schedule's loop (envelope, unrolled) stops short of the fixed point by ~span / eps.
+    for blur in ((1e4,) if gradient == "implicit" else ()) + (1e8, 1e30):
+        _, f, g, pp, qq = reference(a, x, b, y, blur)
+        F, G = SamplesLoss("sinkhorn", p=2, blur=blur, potentials=True, gradient=gradient)(x, y)
+        # Balanced potentials are defined up to (F + c, G - c): compare in one gauge.
+        t = ((a * (F[0] - (f - pp))).sum() - (b * (G[0] - (g - qq))).sum()) / 2
+        assert float((F[0] - t - (f - pp)).abs().max()) <= 1e-13
+        assert float((G[0] + t - (g - qq)).abs().max()) <= 1e-13
+
+
+@pytest.mark.parametrize("dtype", [F64, torch.float32])
+def test_unbalanced_matches_reference(dtype):
+    a, x, b, y = clouds()
+    for blur in (1e4, 1e30):
+        xx = x.clone().requires_grad_()
+        ref, *_ = reference(a, xx, b, y, blur, reach=1.0)
+        (gref,) = torch.autograd.grad(ref, xx)
+        loss = SamplesLoss("sinkhorn", p=2, blur=blur, reach=1.0, gradient="implicit")
+        v, gx = _value_and_grad(loss, dtype, a, x, b, y)
+        tol = 1e-13 if dtype == F64 else 1e-6
+        assert abs(v - float(ref)) <= tol * abs(float(ref)) * 4
+        assert float((gx - gref).abs().max()) <= tol * float(gref.abs().max()) * 4
+
+
+@pytest.mark.parametrize("dtype", [F64, torch.float32])
+@pytest.mark.parametrize("gradient", ["envelope", "implicit", "unrolled"])
+def test_the_switch_is_continuous(monkeypatch, dtype, gradient):
+    """At the switch the log-sum-exp loop (the core's) and the series replay of it agree to the
+    loop's rounding there: ~rounding * eps / span, eps / span = 1 / _SWITCH."""
+    a, x, b, y = clouds()
+    switch = _large_blur._SWITCH[dtype]
+    span = _large_blur.cost_span(x, y, None, 2)
+    blur = math.sqrt(span / switch) * 1.001
+    loss = SamplesLoss("sinkhorn", p=2, blur=blur, gradient=gradient)
+    series = _value_and_grad(loss, dtype, a, x, b, y)
+    monkeypatch.setitem(_large_blur._SWITCH, dtype, 0.0)
+    looped = _value_and_grad(loss, dtype, a, x, b, y)
+    rounding = torch.finfo(dtype).eps * 64 / switch
+    assert abs(series[0] - looped[0]) <= rounding * span
+    assert float((series[1] - looped[1]).abs().max()) <= rounding * float(looped[1].abs().max())
+
+
+def test_debias_off_and_multiscale_and_solve_sample_at_large_blur():
+    a, x, b, y = clouds()
+    blur = 1e30
+    ref_div, f, g, pp, qq = reference(a, x, b, y, blur)
+    ot_ref = float((a * f).sum() + (b * g).sum())
+    assert abs(float(SamplesLoss("sinkhorn", blur=blur, debias=False)(x, y)) - ot_ref) <= 1e-14
+    ms = SamplesLoss("sinkhorn", blur=blur, backend="multiscale")(x, y)
+    assert abs(float(ms) - float(ref_div)) <= 1e-14
+    r = tessel.ot.solve_sample(None, x, None, y, blur=blur, tol=1e-12)
+    assert r.converged and abs(float(r.value) - ot_ref) <= 1e-14
+    assert r.marginal_error <= 1e-12
+
+
+def test_degenerate_inputs_at_large_blur():
+    a, x, b, y = clouds()
+    blur = 1e30
+    same = torch.zeros(5, 3, dtype=F64, requires_grad=True)
+    v = SamplesLoss("sinkhorn", blur=blur)(same, torch.zeros(7, 3, dtype=F64))
+    (gx,) = torch.autograd.grad(v, same)
+    assert float(v) == 0.0 and bool((gx == 0).all())
+    a0 = a.clone()
+    a0[:4] = 0
+    a0 = a0 / a0.sum()
+    ref, *_ = reference(a0, x, b, y, blur)
+    v = SamplesLoss("sinkhorn", blur=blur, gradient="implicit")(a0, x, b, y)
+    assert abs(float(v) - float(ref)) <= 1e-14
