@@ -197,6 +197,10 @@ Inputs read_inputs(const Kernel& k, const mxArray* const* x, int n, bool single)
     v.dtype = single ? DType::Float32 : DType::Float64;
     in.views[static_cast<size_t>(a.index)] = v;
   }
+  // No Vi (or no Vj) argument: that axis has one row, as in KeOps (the kernels take no size
+  // arguments to say otherwise).
+  if (in.ni < 0) in.ni = 1;
+  if (in.nj < 0) in.nj = 1;
   return in;
 }
 

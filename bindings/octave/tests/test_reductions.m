@@ -71,4 +71,10 @@ function test_reductions()
     check_close(v(c:2:end, :), s(:, 1:2)', 0, 0, [what ' values']);
     check_close(i(c:2:end, :), is(:, 1:2)' - 1, 0, 0, [what ' indices']);
   end
+  % No Vj argument: the j axis has one row, as in KeOps (the sum over it is the formula itself);
+  % no Vi argument: one output row. (They used to ask for a size argument the kernels lack.)
+  F = keops_kernel('Sum_Reduction(x*p,0)', 'x=Vi(2)', 'p=Pm(1)', o);
+  check_close(F(x, 3), 3 * x, 1e-15, 0, 'Sum over j with no Vj argument');
+  F = keops_kernel('Sum_Reduction(y*p,0)', 'y=Vj(2)', 'p=Pm(1)', o);
+  check_close(F(y, 2), 2 * sum(y, 2), 1e-14, 0, 'Sum over j with no Vi argument');
 end
