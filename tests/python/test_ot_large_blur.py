@@ -199,3 +199,43 @@ def test_degenerate_inputs_at_large_blur():
     ref, *_ = reference(a0, x, b, y, blur)
     v = SamplesLoss("sinkhorn", blur=blur, gradient="implicit")(a0, x, b, y)
     assert abs(float(v) - float(ref)) <= 1e-14
+
+
+def kernel_reference(name, blur, a, x, b, y):
+    """Half the squared kernel norm of a - b with 1 - k = -expm1(-t) (no rounding of 1), and
+    the size of its terms (what rounding is relative to)."""
+    def q(u, v):
+        d2 = ((u[:, None] - v[None]) ** 2).sum(-1)
+        # |x - y| with a zero derivative at 0 (KeOps's and tessel's convention), not NaN.
+        dist = torch.where(d2 > 0, d2, torch.ones_like(d2)).sqrt() * (d2 > 0)
+        return -torch.expm1(-(d2 / (2 * blur ** 2) if name == "gaussian" else dist / blur))
+
+    terms = [0.5 * a @ q(x, x) @ a, 0.5 * b @ q(y, y) @ b, a @ q(x, y) @ b]
+    dm = a.sum() - b.sum()
+    return 0.5 * dm * dm - terms[0] - terms[1] + terms[2], float(sum(t.abs() for t in terms))
+
+
+@pytest.mark.parametrize("dtype", [F64, torch.float32])
+@pytest.mark.parametrize("name", ["gaussian", "laplacian"])
+@pytest.mark.parametrize("blur", [0.1, 1.0, 100.0, 1e4, 1e8, 1e30])
+def test_kernel_losses_at_any_blur(name, blur, dtype):
+    """A very wide kernel is 1 - t + ...: the norm is a difference of sums of k ~ 1 (0.0 in
+    float64 at blur 1e8 for the Gaussian, -2e9 in float32)."""
+    a, x, b, y = clouds()
+    xx = x.clone().requires_grad_()
+    ref, size = kernel_reference(name, blur, a, xx, b, y)
+    (gref,) = torch.autograd.grad(ref, xx)
+    v, gx = _value_and_grad(SamplesLoss(name, blur=blur), dtype, a, x, b, y)
+    rounding, tiny = 64 * torch.finfo(dtype).eps, torch.finfo(dtype).tiny  # tiny: underflow
+    assert abs(v - float(ref)) <= rounding * size + tiny
+    assert float((gx - gref).abs().max()) <= rounding * 64 * float(gref.abs().max()) + tiny
+    F, G = SamplesLoss(name, blur=blur, potentials=True)(a.to(dtype), x.to(dtype), b.to(dtype),
+                                                          y.to(dtype))
+    # GeomLoss's potentials: F = K(x, x) a - K(x, y) b, here exactly -(Q(x, x) a - Q(x, y) b).
+    blur2 = blur ** 2
+    dxx, dxy = ((x[:, None] - x[None]) ** 2).sum(-1), ((x[:, None] - y[None]) ** 2).sum(-1)
+    t = (dxx / (2 * blur2), dxy / (2 * blur2)) if name == "gaussian" else (
+        dxx.sqrt() / blur, dxy.sqrt() / blur)
+    fref = -(-torch.expm1(-t[0]) @ a - -torch.expm1(-t[1]) @ b)
+    assert float((F[0].double() - fref).abs().max()) <= rounding * 4 * max(
+        float(t[1].max()), 1.0) + 1e-300

@@ -20,7 +20,7 @@ from ._potentials import SinkhornPotentials, bounding_diameter, first_order_only
 from ._ranges import Scaled, check_masses, degree, float32_scale, to_float32
 from ._unrolled import unrolled_potentials
 from .multiscale import multiscale_potentials
-from .kernel_loss import KERNELS, kernel_loss
+from .kernel_loss import KERNELS, is_wide, kernel_loss
 
 _WHO = "tessel.ot.SamplesLoss"
 _BACKENDS = ("auto", "tensorized", "online", "multiscale")
@@ -370,7 +370,12 @@ class SamplesLoss(torch.nn.Module):
         if d is not None and not math.isfinite(d):
             raise ValueError(f"{_WHO}: x and y must be finite; their bounding box is {d}")
         extent = float(max(x.detach().abs().max(), y.detach().abs().max()))
-        return float32_scale(self.loss, self.p, self.blur, d, extent)
+        scale = float32_scale(self.loss, self.p, self.blur, d, extent)
+        if scale != 1 and is_wide(self.loss, self.blur, d):
+            # Divided by blur ~ 2^100, the points' squared distances would underflow; the value
+            # (~ (d / blur)^2) is computed in float64 and rounded once.
+            return None
+        return scale
 
     def _in_float64(self, args, diameter, labels, batched):
         """The loss of float32 clouds that no rescaling fits in float32 (see _ranges), solved on
