@@ -239,3 +239,40 @@ def test_kernel_losses_at_any_blur(name, blur, dtype):
     fref = -(-torch.expm1(-t[0]) @ a - -torch.expm1(-t[1]) @ b)
     assert float((F[0].double() - fref).abs().max()) <= rounding * 4 * max(
         float(t[1].max()), 1.0) + 1e-300
+
+
+def _sharded(rank, world):
+    """Each rank's value and gradient rows for the sharded losses at large blurs (world 2)."""
+    import tessel.distributed as td
+    a, x, b, y = clouds()
+    rows_x, rows_y = (slice(0, 5), slice(5, 16)), (slice(0, 20), slice(20, 32))
+    out = []
+    for name, blur, debias, dtype in (("sinkhorn", 1e30, True, F64), ("sinkhorn", 1e8, False, F64),
+                                      ("sinkhorn", 1e30, True, torch.float32),
+                                      ("gaussian", 1e8, True, F64),
+                                      ("laplacian", 1e30, True, torch.float32)):
+        xr = x[rows_x[rank]].to(dtype).requires_grad_()
+        loss = td.SamplesLoss(name, blur=blur, debias=debias)
+        v = loss(a[rows_x[rank]].to(dtype), xr, b[rows_y[rank]].to(dtype),
+                 y[rows_y[rank]].to(dtype))
+        v.backward()
+        out.append((float(v), xr.grad.double()))
+    return out
+
+
+def test_sharded_losses_at_large_blur():
+    from gloo_ranks import run_ranks
+    results = run_ranks(_sharded, 2, 120)
+    a, x, b, y = clouds()
+    cases = [("sinkhorn", 1e30, True, F64), ("sinkhorn", 1e8, False, F64),
+             ("sinkhorn", 1e30, True, torch.float32), ("gaussian", 1e8, True, F64),
+             ("laplacian", 1e30, True, torch.float32)]
+    for k, (name, blur, debias, dtype) in enumerate(cases):
+        want, gwant = _value_and_grad(SamplesLoss(name, blur=blur, debias=debias), dtype,
+                                      a, x, b, y)
+        got = results[0][k][0]
+        grad = torch.cat([results[r][k][1] for r in range(2)])
+        rounding = 64 * torch.finfo(dtype).eps
+        assert got == results[1][k][0]
+        assert abs(got - want) <= rounding * abs(want) and want != 0
+        assert float((grad - gwant).abs().max()) <= rounding * float(gwant.abs().max())

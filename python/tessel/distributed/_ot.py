@@ -24,6 +24,8 @@ import torch.distributed as dist
 
 from .. import _core
 from ..ot import SamplesLoss as _WholeLoss
+from ..ot._large_blur import _SWITCH, _TERMS, from_moments
+from ..ot.kernel_loss import _Q_DEGREE, is_wide
 from ..ot._ranges import Scaled, degree, distinct_digits, float32_scale
 from ._genred import Genred
 from ._ring import Ring, exchange
@@ -42,6 +44,19 @@ _KERNELS = {"gaussian": ("Exp(-G * SqDist(X,Y)) * W", lambda blur: 1 / (2 * blur
             "energy": ("-G * Sqrt(SqDist(X,Y)) * W", lambda blur: 1.0)}
 _SOFTMIN_ALIASES = "X=Vi({d})", "Y=Vj({d})", "H=Vj(1)", "E=Pm(1)"
 _KERNEL_ALIASES = "X=Vi({d})", "Y=Vj({d})", "W=Vj(1)", "G=Pm(1)"
+# Past tessel.ot._large_blur's switch, the softmin's series: the weighted mean of C - H (and the
+# mass), then the moments of Z = (C - H - NU) / span (tessel.ot._large_blur's arithmetic).
+_MEAN = "Concat((({c}) - H) * W, W)"
+_MEAN_ALIASES = "X=Vi({d})", "Y=Vj({d})", "H=Vj(1)", "W=Vj(1)"
+_MOMENTS_ALIASES = "X=Vi({d})", "Y=Vj({d})", "H=Vj(1)", "W=Vj(1)", "NU=Vi(1)", "IS=Pm(1)"
+
+
+def _moments_formula(cost):
+    z = f"((({cost}) - H - NU) * IS)"
+    text = "*".join([z] * _TERMS) + " * W"
+    for k in range(_TERMS - 1, 0, -1):
+        text = f"Concat({'*'.join([z] * k)} * W, {text})"
+    return text
 
 
 class SamplesLoss(torch.nn.Module):
@@ -203,6 +218,7 @@ class SamplesLoss(torch.nn.Module):
             _check_masses(masses, x.dtype)
             # The core's estimate: the global bounding box's diagonal.
             diameter = self.diameter or diameter or self.blur
+        self._box = box  # the costs' range bounds the series' switch (tessel.ot._large_blur)
         out = self._in_range(ring, (a, x, b, y), diameter, masses,
                              max(map(abs, lo + hi)) if diameter else 0.0)
         if self.potentials:
@@ -223,13 +239,16 @@ class SamplesLoss(torch.nn.Module):
         scale = 1
         if x.dtype == torch.float32:
             scale = float32_scale(self.loss, self.p, self.blur, diameter, extent)
+            if scale != 1 and is_wide(self.loss, self.blur, diameter):
+                scale = None  # divided by blur, the squared distances would underflow
         if scale == 1:
-            return self._solve(args, self.blur, diameter)
+            return self._solve(args, self.blur, diameter, masses, self._box)
         if scale is None:
             a, x, b, y = (t.double() for t in args)
             if self.loss == "sinkhorn":  # equal in float32's tolerance: equal in float64's too
                 b = b * (masses[0] / masses[1])
-            out = self._solve((a, x, b, y), self.blur, diameter)
+            equal = (masses[0],) * 2 if self.loss == "sinkhorn" else masses
+            out = self._solve((a, x, b, y), self.blur, diameter, equal, self._box)
             if not self.potentials:  # the total's check (forward) covers the value
                 return out.float()
             return _all_finite(ring, out, tuple(t.float() for t in out))
@@ -237,26 +256,41 @@ class SamplesLoss(torch.nn.Module):
         x, y = (Scaled.apply(t, 1 / scale, factor / scale) for t in (x, y))
         a, b = (Scaled.apply(t, 1.0, factor) for t in (a, b))
         out = self._solve((a, x, b, y), self.blur / scale,
-                          None if diameter is None else diameter / scale)
+                          None if diameter is None else diameter / scale,
+                          [m * factor for m in masses], self._box / scale)
         if not self.potentials:
             return Scaled.apply(out, factor, 1.0)
         return _all_finite(ring, out, tuple(Scaled.apply(t, factor, 1.0) for t in out))
 
-    def _solve(self, args, blur, diameter):
+    def _solve(self, args, blur, diameter, masses, box):
         if self.loss != "sinkhorn":
-            return self._kernel(*args, blur)
-        return self._sinkhorn(*args, blur, diameter)
+            return self._kernel(*args, blur, masses, box)
+        return self._sinkhorn(*args, blur, diameter, masses, box)
 
-    def _sinkhorn(self, a, x, b, y, blur, diameter):
+    def _sinkhorn(self, a, x, b, y, blur, diameter, masses, box):
         """This rank's share of the loss, or its rows of the potentials (F, G)."""
         schedule = _core.epsilon_schedule(self.p, diameter, blur, self.scaling)
-        red = self._genred(f"H - E * ({_COSTS[self.p]})", _SOFTMIN_ALIASES, "LogSumExp",
-                           x.shape[1])
-        la, lb = _log_weights(a), _log_weights(b)
+        dim, cost = x.shape[1], _COSTS[self.p]
+        red = self._genred(f"H - E * ({cost})", _SOFTMIN_ALIASES, "LogSumExp", dim)
+        span = (box * box / 2 if self.p == 2 else box) or 1.0
+        series = span <= _SWITCH[x.dtype] * schedule[-1]
+        # Past the switch, the normalised measures (tessel.ot._large_blur): no -eps log(mass).
+        norms = (masses[0], masses[1]) if series else (1.0, 1.0)
+        la, lb = _log_weights(a / norms[0]), _log_weights(b / norms[1])
+        mean = self._genred(_MEAN.format(c=cost), _MEAN_ALIASES, "Sum", dim)
+        moments = self._genred(_moments_formula(cost), _MOMENTS_ALIASES, "Sum", dim)
 
         def softmin(u, v, logw, pot, eps, last):
             """-eps log sum_j exp(log w_j + pot_j / eps - C(u_i, v_j) / eps), over all ranks:
-            float64 in the loop (the core keeps its potentials so), u's dtype at the last step."""
+            float64 in the loop (the core keeps its potentials so), u's dtype at the last step;
+            past the switch by tessel.ot._large_blur's series (float64)."""
+            if span <= _SWITCH[x.dtype] * eps:
+                ud, vd, w = u.double(), v.detach().double(), logw.exp()[:, None]
+                hw = mean(ud, vd, pot[:, None], w)
+                nu = hw[:, 0] / hw[:, 1]
+                mom = moments(ud, vd, pot[:, None], w, nu[:, None], ud.new_tensor([1 / span]))
+                out = from_moments(nu, mom / hw[:, 1:], span, eps)
+                return out.to(u.dtype) if last else out
             h = (logw + pot / eps).to(u.dtype)[:, None]
             lse = red(u, v.detach(), h, u.new_tensor([1 / eps]))[:, 0]
             return -eps * (lse if last else lse.double())
@@ -277,6 +311,9 @@ class SamplesLoss(torch.nn.Module):
                 new = sweep(pots, eps, xd, yd)
                 pots = [None if o is None else 0.5 * (o + s) for o, s in zip(pots, new)]
         f, g, p, q = sweep(pots, schedule[-1], x, y, last=True)
+        if series and not self.debias:  # OT_eps's -eps log(mass) terms, split evenly
+            shift = -schedule[-1] * (math.log(masses[0]) + math.log(masses[1])) / 4
+            f, g = f + shift, g + shift
         if self.potentials:
             F, G = (f - p, g - q) if self.debias else (f, g)
             return F[None], G[None]
@@ -285,12 +322,19 @@ class SamplesLoss(torch.nn.Module):
             share = share - (a * p).sum() - (b * q).sum()
         return share
 
-    def _kernel(self, a, x, b, y, blur):
+    def _kernel(self, a, x, b, y, blur, masses, box):
         """This rank's share of half the squared kernel norm of a - b, or its rows of the
-        potentials (tessel.ot.kernel_loss's, its gradients included)."""
+        potentials (tessel.ot.kernel_loss's, its gradients included). A kernel wider than the
+        clouds is 1 - q (tessel.ot.kernel_loss.is_wide): the products are with q, the constants
+        gather into (mass_a - mass_b)^2 / 2, shared by the ranks in proportion to their mass."""
         formula, scale = _KERNELS[self.loss]
+        wide = is_wide(self.loss, blur, box)
+        if wide:
+            t = "G * SqDist(X,Y)" if self.loss == "gaussian" else "G * Sqrt(SqDist(X,Y))"
+            formula = f"({_one_minus_exp_text(t)}) * W"
         red = self._genred(formula, _KERNEL_ALIASES, "Sum", x.shape[1])
         k = x.new_tensor([scale(blur)])
+        sign, dm = (-1, masses[0] - masses[1]) if wide else (1, 0.0)
 
         def product(u, v, w):
             return red(u, v, w[:, None], k)[:, 0]
@@ -299,10 +343,23 @@ class SamplesLoss(torch.nn.Module):
             # GeomLoss's graph: K(x, x) a with its second x and a constant, the gradient twice.
             a_x = product(2 * x - x.detach(), x.detach(), a.detach())
             b_y = product(2 * y - y.detach(), y.detach(), b.detach())
-            return (a_x - product(x, y, b))[None], (b_y - product(y, x, a))[None]
+            return ((dm + sign * (a_x - product(x, y, b)))[None],
+                    (-dm + sign * (b_y - product(y, x, a)))[None])
         # Every side differentiable: the gradient of the quadratic form (tessel.ot's too).
-        return (0.5 * (a * product(x, x, a)).sum() + 0.5 * (b * product(y, y, b)).sum()
-                - (a * product(x, y, b)).sum())
+        share = sign * (0.5 * (a * product(x, x, a)).sum() + 0.5 * (b * product(y, y, b)).sum()
+                        - (a * product(x, y, b)).sum())
+        if wide:  # sums to dm^2 / 2 over the ranks, gradient dm in a and -dm in b
+            part = float(a.detach().sum() + b.detach().sum()) / (masses[0] + masses[1])
+            share = share + dm * (a.sum() - b.sum()) - 0.5 * dm * dm * part
+        return share
+
+
+def _one_minus_exp_text(t):
+    """1 - exp(-t) as tessel.ot.kernel_loss's series, a formula in t (a formula text)."""
+    q = "IntCst(1)"
+    for k in range(_Q_DEGREE, 1, -1):
+        q = f"(IntCst(1) - ({t}) * {q} / IntCst({k}))"
+    return f"({t}) * {q}"
 
 
 class _Total(torch.autograd.Function):

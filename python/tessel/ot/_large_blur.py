@@ -99,6 +99,13 @@ def series_softmin(eps, cost, w, pot, span, log_mass=None):
         zk = zk * z
         powers = powers.concat(zk)
     moments = (powers * beta).sum(1)
+    out = from_moments(nu[:, 0], moments, span, eps)
+    return out if log_mass is None else out - eps * log_mass
+
+
+def from_moments(nu, moments, span, eps):
+    """nu_i - eps log1p(t_i) (the module's docstring) from the weighted mean nu (N,) of
+    h = C - g and the moments (N, _TERMS) of (h - nu) / span: the softmin, less -eps log(mass)."""
     ratio = span / eps
     # t = E[exp(-ratio z)] - 1 = ratio u, u = sum_k (-1)^k ratio^(k-1) E[z^k] / k! (Horner);
     # eps log1p(t) = span u (log1p(t) / t): no eps-sized number on the way.
@@ -110,8 +117,7 @@ def series_softmin(eps, cost, w, pot, span, log_mass=None):
     flat = t == 0
     safe = torch.where(flat, torch.ones_like(t), t)
     per_t = torch.where(flat, torch.ones_like(t), torch.log1p(safe) / safe)
-    out = nu[:, 0] - span * u * per_t
-    return out if log_mass is None else out - eps * log_mass
+    return nu - span * u * per_t
 
 
 def _marginal_error(w, pot, s, eps, rho, mass=1.0):
