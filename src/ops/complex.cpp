@@ -207,36 +207,30 @@ struct ComplexExpOp : ComplexUnary<ComplexExpOp> {
 };
 Formula complex_exp(const Formula& a) { return make(OpCode::ComplexExp, {a}); }
 
-struct ComplexRealOp : ComplexToReal<ComplexRealOp> {
-  TESSEL_OP(ComplexReal);
+// ComplexReal (Im false) and ComplexImag (Im true), one template as the two mirror each other:
+// the part of a Real2Complex or Imag2Complex is its argument or 0, and the adjoint of taking a
+// part is putting it back as that part.
+template <bool Im>
+struct ComplexPart : ComplexToReal<ComplexPart<Im>> {
+  static constexpr OpCode code = Im ? OpCode::ComplexImag : OpCode::ComplexReal;
+  static constexpr const char* name = Im ? "ComplexImag" : "ComplexReal";
   template <class S>
-  static S f(const S& xr, const S&) {
-    return xr;
+  static S f(const S& xr, const S& xi) {
+    return Im ? xi : xr;
   }
   static Formula simplify(std::span<const Formula> a, std::span<const int64_t>) {
     const OpCode op = a[0].node().op;
-    if (op == OpCode::Real2Complex) return arg(a[0], 0);
-    if (op == OpCode::Imag2Complex) return zero(a[0].dim() / 2);
+    if (op == (Im ? OpCode::Imag2Complex : OpCode::Real2Complex)) return arg(a[0], 0);
+    if (op == OpCode::Real2Complex || op == OpCode::Imag2Complex) return zero(a[0].dim() / 2);
     return {};
   }
-  static std::vector<Formula> vjp(const Formula&, const Formula& g) { return {real2complex(g)}; }
+  static std::vector<Formula> vjp(const Formula&, const Formula& g) {
+    return {Im ? imag2complex(g) : real2complex(g)};
+  }
 };
+using ComplexRealOp = ComplexPart<false>;
 Formula complex_real(const Formula& a) { return make(OpCode::ComplexReal, {a}); }
-
-struct ComplexImagOp : ComplexToReal<ComplexImagOp> {
-  TESSEL_OP(ComplexImag);
-  template <class S>
-  static S f(const S&, const S& xi) {
-    return xi;
-  }
-  static Formula simplify(std::span<const Formula> a, std::span<const int64_t>) {
-    const OpCode op = a[0].node().op;
-    if (op == OpCode::Imag2Complex) return arg(a[0], 0);
-    if (op == OpCode::Real2Complex) return zero(a[0].dim() / 2);
-    return {};
-  }
-  static std::vector<Formula> vjp(const Formula&, const Formula& g) { return {imag2complex(g)}; }
-};
+using ComplexImagOp = ComplexPart<true>;
 Formula complex_imag(const Formula& a) { return make(OpCode::ComplexImag, {a}); }
 
 struct ComplexSquareAbsOp : ComplexToReal<ComplexSquareAbsOp> {
@@ -280,28 +274,25 @@ struct ComplexAngleOp : ComplexToReal<ComplexAngleOp> {
 };
 Formula complex_angle(const Formula& a) { return make(OpCode::ComplexAngle, {a}); }
 
-struct Real2ComplexOp : RealToComplex<Real2ComplexOp> {
-  TESSEL_OP(Real2Complex);
+// Real2Complex (Im false) and Imag2Complex (Im true): x as the real or the imaginary part, the
+// adjoints of ComplexReal and ComplexImag.
+template <bool Im>
+struct PartToComplex : RealToComplex<PartToComplex<Im>> {
+  static constexpr OpCode code = Im ? OpCode::Imag2Complex : OpCode::Real2Complex;
+  static constexpr const char* name = Im ? "Imag2Complex" : "Real2Complex";
   static constexpr bool zero_preserving = true;
   template <class S>
   static void f(const S& x, S& r, S& i) {
-    r = x;
-    i = S(0.0);
+    r = Im ? S(0.0) : x;
+    i = Im ? x : S(0.0);
   }
-  static std::vector<Formula> vjp(const Formula&, const Formula& g) { return {complex_real(g)}; }
+  static std::vector<Formula> vjp(const Formula&, const Formula& g) {
+    return {Im ? complex_imag(g) : complex_real(g)};
+  }
 };
+using Real2ComplexOp = PartToComplex<false>;
 Formula real2complex(const Formula& a) { return make(OpCode::Real2Complex, {a}); }
-
-struct Imag2ComplexOp : RealToComplex<Imag2ComplexOp> {
-  TESSEL_OP(Imag2Complex);
-  static constexpr bool zero_preserving = true;
-  template <class S>
-  static void f(const S& x, S& r, S& i) {
-    r = S(0.0);
-    i = x;
-  }
-  static std::vector<Formula> vjp(const Formula&, const Formula& g) { return {complex_imag(g)}; }
-};
+using Imag2ComplexOp = PartToComplex<true>;
 Formula imag2complex(const Formula& a) { return make(OpCode::Imag2Complex, {a}); }
 
 // exp(i x) for a real x: (cos x, sin x). d/dx = (-sin x, cos x), i.e. Imag(G conj(self)).
