@@ -318,6 +318,21 @@ struct Ternary {
     ew3(n, a, out, [&](const S& x, const S& y, const S& z) { return D::f(n, x, y, z); });
   }
 };
+// CRTP base of outer ops (TensorProd, DifferenceMatrix): D supplies name, `f(x, y)` and its
+// vjp; component r * dim(y) + c (row-major) is f(x[r], y[c]).
+template <class D>
+struct Outer {
+  static constexpr int arity = 2;
+  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
+    return checked_dim(D::name, int64_t{a[0].dim()} * a[1].dim());
+  }
+  template <class S>
+  static void apply(const Node& n, const S* const* a, S* out) {
+    const int da = n.args[0]->dim, db = n.args[1]->dim;
+    for (int r = 0; r < da; ++r)
+      for (int c = 0; c < db; ++c) out[r * db + c] = D::f(a[0][r], a[1][c]);
+  }
+};
 // The VJP of an op without a derivative (piecewise constant, or an index).
 inline std::vector<Formula> no_grad(const Formula& self, const Formula&) {
   return std::vector<Formula>(self.node().args.size());

@@ -154,18 +154,12 @@ Formula bspline(const Formula& knots, const Formula& x, int order) {
 
 // DifferenceMatrix(x, y)[a * dim(y) + b] = x[a] - y[b], row-major. pykeops 2.3 names the method
 // (dim(x) * dim(y)) but keopscore 2.3 has no such op; this is the layout of TensorProd.
-struct DifferenceMatrixOp {
+struct DifferenceMatrixOp : Outer<DifferenceMatrixOp> {
   TESSEL_OP(DifferenceMatrix);
-  static constexpr int arity = 2;
   static constexpr const char* method = "difference_matrix";
-  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
-    return checked_dim(name, int64_t{a[0].dim()} * a[1].dim());
-  }
   template <class S>
-  static void apply(const Node& n, const S* const* a, S* out) {
-    const int da = n.args[0]->dim, db = n.args[1]->dim;
-    for (int r = 0; r < da; ++r)
-      for (int c = 0; c < db; ++c) out[r * db + c] = a[0][r] - a[1][c];
+  static S f(const S& x, const S& y) {
+    return x - y;
   }
   static Grads vjp(const Formula& s, const Formula& g) {
     const int da = arg(s, 0).dim(), db = arg(s, 1).dim();

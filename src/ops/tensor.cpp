@@ -65,17 +65,11 @@ struct VecMatOp {
 };
 Formula vecmatmult(const Formula& v, const Formula& a) { return make(OpCode::VecMatMult, {v, a}); }
 
-struct TensorProdOp {
+struct TensorProdOp : Outer<TensorProdOp> {
   TESSEL_OP(TensorProd);  // outer product, row-major
-  static constexpr int arity = 2;
-  static int dim(std::span<const Formula> a, std::span<const int64_t>) {
-    return checked_dim(name, int64_t{a[0].dim()} * a[1].dim());
-  }
   template <class S>
-  static void apply(const Node& n, const S* const* a, S* out) {
-    const int da = n.args[0]->dim, db = n.args[1]->dim;
-    for (int r = 0; r < da; ++r)
-      for (int c = 0; c < db; ++c) out[r * db + c] = a[0][r] * a[1][c];
+  static S f(const S& x, const S& y) {
+    return x * y;
   }
   static std::vector<Formula> vjp(const Formula& s, const Formula& g) {
     const Formula x = arg(s, 0), y = arg(s, 1);
