@@ -276,3 +276,25 @@ def test_sharded_losses_at_large_blur():
         assert got == results[1][k][0]
         assert abs(got - want) <= rounding * abs(want) and want != 0
         assert float((grad - gwant).abs().max()) <= rounding * float(gwant.abs().max())
+
+
+def _dense_cost(u, v):
+    return ((u[:, :, None] - v[:, None]) ** 2).sum(-1) / 2
+
+
+@pytest.mark.parametrize("dtype", [F64, torch.float32])
+@pytest.mark.parametrize("reach", [None, 1.0])
+def test_dense_cost_function_at_large_blur(dtype, reach):
+    """A cost given as a function of dense tensors (GeomLoss's tensorized backend) runs its own
+    loop on the stored matrices: the same series there, the same values and gradients."""
+    a, x, b, y = clouds()
+    for blur in (10.0, 1e8, 1e30):
+        for debias in (True, False):
+            online = SamplesLoss("sinkhorn", blur=blur, reach=reach, debias=debias)
+            dense = SamplesLoss("sinkhorn", blur=blur, reach=reach, debias=debias,
+                                cost=_dense_cost)
+            want, gwant = _value_and_grad(online, dtype, a, x, b, y)
+            got, grad = _value_and_grad(dense, dtype, a, x, b, y)
+            rounding = 1e-12 if dtype == F64 else 1e-5  # float32: its loops' own rounding
+            assert abs(got - want) <= rounding * abs(want) and want != 0
+            assert float((grad - gwant).abs().max()) <= rounding * float(gwant.abs().max())

@@ -109,15 +109,26 @@ def from_moments(nu, moments, span, eps):
     ratio = span / eps
     # t = E[exp(-ratio z)] - 1 = ratio u, u = sum_k (-1)^k ratio^(k-1) E[z^k] / k! (Horner);
     # eps log1p(t) = span u (log1p(t) / t): no eps-sized number on the way.
-    v = torch.zeros_like(moments[:, 0])
+    v = torch.zeros_like(moments[..., 0])
     for k in range(_TERMS, 0, -1):
-        v = moments[:, k - 1] / math.factorial(k) - ratio * v
+        v = moments[..., k - 1] / math.factorial(k) - ratio * v
     u = -v
     t = ratio * u
     flat = t == 0
     safe = torch.where(flat, torch.ones_like(t), t)
     per_t = torch.where(flat, torch.ones_like(t), torch.log1p(safe) / safe)
     return nu - span * u * per_t
+
+
+def dense_series_softmin(eps, cost, logw, pot, span):
+    """series_softmin on stored (B, N, M) cost matrices, logw (B, M) the log-weights of a
+    normalised measure: (B, N), less -eps log(mass)."""
+    beta = torch.exp(logw)[:, None, :]
+    h = cost - pot[:, None, :]
+    nu = (beta * h).sum(-1)
+    z = (h - nu[..., None]) / span
+    moments = torch.stack([(beta * z ** k).sum(-1) for k in range(1, _TERMS + 1)], -1)
+    return from_moments(nu, moments, span, eps)
 
 
 def _marginal_error(w, pot, s, eps, rho, mass=1.0):

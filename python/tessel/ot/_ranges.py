@@ -17,6 +17,7 @@ _UNIT = 2.0 ** 16  # lengths within [1/_UNIT, _UNIT] are left as given (results 
 _EPS_LOG2 = 100  # eps = blur^p within 2^+-100 at unit scale leaves 1/eps and C/eps in range
 _RATIO_LOG2 = 100  # (diameter / blur)^p above this: C / eps does not fit float32 (see above)
 _EXTENT_LOG2 = 100  # coordinates / s above this would overflow once squared and summed
+_SOFT_LOG2 = 60  # eps / rho (or eps, dense) above this: float64 (eps_past_float32)
 
 
 def _pow2(v):
@@ -43,6 +44,15 @@ def float32_scale(loss, p, blur, diameter, extent):
     # Gaussian and Laplacian kernels depend on |x - y| / blur alone: blur itself goes to ~1.
     s = 1 if 1 / _UNIT <= blur <= _UNIT else _pow2(blur)
     return None if extent > s * 2.0 ** _EXTENT_LOG2 else s
+
+
+def eps_past_float32(p, blur, dense, *reaches):
+    """Whether a float32 Sinkhorn problem must run in float64 (then rounded once) for its eps:
+    soft-marginal potentials ~ rho C / eps underflow float32 past eps / rho = 2^_SOFT_LOG2, and
+    a loop on dense float32 cost matrices meets eps itself (inf past 2^128)."""
+    rho = [r for r in reaches if r is not None]
+    return bool((rho and p * math.log2(blur / min(rho)) > _SOFT_LOG2)
+                or (dense and p * math.log2(blur) > _SOFT_LOG2))
 
 
 def degree(loss, p):

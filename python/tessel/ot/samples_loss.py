@@ -17,14 +17,14 @@ from ._dense import dense_potentials
 from ._implicit import canonical_gauge, implicit_potentials
 from ._large_blur import in_series_regime, series_potentials
 from ._potentials import SinkhornPotentials, bounding_diameter, first_order_only
-from ._ranges import Scaled, check_masses, degree, float32_scale, to_float32
+from ._ranges import (Scaled, check_masses, degree, eps_past_float32, float32_scale,
+                      to_float32)
 from ._unrolled import unrolled_potentials
 from .multiscale import multiscale_potentials
 from .kernel_loss import KERNELS, is_wide, kernel_loss
 
 _WHO = "tessel.ot.SamplesLoss"
 _BACKENDS = ("auto", "tensorized", "online", "multiscale")
-_SOFT_RATIO_LOG2 = 60  # eps / rho above 2^60: solved in float64, rounded once (see below)
 
 
 def _check_number(name, v, allow_none=False):
@@ -357,16 +357,16 @@ class SamplesLoss(torch.nn.Module):
         overflow float32 (NaN) and those of points at 1e-20 fall below its normal range (a
         silently wrong value); the built-in costs and kernels are homogeneous, so dividing
         every length by a power of two is exact."""
-        if (x.dtype != torch.float32 or self._dense or self.kernel is not None
-                or (self.loss == "sinkhorn" and self.cost is not None)
-                or x.shape[-2] == 0 or y.shape[-2] == 0):
+        if x.dtype != torch.float32 or x.shape[-2] == 0 or y.shape[-2] == 0:
+            return 1
+        if self.loss == "sinkhorn" and eps_past_float32(self.p, self.blur, self._dense,
+                                                        self.reach_x, self.reach_y):
+            return None
+        if (self._dense or self.kernel is not None
+                or (self.loss == "sinkhorn" and self.cost is not None)):
             return 1
         d = (diameter or self.diameter) if self.loss == "sinkhorn" else None
         d = d or bounding_diameter(x, y)
-        reaches = [r for r in (self.reach_x, self.reach_y) if r is not None]
-        if self.loss == "sinkhorn" and reaches and self.p * math.log2(
-                self.blur / min(reaches)) > _SOFT_RATIO_LOG2:
-            return None  # soft-marginal potentials ~ rho C / eps would underflow float32
         if d is not None and not math.isfinite(d):
             raise ValueError(f"{_WHO}: x and y must be finite; their bounding box is {d}")
         extent = float(max(x.detach().abs().max(), y.detach().abs().max()))
