@@ -228,10 +228,31 @@ struct ComplexPart : ComplexToReal<ComplexPart<Im>> {
     return {Im ? imag2complex(g) : real2complex(g)};
   }
 };
+
+// Real2Complex (Im false) and Imag2Complex (Im true): x as the real or the imaginary part, the
+// adjoints of ComplexReal and ComplexImag.
+template <bool Im>
+struct PartToComplex : RealToComplex<PartToComplex<Im>> {
+  static constexpr OpCode code = Im ? OpCode::Imag2Complex : OpCode::Real2Complex;
+  static constexpr const char* name = Im ? "Imag2Complex" : "Real2Complex";
+  static constexpr bool zero_preserving = true;
+  template <class S>
+  static void f(const S& x, S& r, S& i) {
+    r = Im ? S(0.0) : x;
+    i = Im ? x : S(0.0);
+  }
+  static std::vector<Formula> vjp(const Formula&, const Formula& g) {
+    return {Im ? complex_imag(g) : complex_real(g)};
+  }
+};
 using ComplexRealOp = ComplexPart<false>;
-Formula complex_real(const Formula& a) { return make(OpCode::ComplexReal, {a}); }
 using ComplexImagOp = ComplexPart<true>;
+using Real2ComplexOp = PartToComplex<false>;
+using Imag2ComplexOp = PartToComplex<true>;
+Formula complex_real(const Formula& a) { return make(OpCode::ComplexReal, {a}); }
 Formula complex_imag(const Formula& a) { return make(OpCode::ComplexImag, {a}); }
+Formula real2complex(const Formula& a) { return make(OpCode::Real2Complex, {a}); }
+Formula imag2complex(const Formula& a) { return make(OpCode::Imag2Complex, {a}); }
 
 struct ComplexSquareAbsOp : ComplexToReal<ComplexSquareAbsOp> {
   TESSEL_OP(ComplexSquareAbs);
@@ -273,27 +294,6 @@ struct ComplexAngleOp : ComplexToReal<ComplexAngleOp> {
   }
 };
 Formula complex_angle(const Formula& a) { return make(OpCode::ComplexAngle, {a}); }
-
-// Real2Complex (Im false) and Imag2Complex (Im true): x as the real or the imaginary part, the
-// adjoints of ComplexReal and ComplexImag.
-template <bool Im>
-struct PartToComplex : RealToComplex<PartToComplex<Im>> {
-  static constexpr OpCode code = Im ? OpCode::Imag2Complex : OpCode::Real2Complex;
-  static constexpr const char* name = Im ? "Imag2Complex" : "Real2Complex";
-  static constexpr bool zero_preserving = true;
-  template <class S>
-  static void f(const S& x, S& r, S& i) {
-    r = Im ? S(0.0) : x;
-    i = Im ? x : S(0.0);
-  }
-  static std::vector<Formula> vjp(const Formula&, const Formula& g) {
-    return {Im ? complex_imag(g) : complex_real(g)};
-  }
-};
-using Real2ComplexOp = PartToComplex<false>;
-Formula real2complex(const Formula& a) { return make(OpCode::Real2Complex, {a}); }
-using Imag2ComplexOp = PartToComplex<true>;
-Formula imag2complex(const Formula& a) { return make(OpCode::Imag2Complex, {a}); }
 
 // exp(i x) for a real x: (cos x, sin x). d/dx = (-sin x, cos x), i.e. Imag(G conj(self)).
 struct ComplexExp1jOp : RealToComplex<ComplexExp1jOp> {
