@@ -27,7 +27,6 @@ Run::
 """
 import argparse
 import math
-import sys
 import time
 
 import matplotlib.pyplot as plt
@@ -134,7 +133,7 @@ def main(argv=None):
         # The float32 figures are shown for the story's question (how large the rebuilt
         # activations' error gets); only the requested dtype decides the exit status.
         ok &= good or dtype != args.dtype
-    return 0 if ok else 1, args
+    return 0 if ok else 1, (args,)
 
 
 def sweep(args, dtype, depths):
@@ -185,9 +184,6 @@ def plot(args):
 
 
 if __name__ == "__main__":
-    # A failed check exits non-zero; success returns quietly (the gallery runs this file too).
-    status, args = main()
-    plot(args)
-    plt.show()
-    if status:
-        sys.exit(status)
+    from _common import run_example  # main, plot, show; exit non-zero after a failed check
+
+    run_example(main, plot)

@@ -34,7 +34,6 @@ The figure shows the marginal error at each step of `while` and the gradient dX 
 import argparse
 import math
 import resource
-import sys
 import time
 
 import matplotlib.pyplot as plt
@@ -238,9 +237,6 @@ def plot(prob, dX, trace, tol, shown=60):
 
 
 if __name__ == "__main__":
-    # A failed check exits non-zero; success returns quietly (the gallery runs this file too).
-    status, shown = main()
-    plot(*shown)
-    plt.show()
-    if status:
-        sys.exit(status)
+    from _common import run_example  # main, plot, show; exit non-zero after a failed check
+
+    run_example(main, plot)

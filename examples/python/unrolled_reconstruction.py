@@ -33,7 +33,6 @@ Run::
 """
 import argparse
 import math
-import sys
 import time
 
 import matplotlib.pyplot as plt
@@ -287,9 +286,6 @@ def plot(prob, args, tol):
 
 
 if __name__ == "__main__":
-    # A failed check exits non-zero; success returns quietly (the gallery runs this file too).
-    status, shown = main()
-    plot(*shown)
-    plt.show()
-    if status:
-        sys.exit(status)
+    from _common import run_example  # main, plot, show; exit non-zero after a failed check
+
+    run_example(main, plot)

@@ -12,6 +12,8 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "python"
 DOCS = ROOT / "docs"
+# _common.py holds the checked examples' shared ending; it is no example (no gallery page).
+SCRIPTS = sorted(p for p in EXAMPLES.glob("*.py") if not p.name.startswith("_"))
 
 
 # The documentation build (scripts/docs.sh, in the test command) runs every script but the
@@ -44,7 +46,7 @@ def test_example_runs(script, args, tmp_path):
 def test_every_example_has_a_gallery_title():
     """sphinx-gallery needs an RST title first in each script's docstring, and runs every script
     but the distributed one (docs/conf.py), so each script is run by the tests or the docs."""
-    for path in sorted(EXAMPLES.glob("*.py")):
+    for path in SCRIPTS:
         lines = path.read_text(encoding="utf-8").split("\n")
         assert lines[0] == '"""' and lines[1] and set(lines[2]) == {"="}, path.name
         assert len(lines[2]) == len(lines[1]), f"{path.name}: title underline length"
@@ -59,6 +61,19 @@ def _gallery_pattern():
                 and node.args[0].value == "TESSEL_DOCS_EXAMPLES"):
             return node.args[1].value
     raise AssertionError("docs/conf.py: no filename_pattern read from TESSEL_DOCS_EXAMPLES")
+
+
+def test_shared_ending_is_no_gallery_page():
+    """_common.py (run_example) is imported by examples, not run as one: docs/conf.py's
+    ignore_pattern keeps it out of the gallery, and each example names it only when run."""
+    conf = (DOCS / "conf.py").read_text(encoding="utf-8")
+    ignore = re.search(r'"ignore_pattern": r"([^"]+)"', conf).group(1)
+    assert re.search(ignore, str(EXAMPLES / "_common.py"))
+    for path in SCRIPTS:
+        text = path.read_text(encoding="utf-8")
+        if "_common" in text:  # bench/ loads examples as modules, without this folder on sys.path
+            main_block = text[text.index('if __name__ == "__main__":'):]
+            assert "from _common import run_example" in main_block, path.name
 
 
 def _pyplot_calls(tree):
@@ -80,13 +95,15 @@ def test_every_example_draws_a_figure():
     thumbnail): the script draws a titled matplotlib figure and shows or saves it, and a script
     the documentation build does not run names, as its thumbnail, an image that exists."""
     pattern = _gallery_pattern()
-    for path in sorted(EXAMPLES.glob("*.py")):
+    for path in SCRIPTS:
         text = path.read_text(encoding="utf-8")
         direct, methods, titled = _pyplot_calls(ast.parse(text))
         assert "import matplotlib.pyplot as plt" in text, f"{path.name}: no matplotlib"
         assert direct & {"subplots", "figure"}, f"{path.name}: draws no figure"
         assert titled or methods & {"set_title", "suptitle"}, f"{path.name}: figure untitled"
-        assert "show" in direct or "savefig" in methods, f"{path.name}: figure not shown or saved"
+        # run_example (_common.py) shows the figure that plot() drew.
+        shown = "show" in direct or "savefig" in methods or "run_example(main, plot)" in text
+        assert shown, f"{path.name}: figure not shown or saved"
         if not re.search(pattern, str(path)):
             thumb = re.search(r'^# sphinx_gallery_thumbnail_path = "([^"]+)"$', text, re.M)
             assert thumb, f"{path.name}: not run by the gallery, and no thumbnail path"
