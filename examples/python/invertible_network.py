@@ -171,14 +171,12 @@ def plot(args):
         a.set_xscale("log", base=2)
         a.set_xticks(depths, [str(d) for d in depths])
         a.minorticks_off()
-    ax.set_xlabel("depth (coupling blocks)")
+        a.set_xlabel("depth (coupling blocks)")
+        a.legend(fontsize=8)
     ax.set_ylabel("relative difference of d loss / d parameters")
     ax.set_title("rebuilt activations: reversible vs plain")
-    ax.legend(fontsize=8)
-    ax2.set_xlabel("depth (coupling blocks)")
     ax2.set_ylabel("seconds (loss and gradients, float64)")
     ax2.set_title(f"x of shape ({args.batch}, {2 * args.channels}, {args.n}, {args.n})")
-    ax2.legend(fontsize=8)
     fig.tight_layout()
     return fig
 

@@ -216,9 +216,8 @@ def plot(prob, dX, trace, tol, shown=60):
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.4))
     ax.semilogy(list(trace), list(trace.values()), "o-", ms=3, label="L1 marginal error")
     ax.axhline(tol, color="k", lw=0.6, ls=":", label=f"tol = {tol:g}: the loop stops below")
-    ax.set_xlabel("Sinkhorn step k")
-    ax.set_ylabel("sum_i |sum_j pi_ij - p_i|")
-    ax.set_title(f"checkpoint_while ran {len(trace) - 1} steps (unknown beforehand)")
+    ax.set(xlabel="Sinkhorn step k", ylabel="sum_i |sum_j pi_ij - p_i|",
+           title=f"checkpoint_while ran {len(trace) - 1} steps (unknown beforehand)")
     ax.legend(fontsize=8)
     X, Y = prob.X.detach(), prob.Y
     rows = torch.linspace(0, len(X) - 1, shown).long()
@@ -228,9 +227,8 @@ def plot(prob, dX, trace, tol, shown=60):
                label="-dX: descent direction of the cost")
     ax2.set_aspect("equal")
     ax2.set_ylim(-1.1, 1.6)  # room for the legend above the circles
-    ax2.set_xlabel("first coordinate")
-    ax2.set_ylabel("second coordinate")
-    ax2.set_title(f"gradient of the transport cost, N = {len(X):,}")
+    ax2.set(xlabel="first coordinate", ylabel="second coordinate",
+            title=f"gradient of the transport cost, N = {len(X):,}")
     ax2.legend(fontsize=8, loc="upper center", ncol=2)
     fig.tight_layout()
     return fig
