@@ -224,10 +224,8 @@ TEST(Sinkhorn, ToleranceExtendsTheScheduleAndMaxIterBoundsIt) {
 TEST(Sinkhorn, AsymmetricCostFormula) {
   // C(x, y) = |x - y|^2 / 2 + <x, w>: not symmetric, so g's softmin uses the transposed cost.
   const Cloud a = make_cloud(9, 7, 0.0), b = make_cloud(11, 8, 0.5);
-  SinkhornOptions o;
-  o.blur = 0.2;
-  o.debias = false;
-  o.cost = sqdist(vi(4, kD), vj(7, kD)) * 0.5 + (vi(4, kD) | vi(4, kD)) * 0.3;
+  const Formula cost = sqdist(vi(4, kD), vj(7, kD)) * 0.5 + (vi(4, kD) | vi(4, kD)) * 0.3;
+  const SinkhornOptions o{.cost = cost, .blur = 0.2, .debias = false};
   const SinkhornResult r = Views(a, b).solve(o);
   const CostFn c = [](const double* u, const double* v) {
     return sq_half(u, v) + 0.3 * (u[0] * u[0] + u[1] * u[1]);
@@ -321,10 +319,8 @@ TEST(Sinkhorn, BadInput) {
 TEST(Sinkhorn, EnvelopeGradientOfTransposedAsymmetricCost) {
   // g's softmin runs on C^T: its gradient in y must differentiate C's second argument.
   const Cloud a = make_cloud(7, 13, 0.0), b = make_cloud(5, 14, 0.4);
-  SinkhornOptions o;
-  o.blur = 0.3;
-  o.debias = false;
-  o.cost = sqdist(vi(0, kD), vj(1, kD)) * 0.5 + (vj(1, kD) | vj(1, kD)) * 0.2;
+  const Formula cost = sqdist(vi(0, kD), vj(1, kD)) * 0.5 + (vj(1, kD) | vj(1, kD)) * 0.2;
+  const SinkhornOptions o{.cost = cost, .blur = 0.3, .debias = false};
   const Views v(a, b);
   const SinkhornResult r = v.solve(o);
   Vec cot(b.n);
