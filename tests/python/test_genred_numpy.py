@@ -390,8 +390,6 @@ def test_bad_construction():
         Genred(case.formula, case.aliases, "Sum", sum_scheme="pairwise")
     with pytest.raises(ValueError, match="dtype_acc"):
         Genred(case.formula, case.aliases, "Sum", dtype_acc="float16")
-    with pytest.raises(ValueError, match="dim 1"):  # KMin of a vector formula
-        Genred(CASES["gauss_vec"].formula, CASES["gauss_vec"].aliases, "KMin", opt_arg=2)
     with pytest.raises(ValueError, match="backend"):
         gauss_genred(backend="tpu")(*gauss_args())
     if "no CUDA driver" in _core.cuda_status() or "cuInit" in _core.cuda_status():

@@ -55,15 +55,18 @@ def test_nothing_below_the_edge_imports_compat(module):
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if _under(m, "tessel.loops")))
 def test_loops_use_the_core_only(module):
     # The memory tools are differentiation machinery for any PyTorch loop: they sit below the
-    # front end and tessel.ot, which build on them (tessel._exit imports nothing of tessel).
+    # front end and tessel.ot, which build on them (tessel._exit and tessel._docstrings, the
+    # shared docstring text, import nothing of tessel).
     outside = [m for m in MODULES[module] if not (_under(m, "tessel.loops") or
                                                   m in ("tessel", "tessel._core") or
-                                                  _under(m, "tessel._exit"))]
+                                                  _under(m, "tessel._exit") or
+                                                  _under(m, "tessel._docstrings"))]
     assert not outside, (module, outside)
 
 
-def test_the_exit_hook_imports_nothing_of_tessel():
-    assert not [m for m in MODULES["tessel._exit"] if _under(m, "tessel")]
+@pytest.mark.parametrize("leaf", ["tessel._exit", "tessel._docstrings"])
+def test_the_leaves_below_loops_import_nothing_of_tessel(leaf):
+    assert not [m for m in MODULES[leaf] if _under(m, "tessel")]
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if _under(m, "tessel._cluster")))
