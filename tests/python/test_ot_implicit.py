@@ -195,7 +195,7 @@ def test_block_elimination_solves_the_plan_system_with_its_derivatives(balanced)
     # its derivatives: the dense solve is the reference. Weights spanning two decades and a small
     # blur make plain CG on H' slow; the block solve must need far fewer iterations.
     from tessel.loops import cg_solve
-    from tessel.ot._implicit import _solve_blocks, cost_lazy, plan_lazy
+    from tessel.ot._implicit import _solve_blocks, plan_operator, sqdist_cost
 
     a, x, b, y = clouds(30, 40, seed=7)
     a = a * torch.logspace(-1, 1, 30, dtype=a.dtype)
@@ -209,7 +209,7 @@ def test_block_elimination_solves_the_plan_system_with_its_derivatives(balanced)
                                                                            generator=g_)
     if balanced:  # a consistent right-hand side: no part along the shift (1, -1)
         rf, rg = rf - rf.mean(), rg - rg.mean()
-    plan = plan_lazy(a, x, b, y, f, g, eps, lambda u, v: cost_lazy(None, u, v, 2))
+    plan = plan_operator(a, x, b, y, f, g, eps, sqdist_cost)
     dense = torch.exp(torch.log(a)[:, None] + torch.log(b)[None] + (
         f[:, None] + g[None] - ((x[:, None] - y[None]) ** 2).sum(-1) / 2) / eps)
     d1 = dense.sum(1) / eps + (0 if balanced else a * torch.exp(-f / rho) / rho)

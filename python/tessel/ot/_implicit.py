@@ -23,7 +23,8 @@ import torch
 
 from .. import _core
 from ..loops.implicit import cg_solve
-from ..lazytensor import Vi, Vj
+from ..lazytensor import Pm, Vi, Vj
+from ._plan import LazyPlan, SqDistPlan, softmin
 from ._potentials import core_sinkhorn
 
 
@@ -41,6 +42,19 @@ def cost_lazy(cost, x, y, p):
     return base._new(f, base.variables, [base])
 
 
+def sqdist_cost(x, y):
+    """|x - y|^2 / 2 as a LazyTensor: the built-in p = 2 cost, whose plans and softmins run on
+    the few kernels of _plan at every order of derivative."""
+    return cost_lazy(None, x, y, 2)
+
+
+def plan_operator(a, x, b, y, f, g, eps, cost):
+    """The plan's products (row and column sums, pi w, pi^T v) for the cost function `cost`."""
+    if cost is sqdist_cost:
+        return SqDistPlan(a, x, b, y, f, g, eps)
+    return LazyPlan(plan_lazy(a, x, b, y, f, g, eps, cost))
+
+
 def damping(eps, rho):
     """The damping 1 / (1 + eps / rho) of a soft marginal's softmin (1 for a hard one)."""
     return 1.0 if rho is None else 1 / (1 + eps / rho)
@@ -49,8 +63,9 @@ def damping(eps, rho):
 def plan_lazy(a, x, b, y, f, g, eps, cost):
     """pi_ij = exp(log a_i + log b_j + (f_i + g_j - C_ij) / eps) as an (N, M) LazyTensor, or
     (B, N, M) for batched inputs. `cost(x, y)` builds C as a LazyTensor. log 0 = -inf gives
-    exact zeros for zero weights (never 0 * inf)."""
-    return ((Vi(f[..., None]) + Vj(g[..., None]) - cost(x, y)) / eps
+    exact zeros for zero weights (never 0 * inf). eps is a parameter of the kernels, not a
+    constant written in them: one set of compiled kernels serves every eps (and blur)."""
+    return ((Vi(f[..., None]) + Vj(g[..., None]) - cost(x, y)) / Pm(eps)
             + Vi(torch.log(a)[..., None]) + Vj(torch.log(b)[..., None])).exp()
 
 
@@ -58,8 +73,8 @@ def _residual(a, x, b, y, z, eps, rho_x, rho_y, cost):
     """(plan, row sums, column sums, the masses the marginals ask for, r(f, g)) at z = (f, g)."""
     n = x.shape[0]
     f, g = z[:n], z[n:]
-    plan = plan_lazy(a, x, b, y, f, g, eps, cost)
-    row, col = plan.sum(1)[:, 0], plan.sum(0)[:, 0]
+    plan = plan_operator(a, x, b, y, f, g, eps, cost)
+    row, col = plan.row_sums(), plan.col_sums()
     mass_x = a if rho_x is None else a * torch.exp(-f / rho_x)
     mass_y = b if rho_y is None else b * torch.exp(-g / rho_y)
     return plan, row, col, mass_x, mass_y, torch.cat((mass_x - row, mass_y - col))
@@ -103,10 +118,10 @@ def _solve_blocks(plan, d1, d2, c, eps, rf, rg, tol, stats):
         return u - sm * u.sum() * inv_d2
 
     def b_t(v):  # B^T v
-        return (plan.t() @ v[:, None])[:, 0] / eps - c * v.sum()
+        return plan.rmatvec(v) / eps - c * v.sum()
 
     def b_(w):  # B w
-        return (plan @ w[:, None])[:, 0] / eps - c * w.sum()
+        return plan.matvec(w) / eps - c * w.sum()
 
     def schur(v):
         return d1 * v + c * v.sum() - b_(solve_d(b_t(v)))
@@ -118,8 +133,8 @@ def _solve_blocks(plan, d1, d2, c, eps, rf, rg, tol, stats):
 
 def _sym_residual(a, x, p, eps, rho, cost):
     """(plan, row sums, masses, r(p)) of a symmetric (x-x) problem at f = g = p."""
-    plan = plan_lazy(a, x, a, x, p, p, eps, cost)
-    row = plan.sum(1)[:, 0]
+    plan = plan_operator(a, x, a, x, p, p, eps, cost)
+    row = plan.row_sums()
     mass = a if rho is None else a * torch.exp(-p / rho)
     return plan, row, mass, mass - row
 
@@ -136,7 +151,7 @@ def _sym_newton_step(a, x, p, eps, rho, cost, tol, stats):
     diag = _pin_zero_weights(row / eps + (0 if rho is None else mass / rho), a == 0)
 
     def matvec(v):
-        return diag * v + (plan @ v[:, None])[:, 0] / eps
+        return diag * v + plan.matvec(v) / eps
 
     return p + cg_solve(matvec, r, tol=tol, atol=1e-30, on_nonconvergence="warn", stats=stats,
                         preconditioner=1 / diag.detach())
@@ -209,7 +224,8 @@ def newton_potentials(a, x, b, y, f0, g0, eps, rho_x, rho_y, cost, steps=2, tol=
     if bool((a == 0).any()):
         f = torch.where(a == 0, _softmin(x, y, b, g, eps, rho_x, cost), f)
     if bool((b == 0).any()):
-        g = torch.where(b == 0, _softmin(y, x, a, f, eps, rho_y, lambda u, v: cost(v, u).t()), g)
+        transposed = cost if cost is sqdist_cost else lambda u, v: cost(v, u).t()  # symmetric
+        g = torch.where(b == 0, _softmin(y, x, a, f, eps, rho_y, transposed), g)
     return f, g
 
 
@@ -228,7 +244,9 @@ def newton_symmetric(a, x, p0, eps, rho, cost, steps=2, tol=1e-10, target=None, 
 def _softmin(x, y, b, g, eps, rho, cost):
     """damp * (-eps log sum_j b_j exp((g_j - C(x_i, y_j)) / eps)), damp = 1 / (1 + eps / rho)."""
     damp = damping(eps, rho)
-    lse = (Vj((torch.log(b) + g / eps)[:, None]) - cost(x, y) / eps).logsumexp(1)[:, 0]
+    if cost is sqdist_cost:
+        return damp * softmin(x, y, torch.log(b) + g / eps, eps)
+    lse = (Vj((torch.log(b) + g / eps)[:, None]) - cost(x, y) / Pm(eps)).logsumexp(1)[:, 0]
     return -damp * eps * lse
 
 
@@ -261,6 +279,9 @@ def implicit_potentials(a, x, b, y, solve, settings, report=None):
 
     def cost(u, v):
         return cost_lazy(formula, u, v, pw)
+
+    if formula is None and pw == 2:
+        cost = sqdist_cost
 
     def pot(t):
         return torch.from_numpy(t).to(dtype=x.dtype, device=x.device)
