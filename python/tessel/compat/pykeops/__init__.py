@@ -12,6 +12,7 @@ by `tessel._core.ignored_options()`.
 """
 import importlib
 
+from ..._docstrings import fill
 from ... import __version__ as _tessel_version
 from . import config
 from . import config as pykeopsconfig  # noqa: F401  (the name pykeops uses internally)
@@ -199,15 +200,35 @@ def check_health():
             globals()[f"test_{name}_bindings"]()
 
 
-def _check(np_module, make, to_numpy):
+def _check(name):
+    """sum_j |x_i - y_j|^2 through pykeops.<name>.Genred on 3 and 4 points in 2-D, against the
+    dense NumPy computation; prints pykeops's message and returns whether they matched."""
     import numpy as np
+    if name == "torch":
+        import torch
+        make, to_numpy = torch.from_numpy, lambda a: a.numpy()
+    else:
+        make = to_numpy = lambda a: a
+    front = importlib.import_module(f"{__name__}.{name}")
     x, y = np.arange(6.0).reshape(3, 2) / 6, np.arange(8.0).reshape(4, 2) / 8
-    g = np_module.Genred("SqDist(x,y)", ["x = Vi(2)", "y = Vj(2)"], axis=1)
+    g = front.Genred("SqDist(x,y)", ["x = Vi(2)", "y = Vj(2)"], axis=1)
     res = to_numpy(g(make(x), make(y)))
     ref = ((x[:, None, :] - y[None, :, :]) ** 2).sum(-1).sum(1, keepdims=True)
-    return np.allclose(res, ref)
+    ok = bool(np.allclose(res, ref))
+    print(f"pyKeOps (tessel) with {name} bindings is " + ("working!" if ok else "NOT working"))
+    return ok
 
 
+# The example both checks share, in each one's name.
+_CHECK_EXAMPLE = """Examples
+--------
+>>> import tessel.compat.pykeops as pykeops
+>>> pykeops.test_{name}_bindings()
+pyKeOps (tessel) with {name} bindings is working!
+True"""
+
+
+@fill(example=_CHECK_EXAMPLE.format(name="numpy"))
 def test_numpy_bindings():
     """Run a small Genred on NumPy arrays, compare it with a dense reference, and say so.
 
@@ -220,19 +241,12 @@ def test_numpy_bindings():
     bool
         True when the result matches the dense NumPy computation.
 
-    Examples
-    --------
-    >>> import tessel.compat.pykeops as pykeops
-    >>> pykeops.test_numpy_bindings()
-    pyKeOps (tessel) with numpy bindings is working!
-    True
+    {example}
     """
-    from . import numpy as pknp
-    ok = _check(pknp, lambda a: a, lambda a: a)
-    print("pyKeOps (tessel) with numpy bindings is " + ("working!" if ok else "NOT working"))
-    return ok
+    return _check("numpy")
 
 
+@fill(example=_CHECK_EXAMPLE.format(name="torch"))
 def test_torch_bindings():
     """Run a small Genred on torch tensors, compare it with a dense reference, and say so.
 
@@ -249,15 +263,6 @@ def test_torch_bindings():
     ModuleNotFoundError
         If PyTorch is not installed.
 
-    Examples
-    --------
-    >>> import tessel.compat.pykeops as pykeops
-    >>> pykeops.test_torch_bindings()
-    pyKeOps (tessel) with torch bindings is working!
-    True
+    {example}
     """
-    import torch
-    from . import torch as pkt
-    ok = _check(pkt, torch.from_numpy, lambda a: a.numpy())
-    print("pyKeOps (tessel) with torch bindings is " + ("working!" if ok else "NOT working"))
-    return ok
+    return _check("torch")
