@@ -7,7 +7,9 @@ of iterations the loop took. The same iterations then run again as tessel LogSum
 initialisation at the first eps from zero potentials, symmetric averaged or alternating updates
 (the debiasing problems always average), and the last extrapolation. The result is the exact
 derivative of what the loop computed, converged or not, to any order (double backward through
-checkpoint_loop recomputes the loop with a full graph).
+checkpoint_loop recomputes the loop with a full graph), with the eps schedule held fixed: the
+schedule starts at the clouds' diameter, which moves with the points (a given diameter= makes
+the derivative exact).
 """
 import torch
 

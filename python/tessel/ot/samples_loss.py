@@ -164,9 +164,10 @@ class SamplesLoss(torch.nn.Module):
     (autograd with create_graph=True) of debiased, unbalanced and semi-unbalanced losses alike
     (a balanced problem's potentials f, g, defined up to a constant, are then returned with
     <a, f> = <b, g>, so that their own derivatives are exact too);
-    "unrolled": autograd through every
-    iteration of the loop (the exact derivative of what it computed, converged or not, to any
-    order), keeping every iteration or, with snapshots=s, at most s of them (checkpoint_loop).
+    "unrolled": autograd through every iteration of the loop (the exact derivative of what it
+    computed, converged or not, to any order, with its eps schedule held fixed: it starts at the
+    clouds' diameter, not differentiated, as in GeomLoss; a given diameter= makes it exact),
+    keeping every iteration or, with snapshots=s, at most s of them (checkpoint_loop).
 
 
     Examples
