@@ -132,7 +132,7 @@ def test_divergence_and_gradient_match_reference_at_any_blur(blur, dtype):
 
 
 def test_large_blur_limit_is_half_the_squared_mean_difference():
-    # The colleague's case: blur 1e8 read 0.0 in float64 and -7.7e25 or NaN in float32.
+    # The reported case: blur 1e8 read 0.0 in float64 and -7.7e25 or NaN in float32.
     g = torch.Generator().manual_seed(1)
     x = torch.rand(20, 3, generator=g, dtype=F64)
     y = torch.rand(25, 3, generator=g, dtype=F64) + 0.3
