@@ -91,11 +91,10 @@ int vector_registers(const CpuKernelSpec& spec) {
 int rows_per_block(const CpuKernelSpec& spec, const Gen& g, ReductionFamily fam) {
   if (fam == ReductionFamily::KSelect) return 1;
   // AVX2's 16 registers: a second row's coordinates and accumulators push the formula's constants
-  // (an exp's dozen) to the stack, reloaded in the hot loop. One row with two tiles in flight
-  // measured fewer instructions and spills per pair in every bench case (`tessel bench --asm`:
-  // gauss-sum 3.31 vs 3.69 instructions per pair, 2 vs 7 spills; gauss-grad 4.19 vs 4.50, 10 vs
-  // 23; hamiltonian 3.94 vs 4.44; sin-sum 1.88 vs 3.44; lse equal). SSE2, also 16 registers but
-  // without FMA, is mixed (lse and sin-sum gain from rows) and keeps the rule below.
+  // (an exp's dozen) to the stack, reloaded in the hot loop. One row with two tiles in flight has
+  // fewer instructions and spills per pair where the model chose two (`tessel bench --asm --simd
+  // avx2`: gauss-sum 3.69 -> 3.31, 7 -> 2 spills; sin-sum 3.44 -> 1.88, 30 -> 15). SSE2, also 16
+  // registers but without FMA, keeps the model.
   if (spec.vbytes == 32) return 1;
   constexpr int kTemps = 4;
   const int acc_regs =

@@ -192,3 +192,24 @@ def test_plot_results_draws_the_committed_runs_and_rejects_a_bad_line(tmp_path):
                           str(tmp_path / "bad"), "--out", str(tmp_path / "o")],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 1 and "k.jsonl:1: not a JSON line" in out.stderr
+
+
+def _bench_lines(script, *args):
+    out = subprocess.run([sys.executable, str(BENCH / script), *args], capture_output=True,
+                         text=True, env=dict(os.environ), timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+def test_odeint_stiff_bench_stops_reversible_heun_early():
+    (row,) = _bench_lines("odeint_stiff.py", "--cases", "decay100", "--methods",
+                          "reversible_heun")
+    assert "looks stiff for reversible Heun" in row["outcome"]
+    assert row["steps"] + row["rejected"] < 5000
+
+
+def test_ot_derivative_check_bench_reads_finite_differences():
+    rows = _bench_lines("ot_derivative_check.py", "--blurs", "1e3", "--modes", "implicit")
+    assert [r["diameter"] for r in rows] == [None, 2.0]
+    # At blur 1e3 the fixed point is smooth in x: both derivatives within the differences' error.
+    assert all(r["first"] < 1e-7 and r["second"] < 1e-7 for r in rows)
