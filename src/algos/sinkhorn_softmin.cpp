@@ -2,6 +2,7 @@
 #include "algos/sinkhorn_softmin.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <string>
 
@@ -10,6 +11,13 @@
 namespace tessel::ot_detail {
 
 namespace {
+
+// The shortest text that reads back to v: two masses 1 +- 1e-6 print as 1.000001 and 0.999999,
+// where the stream's 6 digits printed 1 and 1.
+std::string shortest(double v) {
+  char buf[32];
+  return std::string(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
+}
 
 std::string shape_str(const std::vector<int64_t>& shape) {
   std::string s = "(";
@@ -151,8 +159,9 @@ Setup make_setup(const Cloud& cx, const Cloud& cy, const SinkhornOptions& opt) {
     // Balanced OT has no solution between different masses: the potentials would drift.
     const double tol = s.dtype == DType::Float32 ? 1e-4 : 1e-8;
     if (std::abs(cx.mass - cy.mass) > tol * std::max(cx.mass, cy.mass))
-      detail::fail(kWho, "balanced OT (no reach) needs equal total masses; a sums to ", cx.mass,
-                   " and b to ", cy.mass, ": normalise the weights or give a reach");
+      detail::fail(kWho, "balanced OT (no reach) needs equal total masses; a sums to ",
+                   shortest(cx.mass), " and b to ", shortest(cy.mass),
+                   ": normalise the weights or give a reach");
   }
   s.cost = canonical_cost(opt, s.dim);
   const int d = static_cast<int>(s.dim);

@@ -284,6 +284,11 @@ TEST(Sinkhorn, BadInput) {
   const Array heavy = Array::from(Vec{1, 1, 1, 1, 1}, {5});
   expect_error([&] { sinkhorn(heavy.view(), v.x.view(), v.b.view(), v.y.view(), o); },
                {"equal total masses", "reach"});
+  // Masses 1 +- 1e-6: digits enough to tell them apart (the stream's 6 printed 1 and 1).
+  const Array near = Array::from(Vec{0.200001, 0.2, 0.2, 0.2, 0.2}, {5});
+  const Array below = Array::from(Vec{0.249999, 0.25, 0.25, 0.25}, {4});
+  expect_error([&] { sinkhorn(near.view(), v.x.view(), below.view(), v.y.view(), o); },
+               {"a sums to 1.000001", "b to 0.999999"});
   const Array y3 = Array::from(Vec(12, 0.0), {4, 3});
   expect_error([&] { sinkhorn(v.a.view(), v.x.view(), v.b.view(), y3.view(), o); },
                {"dimension 2", "dimension 3"});
