@@ -68,4 +68,16 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
+// A well-formed disk-cache key (32 hex digits); keys with another `first` digit differ.
+inline std::string cache_key(char first = '0') {
+  std::string key = "0123456789abcdef0123456789abcdef";
+  key[0] = first;
+  return key;
+}
+
+// The manifest written beside a cached kernel library.
+inline std::string manifest_of(const std::string& so_path) {
+  return so_path.substr(0, so_path.rfind('.')) + ".manifest";
+}
+
 }  // namespace tessel::test_env

@@ -28,8 +28,8 @@ using tessel::testing::with;
 
 namespace {
 
-const std::string kKey = "0123456789abcdef0123456789abcdef";
-const std::string kLockKey = "1123456789abcdef0123456789abcdef";
+const std::string kKey = test_env::cache_key();
+const std::string kLockKey = test_env::cache_key('1');
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -310,7 +310,7 @@ TEST(CacheSafety, EntryFileWritableByOthersIsRebuilt) {
   DiskCache cache(dir / "cache");
   int builds = 0;
   const std::string path = publish(cache, builds);
-  const std::string manifest = path.substr(0, path.rfind('.')) + ".manifest";
+  const std::string manifest = test_env::manifest_of(path);
   for (const std::string& file : {path, manifest}) {
     ASSERT_EQ(::chmod(file.c_str(), 0666), 0);
     const int before = builds;

@@ -26,21 +26,14 @@
 #include "tessel/runtime.hpp"
 
 using namespace tessel;
-using tessel::test_env::ScopedEnv;
-using tessel::test_env::slurp;
-using tessel::test_env::spit;
-using tessel::test_env::TempDir;
+using namespace tessel::test_env;  // TempDir, ScopedEnv, slurp, spit, cache_key, manifest_of
 
 namespace {
 
-const std::string kKey = "0123456789abcdef0123456789abcdef";
-const std::string kKey2 = "fedcba9876543210fedcba9876543210";
+const std::string kKey = cache_key();
+const std::string kKey2 = cache_key('f');
 
 bool exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
-
-std::string manifest_path(const std::string& so_path) {
-  return so_path.substr(0, so_path.size() - 3) + ".manifest";
-}
 
 // A stand-in for the compiler: counts its calls and writes known bytes.
 struct FakeBuild {
@@ -74,7 +67,7 @@ TEST(DiskCache, BuildsOnceThenHits) {
   EXPECT_EQ(build.calls, 1);
   EXPECT_EQ(so, tmp.path() + "/kernels/01/" + kKey + ".so");
   EXPECT_EQ(slurp(so), build.bytes);
-  EXPECT_TRUE(exists(manifest_path(so)));
+  EXPECT_TRUE(exists(manifest_of(so)));
   EXPECT_EQ(slurp(cache.files(kKey).source_path), "int x;");
 
   EXPECT_EQ(cache.get_or_build(kKey, "int x;", ref(build)), so);
@@ -115,14 +108,14 @@ TEST_F(DiskCacheRepair, SameSizeCorruptionIsDetectedByChecksum) {
 }
 
 TEST_F(DiskCacheRepair, DamagedOrMissingManifestIsDetectedAndRebuilt) {
-  const std::string manifest = slurp(manifest_path(so));
-  spit(manifest_path(so), manifest.substr(0, manifest.size() / 2));
+  const std::string manifest = slurp(manifest_of(so));
+  spit(manifest_of(so), manifest.substr(0, manifest.size() / 2));
   expect_rebuilt(2);
-  EXPECT_EQ(slurp(manifest_path(so)), manifest);
+  EXPECT_EQ(slurp(manifest_of(so)), manifest);
 
-  ASSERT_EQ(::unlink(manifest_path(so).c_str()), 0);  // as if a publish died half-way
+  ASSERT_EQ(::unlink(manifest_of(so).c_str()), 0);  // as if a publish died half-way
   expect_rebuilt(3);
-  EXPECT_EQ(slurp(manifest_path(so)), manifest);
+  EXPECT_EQ(slurp(manifest_of(so)), manifest);
 }
 
 TEST(DiskCache, StaleTempFilesFromACrashedBuilderAreRemoved) {
