@@ -226,7 +226,70 @@ void count(const Insn& in, AsmArch arch, bool frame_pointer, HotLoop& h) {
   }
 }
 
+// The instructions that may run after `k` (same function): a branch's target, and the next one
+// unless the branch is unconditional; nothing after a return or an indirect jump.
+std::vector<int> successors(const Parsed& p, int k, AsmArch arch) {
+  const Insn& in = p.insns[k];
+  const std::string& m = in.mnemonic;
+  const bool x86 = arch == AsmArch::X86_64;
+  if (m == "ret" || m == "retq" || (x86 ? m == "jmp" && in.operands[0] == '*' : m == "br"))
+    return {};
+  std::vector<int> out;
+  const std::string t = branch_target(in, arch);
+  auto it = t.empty() ? p.labels.end() : p.labels.find(t);
+  if (it != p.labels.end() && p.insns[it->second].function == in.function) out.push_back(it->second);
+  const bool always = x86 ? m == "jmp" : m == "b";
+  if (!always && k + 1 < static_cast<int>(p.insns.size()) && p.insns[k + 1].function == in.function)
+    out.push_back(k + 1);
+  return out;
+}
+
+// The fewest instructions from `from` to `to` along the control flow, both included (empty when
+// `to` cannot be reached).
+std::vector<int> shortest_path(const Parsed& p, int from, int to, AsmArch arch) {
+  std::vector<int> parent(p.insns.size(), -2);
+  std::vector<int> queue{from};
+  parent[from] = -1;
+  for (size_t q = 0; q < queue.size() && parent[to] == -2; ++q)
+    for (const int s : successors(p, queue[q], arch))
+      if (parent[s] == -2) {
+        parent[s] = queue[q];
+        queue.push_back(s);
+      }
+  std::vector<int> path;
+  if (parent[to] == -2) return path;
+  for (int k = to; k != -1; k = parent[k]) path.push_back(k);
+  std::reverse(path.begin(), path.end());
+  return path;
+}
+
 }  // namespace
+
+std::vector<HotLoop> branch_cycles(const std::string& text, AsmArch arch,
+                                   const std::vector<int>& source_lines) {
+  const Parsed p = parse(text, arch);
+  std::vector<HotLoop> out;
+  for (int k = 0; k < static_cast<int>(p.insns.size()); ++k) {
+    const Insn& in = p.insns[k];
+    if (std::find(source_lines.begin(), source_lines.end(), in.source_line) == source_lines.end())
+      continue;
+    const std::string t = branch_target(in, arch);
+    auto it = t.empty() ? p.labels.end() : p.labels.find(t);
+    // A loop closes backwards; a forward branch of the loop's line leaves it.
+    if (it == p.labels.end() || it->second > k || p.insns[it->second].function != in.function)
+      continue;
+    const std::vector<int> path = shortest_path(p, it->second, k, arch);
+    if (path.empty()) continue;
+    HotLoop h;
+    h.first_line = p.insns[it->second].line;
+    h.last_line = in.line;
+    h.source_line = in.source_line;
+    const bool fp = p.frame_pointer[in.function];
+    for (const int i : path) count(p.insns[i], arch, fp, h);
+    out.push_back(h);
+  }
+  return out;
+}
 
 AsmArch guess_asm_arch(const std::string& text) {
   static const std::regex kX86Reg("%(r[a-z0-9]+|e[a-z]{2}|[xyz]mm[0-9]+)");

@@ -36,6 +36,13 @@ std::vector<HotLoop> all_loops(const std::string& text, AsmArch arch);
 // Those of them with no loop inside (nested == 0).
 std::vector<HotLoop> innermost_loops(const std::string& text, AsmArch arch);
 
+// Loops the compiler laid out in pieces (rotated, with a rare path inline and the usual path
+// jumping around it, so that no contiguous range is entered only through its header): for each
+// backward branch of one of `source_lines`, the fewest instructions that run from its target back
+// to it, i.e. one iteration of the usual path (a rare path does more work), in text order.
+std::vector<HotLoop> branch_cycles(const std::string& text, AsmArch arch,
+                                   const std::vector<int>& source_lines);
+
 // The hot loop: a loop laid out as one contiguous range entered only through its header label
 // (the compiler's natural loops), innermost (no such loop inside it), with the most instructions.
 // For a generated kernel that is the full-tile loop: its body is straight-line SIMD code, while

@@ -123,6 +123,12 @@ void read_loops(const std::string& source, const std::string& text, KernelLoop& 
     k.pass_instructions_per_pair += static_cast<double>(l->instructions) / (k.lanes * k.rows);
     k.pass_spills += l->spills();
   }
+  // A full-tile loop laid out in pieces (an exp's rare path inline, as g++ does for float64 on
+  // aarch64): its usual path, the largest copy.
+  std::vector<HotLoop> cycles;
+  if (!main) cycles = branch_cycles(text, arch, tile_lines);
+  for (const HotLoop& c : cycles)
+    if (!main || c.instructions > main->instructions) main = &c;
   k.located = main != nullptr;
   k.loop = main ? *main : find_hot_loop(text, arch);
 }

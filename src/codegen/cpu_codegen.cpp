@@ -83,9 +83,37 @@ int vector_registers(const CpuKernelSpec& spec) {
 #endif
 }
 
+// Registers a formula's polynomial constants hold for the whole loop. aarch64's FMLA takes no
+// memory operand, so each coefficient of an exp or a trigonometric polynomial (clamps, log2(e),
+// the rounding shift, ln2's two halves, the polynomial: 13 in float32, 19 in float64) lives in a
+// register; x86 reads them as memory operands. `tessel bench --asm` on aarch64, spills and
+// instructions per pair at 4 / 2 / 1 rows: float32 gauss-sum 10, 8.75 / 0, 8.5 / 0, 9.9; its
+// gradient 41, 13.1 / 7, 10.8 / 0, 9.75; LogSumExp 5, 3.19 / 0, 3.25 / 0, 3.88; float64 gauss-sum
+// at 2 / 1 rows 5, 31.75 / 0, 29.5, LogSumExp 0, 6.5 / 0, 8.25. Without these registers the model
+// chose the spilling 4, 2, 4 and 2 rows. (A softmax's own exp runs in its second pass: its main
+// loop keeps fewer constants.)
+int constant_registers(const Gen& g) {
+#if defined(__aarch64__)
+  static const std::set<OpCode> kPolynomialOps{
+      OpCode::Exp,          OpCode::Log,         OpCode::XLogX,    OpCode::Powf,
+      OpCode::Sin,          OpCode::Cos,         OpCode::Asin,     OpCode::Acos,
+      OpCode::Atan,         OpCode::Atan2,       OpCode::SinXDivX, OpCode::ComplexExp,
+      OpCode::ComplexExp1j, OpCode::ComplexAngle};
+  for (const Formula* f : {&g.r.f, &g.r.weight}) {
+    if (!f->valid()) continue;
+    for (const NodePtr& n : topo_order(f->ptr()))
+      if (kPolynomialOps.count(n->op)) return g.spec.f64 ? 19 : 13;
+  }
+  return g.fam == ReductionFamily::SoftMax ? 13 : 0;
+#else
+  (void)g;
+  return 0;
+#endif
+}
+
 // Rows per block, from the register file. A block keeps per row its outer coordinates and its
 // accumulators in registers, and per tile the inner coordinates; the formula's own temporaries
-// take about kTemps more. More rows give more independent work per tile load, but past the
+// take about `temps` more. More rows give more independent work per tile load, but past the
 // register file the compiler spills accumulators and reloads coordinates inside the hot loop
 // (measured with `tessel bench --asm`), so take the most rows that still fit: 4, 2 or 1.
 int rows_per_block(const CpuKernelSpec& spec, const Gen& g, ReductionFamily fam) {
@@ -96,7 +124,7 @@ int rows_per_block(const CpuKernelSpec& spec, const Gen& g, ReductionFamily fam)
   // avx2`: gauss-sum 3.69 -> 3.31, 7 -> 2 spills; sin-sum 3.44 -> 1.88, 30 -> 15). SSE2, also 16
   // registers but without FMA, keeps the model.
   if (spec.vbytes == 32) return 1;
-  constexpr int kTemps = 4;
+  const int temps = 4 + constant_registers(g);
   const int acc_regs =
       fam == ReductionFamily::Sum
           ? g.D * (spec.scheme == SumScheme::Kahan ? 2 : 1) * (spec.acc_f64 ? 2 : 1)
@@ -105,7 +133,7 @@ int rows_per_block(const CpuKernelSpec& spec, const Gen& g, ReductionFamily fam)
   const int regs = vector_registers(spec);
   const int per_row = g.lay.outer_dim + acc_regs;
   for (int rows : {4, 2})
-    if (rows * per_row + g.lay.inner_dim + kTemps <= regs) return rows;
+    if (rows * per_row + g.lay.inner_dim + temps <= regs) return rows;
   // A high-dimensional formula: the coordinates alone outnumber the registers, so they come from
   // L1 as operands, one load per use, whatever the rows. Then more rows share each inner load;
   // a row keeps its accumulators and the partial sums of its dot products (ops/vector.cpp's
@@ -114,7 +142,7 @@ int rows_per_block(const CpuKernelSpec& spec, const Gen& g, ReductionFamily fam)
   constexpr int kPartials = 4;
   if (g.lay.outer_dim + g.lay.inner_dim > regs)
     for (int rows : {4, 2})
-      if (rows * (acc_regs + kPartials) + kTemps <= regs) return rows;
+      if (rows * (acc_regs + kPartials) + temps <= regs) return rows;
   return 1;
 }
 

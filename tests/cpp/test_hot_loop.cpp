@@ -157,6 +157,59 @@ TEST(HotLoop, AArch64LoopCountsNeonAndStackThroughSpAndX29) {
   EXPECT_EQ(h.mul_scalar, 0);
 }
 
+// g++'s float64 kernels on aarch64: the full-tile loop (source line 538) laid out in pieces. The
+// head .L34 jumps back to .L31, whose rare path (a tiny exp result) falls through to the next
+// iteration and whose usual path jumps on to .L32, which closes the loop. No contiguous range is
+// entered only through its header; beq .L83 on the loop's line leaves it.
+constexpr const char* kAArch64Pieces = R"(k3:
+	.cfi_startproc
+	mov	x5, 0
+	b	.L34
+.L31:
+	.loc 1 120 3
+	fmla	v1.2d, v2.2d, v3.2d
+	ldr	q4, [sp, 32]
+	fmul	v1.2d, v1.2d, v4.2d
+	cbz	x19, .L32
+	fmul	v5.2d, v1.2d, v6.2d
+	fmul	v5.2d, v5.2d, v7.2d
+	fadd	v20.2d, v20.2d, v5.2d
+	.loc 1 538 26
+	cmp	x5, x25
+	beq	.L83
+.L34:
+	.loc 1 540 5
+	ldr	q0, [x0, x5]
+	fsub	v1.2d, v0.2d, v8.2d
+	fmul	v1.2d, v1.2d, v1.2d
+	b	.L31
+.L32:
+	.loc 1 569 13
+	fadd	v20.2d, v20.2d, v1.2d
+	add	x5, x5, 64
+	.loc 1 538 26
+	cmp	x5, x25
+	bne	.L34
+.L83:
+	ret
+	.cfi_endproc
+)";
+
+// One iteration of the usual path: .L34 (4), .L31 up to cbz (4), .L32 (4); the rare path's three
+// FP instructions are not in it.
+TEST(HotLoop, AArch64LoopInPiecesCountsItsUsualPath) {
+  EXPECT_TRUE(all_loops(kAArch64Pieces, AsmArch::AArch64).empty());
+  const std::vector<HotLoop> cycles = branch_cycles(kAArch64Pieces, AsmArch::AArch64, {538});
+  ASSERT_EQ(cycles.size(), 1u);  // bne .L34; beq .L83 goes forward, out of the loop
+  const HotLoop& h = cycles[0];
+  EXPECT_EQ(h.instructions, 12);
+  EXPECT_EQ(h.fp_vector, 5);
+  EXPECT_EQ(h.fma, 1);
+  EXPECT_EQ(h.stack_loads, 1);
+  EXPECT_EQ(h.source_line, 538);
+  EXPECT_TRUE(branch_cycles(kAArch64Pieces, AsmArch::AArch64, {120}).empty());
+}
+
 // The bound takes the slower of the two limits. Figures of a core with FMA and separate add pipes:
 // FMA chains reach 100 lane slots per second, FMA and add chains together 150.
 TEST(HotLoop, BoundIsTheTighterOfTheFpAndMultiplyLimits) {
