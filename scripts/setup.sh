@@ -2,10 +2,38 @@
 # Installs what the build and tests need on Debian/Ubuntu; does nothing when all is there.
 #
 # Usage: scripts/setup.sh [--build-only] [extra-package ...]
+#        scripts/setup.sh --cuda-tools
 # --build-only: only what builds the library and the `tessel` command (scripts/demo.sh), no
 # GoogleTest or Python, which a first demo on a new machine would otherwise wait for.
+# --cuda-tools: only NVIDIA's ptxas, NVRTC and nvdisasm for `tessel bench sass`, from their pip
+# wheels (no GPU and no CUDA toolkit needed) into .cuda-tools/ at the repository root.
 # Runs apt-get as root, or through sudo when not root. Prints only what it installs.
 set -euo pipefail
+
+if [[ ${1:-} == --cuda-tools ]]; then
+  # ptxas and NVRTC of CUDA 13.0, the release of the driver that ran the H200 measurements in
+  # bench/RESULTS.md (its JIT compiled their PTX); nvdisasm's first wheel is 13.2, which reads
+  # sm_90 code as well.
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  dest=$root/.cuda-tools
+  wheels=(nvidia-cuda-nvcc==13.0.88 nvidia-cuda-nvrtc==13.0.88 nvidia-cuda-nvdisasm==13.2.51)
+  have=1
+  for f in bin/ptxas bin/nvdisasm lib/libnvrtc.so.13; do
+    [[ -e $dest/nvidia/cu13/$f ]] || have=0
+  done
+  ((have)) && exit 0
+  python3 -m pip --version > /dev/null 2>&1 || "$0" python3-pip
+  echo "setup: installing ${wheels[*]} into .cuda-tools"
+  log=$(mktemp)
+  trap 'rm -f "$log"' EXIT
+  if ! python3 -m pip install --no-deps --upgrade --target "$dest" "${wheels[@]}" > "$log" 2>&1; then
+    cat "$log" >&2
+    echo "setup: pip failed (output above)" >&2
+    exit 1
+  fi
+  echo "setup: done"
+  exit 0
+fi
 
 build_only=0
 if [[ ${1:-} == --build-only ]]; then

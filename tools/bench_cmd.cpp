@@ -25,6 +25,7 @@ namespace tessel::cli {
 namespace {
 
 constexpr const char* kBenchUsage = R"(usage: tessel bench [CASE...] [options]
+       tessel bench sass [CASE...] [options]   the CUDA kernels' SASS for sm_90, no GPU needed
 
 cases: gauss-sum   Sum_j exp(-|x_i - y_j|^2 / s^2) b_j, D = 3, s = 0.25, points in [0,1]^3
        gauss-grad  its gradient with respect to x
@@ -395,6 +396,7 @@ int asm_main(const BenchOptions& o, const std::vector<std::string>& levels) {
 }  // namespace
 
 int bench_main(const Args& args) {
+  if (!args.empty() && args[0] == "sass") return sass_main(Args(args.begin() + 1, args.end()));
   for (const std::string& a : args)
     if (a == "-h" || a == "--help") {
       std::fputs(kBenchUsage, stdout);
@@ -431,7 +433,7 @@ int bench_main(const Args& args) {
   // timing, so that a machine shared with other work is probed under the same load as the case;
   // the best rate seen so far at the level makes the bound.
   std::map<std::string, std::unique_ptr<PeakProbe>> probes;
-  std::map<std::string, double> peaks;  // lane-FP slots per second, the best seen, by level
+  std::map<std::string, double> peaks;      // lane-FP slots per second, the best seen, by level
   std::map<std::string, double> fma_peaks;  // of the FMA chains alone
   auto probe_again = [&](const std::string& level, const PeakProbe& probe, int runs, double s) {
     fma_peaks[level] =

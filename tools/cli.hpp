@@ -23,6 +23,7 @@ using Args = std::vector<std::string>;
 int doctor_main(const Args& args);
 int cache_main(const Args& args);
 int bench_main(const Args& args);
+int sass_main(const Args& args);  // `tessel bench sass` (sass_cmd.cpp)
 int demo_main(const Args& args);
 
 const char* library_version();
@@ -53,9 +54,11 @@ int64_t folder_bytes(const std::string& path);  // 0 when absent
 bool file_exists(const std::string& path);
 
 // Runs argv (searching PATH) and waits. Standard output goes to *out when given, else it is
-// inherited; standard error is inherited unless quiet. Returns the exit code, or -1 when the
-// program could not be started or did not exit normally.
-int run_process(const std::vector<std::string>& argv, std::string* out, bool quiet);
+// inherited; standard error is inherited unless quiet, or joins *out with merge_stderr (tools
+// such as ptxas report there). Returns the exit code, or -1 when the program could not be started
+// or did not exit normally.
+int run_process(const std::vector<std::string>& argv, std::string* out, bool quiet,
+                bool merge_stderr = false);
 
 // One flat JSON object per line, keys in insertion order (scripts read the bench output).
 class JsonLine {

@@ -125,7 +125,8 @@ bool file_exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
-int run_process(const std::vector<std::string>& argv, std::string* out, bool quiet) {
+int run_process(const std::vector<std::string>& argv, std::string* out, bool quiet,
+                bool merge_stderr) {
   std::vector<char*> cargs;
   for (const std::string& a : argv) cargs.push_back(const_cast<char*>(a.c_str()));
   cargs.push_back(nullptr);
@@ -134,7 +135,9 @@ int run_process(const std::vector<std::string>& argv, std::string* out, bool qui
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   if (out) posix_spawn_file_actions_adddup2(&actions, pipe_fd[1], STDOUT_FILENO);
-  if (quiet) {
+  if (out && merge_stderr) {
+    posix_spawn_file_actions_adddup2(&actions, pipe_fd[1], STDERR_FILENO);
+  } else if (quiet) {
     posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
     if (!out) posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
   }

@@ -27,26 +27,17 @@ struct Build {
   int lanes = 0;
 };
 
-// Sits in the compiled backend's slot while a case runs once: keeps the kernel source of every
-// launch the compiled backend would make (a kernel launched twice per call counts twice), and
-// declines, so that the interpreter computes the values (a small problem: no speed needed).
 class Recorder final : public KernelBackend {
  public:
+  explicit Recorder(const std::function<void(const Problem&)>& record) : record_(record) {}
   const char* name() const override { return "compiled (recording)"; }
   bool run(const Problem& p, std::span<const ArrayView>) override {
-    CpuKernelTarget tgt = cpu_kernel_target(p.dtype == DType::Float64);
-    const CpuKernelSpec spec = cpu_kernel_spec(p, tgt.vbytes);
-    KernelLayout layout;
-    std::string source = generate_cpu_kernel(spec, layout);
-    if (source.empty()) return false;
-    const Reduction view(std::shared_ptr<const ReductionImpl>(p.r, [](const ReductionImpl*) {}));
-    builds_.push_back({std::move(source), view.str(), std::move(tgt.flags), lanes(spec)});
+    record_(p);
     return false;
   }
-  std::vector<Build>& builds() { return builds_; }
 
  private:
-  std::vector<Build> builds_;
+  const std::function<void(const Problem&)>& record_;
 };
 
 std::string read_text(const std::string& path) {
@@ -101,7 +92,8 @@ void read_loops(const std::string& source, const std::string& text, KernelLoop& 
   // Of the loops a source line closes, the innermost, then the largest (the compiler may version
   // a loop: each copy counts once).
   auto better = [](const HotLoop& a, const HotLoop* b) {
-    return !b || a.nested < b->nested || (a.nested == b->nested && a.instructions > b->instructions);
+    return !b || a.nested < b->nested ||
+           (a.nested == b->nested && a.instructions > b->instructions);
   };
   const HotLoop* main = nullptr;
   std::map<int, const HotLoop*> passes;  // by source line
@@ -145,17 +137,29 @@ int source_number(const std::string& source, const std::regex& re, int fallback,
 
 }  // namespace
 
+void record_problems(const bench::BenchProblem& p,
+                     const std::function<void(const Problem&)>& record) {
+  Recorder rec(record);
+  ScopedBackend scoped(BackendId::Compiled, rec);
+  bench::run_problem(p);
+}
+
 std::vector<KernelLoop> case_kernels(const bench::BenchProblem& p, const std::string& work_dir) {
-  Recorder rec;
-  {
-    ScopedBackend scoped(BackendId::Compiled, rec);
-    bench::run_problem(p);
-  }
+  std::vector<Build> builds;
+  record_problems(p, [&](const Problem& q) {
+    CpuKernelTarget tgt = cpu_kernel_target(q.dtype == DType::Float64);
+    const CpuKernelSpec spec = cpu_kernel_spec(q, tgt.vbytes);
+    KernelLayout layout;
+    std::string source = generate_cpu_kernel(spec, layout);
+    if (source.empty()) return;
+    const Reduction view(std::shared_ptr<const ReductionImpl>(q.r, [](const ReductionImpl*) {}));
+    builds.push_back({std::move(source), view.str(), std::move(tgt.flags), lanes(spec)});
+  });
   static const std::regex kRows(R"(for \(i64 i0 = [^;]*;[^;]*; i0 \+= ([0-9]+)\))");
   static const std::regex kTiles(R"(for \(i64 t = tb; t < te; (?:\+\+t|t \+= ([0-9]+))\))");
   std::vector<KernelLoop> out;
   std::map<std::string, size_t> done;  // source -> its first analysis in `out`
-  for (Build& b : rec.builds()) {
+  for (Build& b : builds) {
     if (auto it = done.find(b.source); it != done.end()) {
       out.push_back(out[it->second]);
       continue;

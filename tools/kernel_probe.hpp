@@ -2,13 +2,21 @@
 // assembly the compiler writes), and the machine's peak FMA rate at that level.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "backend/problem.hpp"
 #include "bench_cases.hpp"
 #include "hot_loop.hpp"
 
 namespace tessel::cli {
+
+// Runs the case once with `record` in the compiled backend's slot: it sees every problem that
+// backend would evaluate (a kernel launched twice per call counts twice), and declines, so that the
+// interpreter computes the values (run it on a small instance: no speed needed).
+void record_problems(const bench::BenchProblem& p,
+                     const std::function<void(const Problem&)>& record);
 
 // One generated kernel of a case, as the compiled backend builds it, and its hot loop.
 struct KernelLoop {
@@ -40,7 +48,8 @@ struct KernelLoop {
 
 // Every compiled kernel evaluating `p` runs (sub-reductions and addends included), each compiled
 // with the backend's flags plus -S -g (-g leaves the code as it is; its line table tells which
-// loop is the source's full-tile loop). Throws tessel::Error when there is no compiler or a step fails.
+// loop is the source's full-tile loop). Throws tessel::Error when there is no compiler or a step
+// fails.
 std::vector<KernelLoop> case_kernels(const bench::BenchProblem& p, const std::string& work_dir);
 
 // Micro-kernels of independent chains compiled at run time like a kernel (same compiler, same

@@ -37,6 +37,8 @@ commands:
                       (default: all, for n = 10000, 30000, 100000), at the SIMD levels
                       --simd lists, with the FMA-slot bound; --asm prints the kernels'
                       hot loops (instructions, FP ops, spills); see `tessel bench --help`
+  bench sass [CASE...]  the CUDA kernels compiled for sm_90 and disassembled (no GPU):
+                      registers, spills, occupancy, instructions per pair by class
   demo [--n N]        Gaussian kernel product and its gradient on 100,000 built-in
                       3-D points: timings, peak memory, and what a dense matrix needs
 
