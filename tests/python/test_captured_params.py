@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from tessel.torch import (Genred, KernelSolve, ReversibleCoupling, cg_solve, checkpoint_loop,
-                          fixed_point, odeint_reversible)
+                          checkpoint_while, fixed_point, odeint_reversible)
 
 F64 = torch.float64
 TOL = 1e-10
@@ -437,3 +437,46 @@ def test_a_call_handing_back_its_argument_keeps_the_gradient(passthrough):
     ref_ode = grads(heun_unrolled(lambda _t, y: torch.sin(read_s() * y), x0, t, 4)[-1]
                     .square().sum(), [x0, s])
     close(grads(out[-1].square().sum(), [x0, s]), ref_ode, tol=1e-9)
+
+
+# ---- a non-leaf tensor read through a view ------------------------------------------------------
+def _read_through_view(tool, reads, x0):
+    """The result of `tool` on a function of x0 that calls reads(x), for the tools _run_tool does
+    not build (dopri5 has no unrolled reference: its test checks the chain rule instead)."""
+    if tool == "checkpoint_while":
+        return checkpoint_while(lambda x, k: k < 5, lambda x, k: 0.5 * x + 0.1 * reads(x), x0, 2)
+    t = torch.tensor([0.0, 0.4, 0.9], dtype=F64)
+    return odeint_reversible(lambda _t, y: reads(y) - 0.2 * y, x0, t, method="dopri5",
+                             rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("where", ["before the call", "by the function"])
+@pytest.mark.parametrize("tool", TOOLS + ["checkpoint_while", "dopri5"])
+def test_a_non_leaf_read_through_a_view_gets_its_share(tool, where):
+    """X, made from the leaf P before the call (points moved to the GPU, a network's output), is
+    read through the view X[None][0] (how tessel.ot reads the batch's k-th cloud), made before the
+    call or by the function with an indexing PyTorch 1.13's modes do not see. The walk went
+    through the view to P: P got the whole gradient, X missed the function's share."""
+    g = torch.Generator().manual_seed(3)
+    P = (0.5 * torch.randn(2, 2, dtype=F64, generator=g)).requires_grad_()
+    X = P * 0.5 + 0.1
+    V = X[None][0]
+    x0 = torch.randn(3, 4 if tool == "ReversibleCoupling" else 2, dtype=F64, generator=g)
+    x0.requires_grad_()
+
+    def reads(x):
+        return torch.tanh(x @ (V if where == "before the call" else X[None][0]))
+
+    ts = [x0, P, X]
+    if tool in TOOLS:
+        ref, run = _run_tool(tool, reads, x0)
+        got = grads(run().square().sum(), ts, allow_unused=True)
+        close(got, grads(ref().square().sum(), ts))
+    else:
+        got = grads(_read_through_view(tool, reads, x0).square().sum(), ts, allow_unused=True)
+        if tool == "checkpoint_while":
+            close(got, grads(unrolled(lambda x, k: 0.5 * x + 0.1 * reads(x), x0, 5)
+                             .square().sum(), ts))
+    # P reaches the function through X = P / 2 + 0.1 only: dL/dP = dL/dX / 2, to rounding.
+    assert got[2] is not None, "X, read through a view, got no gradient"
+    close([got[1]], [0.5 * got[2]], tol=1e-14)

@@ -17,10 +17,16 @@ the mode did not see (PyTorch 1.13 does not route `x[0]` through modes, for one)
 to the leaves behind it, which then receive their gradient by differentiating through its graph
 (the tools keep that graph with retain_graph=True). Telling an outside tensor from one made inside
 the evaluation uses autograd's sequence numbers where PyTorch has them (2.x); PyTorch 1.13 has
-none, so there a captured non-leaf tensor that is a view, an indexing result or a custom autograd
-Function's output (`P[0]`, `P.t()`, a Genred of P) counts as made inside and is walked through
-to the leaves behind it: they get the same gradients, only hooks on that tensor do not see them
-and `autograd.grad` with respect to it does not include the function's share.
+none, so there a captured non-leaf view (`X[0]`, `X.t()`) is either an outside view or one the
+function took by an indexing the mode missed. In both cases the walk stops at its base X (views
+share the base they were taken from) when X is a non-leaf made outside, so that X and what it was
+made from get the function's share through X's own graph; walking on to X's leaves would hand
+them that share directly, and X (points a user moved to the GPU, a network's output) would
+silently miss it. The view itself, and a custom autograd Function's output or an indexing copy
+(`W[[1, 0]]`, a Genred of W), whose inputs cannot be named, count as made inside and are walked
+through to the leaves: the leaves get their gradients, but the hooks of such a tensor, and of a
+non-leaf W it was made from, do not see the function's share, and `autograd.grad` with respect
+to them does not include it (on PyTorch 1.13 only).
 
 `Captured.check` walks a recomputation's graph (in backward) and raises if it reaches a tensor
 requiring grad that is not among those found: such a tensor would silently get no gradient.
@@ -100,6 +106,18 @@ def _made_before(t, mark):
                 or hasattr(node, "_forward_cls"))
 
 
+def _stop_at(t, mark, made):
+    """The outside tensor a walk reaching t (a non-leaf the function read and did not visibly
+    make) must stop at: t when it was made before the evaluation, else the base of the view t
+    when that base was, else None (walk through t)."""
+    if _made_before(t, mark):
+        return t
+    base = t._base if t._is_view() else None
+    if base is None or not base.requires_grad or base.grad_fn is None or id(base) in made:
+        return None
+    return base if _made_before(base, mark) else None
+
+
 def _describe(t):
     kind = "an nn.Parameter" if isinstance(t, torch.nn.Parameter) else "a tensor"
     return f"{kind} of shape {tuple(t.shape)}, {t.dtype}"
@@ -137,7 +155,8 @@ class Captured:
             out = fn(*args)
         pending = {}
         for t in reads.outside.values():
-            if id(t) not in self._ids and _made_before(t, mark):
+            t = _stop_at(t, mark, reads.made)
+            if t is not None and id(t) not in self._ids:
                 pending[(id(t.grad_fn), t.output_nr)] = (t, t.grad_fn)
         self._walk(_flat(out, []), inputs, pending, reads.made)
         return out
