@@ -7,6 +7,18 @@ import tempfile
 import pytest
 
 os.environ.setdefault("TESSEL_NUM_THREADS", "2")
+# CUDA tensors faked over the stand-in driver (tests/python/fake_cuda.py): installed before the
+# test modules import, so that their GPU checks see a device.
+if os.environ.get("TESSEL_FAKE_CUDA") == "1":
+    import fake_cuda
+
+    fake_cuda.install()
+
+    @pytest.fixture(autouse=True)
+    def _fake_cuda_forgotten():
+        """Each test's fake device memory goes back to PyTorch's allocator after it."""
+        yield
+        fake_cuda.forget()
 # Run without scripts/test.sh, the suite still keeps its kernels out of the user's ~/.cache.
 if not os.environ.get("TESSEL_CACHE_DIR"):
     os.environ["TESSEL_CACHE_DIR"] = tempfile.mkdtemp(prefix="tessel-pytest-cache-")

@@ -42,13 +42,20 @@ void pack(const Bound& b, int64_t rows, int offset, int width, CuDevicePtr dst, 
   size_t src_pitch = rows == 1 ? row_bytes : static_cast<size_t>(b.s_row) * elem;
   const bool broadcast = b.s_row == 0 && rows > 1;  // one row read by every row
   const bool strided = b.s_col != 1 && b.dim > 1;
+  if (strided && !broadcast && cuda_pointer_device(b.data) >= 0) {
+    // Device rows with strided components (a transposed or sliced tensor): one 2-D copy per
+    // component, its element of every row into its column of the packed array, on the device.
+    for (int c = 0; c < b.dim; ++c)
+      cuda_copy_2d(reinterpret_cast<void*>(dst + (offset + c) * elem), width * elem,
+                   static_cast<const unsigned char*>(b.data) + c * b.s_col * elem,
+                   rows == 1 ? elem : static_cast<size_t>(b.s_row) * elem, elem,
+                   static_cast<size_t>(rows), stream);
+    return;
+  }
   if (strided || broadcast) {
-    // Strided columns or a repeated row cannot be a 2-D copy: gather them on the host first (a
-    // repeated row of device memory is fetched once: it is a single row).
+    // Strided host columns or a repeated row cannot be a 2-D copy: gather them on the host first
+    // (a repeated row of device memory is fetched once: it is a single row).
     const bool on_device = cuda_pointer_device(b.data) >= 0;
-    if (on_device && strided)
-      detail::fail(kWho, "input ", b.index, " is a CUDA array whose rows are not contiguous ",
-                   "(element stride ", b.s_col, "); pass a contiguous array (.contiguous())");
     std::vector<unsigned char> row(row_bytes);
     auto& tmp = staging.emplace_back(static_cast<size_t>(rows) * row_bytes);
     for (int64_t r = 0; r < rows; ++r) {
@@ -56,7 +63,9 @@ void pack(const Bound& b, int64_t rows, int offset, int width, CuDevicePtr dst, 
         const auto* at =
             static_cast<const unsigned char*>(b.data) + (broadcast ? 0 : r * b.s_row) * elem;
         if (on_device) {
-          cuda_copy_2d(row.data(), row_bytes, at, row_bytes, row_bytes, 1, stream);
+          for (int c = 0; c < (strided ? b.dim : 1); ++c)  // a strided row, element by element
+            cuda_copy_2d(row.data() + c * elem, row_bytes, at + c * b.s_col * elem, row_bytes,
+                         strided ? elem : row_bytes, 1, stream);
           cuda_synchronize(stream);
         } else {
           for (int c = 0; c < b.dim; ++c)
