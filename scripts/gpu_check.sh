@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One command for a bare GPU machine without network: builds tessel, runs the C++ suite (every
+# One command for a bare GPU machine without network: builds tessel, runs the five classes of call
+# that crashed on the first GPU under AddressSanitizer and compute-sanitizer, the C++ suite (every
 # CUDA test included) and the Python tests with CUDA paths, then bench/gpu_bench.py side by side
 # with pykeops 2.3 on the GPU and dense PyTorch. Logs and JSON go to one folder.
 #
@@ -14,20 +15,24 @@
 #   GPU_CHECK_BENCH   gpu_bench.py arguments (default: --n 10000 100000 1000000 --host-budget)
 #   GPU_CHECK_OT_BENCH  ot_bench.py arguments (default: CUDA, N = 1e4 .. 1e6, D = 3 and 64)
 #   GPU_CHECK_PYKEOPS  gpu_bench.py arguments of the pykeops run (default: N = 1e4 .. 1e6)
-#   GPU_CHECK_NCU  0: no ncu profile
+#   GPU_CHECK_NCU  0: no ncu profiles
+#   GPU_CHECK_ASAN  0: no ASan build and run of the crash classes
 #   GPU_CHECK_SHAPES_BENCH  shapes_bench.py arguments (default: CUDA, a sphere of 10,242 vertices)
 #   GPU_CHECK_SEED  gpu_seed_bench.py arguments (default: N = 1e4 and 1e5, 1000 iterations)
 #   GPU_CHECK_DIST_BENCH  distributed_bench.py arguments (default: NCCL, CUDA, --quick)
 #   GPU_CHECK_DEADLINE  seconds the whole check may take (default 540: one call of a lent machine
 #             is 10 minutes at most). Each step after the build gets what is left, in this order
-#             of priority: the GPU's C++ tests, the Python CUDA tests, gpu_bench.py, ncu's profile
-#             of the Gaussian sum, gpu_seed_bench.py, the half accuracy table, ot_bench.py, shapes_bench.py,
-#             distributed_bench.py; a step
-#             with under 30 s left is skipped and named so.
+#             of priority: the crash classes under ASan, then under compute-sanitizer, the GPU's
+#             C++ tests, the Python CUDA tests, gpu_bench.py, ncu's profiles of three kernels,
+#             pykeops's own tests then its bench, gpu_seed_bench.py, the half accuracy table,
+#             ot_bench.py, shapes_bench.py, distributed_bench.py; a step with under 30 s left is
+#             skipped and named so.
 #   GPU_CHECK_CTEST  ctest arguments (default: the tests that need a GPU or NVRTC: the CPU ones
 #             run in CI; "-E ^$" runs the whole suite)
-# Writes to OUT_DIR: machine.txt, build.log, ctest.log, pytest.log, gpu_bench.jsonl,
-# backtraces.log, gpu_bench.log, pykeops_bench.jsonl, pykeops_bench.log, ncu.log, seed_bench.jsonl, seed_bench.log, half_accuracy.jsonl,
+# Writes to OUT_DIR: machine.txt, build.log, asan.log, memcheck.log, ctest.log, pytest.log,
+# gpu_bench.jsonl, ncu-gauss-sum.log, ncu-gauss-grad.log, ncu-lse.log, pykeops_diag.log,
+# backtraces.log, gpu_bench.log, pykeops_bench.jsonl, pykeops_bench.log, seed_bench.jsonl,
+# seed_bench.log, half_accuracy.jsonl,
 # half_accuracy.log, ot_bench.jsonl, ot_bench.log, shapes_bench.jsonl, shapes_bench.log,
 # distributed_bench.jsonl, distributed_bench.log, summary.txt (also printed last) and all of
 # them in one gpu_check.tar.gz. Exit status: 0 all passed; 1 a step failed;
@@ -155,6 +160,32 @@ if [[ $usable != 1 || $torch_cuda != 1 ]]; then
   finish 3
 fi
 
+# The five classes of call that crashed the process on the first GPU, first and alone, so that a
+# crash cannot hide behind other failures: under AddressSanitizer + UBSan (a second build,
+# instrumented, its Python module preloaded with the ASan runtime; the real driver maps memory
+# where ASan's shadow gap would be, hence protect_shadow_gap=0) and under compute-sanitizer's
+# memcheck (device accesses, on the release build).
+crash_tests=tests/python/test_cuda_crash_classes.py
+asan_flags="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined"
+if [[ ${GPU_CHECK_ASAN:-1} != 0 ]] && has_time "crash classes under ASan" &&
+  run_step "ASan build" "$out/build.log" timeout "$(left)" bash -c "
+    cmake -S . -B '$build-asan' -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DCMAKE_CXX_FLAGS='$asan_flags' -DCMAKE_SHARED_LINKER_FLAGS='-fsanitize=address,undefined' \
+      -DTESSEL_BUILD_TOOLS=OFF -DTESSEL_BUILD_TESTS=OFF -DTESSEL_BUILD_PYTHON=ON \
+      -DPython_EXECUTABLE='$py' && cmake --build '$build-asan' -j $jobs"; then
+  run_step "crash classes under ASan" "$out/asan.log" timeout "$(left)" env \
+    LD_PRELOAD="$(g++ -print-file-name=libasan.so)" PYTHONPATH="$PWD/$build-asan/python:$site" \
+    ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0:halt_on_error=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 TESSEL_CACHE_DIR="$PWD/$build-asan/cache" \
+    "$py" -X faulthandler -m pytest -q -p no:cacheprovider -rfEs "$crash_tests"
+fi
+if command -v compute-sanitizer > /dev/null && has_time "crash classes under memcheck"; then
+  run_step "crash classes under compute-sanitizer memcheck" "$out/memcheck.log" \
+    timeout "$(left)" compute-sanitizer --tool memcheck --error-exitcode 1 \
+    --target-processes all "$py" -X faulthandler -m pytest -q -p no:cacheprovider -rfEs \
+    "$crash_tests"
+fi
+
 # The tests that need a GPU (or NVRTC) first: the CPU ones run in CI on every submission.
 # (and those whose path changes when a GPU is usable: backend choice, half, KernelSolve, ...)
 gpu_tests='Cuda|Gpu|PtxCache|SinkhornDevice|Half|Backend|KernelSolve|StreamPlan|SingularPoints'
@@ -171,8 +202,9 @@ fi
 
 # The Python tests with CUDA paths (their CPU tests run in CI): those files, the tests whose
 # names match GPU_CHECK_PYTEST_K (empty: all of them).
-pytest_args=${GPU_CHECK_PYTEST:-tests/python/test_cuda_device.py tests/python/test_genred_torch.py
-  tests/python/test_ot_cuda.py tests/python/test_ot_multiscale.py tests/python/test_compat_pykeops.py
+pytest_args=${GPU_CHECK_PYTEST:-tests/python/test_cuda_crash_classes.py
+  tests/python/test_cuda_device.py tests/python/test_genred_torch.py tests/python/test_ot_cuda.py
+  tests/python/test_ot_multiscale.py tests/python/test_compat_pykeops.py
   tests/python/test_block_sparse.py tests/python/test_kernel_solve.py tests/python/test_half.py
   tests/python/test_errors.py}
 pytest_k=${GPU_CHECK_PYTEST_K-cuda or gpu}
@@ -216,17 +248,46 @@ bench_step() {
 bench_args=${GPU_CHECK_BENCH:---n 10000 100000 1000000 --host-budget}
 # shellcheck disable=SC2086
 bench_step gpu_bench gpu_bench "$py" bench/gpu_bench.py --libs tessel dense $bench_args
-# pykeops in a process of its own: on first contact it crashed its process (see RESULTS.md).
-pykeops_args=${GPU_CHECK_PYKEOPS:---n 10000 100000 1000000}
-# shellcheck disable=SC2086
-bench_step pykeops_bench pykeops_bench "$py" bench/gpu_bench.py --libs pykeops $pykeops_args
-# Registers, occupancy and achieved rates of the Gaussian sum's kernel (N = 1e6), where ncu runs.
-if [[ ${GPU_CHECK_NCU:-1} != 0 ]] && command -v ncu > /dev/null && has_time ncu; then
-  PYTHONUNBUFFERED=1 timeout "$(left)" ncu --clock-control none --kernel-name tessel_kernel \
-    --launch-skip 1 --launch-count 1 --section LaunchStats --section Occupancy \
-    --section SpeedOfLight --section ComputeWorkloadAnalysis --section InstructionStats \
-    "$py" bench/gpu_bench.py --n 1000000 --cases gauss-sum --libs tessel --reps 1 \
-    > "$out/ncu.log" 2>&1 && note "ncu: ok (ncu.log)" || note "ncu: FAILED (see ncu.log)"
+# Registers, occupancy and achieved rates of three kernels at N = 1e6 (the Gaussian sum, its
+# gradient, LogSumExp), where ncu runs: each case's second launch of tessel_kernel.
+if [[ ${GPU_CHECK_NCU:-1} != 0 ]] && command -v ncu > /dev/null; then
+  for case in gauss-sum gauss-grad lse; do
+    has_time "ncu $case" || break
+    PYTHONUNBUFFERED=1 timeout "$(left)" ncu --clock-control none --kernel-name tessel_kernel \
+      --launch-skip 1 --launch-count 1 --section LaunchStats --section Occupancy \
+      --section SpeedOfLight --section ComputeWorkloadAnalysis --section InstructionStats \
+      "$py" bench/gpu_bench.py --n 1000000 --cases "$case" --libs tessel --reps 1 \
+      > "$out/ncu-$case.log" 2>&1 && note "ncu $case: ok (ncu-$case.log)" ||
+      note "ncu $case: FAILED (see ncu-$case.log)"
+  done
+fi
+# pykeops in processes of its own: on first contact it crashed its process (see RESULTS.md).
+# Diagnosis first: a clean cache of its own, CUDA_PATH naming the toolkit whose NVRTC it loads,
+# its NumPy binding's own test before the torch one, Python's and gdb's backtraces on a crash.
+pykeops_diagnose() {
+  local log=$out/pykeops_diag.log nvrtc=${TESSEL_NVRTC:-}
+  export KEOPS_CACHE_FOLDER=$PWD/$build/pykeops-cache
+  rm -rf "$KEOPS_CACHE_FOLDER"
+  if [[ -z ${CUDA_PATH:-} && $nvrtc == */lib64/* ]]; then export CUDA_PATH=${nvrtc%/lib64/*}; fi
+  echo "CUDA_PATH=${CUDA_PATH:-unset} TESSEL_NVRTC=${nvrtc:-unset}" >> "$log"
+  for binding in numpy torch; do
+    has_time "pykeops $binding test" || return 1
+    local code="import pykeops; pykeops.set_verbose(True); pykeops.test_${binding}_bindings()"
+    if ! run_step "pykeops $binding bindings" "$log" timeout "$(left)" "$py" -X faulthandler \
+      -c "$code"; then
+      if command -v gdb > /dev/null && (($(left) >= 90)); then
+        echo "=== gdb backtrace: $binding" >> "$log"
+        timeout 80 gdb -batch -ex run -ex bt --args "$py" -c "$code" 2>&1 | grep -E '^#[0-9]+ ' |
+          head -40 >> "$log"
+      fi
+      return 1
+    fi
+  done
+}
+if [[ -d $site/pykeops ]] && pykeops_diagnose; then
+  pykeops_args=${GPU_CHECK_PYKEOPS:---n 10000 100000 1000000}
+  # shellcheck disable=SC2086
+  bench_step pykeops_bench pykeops_bench "$py" bench/gpu_bench.py --libs pykeops $pykeops_args
 fi
 # The first user story's Sinkhorn (N = 1e5, 1000 iterations and the gradient) against dense
 # PyTorch and GeomLoss: time and peak device memory.
