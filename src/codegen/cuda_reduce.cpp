@@ -110,13 +110,26 @@ string ReduceCode::helpers() const {
   return s + "}\n";
 }
 
-string ReduceCode::declare(const string& s) const {
+int ReduceCode::totals() const {
+  if (fam_ == ReductionFamily::Sum) return d_;
+  if (fam_ == ReductionFamily::SoftMax) return static_cast<int>(sums().size());
+  return 0;
+}
+
+string ReduceCode::declare(const string& s, const string& acc, const string& stride) const {
   string o;
+  int k = 0;
+  // Total `name`: a register, or a reference to this thread's slot k of `acc`.
+  auto total = [&](const string& name) {
+    if (acc.empty()) return "double " + name + " = 0;";
+    return "double& " + name + " = " + acc + "[" + to_string(k++) + " * " + stride + "]; " + name +
+           " = 0;";
+  };
   if (fam_ == ReductionFamily::Sum) {
     for (int c = 0; c < d_; ++c) {
       const string n = to_string(c) + s;
-      o += string("  ") + (acc_f64_ ? "double" : "T") + " st" + n + " = 0; double sd" + n +
-           " = 0;\n";
+      o += string("  ") + (acc_f64_ ? "double" : "T") + " st" + n + " = 0; " + total("sd" + n) +
+           "\n";
       if (kahan_) o += "  T sc" + n + " = 0;\n";
     }
   } else if (fam_ == ReductionFamily::Select) {
@@ -132,8 +145,7 @@ string ReduceCode::declare(const string& s) const {
     }
   } else {
     o += "  T m" + s + " = -INF, ml" + s + " = 0; (void)ml" + s + ";\n";
-    for (const string& n : sums())
-      o += "  T " + n + "t" + s + " = 0; double " + n + "d" + s + " = 0;\n";
+    for (const string& n : sums()) o += "  T " + n + "t" + s + " = 0; " + total(n + "d" + s) + "\n";
   }
   return o;
 }
@@ -201,16 +213,17 @@ string ReduceCode::push(const std::vector<string>& rows, const std::vector<std::
   return o;
 }
 
-string ReduceCode::flush(const string& s) const {
+string ReduceCode::flush(const string& s, const string& factor) const {
   string o;
+  const string times = factor.empty() ? "" : " * " + factor;
   if (fam_ == ReductionFamily::Sum)
     for (int c = 0; c < d_; ++c) {
       const string n = to_string(c) + s;
       if (kahan_)  // the partial's lost low part, -sc, goes in too
-        o += "      sd" + n + " += (double)st" + n + " - (double)sc" + n + "; st" + n + " = 0; sc" +
-             n + " = 0;\n";
+        o += "      sd" + n + " += ((double)st" + n + " - (double)sc" + n + ")" + times + "; st" +
+             n + " = 0; sc" + n + " = 0;\n";
       else
-        o += "      sd" + n + " += st" + n + "; st" + n + " = 0;\n";
+        o += "      sd" + n + " += (double)st" + n + times + "; st" + n + " = 0;\n";
     }
   if (fam_ == ReductionFamily::SoftMax)
     for (const string& n : sums())
