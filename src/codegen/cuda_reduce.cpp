@@ -12,7 +12,8 @@
 //   (constant indices after unrolling) up to K = 16, in local memory above; a term costs one
 //   comparison with the K-th. Column q * D + c of the outputs is component c's q-th best.
 // - LogSumExp/SumSoftMaxWeight: one pass with a running maximum m. Terms are exp(v - m) =
-//   ex2(v log2e - m log2e), one fma and one ex2 per term; the rare new maximum rescales the sums.
+//   ex2(v log2e - m log2e), one fma and one ex2 per term; the rare new maximum, NaN or tie with m
+//   (where a +inf term counts 1) takes one branch for all rows, which rescales the sums.
 //   A NaN term makes the sums NaN (so the outputs), as the CPU's NaN flag does.
 // Merges treat the second state as terms that come after the first one's, which is what keeps
 // ties and first-NaN indices the same across chunk boundaries.
@@ -178,19 +179,20 @@ string ReduceCode::push(const std::vector<string>& rows, const std::vector<std::
       for (int c = 0; c < d_; ++c)
         o += "      kpush(" + kv(c, rows[q]) + ", " + ki(c, rows[q]) + ", " + f[q][c] + ", j);\n";
   } else {
-    // The common case, v <= m, is straight-line code; one branch for all rows handles a new
-    // maximum (or NaN) in any of them, which keeps divergence bookkeeping out of the loop.
+    // The common case, v < m, is straight-line code; one branch for all rows handles a new
+    // maximum, a NaN or a tie with the maximum in any of them, which keeps divergence
+    // bookkeeping out of the loop (and the +inf test below out of the common case).
     string any;
     for (size_t q = 0; q < rows.size(); ++q) {
       const string& s = rows[q];
-      // A +inf term counts 1 (under m = +inf; a new maximum sets it below): ex2(inf - inf)
-      // would be NaN.
-      o += "      const T v" + s + " = " + f[q][0] + "; T e" + s + " = v" + s +
-           " == INF ? (T)1 : ex2(fma(v" + s + ", LOG2E_T, -ml" + s + "));\n";
-      any += (q ? " | " : "") + string("!(v") + s + " <= m" + s + ")";
+      o += "      const T v" + s + " = " + f[q][0] + "; T e" + s + " = ex2(fma(v" + s +
+           ", LOG2E_T, -ml" + s + "));\n";
+      any += (q ? " | " : "") + string("!(v") + s + " < m" + s + ")";
     }
-    o += "      if (" + any + ") {  // a new maximum, or NaN: rescale the sums\n";
+    o += "      if (" + any + ") {  // a new maximum, NaN or a tie: rescale the sums\n";
     for (const string& s : rows) {
+      // A +inf term under m = +inf counts 1: ex2(inf - inf) would be NaN.
+      o += "        if (v" + s + " == m" + s + " && v" + s + " == INF) e" + s + " = (T)1;\n";
       o += "        if (!(v" + s + " <= m" + s + ")) {\n";
       o += "          const T vl_ = v" + s + " * LOG2E_T;\n";
       o += "          const T sc_ = m" + s + " == -INF ? (T)0 : ex2(ml" + s + " - vl_);\n";
