@@ -6,7 +6,8 @@
 // the CUDA path is tested on machines without one. Launching it is the CUDA backend's job.
 //
 // Why the kernel looks the way it does (an H100 SM issues 4 warp instructions per clock, the rate
-// of its float pipes, so every instruction per (i, j) pair counts; the Gaussian sum takes ~10):
+// of its float pipes, so every instruction per (i, j) pair counts; the Gaussian sum takes ~9.6,
+// `tessel bench sass` counts them):
 // - Each thread holds R outer rows in registers and evaluates them against every inner row of a
 //   tile in shared memory: one 16-byte shared load per inner row serves R rows.
 // - Inner rows sit in shared memory padded to 16 bytes, read as float4/double2 (LDS.128).
@@ -14,6 +15,9 @@
 //   2 + 1.2|x| ulp (CUDA's bound for __expf), is far below float32 tolerances for the sums it
 //   feeds, whose large terms have small |x|.
 // - Sums add in T within a tile and in double across tiles (block summation).
+// - The inner loop is unrolled by hand; j-invariant work leaves it (cuda_formula.hpp: the exp's
+//   folded constant, a Sum's factor); kernels whose rows fit 40 registers say so to ptxas
+//   (__launch_bounds__), which keeps 75 % occupancy on sm_90.
 // - Thread t of a block owns rows t*R .. t*R+R-1 of the block's range, so a small n_outer leaves
 //   whole warps idle (they skip the arithmetic) instead of every thread computing dead rows.
 #include "codegen/cuda_codegen.hpp"
@@ -154,11 +158,12 @@ size_t total_bytes(const ReductionImpl& r, bool f64, const KernelLayout& lay, in
   return static_cast<size_t>(R) * reduce_code(r, f64, sum).totals() * 8;
 }
 
-// A Sum takes the most rows that keep 75 % occupancy, when 4 rows do not: the gradient of the
-// Gaussian sum, latency-bound at 4 rows and 37.5 % (H200: half the issue rate of the sum), reads
-// 12.8 instructions per pair there and 13.5 at 2 rows and 75 %. Other reductions keep 4 rows: at
-// 2 rows LogSumExp gains occupancy but reads 16.2 instead of 14.6, and it issued at 92 % of the
-// peak at 50 % occupancy on the H200. float64 keeps 4 rows (20 doubles do not hold 2 rows).
+// A float32 Sum or softmax-family reduction takes the most rows that keep 75 % occupancy, when 4
+// rows do not: their pairs are chains of dependent FP32 operations, which need the warps (the
+// gradient of the Gaussian sum, at 4 rows and 37.5 %, issued at half the sum's rate on the H200).
+// On sm_90 the gradient reads 12.8 instructions per pair at 4 rows (104 registers, 25 %) and 13.5
+// at 2 rows and 75 %; LogSumExp 9.6 at 4 rows (60 registers, 50 %), 10.2 at 2 rows and 75 %.
+// float64 keeps its rows (40 registers hold few doubles).
 int pick_rows(const ReductionImpl& r, bool f64, const KernelLayout& lay, CudaSumMode sum) {
   const int per_row = row_registers(r, f64, lay, sum);
   const int statements = formula_statements(r, f64, lay);
@@ -167,8 +172,9 @@ int pick_rows(const ReductionImpl& r, bool f64, const KernelLayout& lay, CudaSum
     rows = 4;
   else if (2 * per_row <= 64 && statements <= 96)
     rows = 2;
-  const bool sum_family = reduction_info(r.op).family == ReductionFamily::Sum;
-  if (rows == 4 && sum_family && !f64 && kernel_shape(r, f64, lay, 4, sum).min_blocks == 0 &&
+  const bool chains =
+      reduction_info(r.op).family == ReductionFamily::Sum || reduce_code(r, f64, sum).optimistic();
+  if (rows == 4 && chains && !f64 && kernel_shape(r, f64, lay, 4, sum).min_blocks == 0 &&
       kernel_shape(r, f64, lay, 2, sum).min_blocks > 0)
     rows = 2;
   return rows;
@@ -255,9 +261,10 @@ string kernel_opening(const cuda_gen::RowForms& forms, const KernelLayout& lay, 
   return s;
 }
 
-// The body for one inner row jj of the tile: shared loads, then R formulas and their folds.
+// The body for one inner row jx of the tile: shared loads, then R formulas and their folds
+// (`fast`: the softmax family's optimistic fold, ReduceCode::push_fast).
 string tile_body(const cuda_gen::RowForms& forms, bool f64, const KernelLayout& lay, int R,
-                 const cuda_gen::ReduceCode& red) {
+                 const cuda_gen::ReduceCode& red, bool fast = false) {
   const int S = padded_dim(lay, f64), VW = vec_width(f64);
   Emitter em;
   for (int v = 0; v < S / VW; ++v)
@@ -271,20 +278,28 @@ string tile_body(const cuda_gen::RowForms& forms, bool f64, const KernelLayout& 
                kLanes[k % VW] + ";\n");
       }
   std::vector<std::vector<string>> f(R), w(R);
-  std::vector<string> rows;
+  std::vector<string> rows, a(R);
   for (int row = 0; row < R; ++row) {
-    cuda_gen::emit_row(forms, lay, row, f64, f[row], w[row]);
     rows.push_back(row_suffix(row));
+    cuda_gen::emit_row(forms, lay, row, f64, f[row], w[row], fast ? &a[row] : nullptr,
+                       "ml" + rows.back());
   }
-  em.raw(red.push(rows, f, w));
+  em.raw(fast ? red.push_fast(rows, a, w) : red.push(rows, f, w));
   return em.code();
 }
 
+// A tile's other way through, for a thread that cannot take `body`'s: when `skip` holds, the
+// tile runs through `body` alone, rolled (a Sum whose factor is not finite: the per-pair
+// product); when `redo` holds after the fast loops, `reset` and then `body` run over the tile
+// again (the softmax family's careful fold).
+struct TileFallback {
+  string skip, redo, reset, body;
+};
+
 // The walk of the inner intervals, a tile of inner rows at a time through shared memory, each
-// row of the tile run through `body`, or through `plain` (the formula with the Sum's factor in
-// it) when a row's factor is not finite; `plain` is empty when there is no factor.
+// row of the tile run through `body`, unrolled, or through the fallback's.
 string tile_loop(bool f64, const KernelLayout& lay, int R, const cuda_gen::ReduceCode& red,
-                 const string& body, const string& plain) {
+                 const string& body, const TileFallback& alt) {
   const int DI = lay.inner_dim, S = padded_dim(lay, f64);
   const int statements = static_cast<int>(std::count(body.begin(), body.end(), '\n'));
   // Unrolled by hand: `#pragma unroll 4` on a loop of unknown trip count got 2 from NVRTC. The
@@ -307,7 +322,8 @@ string tile_loop(bool f64, const KernelLayout& lay, int R, const cuda_gen::Reduc
     if (red.needs_index()) o += "        const i64 j = j0 + jx + j_offset;\n";
     return o + b + "      }\n";
   };
-  if (!plain.empty()) s += "      if (fin_) {\n";
+  const string rolled = "#pragma unroll 1\n      for (int jj = 0; jj < nj; ++jj)\n";
+  if (!alt.skip.empty()) s += "      if (!(" + alt.skip + ")) {\n";
   s += "      int jj = 0;\n";
   if (unroll > 1) {
     s += "      for (; jj + " + to_string(unroll) + " <= nj; jj += " + to_string(unroll) + ") {\n";
@@ -315,11 +331,12 @@ string tile_loop(bool f64, const KernelLayout& lay, int R, const cuda_gen::Reduc
     s += "      }\n";
   }
   s += "#pragma unroll 1\n      for (; jj < nj; ++jj)\n" + row_at("jj", body);
-  if (!plain.empty())
-    s += "      } else {\n#pragma unroll 1\n      for (int jj = 0; jj < nj; ++jj)\n" +
-         row_at("jj", plain) + "      }\n";
+  if (!alt.skip.empty()) s += "      } else {\n" + rolled + row_at("jj", alt.body) + "      }\n";
+  if (!alt.redo.empty())
+    s += "      if (" + alt.redo + ") {\n" + alt.reset + rolled + row_at("jj", alt.body) +
+         "      }\n";
   for (int row = 0; row < R; ++row)
-    s += red.flush(row_suffix(row), plain.empty() ? "" : "fd" + row_suffix(row));
+    s += red.flush(row_suffix(row), alt.skip.empty() ? "" : "fd" + row_suffix(row));
   s += "    }\n    __syncthreads();  // the tile is read before the next one overwrites it\n  }\n"
        "  }\n";
   return s;
@@ -373,9 +390,18 @@ string kernel_source(const ReductionImpl& r, bool f64, const KernelLayout& lay, 
   s += red.helpers();
   const cuda_gen::RowForms forms = cuda_gen::row_forms(r);
   s += kernel_opening(forms, lay, R, red, kernel_shape(r, f64, lay, R, sum), f64);
-  const string plain =
-      forms.factor.valid() ? tile_body(cuda_gen::unfactored(forms), f64, lay, R, red) : "";
-  s += tile_loop(f64, lay, R, red, tile_body(forms, f64, lay, R, red), plain);
+  TileFallback alt;
+  string body;
+  if (forms.factor.valid()) {
+    alt = {"!fin_", "", "", tile_body(cuda_gen::unfactored(forms), f64, lay, R, red)};
+  } else if (red.optimistic() && !f64) {
+    std::vector<string> rows;
+    for (int row = 0; row < R; ++row) rows.push_back(row_suffix(row));
+    alt = {"", red.redo(rows), red.reset(rows), tile_body(forms, f64, lay, R, red)};
+    body = tile_body(forms, f64, lay, R, red, true);
+  }
+  if (body.empty()) body = tile_body(forms, f64, lay, R, red);
+  s += tile_loop(f64, lay, R, red, body, alt);
   s += kernel_closing(R, red);
   s += combine_kernel(red);
   return s;

@@ -40,17 +40,19 @@ class ExpFold {
     if (n.op != OpCode::Exp) return false;
     const std::optional<Split> s = split(*n.args[0]);
     if (!s || (!s->k && !s->neg) || !varies(*s->rest)) return false;
-    Emitter& em = Emitter::current();
     for (int c = 0; c < n.dim; ++c) {
-      string scale = "LOG2E_T";
-      if (s->k) {
-        const string k = component(memo, *s->k, c);
-        scale = s->div ? "LOG2E_T / " + k : k + " * LOG2E_T";
-      }
-      const Expr kc = em.assign((s->neg ? "-(" : "(") + scale + ")");
-      out[c] = em.assign("ex2(" + component(memo, *s->rest, c) + " * " + kc.s + ")");
+      const auto [rest, scale] = log2_scaled(*s, memo, c);
+      out[c] = Emitter::current().assign("ex2(" + rest + " * " + scale + ")");
     }
     return true;
+  }
+
+  // a log2 e - ml as one fma, a being a node already emitted (component 0).
+  string log2_minus(const Node& a, const ExprMemo& memo, const string& ml) {
+    std::optional<Split> s = split(a);
+    if (!s || !varies(*s->rest)) s = Split{&a};
+    const auto [rest, scale] = log2_scaled(*s, memo, 0);
+    return Emitter::current().assign("fma(" + rest + ", " + scale + ", -" + ml + ")").s;
   }
 
  private:
@@ -87,6 +89,17 @@ class ExpFold {
       if (!div && varies(y) && !varies(x) && fits(x) && y.dim == a.dim) return Split{&y, &x};
     }
     return std::nullopt;
+  }
+
+  // Component c of s's varying part, and its scale: +-k log2 e (or +-log2 e / k), j-invariant.
+  std::pair<string, string> log2_scaled(const Split& s, const ExprMemo& memo, int c) {
+    string scale = "LOG2E_T";
+    if (s.k) {
+      const string k = component(memo, *s.k, c);
+      scale = s.div ? "LOG2E_T / " + k : k + " * LOG2E_T";
+    }
+    if (s.k || s.neg) scale = Emitter::current().assign((s.neg ? "-(" : "(") + scale + ")").s;
+    return {component(memo, *s.rest, c), scale};
   }
 
   static string component(const ExprMemo& memo, const Node& n, int c) {
@@ -149,16 +162,19 @@ RowForms unfactored(const RowForms& forms) {
 }
 
 void emit_row(const RowForms& forms, const KernelLayout& lay, int row, bool f64,
-              std::vector<string>& f, std::vector<string>& w) {
+              std::vector<string>& f, std::vector<string>& w, string* log2_arg, const string& ml) {
   ByIndex by_index;
   for (const auto& e : lay.vars) by_index[e.index] = &e;
   auto name = [&](const Node& n, int c) { return var_name(*by_index.at(n.var_index()), row, c); };
   ExprMemo memo;
+  ExpFold fold(by_index);
   EmitSpecial special;
-  if (!f64) special = ExpFold(by_index);
+  if (!f64)
+    special = [&fold](const Node& n, const ExprMemo& m, Expr* out) { return fold(n, m, out); };
   f.clear();
   w.clear();
   for (const Expr& e : emit_formula(forms.f, name, memo, special)) f.push_back(e.s);
+  if (log2_arg) *log2_arg = fold.log2_minus(*forms.f.ptr(), memo, ml);
   if (forms.w.valid())
     for (const Expr& e : emit_formula(forms.w, name, memo, special)) w.push_back(e.s);
 }

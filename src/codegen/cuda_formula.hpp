@@ -29,8 +29,12 @@ RowForms unfactored(const RowForms& forms);
 // expressions of their components. In float32 exp(k * v), k j-invariant, becomes
 // ex2(v * (k log2 e)): the compiler computes k log2 e once per thread, so a pair costs one
 // multiply for the scaling, not two (NVRTC does not reassociate (k v) log2 e by itself).
+// With `log2_arg` (float32 only), *log2_arg is f[0] log2 e - ml as one fma: of the varying part
+// and (k log2 e) when f = +-k v with k j-invariant, else of f and log2 e (the softmax family's
+// exponent against its running maximum ml).
 void emit_row(const RowForms& forms, const KernelLayout& lay, int row, bool f64,
-              std::vector<std::string>& f, std::vector<std::string>& w);
+              std::vector<std::string>& f, std::vector<std::string>& w,
+              std::string* log2_arg = nullptr, const std::string& ml = "");
 // Emits row `row`'s forms.factor (which must be valid) and returns its expression.
 std::string emit_factor(const RowForms& forms, const KernelLayout& lay, int row);
 

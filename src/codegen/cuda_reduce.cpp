@@ -14,6 +14,14 @@
 // - LogSumExp/SumSoftMaxWeight: one pass with a running maximum m. Terms are exp(v - m) =
 //   ex2(v log2e - m log2e), one fma and one ex2 per term; the rare new maximum, NaN or tie with m
 //   (where a +inf term counts 1) takes one branch for all rows, which rescales the sums.
+//   In float32 with an unweighted sum (LogSumExp, SumSoftMaxWeight), a tile first runs
+//   optimistically: each term is ex2(v log2 e - ml) with no test against m (one fma, the ex2 and
+//   the adds). The terms are >= 0, so the tile's unweighted sum bounds each of them: below 2^16,
+//   no exponent passed m's by more than 16 (log2 units), and the sums are right with m as it is
+//   (m is a shift: m + log(s) and the softmax ratios do not depend on it; each term's error is
+//   one rounding of its exponent, ln 2 * 16 * 2^-24 = 7e-7 at most). Otherwise (a new maximum
+//   far above m, NaN, +inf, or m still -inf) the tile's sums are reset and the tile runs again
+//   with the test above, which moves m.
 //   A NaN term makes the sums NaN (so the outputs), as the CPU's NaN flag does.
 // Merges treat the second state as terms that come after the first one's, which is what keeps
 // ties and first-NaN indices the same across chunk boundaries.
@@ -212,6 +220,47 @@ string ReduceCode::push(const std::vector<string>& rows, const std::vector<std::
       }
     }
   }
+  return o;
+}
+
+bool ReduceCode::optimistic() const {
+  return fam_ == ReductionFamily::SoftMax && (wd_ == 0 || r_.op == ReductionOp::SumSoftMaxWeight);
+}
+
+string ReduceCode::push_fast(const std::vector<string>& rows, const std::vector<string>& a,
+                             const std::vector<std::vector<string>>& w) const {
+  string o;
+  for (size_t q = 0; q < rows.size(); ++q) {
+    o += "      { const T e_ = ex2(" + a[q] + ");";
+    int c = 0;
+    for (const string& n : sums()) {
+      const bool weighted = n != "s" && n != "ss";
+      o += " " + n + "t" + rows[q] + " += " + (weighted ? "e_ * " + w[q][c++] : "e_") + ";";
+    }
+    o += " }\n";
+  }
+  return o;
+}
+
+string ReduceCode::redo(const std::vector<string>& rows) const {
+  // The unweighted tile sum bounds every term of the tile (they are >= 0): below 2^16, no term's
+  // exponent exceeded the running maximum's by 16 (log2 units). NaN fails the test.
+  // A weighted sum that overflowed (terms up to 2^16 times a weight) runs again as well.
+  const string u = r_.op == ReductionOp::SumSoftMaxWeight ? "sst" : "st";
+  string o;
+  for (size_t q = 0; q < rows.size(); ++q) {
+    const string& r = rows[q];
+    o += (q ? " | " : "") + string("!(") + u + r + " < (T)65536) | m" + r + " == -INF";
+    for (const string& n : sums())
+      if (n != "s" && n != "ss") o += " | !(" + n + "t" + r + " - " + n + "t" + r + " == (T)0)";
+  }
+  return o;
+}
+
+string ReduceCode::reset(const std::vector<string>& rows) const {
+  string o;
+  for (const string& r : rows)
+    for (const string& n : sums()) o += "        " + n + "t" + r + " = 0;\n";
   return o;
 }
 

@@ -46,6 +46,15 @@ class ReduceCode {
   std::string push(const std::vector<std::string>& rows,
                    const std::vector<std::vector<std::string>>& f,
                    const std::vector<std::vector<std::string>>& w) const;
+  // The softmax family's optimistic tile (float32, with an unweighted sum): push_fast folds
+  // terms with no test against the running maximum, a[q] being row q's exponent in log2 units
+  // minus ml; when redo() holds after the tile, the rows' tile sums are reset() and the tile runs
+  // again through push(). See the .cpp.
+  bool optimistic() const;
+  std::string push_fast(const std::vector<std::string>& rows, const std::vector<std::string>& a,
+                        const std::vector<std::vector<std::string>>& w) const;
+  std::string redo(const std::vector<std::string>& rows) const;
+  std::string reset(const std::vector<std::string>& rows) const;
   // After each tile: moves the tile's float partial sums into the double totals, multiplied by
   // `factor` (a double expression; empty: 1) when the Sum's j-invariant factor was pulled out.
   std::string flush(const std::string& s, const std::string& factor = "") const;

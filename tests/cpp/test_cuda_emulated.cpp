@@ -286,6 +286,42 @@ TEST_P(CudaEmulatedKernels, SumFactorPulledOutOfThePairs) {
   expect_matches(lin, gauss_inputs(t, 90, 1000, 2.0), {}, tol, tol, "x1 g (x - y) b");
 }
 
+// The softmax family's optimistic tiles: terms whose maximum grows along j, slowly (every tile
+// stays under the redo bound with a stale maximum: up to 2^15 per term) and fast (most tiles
+// run again with the test), decreasing, and shuffled; LogSumExp and SumSoftMaxWeight.
+TEST_P(CudaEmulatedKernels, OptimisticSoftmaxTiles) {
+  SKIP_WITHOUT_COMPILER();
+  const double tol = tol_of(dtype());
+  const DType t = dtype();
+  const int64_t n_in = 1000;
+  const Formula a = vi(0, 1), v = vj(1, 1), w = vj(2, 1);
+  for (double slope : {0.01, 0.08, 1.0, -0.5}) {
+    std::vector<Array> in = {random_array(t, {37, 1}, 21, 0.5, 1.5), Array(t, {n_in, 1}),
+                             random_array(t, {n_in, 1}, 22)};
+    for (int64_t j = 0; j < n_in; ++j) set(in[1], (j * 7919) % n_in, slope * (j % 500));
+    const std::string what = "slope " + std::to_string(slope);
+    for (const CudaPlanOverrides& force : {CudaPlanOverrides{}, CudaPlanOverrides{64, 4, 3}}) {
+      expect_matches(Reduction(ReductionOp::LogSumExp, a * v), {in[0], in[1]}, force, tol, tol,
+                     what);
+      expect_matches(Reduction(ReductionOp::SumSoftMaxWeight, a * v, 1, 0, w), in, force, tol, tol,
+                     what + " softmax");
+    }
+    for (int64_t j = 0; j < n_in; ++j) set(in[1], j, slope * j);  // in order: the max grows
+    expect_matches(Reduction(ReductionOp::LogSumExp, a * v), {in[0], in[1]}, {}, tol, tol,
+                   what + " sorted");
+  }
+  // Weights of 1e35: terms up to ~150 (a stale maximum) times them overflow a tile's float sum,
+  // which the careful fold (terms <= 1) does not.
+  std::vector<Array> big = {random_array(t, {37, 1}, 21, 0.5, 1.5), Array(t, {n_in, 1}),
+                            random_array(t, {n_in, 1}, 23, 0.5, 1)};
+  for (int64_t j = 0; j < n_in; ++j) {
+    set(big[1], j, 0.004 * j);
+    set(big[2], j, big[2].at(j) * 1e35);
+  }
+  expect_matches(Reduction(ReductionOp::SumSoftMaxWeight, a * v, 1, 0, w), big, {.block = 128}, tol,
+                 tol, "weights of 1e35");
+}
+
 // The hand-unrolled inner loop: tiles whose row count is not a multiple of the unroll (every
 // remainder), one inner row, and chunk boundaries inside the unrolled part.
 TEST_P(CudaEmulatedKernels, UnrolledInnerLoopRemainders) {
