@@ -6,7 +6,8 @@
 // the CUDA path is tested on machines without one. Launching it is the CUDA backend's job.
 //
 // Why the kernel looks the way it does (an H100 SM issues 4 warp instructions per clock, the rate
-// of its float pipes, so every instruction per (i, j) pair counts; the Gaussian sum takes ~10):
+// of its float pipes, so every instruction per (i, j) pair counts; the Gaussian sum takes ~9.6,
+// `tessel bench sass` counts them):
 // - Each thread holds R outer rows in registers and evaluates them against every inner row of a
 //   tile in shared memory: one 16-byte shared load per inner row serves R rows.
 // - Inner rows sit in shared memory padded to 16 bytes, read as float4/double2 (LDS.128).
@@ -14,13 +15,16 @@
 //   2 + 1.2|x| ulp (CUDA's bound for __expf), is far below float32 tolerances for the sums it
 //   feeds, whose large terms have small |x|.
 // - Sums add in T within a tile and in double across tiles (block summation).
+// - The inner loop is unrolled by hand; j-invariant work leaves it (cuda_formula.hpp: the exp's
+//   folded constant, a Sum's factor); kernels whose rows fit 40 registers say so to ptxas
+//   (__launch_bounds__), which keeps 75 % occupancy on sm_90.
 // - Thread t of a block owns rows t*R .. t*R+R-1 of the block's range, so a small n_outer leaves
 //   whole warps idle (they skip the arithmetic) instead of every thread computing dead rows.
 #include "codegen/cuda_codegen.hpp"
 
 #include <algorithm>
-#include <unordered_map>
 
+#include "codegen/cuda_formula.hpp"
 #include "codegen/cuda_reduce.hpp"
 #include "codegen/emitter.hpp"
 #include "ops/op.hpp"
@@ -30,6 +34,7 @@ namespace tessel {
 
 namespace {
 
+using cuda_gen::var_name;
 using std::string;
 using std::to_string;
 
@@ -104,31 +109,11 @@ int padded_dim(const KernelLayout& lay, bool f64) {
   return (lay.inner_dim + w - 1) / w * w;
 }
 
-string var_name(const KernelLayout::Entry& e, int row, int c) {
-  if (e.cat == Category::I)
-    return string("o") + to_string(e.index) + "_" + to_string(row) + "_" + to_string(c);
-  return string(e.cat == Category::J ? "j" : "p") + to_string(e.index) + "_" + to_string(c);
-}
-
-// Emits row `row`'s formula and weight through the active Emitter.
-void emit_row(const ReductionImpl& r, const KernelLayout& lay, int row, std::vector<string>& f,
-              std::vector<string>& w) {
-  std::unordered_map<int, const KernelLayout::Entry*> by_index;
-  for (const auto& e : lay.vars) by_index[e.index] = &e;
-  auto name = [&](const Node& n, int c) { return var_name(*by_index.at(n.var_index()), row, c); };
-  ExprMemo memo;
-  f.clear();
-  w.clear();
-  for (const Expr& e : emit_formula(r.f, name, memo)) f.push_back(e.s);
-  if (r.weight.valid())
-    for (const Expr& e : emit_formula(r.weight, name, memo)) w.push_back(e.s);
-}
-
 // Statements one row's formula takes: the size measure of the rows-per-thread heuristic.
-int formula_statements(const ReductionImpl& r, const KernelLayout& lay) {
+int formula_statements(const ReductionImpl& r, bool f64, const KernelLayout& lay) {
   Emitter em;
   std::vector<string> f, w;
-  emit_row(r, lay, 0, f, w);
+  cuda_gen::emit_row(cuda_gen::row_forms(r), lay, 0, f64, f, w);
   return static_cast<int>(std::count(em.code().begin(), em.code().end(), '\n'));
 }
 
@@ -140,12 +125,59 @@ cuda_gen::ReduceCode reduce_code(const ReductionImpl& r, bool f64, CudaSumMode s
   return cuda_gen::ReduceCode(r, sum.scheme, sum.acc_f64 && !f64);
 }
 
+// Registers one outer row holds through the inner loop: its state and its outer values.
+int row_registers(const ReductionImpl& r, bool f64, const KernelLayout& lay, CudaSumMode sum) {
+  return reduce_code(r, f64, sum).state_registers(f64) + lay.outer_dim * (f64 ? 2 : 1);
+}
+
+// How the kernel holds its rows. min_blocks: __launch_bounds__'s minimum of resident 256-thread
+// blocks, 6 (75 % occupancy on sm_90: at most 40 registers) when the rows' registers leave ~16
+// for the pair's temporaries, the tile's address and the loop (the Gaussian sum: 4 rows x 6, at
+// 40 registers with no spill; ptxas alone took 48 once the inner loop was unrolled 8 times), else
+// 0 (ptxas's choice: bigger states spill at 40). shared_totals: a Sum's double totals live in
+// shared memory (flushed once per tile) when that is what brings the rows under the bound (the
+// softmax family's rescaling branch spills at 40 registers even then: 56 bytes for LogSumExp).
+struct KernelShape {
+  int min_blocks = 0;
+  bool shared_totals = false;
+};
+KernelShape kernel_shape(const ReductionImpl& r, bool f64, const KernelLayout& lay, int R,
+                         CudaSumMode sum) {
+  const int regs = R * row_registers(r, f64, lay, sum);
+  const int totals = R * 2 * reduce_code(r, f64, sum).totals();
+  if (regs + 16 <= 40) return {6, false};
+  const bool sum_family = reduction_info(r.op).family == ReductionFamily::Sum;
+  if (sum_family && regs - totals + 16 <= 40) return {6, true};
+  return {};
+}
+
+// Shared memory bytes per thread of the rows' double totals.
+size_t total_bytes(const ReductionImpl& r, bool f64, const KernelLayout& lay, int R,
+                   CudaSumMode sum) {
+  if (!kernel_shape(r, f64, lay, R, sum).shared_totals) return 0;
+  return static_cast<size_t>(R) * reduce_code(r, f64, sum).totals() * 8;
+}
+
+// A float32 Sum or softmax-family reduction takes the most rows that keep 75 % occupancy, when 4
+// rows do not: their pairs are chains of dependent FP32 operations, which need the warps (the
+// gradient of the Gaussian sum, at 4 rows and 37.5 %, issued at half the sum's rate on the H200).
+// On sm_90 the gradient reads 12.8 instructions per pair at 4 rows (104 registers, 25 %) and 13.5
+// at 2 rows and 75 %; LogSumExp 9.6 at 4 rows (60 registers, 50 %), 10.2 at 2 rows and 75 %.
+// float64 keeps its rows (40 registers hold few doubles).
 int pick_rows(const ReductionImpl& r, bool f64, const KernelLayout& lay, CudaSumMode sum) {
-  const int per_row = reduce_code(r, f64, sum).state_registers(f64) + lay.outer_dim * (f64 ? 2 : 1);
-  const int statements = formula_statements(r, lay);
-  if (4 * per_row <= 64 && statements <= 24) return 4;
-  if (2 * per_row <= 64 && statements <= 96) return 2;
-  return 1;
+  const int per_row = row_registers(r, f64, lay, sum);
+  const int statements = formula_statements(r, f64, lay);
+  int rows = 1;
+  if (4 * per_row <= 64 && statements <= 24)
+    rows = 4;
+  else if (2 * per_row <= 64 && statements <= 96)
+    rows = 2;
+  const bool chains =
+      reduction_info(r.op).family == ReductionFamily::Sum || reduce_code(r, f64, sum).optimistic();
+  if (rows == 4 && chains && !f64 && kernel_shape(r, f64, lay, 4, sum).min_blocks == 0 &&
+      kernel_shape(r, f64, lay, 2, sum).min_blocks > 0)
+    rows = 2;
+  return rows;
 }
 
 string row_suffix(int row) { return string("_") + to_string(row); }
@@ -153,10 +185,13 @@ string row_suffix(int row) { return string("_") + to_string(row); }
 // tessel_kernel's opening: its arguments, this thread's rows (block-sparse or dense) and their
 // outer variables in registers, the parameters, the fold states declared and, for streamed inner
 // blocks, resumed.
-string kernel_opening(const KernelLayout& lay, int R, const cuda_gen::ReduceCode& red) {
+string kernel_opening(const cuda_gen::RowForms& forms, const KernelLayout& lay, int R,
+                      const cuda_gen::ReduceCode& red, KernelShape shape, bool f64) {
   const int DO = lay.outer_dim;
   string s =
-      "extern \"C\" __global__ void __launch_bounds__(256) tessel_kernel(\n"
+      "extern \"C\" __global__ void __launch_bounds__(256" +
+      (shape.min_blocks > 0 ? ", " + to_string(shape.min_blocks) : string()) +
+      ") tessel_kernel(\n"
       "    const T* __restrict__ X, const T* __restrict__ Y, const T* __restrict__ P, i64 "
       "n_outer,\n"
       "    i64 n_inner, T* __restrict__ out0, i64* __restrict__ outi, void* __restrict__ work,\n"
@@ -188,7 +223,33 @@ string kernel_opening(const KernelLayout& lay, int R, const cuda_gen::ReduceCode
     if (e.cat == Category::Param)
       for (int c = 0; c < e.dim; ++c)
         s += "  const V " + var_name(e, 0, c) + " = P[" + to_string(e.offset + c) + "];\n";
-  for (int row = 0; row < R; ++row) s += red.declare(row_suffix(row));
+  if (shape.shared_totals) {
+    // After the tile: this thread's totals at acc_[k * nb + tid] (k: row, then total).
+    s += "  double* acc_ = (double*)(smem_ + (i64)nb * " +
+         to_string(padded_dim(lay, f64) * (f64 ? 8 : 4)) + ");\n";
+    for (int row = 0; row < R; ++row)
+      s += red.declare(row_suffix(row), "(acc_ + " + to_string(row * red.totals()) + " * nb + tid)",
+                       "nb");
+  } else {
+    for (int row = 0; row < R; ++row) s += red.declare(row_suffix(row));
+  }
+  if (forms.factor.valid()) {
+    // The Sum's factor of each row: the pairs sum the rest while every factor is finite. An
+    // infinite or NaN factor multiplies each term (0 * inf is NaN), which the thread then does
+    // per pair, in the rolled loop.
+    string fin = "true";
+    for (int row = 0; row < R; ++row) {
+      const string k = "fk" + row_suffix(row);
+      Emitter em;
+      const string e = cuda_gen::emit_factor(forms, lay, row);
+      s += "  V " + k + ";\n  {\n" + em.code() + "    " + k + " = " + e + ";\n  }\n";
+      fin += " && " + k + " - " + k + " == (V)0";
+    }
+    s += "  const bool fin_ = " + fin + ";\n";
+    for (int row = 0; row < R; ++row)
+      s += "  const double fd" + row_suffix(row) + " = fin_ ? (double)fk" + row_suffix(row) +
+           " : 1.0;\n";
+  }
   // Streamed inner blocks (flags & 1): each row resumes from the state the previous block left
   // in `work` (row i at slot i, one block row), so the folds see every inner row in order.
   s += "  if ((flags & 1) && live) {\n    const double* wv = (const double*)work; const i64* wi = "
@@ -200,14 +261,15 @@ string kernel_opening(const KernelLayout& lay, int R, const cuda_gen::ReduceCode
   return s;
 }
 
-// The body for one inner row jj of the tile: shared loads, then R formulas and their folds.
-string tile_body(const ReductionImpl& r, bool f64, const KernelLayout& lay, int R,
-                 const cuda_gen::ReduceCode& red) {
+// The body for one inner row jx of the tile: shared loads, then R formulas and their folds
+// (`fast`: the softmax family's optimistic fold, ReduceCode::push_fast).
+string tile_body(const cuda_gen::RowForms& forms, bool f64, const KernelLayout& lay, int R,
+                 const cuda_gen::ReduceCode& red, bool fast = false) {
   const int S = padded_dim(lay, f64), VW = vec_width(f64);
   Emitter em;
   for (int v = 0; v < S / VW; ++v)
     em.raw("        const " + string(vec_type(f64)) + " y" + to_string(v) + "_ = ((const " +
-           vec_type(f64) + "*)ys)[jj * " + to_string(S / VW) + " + " + to_string(v) + "];\n");
+           vec_type(f64) + "*)ys)[jx * " + to_string(S / VW) + " + " + to_string(v) + "];\n");
   for (const auto& e : lay.vars)
     if (e.cat == Category::J)
       for (int c = 0; c < e.dim; ++c) {
@@ -216,23 +278,34 @@ string tile_body(const ReductionImpl& r, bool f64, const KernelLayout& lay, int 
                kLanes[k % VW] + ";\n");
       }
   std::vector<std::vector<string>> f(R), w(R);
-  std::vector<string> rows;
+  std::vector<string> rows, a(R);
   for (int row = 0; row < R; ++row) {
-    emit_row(r, lay, row, f[row], w[row]);
     rows.push_back(row_suffix(row));
+    cuda_gen::emit_row(forms, lay, row, f64, f[row], w[row], fast ? &a[row] : nullptr,
+                       "ml" + rows.back());
   }
-  em.raw(red.push(rows, f, w));
+  em.raw(fast ? red.push_fast(rows, a, w) : red.push(rows, f, w));
   return em.code();
 }
 
+// A tile's other way through, for a thread that cannot take `body`'s: when `skip` holds, the
+// tile runs through `body` alone, rolled (a Sum whose factor is not finite: the per-pair
+// product); when `redo` holds after the fast loops, `reset` and then `body` run over the tile
+// again (the softmax family's careful fold).
+struct TileFallback {
+  string skip, redo, reset, body;
+};
+
 // The walk of the inner intervals, a tile of inner rows at a time through shared memory, each
-// row of the tile run through `body`.
+// row of the tile run through `body`, unrolled, or through the fallback's.
 string tile_loop(bool f64, const KernelLayout& lay, int R, const cuda_gen::ReduceCode& red,
-                 const string& body) {
+                 const string& body, const TileFallback& alt) {
   const int DI = lay.inner_dim, S = padded_dim(lay, f64);
   const int statements = static_cast<int>(std::count(body.begin(), body.end(), '\n'));
-  // Unrolling hides the loop's counter and branch; big bodies gain nothing and cost registers.
-  const int unroll = statements <= 48 ? 4 : statements <= 160 ? 2 : 1;
+  // Unrolled by hand: `#pragma unroll 4` on a loop of unknown trip count got 2 from NVRTC. The
+  // copies share the loop's counter, compare and branch (5 instructions per iteration); big
+  // bodies gain little and compile longer. A tile's last nj % unroll rows take the rolled loop.
+  const int unroll = statements <= 96 ? 8 : statements <= 192 ? 4 : statements <= 400 ? 2 : 1;
   string s = "  for (i64 q = q0; q < q1; ++q) {\n";
   s += "  const i64 js_ = tb_ ? ivs[2 * q] : jb, je_ = tb_ ? ivs[2 * q + 1] : je;\n";
   s += "  for (i64 j0 = js_; j0 < je_; j0 += nb) {\n";
@@ -244,11 +317,26 @@ string tile_loop(bool f64, const KernelLayout& lay, int R, const cuda_gen::Reduc
          to_string(DI) + " + q];\n";
   }
   s += "    __syncthreads();\n    if (live) {\n";
-  s += "#pragma unroll " + to_string(unroll) + "\n";
-  s += "      for (int jj = 0; jj < nj; ++jj) {\n";
-  if (red.needs_index()) s += "        const i64 j = j0 + jj + j_offset;\n";
-  s += body + "      }\n";
-  for (int row = 0; row < R; ++row) s += red.flush(row_suffix(row));
+  auto row_at = [&](const string& jx, const string& b) {
+    string o = "      {\n        const int jx = " + jx + ";\n";
+    if (red.needs_index()) o += "        const i64 j = j0 + jx + j_offset;\n";
+    return o + b + "      }\n";
+  };
+  const string rolled = "#pragma unroll 1\n      for (int jj = 0; jj < nj; ++jj)\n";
+  if (!alt.skip.empty()) s += "      if (!(" + alt.skip + ")) {\n";
+  s += "      int jj = 0;\n";
+  if (unroll > 1) {
+    s += "      for (; jj + " + to_string(unroll) + " <= nj; jj += " + to_string(unroll) + ") {\n";
+    for (int u = 0; u < unroll; ++u) s += row_at("jj + " + to_string(u), body);
+    s += "      }\n";
+  }
+  s += "#pragma unroll 1\n      for (; jj < nj; ++jj)\n" + row_at("jj", body);
+  if (!alt.skip.empty()) s += "      } else {\n" + rolled + row_at("jj", alt.body) + "      }\n";
+  if (!alt.redo.empty())
+    s += "      if (" + alt.redo + ") {\n" + alt.reset + rolled + row_at("jj", alt.body) +
+         "      }\n";
+  for (int row = 0; row < R; ++row)
+    s += red.flush(row_suffix(row), alt.skip.empty() ? "" : "fd" + row_suffix(row));
   s += "    }\n    __syncthreads();  // the tile is read before the next one overwrites it\n  }\n"
        "  }\n";
   return s;
@@ -300,8 +388,20 @@ string kernel_source(const ReductionImpl& r, bool f64, const KernelLayout& lay, 
   string s = "// generated by tessel (CUDA)\n#define TESSEL_F64 " + to_string(f64 ? 1 : 0) + "\n";
   s += cuda_prelude();
   s += red.helpers();
-  s += kernel_opening(lay, R, red);
-  s += tile_loop(f64, lay, R, red, tile_body(r, f64, lay, R, red));
+  const cuda_gen::RowForms forms = cuda_gen::row_forms(r);
+  s += kernel_opening(forms, lay, R, red, kernel_shape(r, f64, lay, R, sum), f64);
+  TileFallback alt;
+  string body;
+  if (forms.factor.valid()) {
+    alt = {"!fin_", "", "", tile_body(cuda_gen::unfactored(forms), f64, lay, R, red)};
+  } else if (red.optimistic() && !f64) {
+    std::vector<string> rows;
+    for (int row = 0; row < R; ++row) rows.push_back(row_suffix(row));
+    alt = {"", red.redo(rows), red.reset(rows), tile_body(forms, f64, lay, R, red)};
+    body = tile_body(forms, f64, lay, R, red, true);
+  }
+  if (body.empty()) body = tile_body(forms, f64, lay, R, red);
+  s += tile_loop(f64, lay, R, red, body, alt);
   s += kernel_closing(R, red);
   s += combine_kernel(red);
   return s;
@@ -360,7 +460,8 @@ CudaKernelPlan plan_cuda_kernel(const ReductionImpl& r, bool f64, int64_t n_oute
   // Block: 128 threads when each holds several rows (256-512 rows per block), 256 with one row
   // per thread so that a tile's shared loads and barriers still serve 256 rows. Shrunk while a
   // tile of inner rows does not fit in shared memory (wide float64 inner variables).
-  const size_t row_bytes = static_cast<size_t>(padded_dim(plan.layout, f64)) * (f64 ? 8 : 4);
+  const size_t row_bytes = static_cast<size_t>(padded_dim(plan.layout, f64)) * (f64 ? 8 : 4) +
+                           total_bytes(r, f64, plan.layout, plan.rows_per_thread, sum);
   plan.block = force.block > 0 ? force.block : plan.rows_per_thread == 1 ? 256 : 128;
   while (force.block <= 0 && plan.block > 32 && plan.block * row_bytes > caps.max_shared_per_block)
     plan.block /= 2;

@@ -12,7 +12,16 @@
 //   (constant indices after unrolling) up to K = 16, in local memory above; a term costs one
 //   comparison with the K-th. Column q * D + c of the outputs is component c's q-th best.
 // - LogSumExp/SumSoftMaxWeight: one pass with a running maximum m. Terms are exp(v - m) =
-//   ex2(v log2e - m log2e), one fma and one ex2 per term; the rare new maximum rescales the sums.
+//   ex2(v log2e - m log2e), one fma and one ex2 per term; the rare new maximum, NaN or tie with m
+//   (where a +inf term counts 1) takes one branch for all rows, which rescales the sums.
+//   In float32 with an unweighted sum (LogSumExp, SumSoftMaxWeight), a tile first runs
+//   optimistically: each term is ex2(v log2 e - ml) with no test against m (one fma, the ex2 and
+//   the adds). The terms are >= 0, so the tile's unweighted sum bounds each of them: below 2^16,
+//   no exponent passed m's by more than 16 (log2 units), and the sums are right with m as it is
+//   (m is a shift: m + log(s) and the softmax ratios do not depend on it; each term's error is
+//   one rounding of its exponent, ln 2 * 16 * 2^-24 = 7e-7 at most). Otherwise (a new maximum
+//   far above m, NaN, +inf, or m still -inf) the tile's sums are reset and the tile runs again
+//   with the test above, which moves m.
 //   A NaN term makes the sums NaN (so the outputs), as the CPU's NaN flag does.
 // Merges treat the second state as terms that come after the first one's, which is what keeps
 // ties and first-NaN indices the same across chunk boundaries.
@@ -110,13 +119,26 @@ string ReduceCode::helpers() const {
   return s + "}\n";
 }
 
-string ReduceCode::declare(const string& s) const {
+int ReduceCode::totals() const {
+  if (fam_ == ReductionFamily::Sum) return d_;
+  if (fam_ == ReductionFamily::SoftMax) return static_cast<int>(sums().size());
+  return 0;
+}
+
+string ReduceCode::declare(const string& s, const string& acc, const string& stride) const {
   string o;
+  int k = 0;
+  // Total `name`: a register, or a reference to this thread's slot k of `acc`.
+  auto total = [&](const string& name) {
+    if (acc.empty()) return "double " + name + " = 0;";
+    return "double& " + name + " = " + acc + "[" + to_string(k++) + " * " + stride + "]; " + name +
+           " = 0;";
+  };
   if (fam_ == ReductionFamily::Sum) {
     for (int c = 0; c < d_; ++c) {
       const string n = to_string(c) + s;
-      o += string("  ") + (acc_f64_ ? "double" : "T") + " st" + n + " = 0; double sd" + n +
-           " = 0;\n";
+      o += string("  ") + (acc_f64_ ? "double" : "T") + " st" + n + " = 0; " + total("sd" + n) +
+           "\n";
       if (kahan_) o += "  T sc" + n + " = 0;\n";
     }
   } else if (fam_ == ReductionFamily::Select) {
@@ -132,8 +154,7 @@ string ReduceCode::declare(const string& s) const {
     }
   } else {
     o += "  T m" + s + " = -INF, ml" + s + " = 0; (void)ml" + s + ";\n";
-    for (const string& n : sums())
-      o += "  T " + n + "t" + s + " = 0; double " + n + "d" + s + " = 0;\n";
+    for (const string& n : sums()) o += "  T " + n + "t" + s + " = 0; " + total(n + "d" + s) + "\n";
   }
   return o;
 }
@@ -166,19 +187,20 @@ string ReduceCode::push(const std::vector<string>& rows, const std::vector<std::
       for (int c = 0; c < d_; ++c)
         o += "      kpush(" + kv(c, rows[q]) + ", " + ki(c, rows[q]) + ", " + f[q][c] + ", j);\n";
   } else {
-    // The common case, v <= m, is straight-line code; one branch for all rows handles a new
-    // maximum (or NaN) in any of them, which keeps divergence bookkeeping out of the loop.
+    // The common case, v < m, is straight-line code; one branch for all rows handles a new
+    // maximum, a NaN or a tie with the maximum in any of them, which keeps divergence
+    // bookkeeping out of the loop (and the +inf test below out of the common case).
     string any;
     for (size_t q = 0; q < rows.size(); ++q) {
       const string& s = rows[q];
-      // A +inf term counts 1 (under m = +inf; a new maximum sets it below): ex2(inf - inf)
-      // would be NaN.
-      o += "      const T v" + s + " = " + f[q][0] + "; T e" + s + " = v" + s +
-           " == INF ? (T)1 : ex2(fma(v" + s + ", LOG2E_T, -ml" + s + "));\n";
-      any += (q ? " | " : "") + string("!(v") + s + " <= m" + s + ")";
+      o += "      const T v" + s + " = " + f[q][0] + "; T e" + s + " = ex2(fma(v" + s +
+           ", LOG2E_T, -ml" + s + "));\n";
+      any += (q ? " | " : "") + string("!(v") + s + " < m" + s + ")";
     }
-    o += "      if (" + any + ") {  // a new maximum, or NaN: rescale the sums\n";
+    o += "      if (" + any + ") {  // a new maximum, NaN or a tie: rescale the sums\n";
     for (const string& s : rows) {
+      // A +inf term under m = +inf counts 1: ex2(inf - inf) would be NaN.
+      o += "        if (v" + s + " == m" + s + " && v" + s + " == INF) e" + s + " = (T)1;\n";
       o += "        if (!(v" + s + " <= m" + s + ")) {\n";
       o += "          const T vl_ = v" + s + " * LOG2E_T;\n";
       o += "          const T sc_ = m" + s + " == -INF ? (T)0 : ex2(ml" + s + " - vl_);\n";
@@ -201,16 +223,58 @@ string ReduceCode::push(const std::vector<string>& rows, const std::vector<std::
   return o;
 }
 
-string ReduceCode::flush(const string& s) const {
+bool ReduceCode::optimistic() const {
+  return fam_ == ReductionFamily::SoftMax && (wd_ == 0 || r_.op == ReductionOp::SumSoftMaxWeight);
+}
+
+string ReduceCode::push_fast(const std::vector<string>& rows, const std::vector<string>& a,
+                             const std::vector<std::vector<string>>& w) const {
   string o;
+  for (size_t q = 0; q < rows.size(); ++q) {
+    o += "      { const T e_ = ex2(" + a[q] + ");";
+    int c = 0;
+    for (const string& n : sums()) {
+      const bool weighted = n != "s" && n != "ss";
+      o += " " + n + "t" + rows[q] + " += " + (weighted ? "e_ * " + w[q][c++] : "e_") + ";";
+    }
+    o += " }\n";
+  }
+  return o;
+}
+
+string ReduceCode::redo(const std::vector<string>& rows) const {
+  // The unweighted tile sum bounds every term of the tile (they are >= 0): below 2^16, no term's
+  // exponent exceeded the running maximum's by 16 (log2 units). NaN fails the test.
+  // A weighted sum that overflowed (terms up to 2^16 times a weight) runs again as well.
+  const string u = r_.op == ReductionOp::SumSoftMaxWeight ? "sst" : "st";
+  string o;
+  for (size_t q = 0; q < rows.size(); ++q) {
+    const string& r = rows[q];
+    o += (q ? " | " : "") + string("!(") + u + r + " < (T)65536) | m" + r + " == -INF";
+    for (const string& n : sums())
+      if (n != "s" && n != "ss") o += " | !(" + n + "t" + r + " - " + n + "t" + r + " == (T)0)";
+  }
+  return o;
+}
+
+string ReduceCode::reset(const std::vector<string>& rows) const {
+  string o;
+  for (const string& r : rows)
+    for (const string& n : sums()) o += "        " + n + "t" + r + " = 0;\n";
+  return o;
+}
+
+string ReduceCode::flush(const string& s, const string& factor) const {
+  string o;
+  const string times = factor.empty() ? "" : " * " + factor;
   if (fam_ == ReductionFamily::Sum)
     for (int c = 0; c < d_; ++c) {
       const string n = to_string(c) + s;
       if (kahan_)  // the partial's lost low part, -sc, goes in too
-        o += "      sd" + n + " += (double)st" + n + " - (double)sc" + n + "; st" + n + " = 0; sc" +
-             n + " = 0;\n";
+        o += "      sd" + n + " += ((double)st" + n + " - (double)sc" + n + ")" + times + "; st" +
+             n + " = 0; sc" + n + " = 0;\n";
       else
-        o += "      sd" + n + " += st" + n + "; st" + n + " = 0;\n";
+        o += "      sd" + n + " += (double)st" + n + times + "; st" + n + " = 0;\n";
     }
   if (fam_ == ReductionFamily::SoftMax)
     for (const string& n : sums())

@@ -34,15 +34,30 @@ class ReduceCode {
   // Whether terms carry their inner index j (ArgMin, KMin, ...).
   bool needs_index() const;
 
-  // The state of suffix s, empty (no term yet).
-  std::string declare(const std::string& s) const;
+  // The state of suffix s, empty (no term yet). With `acc` (a double* expression), the double
+  // totals of Sum and the softmax family are references to acc[0], acc[stride], ...: shared
+  // memory the tiles flush into, which keeps them out of the inner loop's registers.
+  std::string declare(const std::string& s, const std::string& acc = "",
+                      const std::string& stride = "") const;
+  // Double totals one row's state holds (what declare() can move to `acc`).
+  int totals() const;
   // Folds one term into each of the states `rows` (suffixes): f[q]/w[q] are row q's formula and
   // weight component expressions; the inner index is the variable `j`.
   std::string push(const std::vector<std::string>& rows,
                    const std::vector<std::vector<std::string>>& f,
                    const std::vector<std::vector<std::string>>& w) const;
-  // After each tile: moves the tile's float partial sums into the double totals.
-  std::string flush(const std::string& s) const;
+  // The softmax family's optimistic tile (float32, with an unweighted sum): push_fast folds
+  // terms with no test against the running maximum, a[q] being row q's exponent in log2 units
+  // minus ml; when redo() holds after the tile, the rows' tile sums are reset() and the tile runs
+  // again through push(). See the .cpp.
+  bool optimistic() const;
+  std::string push_fast(const std::vector<std::string>& rows, const std::vector<std::string>& a,
+                        const std::vector<std::vector<std::string>>& w) const;
+  std::string redo(const std::vector<std::string>& rows) const;
+  std::string reset(const std::vector<std::string>& rows) const;
+  // After each tile: moves the tile's float partial sums into the double totals, multiplied by
+  // `factor` (a double expression; empty: 1) when the Sum's j-invariant factor was pulled out.
+  std::string flush(const std::string& s, const std::string& factor = "") const;
   // After the last tile of inner rows [jb, je): fixes what only the range knows (see .cpp).
   std::string close(const std::string& s, const std::string& jb, const std::string& je) const;
   // Workspace word k of this state is at wv/wi[k * ws + at] (wv: double*, wi: int64*).

@@ -116,7 +116,7 @@ void contract(const Contraction& c, const Expr* a, const Expr* b, Expr* out) {
 
 std::vector<Expr> emit_formula(const Formula& f,
                                const std::function<std::string(const Node&, int)>& var_name,
-                               ExprMemo& memo) {
+                               ExprMemo& memo, const EmitSpecial& special) {
   for (const NodePtr& n : topo_order(f.ptr())) {
     if (memo.count(n.get())) continue;
     std::vector<Expr>& out = memo[n.get()];
@@ -127,7 +127,7 @@ std::vector<Expr> emit_formula(const Formula& f,
       out[0] = Expr(n->value);
     } else if (n->op == OpCode::Zero) {
       for (int c = 0; c < n->dim; ++c) out[c] = Expr(0.0);
-    } else {
+    } else if (!special || !special(*n, memo, out.data())) {
       std::vector<const Expr*> args;
       for (const NodePtr& a : n->args) args.push_back(memo.at(a.get()).data());
       op_info(n->op).apply_e(*n, args.data(), out.data());

@@ -33,10 +33,13 @@ class Emitter {
 };
 
 // Emits f through the active Emitter; variables are named by `var_name(node, component)`.
-// `memo` shares sub-formulas between several calls (a formula and its weight).
+// `memo` shares sub-formulas between several calls (a formula and its weight). `special`, when
+// set, may emit a node in a backend's own form: it fills out (n.dim values, n's arguments already
+// in memo) and returns true, or returns false for the op table's form.
 using ExprMemo = std::unordered_map<const Node*, std::vector<Expr>>;
+using EmitSpecial = std::function<bool(const Node& n, const ExprMemo& memo, Expr* out)>;
 std::vector<Expr> emit_formula(const Formula& f,
                                const std::function<std::string(const Node&, int)>& var_name,
-                               ExprMemo& memo);
+                               ExprMemo& memo, const EmitSpecial& special = {});
 
 }  // namespace tessel

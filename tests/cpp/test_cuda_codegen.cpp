@@ -271,6 +271,26 @@ TEST_F(CudaCodegenPlan, GaussianSumOnAnH100) {
   const CudaKernelPlan f64 = plan_cuda_kernel(kGauss.impl(), true, 1000000, 1000000, h100);
   EXPECT_EQ(f64.rows_per_thread, 4);
   EXPECT_EQ(f64.shared_bytes, 128u * 4 * 8);
+  // 4 rows in at most 40 registers (75 % occupancy): the launch bounds ask for 6 blocks of 256.
+  EXPECT_NE(big.source.find("__launch_bounds__(256, 6)"), std::string::npos);
+}
+
+// The gradient in x: its factor -2 g e_i comes out of the pairs; 2 rows per thread, whose double
+// totals live in shared memory after the tile, keep 75 % occupancy (4 rows needed 80 registers).
+TEST_F(CudaCodegenPlan, GaussianGradientKeepsOccupancy) {
+  const Reduction gr = grad(kGauss, 0);
+  const CudaKernelPlan p = plan_cuda_kernel(gr.impl(), false, 1000000, 1000000, h100);
+  EXPECT_EQ(p.rows_per_thread, 2);
+  EXPECT_EQ(p.block, 128);
+  EXPECT_EQ(p.shared_bytes, 128u * (4 * 4 + 2 * 3 * 8));  // the tile, then 2 rows x 3 totals
+  EXPECT_NE(p.source.find("__launch_bounds__(256, 6)"), std::string::npos);
+  EXPECT_NE(p.source.find("const bool fin_ ="), std::string::npos) << "the factor's fallback";
+  // float64 keeps its 2 rows (80 registers of state and outer values for 4), their totals in
+  // registers and ptxas's own register count.
+  const CudaKernelPlan d = plan_cuda_kernel(gr.impl(), true, 1000000, 1000000, h100);
+  EXPECT_EQ(d.rows_per_thread, 2);
+  EXPECT_EQ(d.shared_bytes, 128u * 4 * 8);
+  EXPECT_NE(d.source.find("__launch_bounds__(256)"), std::string::npos);
 }
 
 // Rows per thread: 4 for small states and formulas, fewer as the registers they need grow.
@@ -279,7 +299,9 @@ TEST_F(CudaCodegenPlan, RowsPerThreadFollowTheState) {
     return cuda_rows_per_thread(r.impl(), f64);
   };
   EXPECT_EQ(rows(Reduction(ReductionOp::MinArgMin, x - y)), 4);
-  EXPECT_EQ(rows(Reduction(ReductionOp::LogSumExp, -g * sqdist(x, y))), 4);
+  // 2 rows keep LogSumExp at 40 registers (75 % occupancy); 4 need 60. float64 keeps 4.
+  EXPECT_EQ(rows(Reduction(ReductionOp::LogSumExp, -g * sqdist(x, y))), 2);
+  EXPECT_EQ(rows(Reduction(ReductionOp::LogSumExp, -g * sqdist(x, y)), true), 4);
   EXPECT_EQ(rows(Reduction(ReductionOp::ArgKMin, sqdist(x, y), 1, 5)), 2);
   EXPECT_EQ(rows(Reduction(ReductionOp::ArgKMin, sqdist(x, y), 1, 20)), 1);
   EXPECT_EQ(rows(Reduction(ReductionOp::SumSoftMaxWeight, -sqdist(x, y), 1, 0, vj(2, 3))), 2);

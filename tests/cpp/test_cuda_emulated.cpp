@@ -1,6 +1,7 @@
 // Generated CUDA kernels of every reduction run in the CPU emulator and checked value by value
 // against the interpreter: both axes, float32 and float64, NaN/ties/-inf, split inner rows, odd
-// tile sizes, long float sums and the softmax's edge values.
+// tile sizes, long float sums and the softmax's edge values; the per-pair savings (the folded exp
+// constant, a Sum's factor pulled out, the hand-unrolled inner loop).
 #include "cuda_emulated_harness.hpp"
 #include "reduction_cases.hpp"
 #include "sum_bounds.hpp"
@@ -213,6 +214,126 @@ TEST_P(CudaEmulatedKernels, SoftmaxEdgeValues) {
     set(nan_in[2], 41, NAN);  // column 20
     expect_matches(r, nan_in, {.block = 64, .split_j = 4}, tol, tol,
                    r.str() + " with a NaN column");
+  }
+}
+
+namespace {
+
+// The per-pair savings of the kernels (codegen/cuda_formula.hpp): inputs of the Gaussian sum.
+
+// Points in [0, 1]^3 and weights in [-1, 1]; n_out outer rows, n_in inner rows.
+std::vector<Array> gauss_inputs(DType t, int64_t n_out, int64_t n_in, double g) {
+  Array gp(t, {1, 1});
+  set(gp, 0, g);
+  return {random_array(t, {n_out, 3}, 11, 0, 1), random_array(t, {n_in, 3}, 12, 0, 1),
+          random_array(t, {n_in, 1}, 13), gp};
+}
+
+const Formula kX = vi(0, 3), kY = vj(1, 3), kB = vj(2, 1), kG = pm(3, 1);
+
+}  // namespace
+
+// exp(k v) with k = -g, -g as a division, a negation around the product, and k made of an outer
+// variable: the constant is computed per thread from the parameter, so one compiled kernel
+// serves every g. The same module runs with three values of g (the source does not change).
+TEST_P(CudaEmulatedKernels, FoldedExpConstantFollowsTheParameter) {
+  SKIP_WITHOUT_COMPILER();
+  const double tol = tol_of(dtype());
+  const Formula d = sqdist(kX, kY);
+  const std::vector<Formula> forms = {exp(-kG * d) * kB, exp(d / -kG) * kB, exp(-(kG * d)) * kB,
+                                      exp(-(kX[0] * kG) * d) * kB, exp(d * -kG) * kB};
+  for (const Formula& f : forms) {
+    const Reduction r(ReductionOp::Sum, f);
+    for (double g : {0.5, 16.0, 100.0})
+      for (const CudaPlanOverrides& force : {CudaPlanOverrides{}, CudaPlanOverrides{64, 1, 0}})
+        expect_matches(r, gauss_inputs(dtype(), 200, 301, g), force, tol, tol,
+                       r.str() + " g = " + std::to_string(g));
+  }
+  // The folded exponential inside other reductions, and in a weight.
+  const std::vector<Array> in = gauss_inputs(dtype(), 130, 77, 3.0);
+  expect_matches(Reduction(ReductionOp::LogSumExp, -kG * d + kB), in, {}, tol, tol, "LogSumExp");
+  expect_matches(Reduction(ReductionOp::MinArgMin, exp(-kG * d) * kB), in, {}, tol, tol, "ArgMin");
+  expect_matches(Reduction(ReductionOp::SumSoftMaxWeight, -kG * d, 1, 0, exp(-kG * d) * kB), in, {},
+                 tol, tol, "SoftMax");
+}
+
+// The gradient of the Gaussian sum: its factor -2 g e_i multiplies each tile's sum instead of
+// each pair. Rows whose factor is infinite or NaN take the per-pair product, so that a zero term
+// gives NaN (0 * inf) exactly where the interpreter does; a finite factor of a zero term does not.
+TEST_P(CudaEmulatedKernels, SumFactorPulledOutOfThePairs) {
+  SKIP_WITHOUT_COMPILER();
+  const double tol = tol_of(dtype());
+  const DType t = dtype();
+  const Reduction gauss(ReductionOp::Sum, exp(-kG * sqdist(kX, kY)) * kB);
+  const Reduction g = grad(gauss, 0);  // appends the cotangent E = Vi(4, 1)
+  std::vector<Array> in = gauss_inputs(t, 300, 250, 16.0);
+  in.push_back(random_array(t, {300, 1}, 14));
+  for (const CudaPlanOverrides& force :
+       {CudaPlanOverrides{}, CudaPlanOverrides{128, 4, 0}, CudaPlanOverrides{64, 2, 3}})
+    expect_matches(g, in, force, tol, tol, "gradient " + label(force));
+  // Row 7 equals inner row 5 (a zero term x - y), rows 7 and 9 get an infinite cotangent and
+  // row 200 a NaN one; b_5 = 0 makes another zero term for every row.
+  for (int c = 0; c < 3; ++c) set(in[0], 7 * 3 + c, in[1].at(5 * 3 + c));
+  set(in[4], 7, INFINITY);
+  set(in[4], 9, -INFINITY);
+  set(in[4], 200, NAN);
+  for (const CudaPlanOverrides& force : {CudaPlanOverrides{}, CudaPlanOverrides{128, 4, 0}})
+    expect_matches(g, in, force, tol, tol, "gradient, non-finite factors " + label(force));
+  set(in[2], 5, 0.0);
+  expect_matches(g, in, {}, tol, tol, "gradient, non-finite factors and b = 0");
+  // An i-variable factor of a plain sum, with a parameter beside it.
+  const Reduction lin(ReductionOp::Sum, kX[1] * kG * (kX - kY) * kB);
+  expect_matches(lin, gauss_inputs(t, 90, 1000, 2.0), {}, tol, tol, "x1 g (x - y) b");
+}
+
+// The softmax family's optimistic tiles: terms whose maximum grows along j, slowly (every tile
+// stays under the redo bound with a stale maximum: up to 2^15 per term) and fast (most tiles
+// run again with the test), decreasing, and shuffled; LogSumExp and SumSoftMaxWeight.
+TEST_P(CudaEmulatedKernels, OptimisticSoftmaxTiles) {
+  SKIP_WITHOUT_COMPILER();
+  const double tol = tol_of(dtype());
+  const DType t = dtype();
+  const int64_t n_in = 1000;
+  const Formula a = vi(0, 1), v = vj(1, 1), w = vj(2, 1);
+  for (double slope : {0.01, 0.08, 1.0, -0.5}) {
+    std::vector<Array> in = {random_array(t, {37, 1}, 21, 0.5, 1.5), Array(t, {n_in, 1}),
+                             random_array(t, {n_in, 1}, 22)};
+    for (int64_t j = 0; j < n_in; ++j) set(in[1], (j * 7919) % n_in, slope * (j % 500));
+    const std::string what = "slope " + std::to_string(slope);
+    for (const CudaPlanOverrides& force : {CudaPlanOverrides{}, CudaPlanOverrides{64, 4, 3}}) {
+      expect_matches(Reduction(ReductionOp::LogSumExp, a * v), {in[0], in[1]}, force, tol, tol,
+                     what);
+      expect_matches(Reduction(ReductionOp::SumSoftMaxWeight, a * v, 1, 0, w), in, force, tol, tol,
+                     what + " softmax");
+    }
+    for (int64_t j = 0; j < n_in; ++j) set(in[1], j, slope * j);  // in order: the max grows
+    expect_matches(Reduction(ReductionOp::LogSumExp, a * v), {in[0], in[1]}, {}, tol, tol,
+                   what + " sorted");
+  }
+  // Weights of 1e35: terms up to ~150 (a stale maximum) times them overflow a tile's float sum,
+  // which the careful fold (terms <= 1) does not.
+  std::vector<Array> big = {random_array(t, {37, 1}, 21, 0.5, 1.5), Array(t, {n_in, 1}),
+                            random_array(t, {n_in, 1}, 23, 0.5, 1)};
+  for (int64_t j = 0; j < n_in; ++j) {
+    set(big[1], j, 0.004 * j);
+    set(big[2], j, big[2].at(j) * 1e35);
+  }
+  expect_matches(Reduction(ReductionOp::SumSoftMaxWeight, a * v, 1, 0, w), big, {.block = 128}, tol,
+                 tol, "weights of 1e35");
+}
+
+// The hand-unrolled inner loop: tiles whose row count is not a multiple of the unroll (every
+// remainder), one inner row, and chunk boundaries inside the unrolled part.
+TEST_P(CudaEmulatedKernels, UnrolledInnerLoopRemainders) {
+  SKIP_WITHOUT_COMPILER();
+  const double tol = tol_of(dtype());
+  const Reduction r(ReductionOp::Sum, exp(-kG * sqdist(kX, kY)) * kB);
+  const Reduction k(ReductionOp::ArgKMin, sqdist(kX, kY), 1, 3);
+  for (int64_t n_in : {1, 7, 8, 9, 15, 133}) {
+    const std::vector<Array> in = gauss_inputs(dtype(), 40, n_in, 4.0);
+    expect_matches(r, in, {}, tol, tol, "sum over " + std::to_string(n_in));
+    expect_matches(r, in, {32, 4, 3}, tol, tol, "split sum over " + std::to_string(n_in));
+    if (n_in >= 3) expect_matches(k, {in[0], in[1]}, {}, tol, tol, "ArgKMin");
   }
 }
 
