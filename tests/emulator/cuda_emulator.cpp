@@ -100,6 +100,26 @@ std::string rewrite_shared(const std::string& cuda) {
   return out;
 }
 
+// The `extern "C" __global__` functions of the source (name, launch bound), and the trampolines
+// that call each with an argument array, appended after the source.
+std::vector<KernelEntry> find_kernels(const std::string& cuda, std::string& trampolines) {
+  static const std::regex re(
+      R"re(extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\s*\(\s*(\d+)[^)]*\)\s*)?([A-Za-z_]\w*)\s*\()re");
+  std::vector<KernelEntry> found;
+  for (std::sregex_iterator it(cuda.begin(), cuda.end(), re), end; it != end; ++it) {
+    KernelEntry k;
+    k.name = (*it)[2].str();
+    if ((*it)[1].matched) k.max_threads = static_cast<unsigned>(std::stoul((*it)[1].str()));
+    const std::string vis = "extern \"C\" __attribute__((visibility(\"default\"))) ";
+    trampolines += vis + "void tessel_emu_call_" + k.name + "(void** a) { tessel_emu_apply(" +
+                   k.name + ", a); }\n" + vis + "int tessel_emu_params_" + k.name +
+                   "(unsigned long* o, int cap) { return tessel_emu_params(" + k.name +
+                   ", o, cap); }\n";
+    found.push_back(std::move(k));
+  }
+  return found;
+}
+
 std::string who(unsigned t, const unsigned* bdim) {
   return "thread (" + std::to_string(t % bdim[0]) + "," + std::to_string(t / bdim[0] % bdim[1]) +
          "," + std::to_string(t / (bdim[0] * bdim[1])) + ")";
@@ -320,8 +340,10 @@ std::string unavailable_reason() {
 }
 
 Module::Module(const std::string& cuda_source) {
-  source_ =
-      std::string(shim_source()) + "#line 1 \"tessel_kernel.cu\"\n" + rewrite_shared(cuda_source);
+  std::string trampolines;
+  kernels_ = find_kernels(cuda_source, trampolines);
+  source_ = std::string(shim_source()) + "#line 1 \"tessel_kernel.cu\"\n" +
+            rewrite_shared(cuda_source) + "\n" + trampolines;
   const CompilerInfo cc = compiler_info();
   if (!cc.usable) detail::fail("emu::Module", "no usable C++ compiler: ", cc.problem);
   std::string key_text = source_;
@@ -342,6 +364,24 @@ Module::Module(const std::string& cuda_source) {
   if (abi() != sizeof(ThreadCtx))
     detail::fail("emu::Module", "the shim's thread context has ", abi(), " bytes, the launcher's ",
                  sizeof(ThreadCtx));
+  for (KernelEntry& k : kernels_) {
+    k.call = reinterpret_cast<void (*)(void**)>(symbol(("tessel_emu_call_" + k.name).c_str()));
+    auto params = reinterpret_cast<int (*)(unsigned long*, int)>(
+        symbol(("tessel_emu_params_" + k.name).c_str()));
+    unsigned long p[64];
+    const int n = params(p, 64);
+    if (n > 64) detail::fail("emu::Module", "kernel ", k.name, " has more than 64 parameters");
+    for (int i = 0; i < n; ++i) {
+      k.param_bytes.push_back(static_cast<size_t>(p[i] & ~(1ul << 63)));
+      k.param_is_pointer.push_back((p[i] >> 63) != 0);
+    }
+  }
+}
+
+const KernelEntry* Module::find(const std::string& name) const {
+  for (const KernelEntry& k : kernels_)
+    if (k.name == name) return &k;
+  return nullptr;
 }
 
 void Module::Unload::operator()(void* handle) const { ::dlclose(handle); }
