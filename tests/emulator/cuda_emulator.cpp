@@ -23,12 +23,13 @@
 #include <memory>
 #include <mutex>
 #include <regex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
-#include "ir/node.hpp"
 #include "cache/compiler.hpp"
 #include "cache/disk_cache.hpp"
+#include "ir/node.hpp"
 #include "tessel/error.hpp"
 #include "tessel/runtime.hpp"
 
@@ -392,10 +393,84 @@ void* Module::symbol(const char* name) const {
   return p;
 }
 
+// A block's threads, started once per launch and handed one block after another: starting
+// blockDim threads per block made many-block launches cost a thread start per CUDA thread.
+class Crew {
+ public:
+  Crew(unsigned n, void (*bind)(const void*), const std::function<void()>& body) {
+    threads_.reserve(n);
+    try {
+      for (unsigned t = 0; t < n; ++t) start(t, bind, body);
+    } catch (...) {  // the threads already started are stopped before the error goes on
+      stop();
+      throw;
+    }
+  }
+  ~Crew() { stop(); }
+  void run(Block& block, std::vector<ThreadCtx>& ctx) {
+    {
+      std::lock_guard lk(mu_);
+      block_ = &block;
+      ctx_ = &ctx;
+      ++gen_;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  void start(unsigned t, void (*bind)(const void*), const std::function<void()>& body) {
+    threads_.emplace_back([this, t, bind, &body] {
+      for (uint64_t seen = 0;;) {
+        Block* block = nullptr;
+        {
+          std::unique_lock lk(mu_);
+          cv_.wait(lk, [&] { return quit_ || gen_ != seen; });
+          if (quit_) return;
+          seen = gen_;
+          block = block_;
+          bind(&(*ctx_)[t]);
+        }
+        std::string error;
+        try {
+          body();
+        } catch (const BlockAbort&) {
+          error = "aborted";
+        } catch (const std::exception& e) {
+          error = e.what();
+        }
+        block->exited(t, error);  // the block is not touched after this
+      }
+    });
+  }
+  void stop() {
+    {
+      std::lock_guard lk(mu_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& th : threads_) th.join();
+    threads_.clear();
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t gen_ = 0;
+  bool quit_ = false;
+  Block* block_ = nullptr;
+  std::vector<ThreadCtx>* ctx_ = nullptr;
+  std::vector<std::thread> threads_;
+};
+
 void Module::launch(const LaunchConfig& cfg, const std::function<void()>& body) const {
   check_config(cfg);
   const unsigned bdim[3] = {cfg.block.x, cfg.block.y, cfg.block.z};
   const unsigned n = bdim[0] * bdim[1] * bdim[2];
+  std::unique_ptr<Crew> crew;
+  try {
+    crew = std::make_unique<Crew>(n, bind_, body);
+  } catch (const std::system_error& e) {
+    throw EmulationError(std::string("cannot start the block's threads: ") + e.what());
+  }
   for (unsigned bz = 0; bz < cfg.grid.z; ++bz)
     for (unsigned by = 0; by < cfg.grid.y; ++by)
       for (unsigned bx = 0; bx < cfg.grid.x; ++bx) {
@@ -413,26 +488,7 @@ void Module::launch(const LaunchConfig& cfg, const std::function<void()>& body) 
                              exchange_cb,
                              static_smem_cb,
                              trap_cb};
-        std::vector<std::thread> threads;
-        threads.reserve(n);
-        try {
-          for (unsigned t = 0; t < n; ++t)
-            threads.emplace_back([&, t] {
-              std::string error;
-              bind_(&ctx[t]);
-              try {
-                body();
-              } catch (const BlockAbort&) {
-                error = "aborted";
-              } catch (const std::exception& e) {
-                error = e.what();
-              }
-              block.exited(t, error);
-            });
-        } catch (const std::system_error& e) {
-          block.abort(std::string("cannot start the block's threads: ") + e.what());
-          for (unsigned t = static_cast<unsigned>(threads.size()); t < n; ++t) block.exited(t, "");
-        }
+        crew->run(block, ctx);
         if (!block.wait_all(cfg.stall_timeout * 2 + std::chrono::seconds(5))) {
           // A thread loops without reaching a barrier: it cannot be stopped, so stop the process
           // rather than hang the test run or let it write into freed buffers.
@@ -443,7 +499,6 @@ void Module::launch(const LaunchConfig& cfg, const std::function<void()>& body) 
                        block.error().c_str(), source_path_.c_str());
           std::abort();
         }
-        for (std::thread& th : threads) th.join();
         const std::string error = block.error();
         if (!error.empty())
           throw EmulationError("block (" + std::to_string(bx) + "," + std::to_string(by) + "," +

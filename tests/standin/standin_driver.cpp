@@ -72,7 +72,8 @@ int copy_rows(uintptr_t dst, size_t dst_pitch, unsigned dst_type, uintptr_t src,
   if (int rc = resolve(src, src_pitch * (height - 1) + width, src_type, from)) return rc;
   if (inject(Fault::Copy)) return kIllegalAddress;
   auto rows = [=](const char* source, size_t pitch) {
-    for (size_t r = 0; r < height; ++r) std::memcpy(d.at + r * dst_pitch, source + r * pitch, width);
+    for (size_t r = 0; r < height; ++r)
+      std::memcpy(d.at + r * dst_pitch, source + r * pitch, width);
     return int{kSuccess};
   };
   const char* at = from.at;
@@ -83,11 +84,14 @@ int copy_rows(uintptr_t dst, size_t dst_pitch, unsigned dst_type, uintptr_t src,
   if (from.kind == Kind::Pageable) {
     wait_done(s, last_seq(s));  // CUDA synchronises the stream before staging
     auto staged = std::make_shared<std::vector<char>>(width * height);
-    for (size_t r = 0; r < height; ++r) std::memcpy(staged->data() + r * width, at + r * src_pitch, width);
-    enqueue(s, [rows, staged, width] { return rows(staged->data(), width); }, "copy");
+    for (size_t r = 0; r < height; ++r)
+      std::memcpy(staged->data() + r * width, at + r * src_pitch, width);
+    enqueue(
+        s, [rows, staged, width] { return rows(staged->data(), width); }, "copy");
     return kSuccess;
   }
-  const uint64_t seq = enqueue(s, [rows, at, src_pitch] { return rows(at, src_pitch); }, "copy");
+  const uint64_t seq = enqueue(
+      s, [rows, at, src_pitch] { return rows(at, src_pitch); }, "copy");
   if (d.kind == Kind::Pageable) return wait_done(s, seq);
   return kSuccess;
 }
@@ -183,20 +187,50 @@ STANDIN_API cuDeviceGetAttribute(int* v, int attr, int dev) {
   if (!v) return kInvalidValue;
   const DeviceProps& p = devices()[dev];
   switch (attr) {
-    case 1: *v = p.max_threads; break;                          // MAX_THREADS_PER_BLOCK
-    case 2: case 3: *v = 1024; break;                          // MAX_BLOCK_DIM_X, _Y
-    case 4: *v = 64; break;                                    // MAX_BLOCK_DIM_Z
-    case 5: *v = 0x7fffffff; break;                            // MAX_GRID_DIM_X
-    case 6: case 7: *v = 65535; break;                         // MAX_GRID_DIM_Y, _Z
-    case 8: *v = p.shared_default; break;                      // MAX_SHARED_MEMORY_PER_BLOCK
-    case 10: *v = 32; break;                                   // WARP_SIZE
-    case 12: case 82: *v = p.registers; break;                 // registers per block, per SM
-    case 16: *v = p.sms; break;                                // MULTIPROCESSOR_COUNT
-    case 41: *v = 1; break;                                    // UNIFIED_ADDRESSING
-    case 75: *v = p.cc_major; break;
-    case 76: *v = p.cc_minor; break;
-    case 97: *v = p.shared_optin; break;                       // ..._PER_BLOCK_OPTIN
-    default: return kInvalidValue;
+    case 1:
+      *v = p.max_threads;
+      break;  // MAX_THREADS_PER_BLOCK
+    case 2:
+    case 3:
+      *v = 1024;
+      break;  // MAX_BLOCK_DIM_X, _Y
+    case 4:
+      *v = 64;
+      break;  // MAX_BLOCK_DIM_Z
+    case 5:
+      *v = 0x7fffffff;
+      break;  // MAX_GRID_DIM_X
+    case 6:
+    case 7:
+      *v = 65535;
+      break;  // MAX_GRID_DIM_Y, _Z
+    case 8:
+      *v = p.shared_default;
+      break;  // MAX_SHARED_MEMORY_PER_BLOCK
+    case 10:
+      *v = 32;
+      break;  // WARP_SIZE
+    case 12:
+    case 82:
+      *v = p.registers;
+      break;  // registers per block, per SM
+    case 16:
+      *v = p.sms;
+      break;  // MULTIPROCESSOR_COUNT
+    case 41:
+      *v = 1;
+      break;  // UNIFIED_ADDRESSING
+    case 75:
+      *v = p.cc_major;
+      break;
+    case 76:
+      *v = p.cc_minor;
+      break;
+    case 97:
+      *v = p.shared_optin;
+      break;  // ..._PER_BLOCK_OPTIN
+    default:
+      return kInvalidValue;
   }
   return kSuccess;
 }
@@ -221,7 +255,8 @@ STANDIN_API cuCtxSetCurrent(void* ctx) {
   NEED_INIT();
   if (ctx) {
     bool known = false;
-    for (size_t k = 0; k < devices().size(); ++k) known |= ctx == primary_context(static_cast<int>(k));
+    for (size_t k = 0; k < devices().size(); ++k)
+      known |= ctx == primary_context(static_cast<int>(k));
     if (!known) return kInvalidContext;
   }
   current_context() = static_cast<Context*>(ctx);
@@ -297,7 +332,8 @@ STANDIN_API cuMemsetD8Async(uint64_t dst, unsigned char value, size_t n, void* s
   if (n == 0) return kSuccess;
   char* at = device_alias(dst, n);
   if (!at) return kInvalidValue;
-  enqueue(s, [at, value, n] { return std::memset(at, value, n), int{kSuccess}; }, "memset");
+  enqueue(
+      s, [at, value, n] { return std::memset(at, value, n), int{kSuccess}; }, "memset");
   return kSuccess;
 }
 
@@ -378,15 +414,24 @@ STANDIN_API cuPointerGetAttribute(void* data, int attr, uint64_t ptr) {
   if (r.kind == Kind::Pageable) return kInvalidValue;  // unregistered host memory
   const int device = r.device >= 0 ? r.device : (current_context() ? current_context()->device : 0);
   switch (attr) {
-    case 1: *static_cast<void**>(data) = primary_context(device); break;  // CONTEXT
-    case 2: *static_cast<unsigned*>(data) = r.kind == Kind::Device ? 2u : 1u; break;
-    case 3: *static_cast<uint64_t*>(data) = ptr; break;  // DEVICE_POINTER
-    case 4:                                              // HOST_POINTER
+    case 1:
+      *static_cast<void**>(data) = primary_context(device);
+      break;  // CONTEXT
+    case 2:
+      *static_cast<unsigned*>(data) = r.kind == Kind::Device ? 2u : 1u;
+      break;
+    case 3:
+      *static_cast<uint64_t*>(data) = ptr;
+      break;  // DEVICE_POINTER
+    case 4:   // HOST_POINTER
       if (r.kind == Kind::Device) return kInvalidValue;
       *static_cast<void**>(data) = reinterpret_cast<void*>(ptr);
       break;
-    case 9: *static_cast<int*>(data) = device; break;  // DEVICE_ORDINAL
-    default: return kInvalidValue;
+    case 9:
+      *static_cast<int*>(data) = device;
+      break;  // DEVICE_ORDINAL
+    default:
+      return kInvalidValue;
   }
   return kSuccess;
 }

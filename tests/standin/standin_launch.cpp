@@ -85,8 +85,8 @@ Args copy_args(const emu::KernelEntry& k, void** params, int device) {
     if (p == 0) continue;
     const Region r = classify(reinterpret_cast<const void*>(p));
     if (r.kind == Kind::Device && r.device != device && a.bad.empty())
-      a.bad = "argument " + std::to_string(i) + " points into device " +
-              std::to_string(r.device) + "'s memory";
+      a.bad = "argument " + std::to_string(i) + " points into device " + std::to_string(r.device) +
+              "'s memory";
     if (r.kind == Kind::Pageable && a.bad.empty())
       a.bad = "argument " + std::to_string(i) + " points to pageable host memory";
     if (r.kind != Kind::Device) continue;
@@ -118,39 +118,67 @@ bool inject(Fault kind) {
 
 const char* result_name(int rc) {
   switch (rc) {
-    case kSuccess: return "CUDA_SUCCESS";
-    case kInvalidValue: return "CUDA_ERROR_INVALID_VALUE";
-    case kOutOfMemory: return "CUDA_ERROR_OUT_OF_MEMORY";
-    case kNotInitialized: return "CUDA_ERROR_NOT_INITIALIZED";
-    case kNoDevice: return "CUDA_ERROR_NO_DEVICE";
-    case kInvalidDevice: return "CUDA_ERROR_INVALID_DEVICE";
-    case kInvalidImage: return "CUDA_ERROR_INVALID_IMAGE";
-    case kInvalidContext: return "CUDA_ERROR_INVALID_CONTEXT";
-    case kInvalidHandle: return "CUDA_ERROR_INVALID_HANDLE";
-    case kNotFound: return "CUDA_ERROR_NOT_FOUND";
-    case kIllegalAddress: return "CUDA_ERROR_ILLEGAL_ADDRESS";
-    case kLaunchOutOfResources: return "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES";
-    case kLaunchFailed: return "CUDA_ERROR_LAUNCH_FAILED";
-    default: return nullptr;
+    case kSuccess:
+      return "CUDA_SUCCESS";
+    case kInvalidValue:
+      return "CUDA_ERROR_INVALID_VALUE";
+    case kOutOfMemory:
+      return "CUDA_ERROR_OUT_OF_MEMORY";
+    case kNotInitialized:
+      return "CUDA_ERROR_NOT_INITIALIZED";
+    case kNoDevice:
+      return "CUDA_ERROR_NO_DEVICE";
+    case kInvalidDevice:
+      return "CUDA_ERROR_INVALID_DEVICE";
+    case kInvalidImage:
+      return "CUDA_ERROR_INVALID_IMAGE";
+    case kInvalidContext:
+      return "CUDA_ERROR_INVALID_CONTEXT";
+    case kInvalidHandle:
+      return "CUDA_ERROR_INVALID_HANDLE";
+    case kNotFound:
+      return "CUDA_ERROR_NOT_FOUND";
+    case kIllegalAddress:
+      return "CUDA_ERROR_ILLEGAL_ADDRESS";
+    case kLaunchOutOfResources:
+      return "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES";
+    case kLaunchFailed:
+      return "CUDA_ERROR_LAUNCH_FAILED";
+    default:
+      return nullptr;
   }
 }
 
 const char* result_text(int rc) {
   switch (rc) {
-    case kSuccess: return "no error";
-    case kInvalidValue: return "invalid argument";
-    case kOutOfMemory: return "out of memory";
-    case kNotInitialized: return "initialization error";
-    case kNoDevice: return "no CUDA-capable device is detected";
-    case kInvalidDevice: return "invalid device ordinal";
-    case kInvalidImage: return "device kernel image is invalid";
-    case kInvalidContext: return "invalid device context";
-    case kInvalidHandle: return "invalid resource handle";
-    case kNotFound: return "named symbol not found";
-    case kIllegalAddress: return "an illegal memory access was encountered";
-    case kLaunchOutOfResources: return "too many resources requested for launch";
-    case kLaunchFailed: return "unspecified launch failure";
-    default: return nullptr;
+    case kSuccess:
+      return "no error";
+    case kInvalidValue:
+      return "invalid argument";
+    case kOutOfMemory:
+      return "out of memory";
+    case kNotInitialized:
+      return "initialization error";
+    case kNoDevice:
+      return "no CUDA-capable device is detected";
+    case kInvalidDevice:
+      return "invalid device ordinal";
+    case kInvalidImage:
+      return "device kernel image is invalid";
+    case kInvalidContext:
+      return "invalid device context";
+    case kInvalidHandle:
+      return "invalid resource handle";
+    case kNotFound:
+      return "named symbol not found";
+    case kIllegalAddress:
+      return "an illegal memory access was encountered";
+    case kLaunchOutOfResources:
+      return "too many resources requested for launch";
+    case kLaunchFailed:
+      return "unspecified launch failure";
+    default:
+      return nullptr;
   }
 }
 
@@ -263,8 +291,8 @@ STANDIN_API cuLaunchKernel(void* fn, unsigned gx, unsigned gy, unsigned gz, unsi
             set_in_kernel(false);
           });
         } catch (const std::exception& e) {
-          std::fprintf(stderr, "[stand-in driver] kernel %s failed: %s\n",
-                       f->kernel->name.c_str(), e.what());
+          std::fprintf(stderr, "[stand-in driver] kernel %s failed: %s\n", f->kernel->name.c_str(),
+                       e.what());
           rc = kLaunchFailed;
         }
         close_opened_views();

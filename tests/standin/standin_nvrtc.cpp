@@ -51,12 +51,18 @@ int copy_out(const std::string& s, char* out) {
 
 extern "C" __attribute__((visibility("default"))) const char* nvrtcGetErrorString(int rc) {
   switch (rc) {
-    case kSuccess: return "NVRTC_SUCCESS";
-    case kInvalidInput: return "NVRTC_ERROR_INVALID_INPUT";
-    case kInvalidProgram: return "NVRTC_ERROR_INVALID_PROGRAM";
-    case kInvalidOption: return "NVRTC_ERROR_INVALID_OPTION";
-    case kCompilation: return "NVRTC_ERROR_COMPILATION";
-    default: return "NVRTC_ERROR unknown";
+    case kSuccess:
+      return "NVRTC_SUCCESS";
+    case kInvalidInput:
+      return "NVRTC_ERROR_INVALID_INPUT";
+    case kInvalidProgram:
+      return "NVRTC_ERROR_INVALID_PROGRAM";
+    case kInvalidOption:
+      return "NVRTC_ERROR_INVALID_OPTION";
+    case kCompilation:
+      return "NVRTC_ERROR_COMPILATION";
+    default:
+      return "NVRTC_ERROR unknown";
   }
 }
 

@@ -173,7 +173,8 @@ int stream_sync(Stream* s) {
 
 void stream_wait(Stream* s, Stream* other, uint64_t seq) {
   // Queued as an operation of its own: `s` stops there until `other` has run `seq`.
-  enqueue(s, [other, seq] { return wait_done(other, seq), kSuccess; }, "wait event");
+  enqueue(
+      s, [other, seq] { return wait_done(other, seq), kSuccess; }, "wait event");
 }
 
 void sync_all() {
