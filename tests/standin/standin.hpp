@@ -24,21 +24,14 @@
 namespace tessel::standin {
 
 // CUresult values, as cuda.h numbers them.
+// clang-format off
 enum Result : int {
-  kSuccess = 0,
-  kInvalidValue = 1,
-  kOutOfMemory = 2,
-  kNotInitialized = 3,
-  kNoDevice = 100,
-  kInvalidDevice = 101,
-  kInvalidImage = 200,
-  kInvalidContext = 201,
-  kInvalidHandle = 400,
-  kNotFound = 500,
-  kIllegalAddress = 700,
-  kLaunchOutOfResources = 701,
+  kSuccess = 0, kInvalidValue = 1, kOutOfMemory = 2, kNotInitialized = 3,
+  kNoDevice = 100, kInvalidDevice = 101, kInvalidImage = 200, kInvalidContext = 201,
+  kInvalidHandle = 400, kNotFound = 500, kIllegalAddress = 700, kLaunchOutOfResources = 701,
   kLaunchFailed = 719,
 };
+// clang-format on
 const char* result_name(int rc);
 const char* result_text(int rc);
 

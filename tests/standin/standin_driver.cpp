@@ -186,53 +186,28 @@ STANDIN_API cuDeviceGetAttribute(int* v, int attr, int dev) {
   NEED_DEVICE(dev);
   if (!v) return kInvalidValue;
   const DeviceProps& p = devices()[dev];
-  switch (attr) {
-    case 1:
-      *v = p.max_threads;
-      break;  // MAX_THREADS_PER_BLOCK
-    case 2:
-    case 3:
-      *v = 1024;
-      break;  // MAX_BLOCK_DIM_X, _Y
-    case 4:
-      *v = 64;
-      break;  // MAX_BLOCK_DIM_Z
-    case 5:
-      *v = 0x7fffffff;
-      break;  // MAX_GRID_DIM_X
-    case 6:
-    case 7:
-      *v = 65535;
-      break;  // MAX_GRID_DIM_Y, _Z
-    case 8:
-      *v = p.shared_default;
-      break;  // MAX_SHARED_MEMORY_PER_BLOCK
-    case 10:
-      *v = 32;
-      break;  // WARP_SIZE
-    case 12:
-    case 82:
-      *v = p.registers;
-      break;  // registers per block, per SM
-    case 16:
-      *v = p.sms;
-      break;  // MULTIPROCESSOR_COUNT
-    case 41:
-      *v = 1;
-      break;  // UNIFIED_ADDRESSING
-    case 75:
-      *v = p.cc_major;
-      break;
-    case 76:
-      *v = p.cc_minor;
-      break;
-    case 97:
-      *v = p.shared_optin;
-      break;  // ..._PER_BLOCK_OPTIN
-    default:
-      return kInvalidValue;
-  }
-  return kSuccess;
+  // cuda.h's CU_DEVICE_ATTRIBUTE_* numbers: threads and block dims (1-4), grid dims (5-7), shared
+  // memory per block (8), warp size (10), registers per block and per SM (12, 82), SMs (16),
+  // unified addressing (41), compute capability (75, 76), opt-in shared memory per block (97).
+  const std::pair<int, int> table[] = {{1, p.max_threads},
+                                       {2, 1024},
+                                       {3, 1024},
+                                       {4, 64},
+                                       {5, 0x7fffffff},
+                                       {6, 65535},
+                                       {7, 65535},
+                                       {8, p.shared_default},
+                                       {10, 32},
+                                       {12, p.registers},
+                                       {82, p.registers},
+                                       {16, p.sms},
+                                       {41, 1},
+                                       {75, p.cc_major},
+                                       {76, p.cc_minor},
+                                       {97, p.shared_optin}};
+  for (const auto& [a, value] : table)
+    if (a == attr) return *v = value, int{kSuccess};
+  return kInvalidValue;
 }
 
 STANDIN_API cuDeviceTotalMem_v2(size_t* bytes, int dev) {
