@@ -38,6 +38,7 @@ namespace {
 struct Registry {
   std::mutex mu;
   std::set<Stream*> live;
+  std::vector<Stream*> retired;  // destroyed, kept: events recorded on them still name them
   std::vector<Stream*> legacy;  // per device, created on first use
 };
 Registry& registry() {
@@ -121,6 +122,7 @@ int stream_destroy(void* handle) {
   {
     std::lock_guard lk(r.mu);
     if (!r.live.erase(s)) return kInvalidHandle;
+    r.retired.push_back(s);
   }
   {  // queued work still runs (as CUDA's does); the call returns once it has
     std::lock_guard lk(s->mu);
