@@ -3,6 +3,8 @@
 # Octave bindings' tests, then the documentation site's build and browser check.
 #
 # Usage: scripts/test.sh [extra ctest options, e.g. -R cli]
+# The `standin` label runs again under ASan + UBSan and TSan (TESSEL_TEST_STANDIN_SANITIZE=0 skips
+# it; logs in build/standin-asan.log and build/standin-tsan.log).
 # Passed tests are not listed; failures are shown with their output, then ctest's summary.
 # The full ctest output is kept in build/ctest.log, and build/ctest-<level>.log for the kernel
 # tests rerun at each lower SIMD level (TESSEL_TEST_SIMD_LEVELS="avx2 sse2" picks the levels), and
@@ -54,6 +56,21 @@ if [[ ${TESSEL_TEST_AARCH64:-1} != 0 && $(uname -m) == x86_64 && $(uname -s) == 
   arm_rc=${PIPESTATUS[0]}
   echo "test: aarch64 (cross build and ctest under qemu) took $((SECONDS - start)) s"
   ((arm_rc == 0)) || rc=$arm_rc
+fi
+# The `standin` label (the GPU tests on the stand-in CUDA driver, tests/standin) ran natively in
+# the ctest run above; here again under ASan + UBSan and under ThreadSanitizer, each its own build
+# of only what the label needs (scripts/sanitize.sh --standin). TESSEL_TEST_STANDIN_SANITIZE=0
+# skips both.
+if [[ ${TESSEL_TEST_STANDIN_SANITIZE:-1} != 0 ]]; then
+  for san in asan tsan; do
+    echo "test: running the standin label under $san (scripts/sanitize.sh --standin)"
+    start=$SECONDS
+    scripts/sanitize.sh $([[ $san == tsan ]] && echo --tsan) --standin -j2 > "build/standin-$san.log" 2>&1
+    san_rc=$?
+    grep -E '^[0-9]+% tests passed|^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted)\)' "build/standin-$san.log"
+    echo "test: standin under $san (build and run) took $((SECONDS - start)) s (log in build/standin-$san.log)"
+    ((san_rc == 0)) || rc=$san_rc
+  done
 fi
 # One pytest worker per core (pytest-xdist): most of the suite's time is compiling kernels, one
 # process per core halves it on two cores. The workers share the kernel cache, whose builds are

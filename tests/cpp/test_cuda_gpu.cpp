@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,14 @@ namespace {
 
 #define SKIP_WITHOUT_GPU() \
   if (!cuda_info().usable) GTEST_SKIP() << "no usable GPU: " << cuda_status()
+
+// Rows of the largest cases divided by TESSEL_TEST_CUDA_SHRINK (default 1): the stand-in driver
+// runs kernels on the CPU emulator, one thread per CUDA thread, where 20000 x 30000 takes minutes.
+int64_t shrunk(int64_t rows) {
+  const char* e = std::getenv("TESSEL_TEST_CUDA_SHRINK");
+  const int64_t by = e && std::atoi(e) > 1 ? std::atoi(e) : 1;
+  return std::max<int64_t>(rows / by, 1);
+}
 
 struct GpuCase {
   std::string name;
@@ -124,8 +133,14 @@ TEST_P(CudaGpu, GradientsMatchTheInterpreter) {
       const Reduction gr = grad(c.r, var);
       std::vector<Array> in = with_dtype(inputs(t, n, m), t);
       in.push_back(random_array(t, {n, c.r.output_dim(0)}, 9));
-      expect_outputs_near(evaluate(gr, in, gpu), evaluate(gr, in, cpu), tol,
-                          c.name + " gradient in var " + std::to_string(var));
+      const std::vector<Array> want = evaluate(gr, in, cpu);
+      const std::string what = c.name + " gradient in var " + std::to_string(var);
+      expect_outputs_near(evaluate(gr, in, gpu), want, tol, what);
+      // On CUDA arrays (where LogSumExp's and SumSoftMaxWeight's gradients crashed on a GPU):
+      // the sub-reduction they read and the chain rule's terms stay in device memory.
+      const OnDevice dev(in);
+      expect_outputs_near(evaluate(gr, std::span<const ArrayView>(dev.views)), want, tol,
+                          what + " (device arrays)");
     }
   }
 }
@@ -201,8 +216,11 @@ TEST_P(CudaGpu, BlockSparseRangesMatchTheInterpreter) {
   for (const GpuCase& c : cases()) {
     if (c.r.axis() != 1) continue;
     const std::vector<Array> in = used_by(c.r, with_dtype(inputs(t, n, m), t));
-    expect_outputs_near(evaluate(c.r, in, gpu), evaluate(c.r, in, cpu), tol,
-                        c.name + " with ranges");
+    const std::vector<Array> want = evaluate(c.r, in, cpu);
+    expect_outputs_near(evaluate(c.r, in, gpu), want, tol, c.name + " with ranges");
+    const OnDevice dev(in);
+    expect_outputs_near(evaluate(c.r, std::span<const ArrayView>(dev.views), gpu), want, tol,
+                        c.name + " with ranges (device arrays)");
   }
 }
 
@@ -210,12 +228,16 @@ TEST_P(CudaGpu, BlockSparseRangesMatchTheInterpreter) {
 // then both sides), the same results as one launch.
 TEST_P(CudaGpu, MemoryBudgetStreamsBlocks) {
   const double tol = tol_for(1e-11, 2e-5);
-  const std::vector<Array> all = with_dtype(inputs(t, 20000, 30000), t);
+  // Shrunk, the inner side stays twice as long, so the smaller budget below still streams.
+  const int64_t n = shrunk(20000), m = std::min<int64_t>(30000, 2 * shrunk(30000));
+  const std::vector<Array> all = with_dtype(inputs(t, n, m), t);
   for (const GpuCase& c : cases()) {
     if (c.r.axis() != 1) continue;
     const std::vector<Array> in = used_by(c.r, all);
     const std::vector<Array> want = evaluate(c.r, in, gpu);
-    for (int64_t budget : {int64_t{2} << 20, int64_t{256} << 10}) {
+    // The smaller budget no less than the 128 KiB that the plan's smallest blocks may need.
+    for (int64_t budget : {shrunk(int64_t{2} << 20), std::max(shrunk(int64_t{256} << 10),
+                                                               int64_t{128} << 10)}) {
       Options o = gpu;
       o.gpu_memory_budget = budget;
       expect_outputs_near(evaluate(c.r, in, o), want, tol,
@@ -278,7 +300,7 @@ TEST_P(CudaGpu, SumsOverAllRowsAndHalfArraysOnTheDevice) {
 // KernelSolve with every array on the GPU: CG's vectors and steps there, the solution and the
 // gradient in the points as on the host (same tolerance: CG's order of sums differs).
 TEST_P(CudaGpu, KernelSolveKeepsItsVectorsOnTheDevice) {
-  const int64_t n = 2000;
+  const int64_t n = shrunk(2000);
   const Reduction k(ReductionOp::Sum, exp(-pm(3, 1) * sqdist(vi(0, 3), vj(1, 3))) * vj(2, 2));
   std::vector<Array> in = with_dtype(inputs(t, n, n), t);
   in[1] = in[0];

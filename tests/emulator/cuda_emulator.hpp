@@ -27,6 +27,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace tessel::emu {
 
@@ -52,6 +53,16 @@ struct LaunchConfig {
 // Why kernels cannot be emulated on this machine (no usable C++ compiler); empty when they can.
 std::string unavailable_reason();
 
+// An `extern "C" __global__` function of a module, callable with cuLaunchKernel's argument array
+// (one pointer per parameter, each to the argument's value).
+struct KernelEntry {
+  std::string name;
+  unsigned max_threads = 1024;  // its __launch_bounds__, else the hardware's limit
+  std::vector<size_t> param_bytes;
+  std::vector<bool> param_is_pointer;
+  void (*call)(void** args) = nullptr;  // the kernel's body for launch(), on one CUDA thread
+};
+
 // One CUDA source compiled for the emulator (cached on disk like the CPU kernels).
 class Module {
  public:
@@ -63,6 +74,10 @@ class Module {
   Fn* kernel(const char* name) const {
     return reinterpret_cast<Fn*>(symbol(name));
   }
+
+  // The module's `extern "C" __global__` functions; null when it has none of that name.
+  const KernelEntry* find(const std::string& name) const;
+  const std::vector<KernelEntry>& kernels() const { return kernels_; }
 
   // Runs `body` once on every thread of the grid; body calls the kernel with its arguments.
   // Throws EmulationError when the kernel deadlocks, diverges around a barrier or traps.
@@ -81,6 +96,7 @@ class Module {
   std::unique_ptr<void, Unload> handle_;
   void (*bind_)(const void*) = nullptr;
   std::string source_, source_path_;
+  std::vector<KernelEntry> kernels_;
 };
 
 // Host memory standing in for a device array: inaccessible pages lie right after its end and

@@ -23,12 +23,13 @@
 #include <memory>
 #include <mutex>
 #include <regex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
-#include "ir/node.hpp"
 #include "cache/compiler.hpp"
 #include "cache/disk_cache.hpp"
+#include "ir/node.hpp"
 #include "tessel/error.hpp"
 #include "tessel/runtime.hpp"
 
@@ -98,6 +99,26 @@ std::string rewrite_shared(const std::string& cuda) {
   }
   out.append(last, cuda.cend());
   return out;
+}
+
+// The `extern "C" __global__` functions of the source (name, launch bound), and the trampolines
+// that call each with an argument array, appended after the source.
+std::vector<KernelEntry> find_kernels(const std::string& cuda, std::string& trampolines) {
+  static const std::regex re(
+      R"re(extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\s*\(\s*(\d+)[^)]*\)\s*)?([A-Za-z_]\w*)\s*\()re");
+  std::vector<KernelEntry> found;
+  for (std::sregex_iterator it(cuda.begin(), cuda.end(), re), end; it != end; ++it) {
+    KernelEntry k;
+    k.name = (*it)[2].str();
+    if ((*it)[1].matched) k.max_threads = static_cast<unsigned>(std::stoul((*it)[1].str()));
+    const std::string vis = "extern \"C\" __attribute__((visibility(\"default\"))) ";
+    trampolines += vis + "void tessel_emu_call_" + k.name + "(void** a) { tessel_emu_apply(" +
+                   k.name + ", a); }\n" + vis + "int tessel_emu_params_" + k.name +
+                   "(unsigned long* o, int cap) { return tessel_emu_params(" + k.name +
+                   ", o, cap); }\n";
+    found.push_back(std::move(k));
+  }
+  return found;
 }
 
 std::string who(unsigned t, const unsigned* bdim) {
@@ -320,8 +341,10 @@ std::string unavailable_reason() {
 }
 
 Module::Module(const std::string& cuda_source) {
-  source_ =
-      std::string(shim_source()) + "#line 1 \"tessel_kernel.cu\"\n" + rewrite_shared(cuda_source);
+  std::string trampolines;
+  kernels_ = find_kernels(cuda_source, trampolines);
+  source_ = std::string(shim_source()) + "#line 1 \"tessel_kernel.cu\"\n" +
+            rewrite_shared(cuda_source) + "\n" + trampolines;
   const CompilerInfo cc = compiler_info();
   if (!cc.usable) detail::fail("emu::Module", "no usable C++ compiler: ", cc.problem);
   std::string key_text = source_;
@@ -342,6 +365,24 @@ Module::Module(const std::string& cuda_source) {
   if (abi() != sizeof(ThreadCtx))
     detail::fail("emu::Module", "the shim's thread context has ", abi(), " bytes, the launcher's ",
                  sizeof(ThreadCtx));
+  for (KernelEntry& k : kernels_) {
+    k.call = reinterpret_cast<void (*)(void**)>(symbol(("tessel_emu_call_" + k.name).c_str()));
+    auto params = reinterpret_cast<int (*)(unsigned long*, int)>(
+        symbol(("tessel_emu_params_" + k.name).c_str()));
+    unsigned long p[64];
+    const int n = params(p, 64);
+    if (n > 64) detail::fail("emu::Module", "kernel ", k.name, " has more than 64 parameters");
+    for (int i = 0; i < n; ++i) {
+      k.param_bytes.push_back(static_cast<size_t>(p[i] & ~(1ul << 63)));
+      k.param_is_pointer.push_back((p[i] >> 63) != 0);
+    }
+  }
+}
+
+const KernelEntry* Module::find(const std::string& name) const {
+  for (const KernelEntry& k : kernels_)
+    if (k.name == name) return &k;
+  return nullptr;
 }
 
 void Module::Unload::operator()(void* handle) const { ::dlclose(handle); }
@@ -352,10 +393,84 @@ void* Module::symbol(const char* name) const {
   return p;
 }
 
+// A block's threads, started once per launch and handed one block after another: starting
+// blockDim threads per block made many-block launches cost a thread start per CUDA thread.
+class Crew {
+ public:
+  Crew(unsigned n, void (*bind)(const void*), const std::function<void()>& body) {
+    threads_.reserve(n);
+    try {
+      for (unsigned t = 0; t < n; ++t) start(t, bind, body);
+    } catch (...) {  // the threads already started are stopped before the error goes on
+      stop();
+      throw;
+    }
+  }
+  ~Crew() { stop(); }
+  void run(Block& block, std::vector<ThreadCtx>& ctx) {
+    {
+      std::lock_guard lk(mu_);
+      block_ = &block;
+      ctx_ = &ctx;
+      ++gen_;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  void start(unsigned t, void (*bind)(const void*), const std::function<void()>& body) {
+    threads_.emplace_back([this, t, bind, &body] {
+      for (uint64_t seen = 0;;) {
+        Block* block = nullptr;
+        {
+          std::unique_lock lk(mu_);
+          cv_.wait(lk, [&] { return quit_ || gen_ != seen; });
+          if (quit_) return;
+          seen = gen_;
+          block = block_;
+          bind(&(*ctx_)[t]);
+        }
+        std::string error;
+        try {
+          body();
+        } catch (const BlockAbort&) {
+          error = "aborted";
+        } catch (const std::exception& e) {
+          error = e.what();
+        }
+        block->exited(t, error);  // the block is not touched after this
+      }
+    });
+  }
+  void stop() {
+    {
+      std::lock_guard lk(mu_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& th : threads_) th.join();
+    threads_.clear();
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t gen_ = 0;
+  bool quit_ = false;
+  Block* block_ = nullptr;
+  std::vector<ThreadCtx>* ctx_ = nullptr;
+  std::vector<std::thread> threads_;
+};
+
 void Module::launch(const LaunchConfig& cfg, const std::function<void()>& body) const {
   check_config(cfg);
   const unsigned bdim[3] = {cfg.block.x, cfg.block.y, cfg.block.z};
   const unsigned n = bdim[0] * bdim[1] * bdim[2];
+  std::unique_ptr<Crew> crew;
+  try {
+    crew = std::make_unique<Crew>(n, bind_, body);
+  } catch (const std::system_error& e) {
+    throw EmulationError(std::string("cannot start the block's threads: ") + e.what());
+  }
   for (unsigned bz = 0; bz < cfg.grid.z; ++bz)
     for (unsigned by = 0; by < cfg.grid.y; ++by)
       for (unsigned bx = 0; bx < cfg.grid.x; ++bx) {
@@ -373,26 +488,7 @@ void Module::launch(const LaunchConfig& cfg, const std::function<void()>& body) 
                              exchange_cb,
                              static_smem_cb,
                              trap_cb};
-        std::vector<std::thread> threads;
-        threads.reserve(n);
-        try {
-          for (unsigned t = 0; t < n; ++t)
-            threads.emplace_back([&, t] {
-              std::string error;
-              bind_(&ctx[t]);
-              try {
-                body();
-              } catch (const BlockAbort&) {
-                error = "aborted";
-              } catch (const std::exception& e) {
-                error = e.what();
-              }
-              block.exited(t, error);
-            });
-        } catch (const std::system_error& e) {
-          block.abort(std::string("cannot start the block's threads: ") + e.what());
-          for (unsigned t = static_cast<unsigned>(threads.size()); t < n; ++t) block.exited(t, "");
-        }
+        crew->run(block, ctx);
         if (!block.wait_all(cfg.stall_timeout * 2 + std::chrono::seconds(5))) {
           // A thread loops without reaching a barrier: it cannot be stopped, so stop the process
           // rather than hang the test run or let it write into freed buffers.
@@ -403,7 +499,6 @@ void Module::launch(const LaunchConfig& cfg, const std::function<void()>& body) 
                        block.error().c_str(), source_path_.c_str());
           std::abort();
         }
-        for (std::thread& th : threads) th.join();
         const std::string error = block.error();
         if (!error.empty())
           throw EmulationError("block (" + std::to_string(bx) + "," + std::to_string(by) + "," +

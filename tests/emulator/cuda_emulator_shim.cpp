@@ -238,6 +238,30 @@ static inline float __uint_as_float(unsigned a) { return tessel_emu_bit_cast<flo
 static inline unsigned __float_as_uint(float a) { return tessel_emu_bit_cast<unsigned>(a); }
 static inline double __longlong_as_double(long long a) { return tessel_emu_bit_cast<double>(a); }
 static inline long long __double_as_longlong(double a) { return tessel_emu_bit_cast<long long>(a); }
+// ---- calls by argument array (cuLaunchKernel's kernelParams): one trampoline per kernel ----
+// Module appends `tessel_emu_call_<name>` and `tessel_emu_params_<name>` after the source; the
+// parameter types come from the kernel's own declaration, so no signature is parsed by hand.
+template <unsigned long... I> struct tessel_emu_seq {};
+template <unsigned long N, unsigned long... I>
+struct tessel_emu_make : tessel_emu_make<N - 1, N - 1, I...> {};
+template <unsigned long... I> struct tessel_emu_make<0, I...> { using type = tessel_emu_seq<I...>; };
+template <class... A, unsigned long... I>
+static inline void tessel_emu_apply(void (*f)(A...), void** a, tessel_emu_seq<I...>) {
+  f(*(A*)a[I]...);
+}
+template <class... A>
+static inline void tessel_emu_apply(void (*f)(A...), void** a) {
+  tessel_emu_apply(f, a, typename tessel_emu_make<sizeof...(A)>::type{});
+}
+template <class T> struct tessel_emu_is_ptr { static const unsigned long v = 0; };
+template <class T> struct tessel_emu_is_ptr<T*> { static const unsigned long v = 1; };
+// Each parameter's size, with bit 63 set for pointers; returns the parameter count.
+template <class... A>
+static inline int tessel_emu_params(void (*)(A...), unsigned long* out, int cap) {
+  const unsigned long z[] = {(sizeof(A) | tessel_emu_is_ptr<A>::v << 63)..., 0};
+  for (int k = 0; k < (int)sizeof...(A) && k < cap; ++k) out[k] = z[k];
+  return (int)sizeof...(A);
+}
 // ---- end of shim; the kernel source follows ----
 )SHIM";
 }
