@@ -43,7 +43,7 @@ cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMP
   -DTESSEL_BUILD_TESTS=ON -DTESSEL_BUILD_TOOLS=$((standin ? 0 : 1)) -DTESSEL_BUILD_PYTHON=OFF \
   -DCMAKE_CXX_COMPILER_LAUNCHER="${TESSEL_CCACHE:-}" > /dev/null
 if ((standin)); then
-  cmake --build "$dir" --target tessel_tests tessel_standin_cuda tessel_standin_nvrtc
+  cmake --build "$dir" --target tessel_gpu_tests tessel_standin_cuda tessel_standin_nvrtc
 else
   cmake --build "$dir"
 fi

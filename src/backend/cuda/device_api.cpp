@@ -171,17 +171,20 @@ double CudaDeviceApi::dot_device(const ArrayView& x, const ArrayView& y) {
       cuda_function(device, cuda_ptx(cuda_sum_rows_source(true), dev.arch()), "tessel_sum_rows");
   Workspace& ws = cuda_workspace(device);
   std::lock_guard lk(ws.mu);
-  // A fixed number of blocks, whatever n: the partial sums, and so the result, are the same
-  // on every run.
+  // Blocks by n alone (up to kCudaDotBlocks), never by the device or timing: the partial sums,
+  // and so the result, are the same on every run; a short vector (CG on a few hundred points)
+  // does not launch 127 idle blocks.
+  const long long blocks =
+      std::clamp<long long>((n + kCudaSumRowsBlock - 1) / kCudaSumRowsBlock, 1, kCudaDotBlocks);
   const CuDevicePtr part = ws.get(device, 8, (kCudaDotBlocks + 1) * sizeof(double));
   CuDevicePtr xp = reinterpret_cast<CuDevicePtr>(x.data),
               yp = reinterpret_cast<CuDevicePtr>(y.data),
               out = part + kCudaDotBlocks * sizeof(double);
-  long long count = n, rows = kCudaDotBlocks, cols = 1, stride = 1;
+  long long count = n, rows = blocks, cols = 1, stride = 1;
   void* dargs[] = {&xp, &yp, &count, const_cast<CuDevicePtr*>(&part)};
   void* sargs[] = {const_cast<CuDevicePtr*>(&part), &rows, &cols, &out, &stride};
-  cuda_launch(dot, kCudaDotBlocks, 1, kCudaSumRowsBlock, kCudaSumRowsBlock * sizeof(double),
-              nullptr, dargs);
+  cuda_launch(dot, static_cast<unsigned>(blocks), 1, kCudaSumRowsBlock,
+              kCudaSumRowsBlock * sizeof(double), nullptr, dargs);
   cuda_launch(sum, 1, 1, kCudaSumRowsBlock, kCudaSumRowsBlock * sizeof(double), nullptr, sargs);
   double result = 0;
   cuda_copy_2d(&result, sizeof(double), reinterpret_cast<const void*>(out), sizeof(double),
