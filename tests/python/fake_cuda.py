@@ -179,6 +179,24 @@ def _move(func, args, kwargs):
     return _to_device(out, target) if out is t else _record(out, target)
 
 
+# Backward passes running (the check below is left out there: the engine's C++ backward
+# formulas make new tensors from their inputs' options, which here say CPU, and those reach the
+# next Python backward as host tensors).
+_in_backward = [0]
+# Operations PyTorch lets mix a CUDA tensor with CPU ones (indices, masks).
+_MIXED_OK = {"__getitem__", "__setitem__", "index_select", "index_put", "index_add", "take",
+             "gather", "scatter", "masked_fill", "where"}
+
+
+def _same_device(name, args, kwargs):
+    """Raises as PyTorch does when an operation mixes device and host tensors (0-dim host
+    tensors excepted, as on a GPU)."""
+    devices = {device_of(t) for t in _tensors((args, kwargs)) if t.dim() > 0}
+    if len(devices) > 1 and None in devices:
+        raise RuntimeError(f"{name}: expected all tensors to be on the same device, but found at "
+                           "least two devices, cuda:0 and cpu! (fake CUDA)")
+
+
 def _on_device_of_inputs(func, args, kwargs, target=None):
     """func(*args, **kwargs), its tensor results on `target`, else on the device of its first
     device input (after the stand-in's streams are done), else on the host."""
@@ -204,8 +222,12 @@ class _DeviceMode(TorchFunctionMode):
         if func in _DIRECT:
             return func(*args, **kwargs)
         if func in _RUNS_CODE:  # a backward pass runs tessel's Functions: the mode stays on
-            with _DeviceMode():
-                return _RUNS_CODE[func](*args, **kwargs)
+            _in_backward[0] += 1
+            try:
+                with _DeviceMode():
+                    return _RUNS_CODE[func](*args, **kwargs)
+            finally:
+                _in_backward[0] -= 1
         if name in ("cpu", "cuda", "to") and args and isinstance(args[0], torch.Tensor):
             return _move(_MOVES[name], args, kwargs)
         if name.endswith("_") and not name.endswith("__") and args and isinstance(
@@ -217,6 +239,8 @@ class _DeviceMode(TorchFunctionMode):
         if target is not None:
             kwargs["device"] = "cpu"
             kwargs.pop("pin_memory", None)
+        elif name not in _MIXED_OK and not _in_backward[0]:
+            _same_device(name, args, kwargs)
         return _on_device_of_inputs(func, args, kwargs, target)
 
 

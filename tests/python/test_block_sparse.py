@@ -81,7 +81,10 @@ def test_torch_block_sparse_on_cuda_equals_cpu(dtype):
     rng = np.random.default_rng(6)
     n, m = 700, 900
     ranges, _ = pattern(n, m, rng)
-    tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-11, atol=1e-13)
+    # float32: the two devices sum up to m positive terms in other orders, each within m u of
+    # the exact sum (u = 2^-24), and the gradients of v^2 carry that twice
+    tol = (dict(rtol=4 * m * 2.0**-24, atol=1e-6) if dtype == torch.float32
+           else dict(rtol=1e-11, atol=1e-13))
     for formula, op in ((FORMULA, "Sum"), ("B - SqDist(X,Y)", "LogSumExp")):
         g = TGenred(formula, ALIASES, reduction_op=op)
         outs = []

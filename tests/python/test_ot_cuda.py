@@ -86,7 +86,7 @@ def test_multiscale_on_cuda_equals_cpu(case):
 @needs_gpu
 def test_errors_name_what_does_not_run_on_cuda():
     a, x, b, y = weighted_clouds(50, 40, d=3, seed=7)
-    with pytest.raises(ValueError, match="x is on cuda:0 but y on cpu"):
+    with pytest.raises(ValueError, match="y is on cpu but x on cuda:0"):
         SamplesLoss("sinkhorn")(x.cuda(), y)
     bad = x.clone()
     bad[3, 1] = float("nan")

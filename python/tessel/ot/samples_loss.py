@@ -462,6 +462,10 @@ class SamplesLoss(torch.nn.Module):
             if t.dtype != x.dtype:
                 raise TypeError(f"{_WHO}: {name} has dtype {t.dtype} but x has {x.dtype}; "
                                 "expected the same dtype")
+            # Before any torch operation on them, which would name neither argument.
+            if t.device != x.device:
+                raise ValueError(f"{_WHO}: {name} is on {t.device} but x on {x.device}; expected "
+                                 "one device")
         if x.dim() not in (2, 3) or y.dim() != x.dim():
             raise ValueError(f"{_WHO}: x and y must both be (N, D) or both (B, N, D) tensors, got "
                              f"shapes {tuple(x.shape)} and {tuple(y.shape)}")
@@ -478,6 +482,11 @@ class SamplesLoss(torch.nn.Module):
             if self.loss == "sinkhorn" and t.shape[-2] == 0:
                 raise ValueError(f"{who}: {name} has shape {tuple(t.shape)}; expected at least "
                                  "one point per cloud for loss='sinkhorn'")
+            # On every device and backend alike (the bounding box, the scalings and the series
+            # regime would otherwise turn one NaN into a NaN loss without a word).
+            if not bool(torch.isfinite(t.detach()).all()):
+                raise ValueError(f"{who}: {name} has a non-finite coordinate; points must be "
+                                 "finite")
         # As in GeomLoss, a None weight is uniform for its own cloud only.
         a, b = self._weights("a", a, x), self._weights("b", b, y)
         if not batched:
