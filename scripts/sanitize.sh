@@ -14,7 +14,7 @@
 # first error. Not covered: kernels compiled at run time are separate shared objects built by
 # TESSEL_CXX with their own flags and dlopen-ed by the tests; they run uninstrumented inside the
 # instrumented process (ASan still sees the host code's buffers they are handed). The Python
-# module is left out.
+# module is built and run only with --standin under ASan.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -37,13 +37,22 @@ else
   dir=build-asan san=address,undefined
   flags="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined"
 fi
+# With --standin under ASan, the Python module too (instrumented like the library it calls; the
+# interpreter is not, so the ASan runtime is preloaded when it runs).
+python_opts=(-DTESSEL_BUILD_PYTHON=OFF)
+targets=(tessel_gpu_tests tessel_standin_cuda tessel_standin_nvrtc)
+if ((standin && !tsan)); then
+  python=$(scripts/python_env.sh)
+  python_opts=(-DTESSEL_BUILD_PYTHON=ON -DPython_EXECUTABLE="$python")
+  targets+=(_core tessel_python_files)
+fi
 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=g++ \
   -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=$san" \
   -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=$san" \
-  -DTESSEL_BUILD_TESTS=ON -DTESSEL_BUILD_TOOLS=$((standin ? 0 : 1)) -DTESSEL_BUILD_PYTHON=OFF \
+  -DTESSEL_BUILD_TESTS=ON -DTESSEL_BUILD_TOOLS=$((standin ? 0 : 1)) "${python_opts[@]}" \
   -DCMAKE_CXX_COMPILER_LAUNCHER="${TESSEL_CCACHE:-}" > /dev/null
 if ((standin)); then
-  cmake --build "$dir" --target tessel_gpu_tests tessel_standin_cuda tessel_standin_nvrtc
+  cmake --build "$dir" --target "${targets[@]}"
 else
   cmake --build "$dir"
 fi
@@ -61,7 +70,22 @@ export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:history_size=4${TSA
 # ASan runtime and abort ("ASan runtime does not come first").
 export CXXFLAGS="$flags" LDFLAGS="-fsanitize=$san"
 if ((standin)); then
-  ctest --test-dir "$dir" --output-on-failure -L standin "$@"
+  rc=0
+  ctest --test-dir "$dir" --output-on-failure -L standin "$@" || rc=$?
+  if ((!tsan)); then
+    # The classes of call that crashed on the first GPU, from Python on CUDA tensors faked over
+    # the stand-in (tests/python/fake_cuda.py): the torch front end's CUDA path, the bindings and
+    # the backend under ASan + UBSan. Leaks are not checked (the interpreter keeps its own).
+    # libstdc++ is preloaded too: ASan's __cxa_throw interceptor needs it loaded at start-up.
+    env -u CXXFLAGS -u LDFLAGS \
+      LD_PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)" \
+      ASAN_OPTIONS=halt_on_error=1:detect_leaks=0 TESSEL_FAKE_CUDA=1 \
+      TESSEL_LIBCUDA="$PWD/$dir/tests/standin/libtessel_standin_cuda.so" \
+      TESSEL_NVRTC="$PWD/$dir/tests/standin/libtessel_standin_nvrtc.so" \
+      TESSEL_CACHE_DIR="$PWD/$dir/standin-cache" PYTHONPATH="$PWD/$dir/python" \
+      "$python" -m pytest -q -p no:cacheprovider tests/python/test_cuda_crash_classes.py || rc=$?
+  fi
+  exit "$rc"
 else
   # The libFuzzer run has its own clang sanitizer build (scripts/fuzz.sh); it is not repeated here.
   ctest --test-dir "$dir" --output-on-failure -E '^fuzz_parser_bounded$' "$@"

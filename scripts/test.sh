@@ -3,8 +3,9 @@
 # Octave bindings' tests, then the documentation site's build and browser check.
 #
 # Usage: scripts/test.sh [extra ctest options, e.g. -R cli]
-# The `standin` label runs again under ASan + UBSan and TSan (TESSEL_TEST_STANDIN_SANITIZE=0 skips
-# it; logs in build/standin-asan.log and build/standin-tsan.log).
+# The `standin` label runs again under ASan + UBSan and TSan, and the Python crash-class tests under
+# ASan (TESSEL_TEST_STANDIN_SANITIZE=0 skips them; logs in build/standin-asan.log and
+# build/standin-tsan.log); the Python CUDA tests run once more on fake CUDA tensors.
 # Passed tests are not listed; failures are shown with their output, then ctest's summary.
 # The full ctest output is kept in build/ctest.log, and build/ctest-<level>.log for the kernel
 # tests rerun at each lower SIMD level (TESSEL_TEST_SIMD_LEVELS="avx2 sse2" picks the levels), and
@@ -80,6 +81,22 @@ TESSEL_CACHE_DIR="$PWD/build/test-cache" PYTHONPATH="$PWD/build/python" \
   "$python" -m pytest -q -p no:cacheprovider -n "$(nproc 2> /dev/null || echo 2)" \
   --durations=10 --durations-min=1 tests/python
 py_rc=$?
+# The Python tests with CUDA paths once more, on CUDA tensors faked over the stand-in driver
+# (tests/python/fake_cuda.py): the torch front end's CUDA path, tessel.ot's GPU branch and the
+# launches' sizes (the stand-in's launch log), with the kernels in the stand-in's CPU emulator.
+echo "test: running the Python CUDA tests on the stand-in CUDA driver (TESSEL_FAKE_CUDA=1)"
+start=$SECONDS
+TESSEL_FAKE_CUDA=1 TESSEL_LIBCUDA="$PWD/build/tests/standin/libtessel_standin_cuda.so" \
+  TESSEL_NVRTC="$PWD/build/tests/standin/libtessel_standin_nvrtc.so" \
+  TESSEL_CACHE_DIR="$PWD/build/standin-cache" PYTHONPATH="$PWD/build/python" \
+  "$python" -m pytest -q -p no:cacheprovider -n "$(nproc 2> /dev/null || echo 2)" \
+  tests/python/test_cuda_crash_classes.py tests/python/test_cuda_device.py \
+  tests/python/test_cuda_fill.py tests/python/test_block_sparse.py \
+  tests/python/test_genred_torch.py tests/python/test_half.py tests/python/test_kernel_solve.py \
+  tests/python/test_ot_cuda.py -k "cuda or gpu"
+fake_rc=$?
+echo "test: Python CUDA tests on the stand-in took $((SECONDS - start)) s"
+((fake_rc == 0)) || rc=$fake_rc
 # The R package and the Octave MEX gateway on the same library and kernel cache, each with its own
 # runner summary (testthat; the Octave runner's passed / failed count). Each installs R or Octave
 # when missing (Debian packages).

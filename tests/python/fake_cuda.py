@@ -184,13 +184,15 @@ def _move(func, args, kwargs):
 # next Python backward as host tensors).
 _in_backward = [0]
 # Operations PyTorch lets mix a CUDA tensor with CPU ones (indices, masks).
-_MIXED_OK = {"__getitem__", "__setitem__", "index_select", "index_put", "index_add", "take",
-             "gather", "scatter", "masked_fill", "where"}
+_MIXED_OK = {"__getitem__", "__setitem__", "index", "index_select", "index_put", "index_add",
+             "take", "gather", "scatter", "masked_fill", "where"}
 
 
 def _same_device(name, args, kwargs):
     """Raises as PyTorch does when an operation mixes device and host tensors (0-dim host
     tensors excepted, as on a GPU)."""
+    if name.split(".")[0] in _MIXED_OK:
+        return
     devices = {device_of(t) for t in _tensors((args, kwargs)) if t.dim() > 0}
     if len(devices) > 1 and None in devices:
         raise RuntimeError(f"{name}: expected all tensors to be on the same device, but found at "

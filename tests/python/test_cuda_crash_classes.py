@@ -1,6 +1,7 @@
 """The five classes of call that crashed the process on the first real GPU (SIGSEGV in host code):
 gradients of LogSumExp and of SumSoftMaxWeight, batch dimensions, block-sparse ranges, and the
-unrolled tessel.ot gradient, each on CUDA tensors against the same call on the CPU in float64.
+unrolled tessel.ot gradient, each on CUDA tensors against the same call on the CPU in float64;
+and one step of a tessel.shapes registration (LDDMM shooting and a varifold attachment).
 
 They run on a real GPU (scripts/gpu_check.sh runs them first, under AddressSanitizer and
 compute-sanitizer) and, without one, on CUDA tensors faked over the stand-in driver
@@ -101,3 +102,23 @@ def test_unrolled_ot_gradient_on_cuda():
     y = torch.rand(50, 3, generator=g, dtype=F64) + 0.2
     loss = SamplesLoss("sinkhorn", blur=0.1, gradient="unrolled", snapshots=3)
     both_devices(loss, [x, y], order=1)
+
+
+def test_lddmm_registration_step_on_cuda():
+    """One step of a surface registration: shoot the control points and the mesh's vertices,
+    compare with the target through a varifold; the loss and its gradient in the momenta."""
+    from tessel.shapes import GaussianKernel, LDDMM, Mesh, Varifold
+
+    source = Mesh.icosphere(1).to(F64)
+    target = source.with_points(source.points * torch.tensor([1.2, 0.9, 1.0], dtype=F64))
+    g = torch.Generator().manual_seed(6)
+    p0 = 0.1 * torch.randn(source.points.shape, generator=g, dtype=F64)
+    model = LDDMM(GaussianKernel(0.5), n_steps=3)
+    attach = Varifold(0.4)
+
+    def step(q, p, tq):
+        q_end, _, x_end = model.shoot(q, p, q)
+        return (attach(source.with_points(x_end), target.with_points(tq))
+                + 0.1 * model.kernel.hamiltonian(q, p))[None]
+
+    both_devices(step, [source.points, p0, target.points], order=1)
