@@ -174,7 +174,8 @@ if [[ ${GPU_CHECK_ASAN:-1} != 0 ]] && has_time "crash classes under ASan" &&
       -DTESSEL_BUILD_TOOLS=OFF -DTESSEL_BUILD_TESTS=OFF -DTESSEL_BUILD_PYTHON=ON \
       -DPython_EXECUTABLE='$py' && cmake --build '$build-asan' -j $jobs"; then
   run_step "crash classes under ASan" "$out/asan.log" timeout "$(left)" env \
-    LD_PRELOAD="$(g++ -print-file-name=libasan.so)" PYTHONPATH="$PWD/$build-asan/python:$site" \
+    LD_PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)" \
+    PYTHONPATH="$PWD/$build-asan/python:$site" \
     ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0:halt_on_error=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 TESSEL_CACHE_DIR="$PWD/$build-asan/cache" \
     "$py" -X faulthandler -m pytest -q -p no:cacheprovider -rfEs "$crash_tests"
