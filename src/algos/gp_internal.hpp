@@ -21,6 +21,13 @@ void check_duplicates(const char* who, const ArrayView& x, const std::vector<dou
 std::vector<double> read_points(const ArrayView& x);
 /// An array of rows x cols in `dtype` (float32 or float64) holding row-major doubles.
 Array to_array(std::span<const double> v, int64_t rows, int64_t cols, DType dtype);
+/// The inputs of a reduction of `f` (a kernel formula, maybe simplified, times a new variable at
+/// `slot`, the top index + 1): the points xi, xj and the kernel's parameters where f reads them,
+/// nothing where it does not (a simplification may drop a variable), `extra` at `slot`.
+std::vector<ArrayView> reduction_inputs(const GpKernel& kern, const Formula& f, const ArrayView& xi,
+                                        const ArrayView& xj, int slot, const ArrayView& extra);
+/// The index one past the formula's variables: where a product's vectors go.
+int next_slot(const Formula& f);
 /// Checks a span holds `size` values for `who`.
 void check_size(const char* who, const char* what, size_t got, int64_t size);
 /// In-place lower Cholesky of a k x k row-major matrix; false when not positive definite.

@@ -139,6 +139,30 @@ Array to_array(std::span<const double> v, int64_t rows, int64_t cols, DType dtyp
   return a;
 }
 
+std::vector<ArrayView> reduction_inputs(const GpKernel& kern, const Formula& f, const ArrayView& xi,
+                                        const ArrayView& xj, int slot, const ArrayView& extra) {
+  std::vector<ArrayView> in(static_cast<size_t>(slot) + 1);
+  for (const Formula& u : variables(f)) {
+    const int q = u.node().var_index();
+    if (q == kern.xi)
+      in[q] = xi;
+    else if (q == kern.xj)
+      in[q] = xj;
+    else if (static_cast<size_t>(q) < kern.inputs.size())
+      in[q] = kern.inputs[q];
+    else
+      detail::fail("gp", "the kernel's inputs hold no array for variable ", q);
+  }
+  in[slot] = extra;
+  return in;
+}
+
+int next_slot(const Formula& f) {
+  int top = -1;
+  for (const Formula& u : variables(f)) top = std::max(top, u.node().var_index());
+  return top + 1;
+}
+
 }  // namespace gp_detail
 
 namespace {
@@ -150,25 +174,15 @@ void from_array(const Array& a, std::span<double> out) {
   for (int64_t q = 0; q < a.size(); ++q) out[q] = a.at(q);
 }
 
-int top_index(const Formula& f) {
-  int top = 0;
-  for (const Formula& u : variables(f)) top = std::max(top, u.node().var_index());
-  return top;
-}
-
 // out[:, :m] = Sum over the reduced index of k * V, V the new variable top + 1 of width m: over j
 // (axis 1, V a j-variable) or over i (axis 0, V an i-variable).
 void reduce_with(const GpKernel& kern, const Formula& k, int axis, const ArrayView& xi,
                  const ArrayView& xj, const Array& v, std::span<double> out, Sizes sizes = {}) {
-  const int slot = top_index(k) + 1;
+  const int slot = gp_detail::next_slot(k);
   const int m = static_cast<int>(v.shape()[1]);
   const Formula w = axis == 1 ? vj(slot, m) : vi(slot, m);
   const Reduction r(ReductionOp::Sum, k * w, axis);
-  std::vector<ArrayView> in = kern.inputs;
-  in.resize(std::max<size_t>(in.size(), static_cast<size_t>(slot) + 1));
-  in[kern.xi] = xi;
-  in[kern.xj] = xj;
-  in[slot] = v.view();
+  const std::vector<ArrayView> in = gp_detail::reduction_inputs(kern, k, xi, xj, slot, v.view());
   const std::vector<Array> res = evaluate(r, std::span<const ArrayView>(in), kern.eval, sizes);
   from_array(res[0], out);
 }

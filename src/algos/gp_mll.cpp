@@ -21,19 +21,16 @@ void bilinear_grads(const GpKernel& kern, const ArrayView& x, const std::vector<
                     const std::vector<double>& b, int64_t m, std::span<const int> wrt,
                     std::span<const ArrayView> grads) {
   const int64_t n = x.shape[0];
-  int top = 0;
-  for (const Formula& u : variables(kern.k)) top = std::max(top, u.node().var_index());
-  const int slot = top + 1;
+  const int slot = gp_detail::next_slot(kern.k);
   const Reduction r(ReductionOp::Sum, kern.k * vj(slot, static_cast<int>(m)), 1);
   const Array av = gp_detail::to_array(a, n, m, x.dtype),
               bv = gp_detail::to_array(b, n, m, x.dtype);
-  std::vector<ArrayView> in = kern.inputs;
-  in.resize(std::max<size_t>(in.size(), static_cast<size_t>(slot) + 1));
-  in[kern.xi] = x;
-  in[kern.xj] = x;
-  in[slot] = bv.view();
+  const std::vector<ArrayView> in =
+      gp_detail::reduction_inputs(kern, kern.k, x, x, slot, bv.view());
   for (size_t q = 0; q < wrt.size(); ++q) {
-    if (wrt[q] == slot || wrt[q] < 0)
+    bool used = false;
+    for (const Formula& u : variables(kern.k)) used = used || u.node().var_index() == wrt[q];
+    if (!used)
       detail::fail(kWho, "wrt names variable ", wrt[q], ", which is not a variable of the kernel");
     const Reduction g = grad(r, wrt[q]);
     int cot = 0;
