@@ -213,6 +213,14 @@ class ExactGP(torch.nn.Module):
 
     def _exact_cholesky(self, who):
         x = self.x.to(torch.float64)
+        if float(self.noise.min()) == 0:  # as the core: a singular K, named, not rounded away
+            _, inverse, counts = torch.unique(x, dim=0, return_inverse=True, return_counts=True)
+            if bool((counts > 1).any()):
+                group = int(torch.nonzero(counts > 1)[0])
+                a, b = torch.nonzero(inverse == group)[:2, 0].tolist()
+                raise ValueError(f"{who}: points {a} and {b} are equal and the noise is 0 there: "
+                                 "K + noise is singular; give a positive noise or remove "
+                                 "duplicates")
         k = self.kernel.dense(x, x) + self.noise.to(torch.float64) * torch.eye(
             x.shape[0], dtype=torch.float64)
         chol, info = torch.linalg.cholesky_ex(k)
