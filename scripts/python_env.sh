@@ -26,8 +26,9 @@ if [[ -d .venv/lib/python3*/site-packages/numpy ]] 2> /dev/null ||
 fi
 # tessel.shapes.io: meshio (mesh files), nibabel (GIfTI, FreeSurfer), matplotlib (figures); pip
 # picks the releases that work with the pinned numpy (Debian's matplotlib pulls ~40 packages).
+# scikit-learn: tessel.gp's exact mode is tested against its GaussianProcessRegressor.
 want=(nanobind scikit-build-core pykeops==2.3 geomloss hypothesis torchdiffeq==0.2.5 pytest-xdist
-  meshio nibabel matplotlib numpydoc==1.11.0 websocket-client==1.8.0 "$@")
+  meshio nibabel matplotlib numpydoc==1.11.0 websocket-client==1.8.0 scikit-learn==1.5.2 "$@")
 # The installed distributions' normalized names, listed once: a `pip show` per package costs
 # half a second each.
 installed=$("$py" - <<'PY'
@@ -46,8 +47,8 @@ if ((${#missing[@]})); then
   echo "python: installing ${missing[*]} into .venv" >&2
   "$py" -m pip install -q -c "$constraints" "${missing[@]}" >&2
 fi
-# nilearn only for the fsaverage5 surfaces it ships: without its dependencies (scikit-learn,
-# pandas, scipy...), which tessel never imports.
+# nilearn only for the fsaverage5 surfaces it ships: without its dependencies (pandas, ...),
+# which tessel never imports.
 if ! grep -qx nilearn <<< "$installed"; then
   echo "python: installing nilearn (data files only, --no-deps) into .venv" >&2
   "$py" -m pip install -q --no-deps nilearn==0.14.1 >&2

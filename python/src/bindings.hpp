@@ -67,6 +67,7 @@ void bind_formulas(nb::module_& m);
 void bind_options(nb::module_& m);
 void bind_reductions(nb::module_& m);
 void bind_solve(nb::module_& m);
+void bind_gp(nb::module_& m);
 void bind_loops(nb::module_& m);
 void bind_ot(nb::module_& m);
 

@@ -45,6 +45,7 @@ NB_MODULE(_core, m) {
   py::bind_formulas(m);
   py::bind_reductions(m);
   py::bind_solve(m);
+  py::bind_gp(m);
   py::bind_ot(m);
   py::bind_loops(m);
   // After the Error translator: tried before it (an option of the wrong type is a TypeError).

@@ -18,8 +18,8 @@ import numpydoc.validate as numpydoc_validate  # scripts/python_env.sh installs 
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PUBLIC_MODULES = [
-    "tessel", "tessel.numpy", "tessel.torch", "tessel.lazytensor", "tessel.ot", "tessel.shapes",
-    "tessel.shapes.io", "tessel.loops", "tessel.distributed", "tessel.checkpoint",
+    "tessel", "tessel.numpy", "tessel.torch", "tessel.lazytensor", "tessel.ot", "tessel.gp",
+    "tessel.shapes", "tessel.shapes.io", "tessel.loops", "tessel.distributed", "tessel.checkpoint",
     "tessel.memory", "tessel.compat", "tessel.compat.pykeops", "tessel.compat.pykeops.numpy",
     "tessel.compat.pykeops.torch",
 ]

@@ -1,0 +1,164 @@
+"""GP kernels beyond the stationary family of r: periodic, linear and polynomial.
+
+Same contract as tessel.gp.kernels: one formula text, a dense PyTorch matrix and an exact
+diagonal; positive hyperparameters through softplus.
+"""
+import math
+
+import torch
+
+from .kernels import Kernel, _points, _positive
+
+__all__ = ["Periodic", "Linear", "Polynomial"]
+
+
+class Periodic(Kernel):
+    """The periodic kernel exp(-2 S / lengthscale^2).
+
+    distance="per_dimension" (the default, GPyTorch's PeriodicKernel): S = sum_d sin^2(pi
+    (x_d - y_d) / period), a product of one-dimensional periodic kernels, positive definite in
+    any dimension. distance="euclidean" (scikit-learn's ExpSineSquared): S = sin^2(pi |x - y| /
+    period), positive definite only for d = 1; for d > 1 its matrix can have negative eigenvalues
+    (the noise may or may not hide them). Both agree for d = 1.
+
+    Parameters
+    ----------
+    lengthscale : float
+        > 0.
+    period : float
+        > 0.
+    distance : {"per_dimension", "euclidean"}
+        See above.
+
+    Raises
+    ------
+    ValueError
+        For another distance.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.gp import Periodic
+    >>> Periodic(period=1.0).dense(torch.zeros(1, 1), torch.full((1, 1), 3.0))
+    tensor([[1.]], dtype=torch.float64, grad_fn=<ExpBackward0>)
+    """
+
+    def __init__(self, lengthscale=1.0, period=1.0, distance="per_dimension"):
+        super().__init__()
+        if distance not in ("per_dimension", "euclidean"):
+            raise ValueError(f"Periodic: distance must be 'per_dimension' or 'euclidean', got "
+                             f"{distance!r}")
+        self.distance = distance
+        self._positive_parameter("lengthscale", lengthscale, "Periodic")
+        self._positive_parameter("period", period, "Periodic")
+
+    lengthscale = _positive("lengthscale", "The lengthscale (softplus of the raw parameter).")
+
+    period = _positive("period", "The period (softplus of the raw parameter).")
+
+    def _text(self, pack, d):
+        ell, per = pack.add(self.lengthscale), pack.add(self.period)
+        if self.distance == "euclidean":
+            s = f"Square(Sin({math.pi!r}*Sqrt(SqDist(X,Y))/{per}))"
+        else:
+            s = f"Sum(Square(Sin({math.pi!r}*(X-Y)/{per})))"
+        return f"Exp(-IntCst(2)*{s}/Square({ell}))"
+
+    def dense(self, x1, x2):
+        """The kernel matrix (n1, n2) in PyTorch (see Kernel.forward)."""
+        x1, x2 = _points(x1, x2, "Periodic")
+        ell, per = self.lengthscale.to(x1.dtype), self.period.to(x1.dtype)
+        if self.distance == "euclidean":
+            r2 = ((x1 * x1).sum(1)[:, None] + (x2 * x2).sum(1)[None, :] -
+                  2 * x1 @ x2.T).clamp_min(0)
+            r = torch.sqrt(torch.where(r2 > 0, r2, torch.ones_like(r2))) * (r2 > 0)
+            s = torch.sin(math.pi * r / per) ** 2
+        else:  # O(n1 n2 d) memory: the dense mode is for small n
+            s = (torch.sin(math.pi * (x1[:, None, :] - x2[None, :, :]) / per) ** 2).sum(-1)
+        return torch.exp(-2 * s / ell ** 2)
+
+    def diag(self, x):
+        """Ones (see RBF.diag)."""
+        return torch.ones(torch.as_tensor(x).shape[0], dtype=torch.float64)
+
+
+class Linear(Kernel):
+    """The linear kernel variance * x^T y (GPyTorch's LinearKernel).
+
+    Parameters
+    ----------
+    variance : float
+        > 0.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.gp import Linear
+    >>> Linear(variance=2.0).diag(torch.ones(1, 3))
+    tensor([6.], dtype=torch.float64, grad_fn=<MulBackward0>)
+    """
+
+    def __init__(self, variance=1.0):
+        super().__init__()
+        self._positive_parameter("variance", variance, "Linear")
+
+    variance = _positive("variance", "The variance (softplus of the raw parameter).")
+
+    def _text(self, pack, d):
+        return f"{pack.add(self.variance)}*(X|Y)"
+
+    def dense(self, x1, x2):
+        """The kernel matrix (n1, n2) in PyTorch (see Kernel.forward)."""
+        x1, x2 = _points(x1, x2, "Linear")
+        return self.variance.to(x1.dtype) * (x1 @ x2.T)
+
+    def diag(self, x):
+        """variance |x_i|^2 (see RBF.diag)."""
+        x, _ = _points(x, x, "Linear")
+        return self.variance.to(x.dtype) * (x * x).sum(1)
+
+
+class Polynomial(Kernel):
+    """The polynomial kernel (x^T y + offset)^power (GPyTorch's PolynomialKernel).
+
+    Parameters
+    ----------
+    power : int
+        >= 1.
+    offset : float
+        > 0.
+
+    Raises
+    ------
+    ValueError
+        When power is not an integer >= 1.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.gp import Polynomial
+    >>> Polynomial(power=2, offset=1.0).diag(torch.ones(1, 2))
+    tensor([9.], dtype=torch.float64, grad_fn=<PowBackward0>)
+    """
+
+    def __init__(self, power=2, offset=1.0):
+        super().__init__()
+        if isinstance(power, bool) or not isinstance(power, int) or power < 1:
+            raise ValueError(f"Polynomial: power must be an integer >= 1, got {power!r}")
+        self.power = power
+        self._positive_parameter("offset", offset, "Polynomial")
+
+    offset = _positive("offset", "The offset (softplus of the raw parameter).")
+
+    def _text(self, pack, d):
+        return f"Pow((X|Y)+{pack.add(self.offset)},{self.power})"
+
+    def dense(self, x1, x2):
+        """The kernel matrix (n1, n2) in PyTorch (see Kernel.forward)."""
+        x1, x2 = _points(x1, x2, "Polynomial")
+        return (x1 @ x2.T + self.offset.to(x1.dtype)) ** self.power
+
+    def diag(self, x):
+        """(|x_i|^2 + offset)^power (see RBF.diag)."""
+        x, _ = _points(x, x, "Polynomial")
+        return ((x * x).sum(1) + self.offset.to(x.dtype)) ** self.power

@@ -1,0 +1,332 @@
+"""Exact GP regression: the log marginal likelihood and its gradient (dense Cholesky or BBMM on
+the core) and predictions (mean, per-point variances), with Gaussian noise and a zero or constant
+mean."""
+import math
+
+import numpy as np
+import torch
+
+from .. import _core
+from .kernels import Kernel, _inv_softplus
+
+__all__ = ["ExactGP"]
+
+_MODES = ("auto", "exact", "bbmm")
+
+
+def _numpy64(t):
+    return np.ascontiguousarray(t.detach().cpu().numpy(), dtype=np.float64)
+
+
+class _Problem:
+    """The kernel's formula and packed parameters for one call on the core."""
+
+    def __init__(self, kernel, x):
+        text, aliases, theta = kernel.formula(x.shape[1])
+        self.formula = _core.parse(text, aliases)
+        self.theta = theta
+        self.dtype = x.dtype
+        self.x = np.ascontiguousarray(x.detach().cpu().numpy())
+        np_dtype = self.x.dtype
+        self.params = [np.ascontiguousarray(_numpy64(theta).astype(np_dtype))]
+
+
+class _BBMM(torch.autograd.Function):
+    """log p(y) by the core's BBMM, its gradient for theta, the noise and y (no dK matrix)."""
+
+    @staticmethod
+    def forward(ctx, theta, noise, y, prob, opts, stats):
+        grad_theta = np.zeros(prob.params[0].shape, dtype=prob.params[0].dtype)
+        out = _core.gp_log_marginal_likelihood(
+            prob.formula, prob.params, prob.x, _numpy64(y), _numpy64(noise), [2], [grad_theta],
+            **opts)
+        value, quad, logdet, logdet_p, samples, alpha, grad_noise, rank, cg = out
+        if stats is not None:
+            stats.update(value=value, quad=quad, logdet=logdet, logdet_precond=logdet_p,
+                         logdet_samples=list(samples), rank=rank, cg=cg)
+        ctx.save_for_backward(
+            torch.as_tensor(grad_theta, dtype=theta.dtype),
+            torch.as_tensor(np.asarray(grad_noise), dtype=noise.dtype),
+            torch.as_tensor(-alpha, dtype=y.dtype))
+        return torch.as_tensor(value, dtype=torch.float64)
+
+    @staticmethod
+    def backward(ctx, g):
+        gt, gn, gy = ctx.saved_tensors
+        return g * gt, g * gn, g * gy, None, None, None
+
+
+class ExactGP(torch.nn.Module):
+    """Exact GP regression y = f(x) + e, f ~ GP(mean, k), e ~ N(0, noise) (GPyTorch's ExactGP
+    with a Gaussian likelihood, or scikit-learn's GaussianProcessRegressor).
+
+    Two modes compute the log marginal likelihood log p(y) and its gradient in every
+    hyperparameter: "exact" (dense float64 Cholesky in PyTorch, O(n^2) memory: small n and tests)
+    and "bbmm" (the core's pivoted-Cholesky preconditioner, batched CG on y and `probes` probe
+    vectors, stochastic Lanczos quadrature and the variance-reduced trace estimate, as GPyTorch;
+    O(n) memory; the gradient comes from the kernel reduction's own gradient). "auto" takes
+    exact up to `exact_max` points.
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        (n, d) training inputs, float32 or float64.
+    y : torch.Tensor
+        (n,) targets.
+    kernel : Kernel
+        The covariance (tessel.gp kernels).
+    noise : float
+        The initial noise variance (> 0; 0 with fixed_noise=True means noiseless).
+    mean : {"constant", "zero"}
+        A learned constant mean (initialised at 0), or none.
+    fixed_noise : bool
+        Keep the noise at its value (no parameter).
+    exact_max : int
+        The largest n for which "auto" uses the exact mode.
+
+    Raises
+    ------
+    ValueError
+        For shapes that do not match, non-finite data, a bad noise or mean.
+    TypeError
+        For half-precision inputs or a kernel that is not a tessel.gp kernel.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.gp import ExactGP, RBF, Scale
+    >>> x = torch.linspace(0, 1, 20, dtype=torch.float64)[:, None]
+    >>> gp = ExactGP(x, torch.sin(6 * x[:, 0]), Scale(RBF(lengthscale=0.3)), noise=0.01)
+    >>> lml = gp.log_marginal_likelihood(mode="exact")
+    >>> lml.backward()
+    >>> mean, var = gp.predict(x[:3], mode="exact")
+    >>> mean.shape, bool((var >= 0).all())
+    (torch.Size([3]), True)
+    """
+
+    def __init__(self, x, y, kernel, noise=0.1, mean="constant", fixed_noise=False,
+                 exact_max=4000):
+        super().__init__()
+        who = "ExactGP"
+        x, y = torch.as_tensor(x), torch.as_tensor(y)
+        for name, t in (("x", x), ("y", y)):
+            if t.dtype in (torch.float16, torch.bfloat16):
+                raise TypeError(f"{who}: {name} has dtype {t.dtype}; expected float32 or float64 "
+                                "(half precision is too coarse for a GP's linear algebra)")
+            if not t.is_floating_point():
+                raise TypeError(f"{who}: {name} has dtype {t.dtype}; expected float32 or float64")
+        if x.dim() != 2:
+            raise ValueError(f"{who}: x must be (n, d), got shape {tuple(x.shape)}")
+        if y.dim() != 1 or y.shape[0] != x.shape[0]:
+            raise ValueError(f"{who}: y must be ({x.shape[0]},) like x's rows, got shape "
+                             f"{tuple(y.shape)}")
+        if not bool(torch.isfinite(y).all()):
+            raise ValueError(f"{who}: y holds a NaN or an infinity")
+        if not bool(torch.isfinite(x).all()):
+            raise ValueError(f"{who}: x holds a NaN or an infinity")
+        if not isinstance(kernel, Kernel):
+            raise TypeError(f"{who}: kernel must be a tessel.gp kernel, got "
+                            f"{type(kernel).__name__}")
+        if mean not in ("constant", "zero"):
+            raise ValueError(f"{who}: mean must be 'constant' or 'zero', got {mean!r}")
+        self.x, self.y, self.kernel = x.detach(), y.detach().to(torch.float64), kernel
+        self.exact_max = exact_max
+        self.mean_constant = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64)) \
+            if mean == "constant" else None
+        if fixed_noise:
+            value = float(noise)
+            if not (value >= 0 and math.isfinite(value)):
+                raise ValueError(f"{who}: noise must be finite and >= 0, got {noise!r}")
+            self.register_buffer("_fixed_noise", torch.tensor([value], dtype=torch.float64))
+            self.raw_noise = None
+        else:
+            self.raw_noise = torch.nn.Parameter(_inv_softplus(noise, who, "noise").reshape(1))
+
+    @property
+    def noise(self):
+        """The noise variance (softplus of the raw parameter, or the fixed value)."""
+        if self.raw_noise is None:
+            return self._fixed_noise
+        return torch.nn.functional.softplus(self.raw_noise)
+
+    def _mean(self):
+        if self.mean_constant is None:
+            return torch.zeros(1, dtype=torch.float64)
+        return self.mean_constant
+
+    def _mode(self, mode, who):
+        if mode not in _MODES:
+            raise ValueError(f"{who}: mode must be one of {_MODES}, got {mode!r}")
+        if mode == "auto":
+            return "exact" if self.x.shape[0] <= self.exact_max else "bbmm"
+        return mode
+
+    def log_marginal_likelihood(self, mode="auto", probes=10, rank=15, seed=0, tol=1e-4,
+                                maxiter=0, stats=None):
+        """log p(y), differentiable in every hyperparameter (kernel, noise, mean).
+
+        Parameters
+        ----------
+        mode : {"auto", "exact", "bbmm"}
+            See the class.
+        probes : int
+            BBMM: probe vectors for the log-determinant and the trace.
+        rank : int
+            BBMM: the pivoted-Cholesky preconditioner's rank.
+        seed : int
+            BBMM: the probes' seed (the estimate is random; fix it for reproducibility).
+        tol : float
+            BBMM: CG's relative residual per column.
+        maxiter : int
+            BBMM: CG's iteration limit (0: min(2 n, 1000)).
+        stats : dict, optional
+            BBMM: filled with the log-determinant's parts and samples, the preconditioner's
+            rank and CG's report (iterations, residuals, converged).
+
+        Returns
+        -------
+        torch.Tensor
+            A float64 scalar.
+
+        Raises
+        ------
+        ValueError
+            For a singular K + noise (duplicate points with zero noise, a degenerate kernel).
+
+        Examples
+        --------
+        >>> import torch
+        >>> from tessel.gp import ExactGP, Matern
+        >>> x = torch.rand(30, 2, dtype=torch.float64)
+        >>> gp = ExactGP(x, x[:, 0], Matern(nu=1.5))
+        >>> float(gp.log_marginal_likelihood(mode="exact")) < 0
+        True
+        """
+        mode = self._mode(mode, "ExactGP.log_marginal_likelihood")
+        r = self.y - self._mean()
+        if mode == "exact":
+            return self._exact_lml(r)
+        prob = _Problem(self.kernel, self.x)
+        noise = self.noise
+        opts = dict(probes=probes, rank=rank, seed=seed, tol=tol, maxiter=maxiter)
+        return _BBMM.apply(prob.theta, noise, r, prob, opts, stats)
+
+    def _exact_cholesky(self, who):
+        x = self.x.to(torch.float64)
+        if float(self.noise.min()) == 0:  # as the core: a singular K, named, not rounded away
+            _, inverse, counts = torch.unique(x, dim=0, return_inverse=True, return_counts=True)
+            if bool((counts > 1).any()):
+                group = int(torch.nonzero(counts > 1)[0])
+                a, b = torch.nonzero(inverse == group)[:2, 0].tolist()
+                raise ValueError(f"{who}: points {a} and {b} are equal and the noise is 0 there: "
+                                 "K + noise is singular; give a positive noise or remove "
+                                 "duplicates")
+        k = self.kernel.dense(x, x) + self.noise.to(torch.float64) * torch.eye(
+            x.shape[0], dtype=torch.float64)
+        chol, info = torch.linalg.cholesky_ex(k)
+        if int(info) != 0:
+            raise ValueError(f"{who}: K + noise is not positive definite (leading minor "
+                             f"{int(info)}): duplicate points with zero noise, or a degenerate "
+                             "kernel; give a positive noise")
+        return chol
+
+    def _exact_lml(self, r):
+        chol = self._exact_cholesky("ExactGP.log_marginal_likelihood")
+        alpha = torch.cholesky_solve(r[:, None], chol)[:, 0]
+        n = r.shape[0]
+        return -0.5 * (r @ alpha) - torch.log(torch.diagonal(chol)).sum() - \
+            0.5 * n * math.log(2 * math.pi)
+
+    @torch.no_grad()
+    def predict(self, x_test, mode="auto", return_var=True, include_noise=False, rank=15,
+                tol=1e-8, chunk=32, stats=None):
+        """The posterior mean and per-point variances at x_test.
+
+        Parameters
+        ----------
+        x_test : torch.Tensor
+            (m, d) test inputs.
+        mode : {"auto", "exact", "bbmm"}
+            "exact": dense Cholesky; "bbmm": batched preconditioned CG on the core, O(n) memory
+            (the variances by solves of `chunk` test points at a time, exact to CG's tol).
+        return_var : bool
+            Also return the variances.
+        include_noise : bool
+            Add the noise variance (the variance of a new observation, not of f).
+        rank : int
+            BBMM: the preconditioner's rank.
+        tol : float
+            BBMM: CG's relative residual.
+        chunk : int
+            BBMM: test points per batched solve.
+        stats : dict, optional
+            BBMM: filled with the CG reports of the mean's solve and the variances' solves.
+
+        Returns
+        -------
+        torch.Tensor or tuple of torch.Tensor
+            The mean (m,), and the variances (m,) when return_var.
+
+        Raises
+        ------
+        ValueError
+            For test points of another dimension or non-finite ones.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from tessel.gp import ExactGP, RBF
+        >>> x = torch.linspace(0, 1, 10, dtype=torch.float64)[:, None]
+        >>> gp = ExactGP(x, x[:, 0], RBF(), noise=1e-4, mean="zero")
+        >>> mean, var = gp.predict(torch.tensor([[0.5]], dtype=torch.float64), mode="exact")
+        >>> round(float(mean), 2), float(var) < 1e-3
+        (0.5, True)
+        """
+        who = "ExactGP.predict"
+        xt = torch.as_tensor(x_test)
+        if xt.dim() != 2 or xt.shape[1] != self.x.shape[1]:
+            raise ValueError(f"{who}: x_test must be (m, {self.x.shape[1]}), got shape "
+                             f"{tuple(xt.shape)}")
+        if not bool(torch.isfinite(xt).all()):
+            raise ValueError(f"{who}: x_test holds a NaN or an infinity")
+        mode = self._mode(mode, who)
+        c = self._mean().detach()
+        r = self.y - c
+        if mode == "exact":
+            mean, var = self._exact_predict(xt.to(torch.float64), r, return_var)
+        else:
+            mean, var = self._bbmm_predict(xt.to(self.x.dtype), r, return_var, rank, tol, chunk,
+                                           stats)
+        mean = mean + c
+        if not return_var:
+            return mean
+        if include_noise:
+            var = var + self.noise.detach().to(torch.float64)
+        return mean, var
+
+    def _exact_predict(self, xt, r, return_var):
+        chol = self._exact_cholesky("ExactGP.predict")
+        x = self.x.to(torch.float64)
+        ks = self.kernel.dense(xt, x)
+        mean = ks @ torch.cholesky_solve(r[:, None], chol)[:, 0]
+        if not return_var:
+            return mean, None
+        v = torch.linalg.solve_triangular(chol, ks.T, upper=False)
+        return mean, (self.kernel.diag(xt) - (v * v).sum(0)).clamp_min(0)
+
+    def _bbmm_predict(self, xt, r, return_var, rank, tol, chunk, stats):
+        prob = _Problem(self.kernel, self.x)
+        noise = _numpy64(self.noise)
+        alpha, rep = _core.gp_solve(prob.formula, prob.params, prob.x, noise, _numpy64(r), 1,
+                                    rank, tol)
+        pt = np.ascontiguousarray(xt.detach().cpu().numpy())
+        mean = _core.gp_kernel_product(prob.formula, prob.params, pt, prob.x, alpha, 1)[:, 0]
+        if stats is not None:
+            stats["mean_solve"] = rep
+        if not return_var:
+            return torch.as_tensor(mean), None
+        var, vrep = _core.gp_predictive_variance(prob.formula, prob.params, prob.x, noise, pt,
+                                                 rank, tol, chunk=chunk)
+        if stats is not None:
+            stats["variance_solves"] = vrep
+        return torch.as_tensor(mean), torch.as_tensor(var)
