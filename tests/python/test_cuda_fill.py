@@ -63,7 +63,9 @@ def test_every_family_fills_the_gpu_at_ten_thousand_points(name):
     host = _data(1)
     want = red(*host)
     lib.tessel_standin_reset_log()
-    dev = [t.cuda().requires_grad_(k == 0 and name in ("Sum", "LogSumExp", "SumSoftMaxWeight"))
+    # The Sum's and LogSumExp's gradients: their derivative reductions are the Sum and softmax
+    # families' (SumSoftMaxWeight's gradient is LogSumExp's kind again).
+    dev = [t.cuda().requires_grad_(k == 0 and name in ("Sum", "LogSumExp"))
            for k, t in enumerate(host)]
     got = red(*dev)
     grad_launches = []
