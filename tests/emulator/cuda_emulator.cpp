@@ -1,21 +1,21 @@
 // The CUDA emulator's host side: source rewriting, compilation, and the block/thread launcher.
 //
-// Each block runs as blockDim real threads that meet in a mutex/condition-variable barrier of our
-// own rather than std::barrier: it has to time out (a deadlock must fail the test, not hang it),
-// notice threads that arrive at different __syncthreads or exit while others wait, and carry the
-// predicate count of __syncthreads_count. Warp intrinsics are rendezvous of the lanes named in
-// their mask, with the same checks.
+// A block's threads are fibers that meet in a barrier of our own rather than real threads at a
+// std::barrier: a deadlock has to fail the test (found at once: a round in which no thread can go
+// on), threads that arrive at different __syncthreads or exit while others wait have to be
+// noticed, and __syncthreads_count needs its predicate count. Warp intrinsics are rendezvous of
+// the lanes named in their mask, with the same checks.
 #include "cuda_emulator.hpp"
 
 #include <dlfcn.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -24,7 +24,6 @@
 #include <mutex>
 #include <regex>
 #include <system_error>
-#include <thread>
 #include <vector>
 
 #include "cache/compiler.hpp"
@@ -32,6 +31,35 @@
 #include "ir/node.hpp"
 #include "tessel/error.hpp"
 #include "tessel/runtime.hpp"
+
+// Sanitizers must be told when a stack is switched in user space (see Fibers).
+#if defined(__SANITIZE_ADDRESS__)
+#define TESSEL_EMU_ASAN 1
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define TESSEL_EMU_TSAN 1
+#endif
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TESSEL_EMU_ASAN 1
+#endif
+#if __has_feature(thread_sanitizer)
+#define TESSEL_EMU_TSAN 1
+#endif
+#endif
+extern "C" {
+#ifdef TESSEL_EMU_ASAN
+void __sanitizer_start_switch_fiber(void** fake_stack_save, const void* bottom, size_t size);
+void __sanitizer_finish_switch_fiber(void* fake_stack_save, const void** bottom_old,
+                                     size_t* size_old);
+#endif
+#ifdef TESSEL_EMU_TSAN
+void* __tsan_get_current_fiber();
+void* __tsan_create_fiber(unsigned flags);
+void __tsan_destroy_fiber(void* fiber);
+void __tsan_switch_to_fiber(void* fiber, unsigned flags);
+#endif
+}
 
 namespace tessel::emu {
 
@@ -132,13 +160,59 @@ std::string hex(unsigned v) {
   return b;
 }
 
-// The state one block's threads share: barrier, warp rendezvous, static shared memory.
+class Block;
+
+// A block's threads as fibers of the launching thread. __syncthreads and the warp intrinsics
+// switch stacks in user space (swapcontext, well under a microsecond); with one real thread per
+// CUDA thread each of them cost a futex wake and a context switch (a 1e4-point launch spent 90 %
+// of its time in the kernel, 3 million switches). Blocks run one after another on the launching
+// thread; the threads of a block take turns, each running until it waits or leaves the kernel.
+class Fibers {
+ public:
+  Fibers(unsigned n, void (*bind)(const void*), const std::function<void()>& body);
+  ~Fibers();
+  Fibers(const Fibers&) = delete;
+  Fibers& operator=(const Fibers&) = delete;
+
+  // Runs every thread of `block` until all have left the kernel (normally or by an error).
+  void run(Block& block, std::vector<ThreadCtx>& ctx);
+  // From a thread that waits: back to the scheduler, which resumes the others.
+  void yield();
+
+ private:
+  struct Fiber {
+    ucontext_t uc{};
+    char* stack = nullptr;
+    bool done = true;
+    void* fake = nullptr;  // ASan's fake stack while the fiber is switched out
+    void* tsan = nullptr;  // TSan's state for the fiber
+  };
+  static void entry();
+  void body_of(unsigned t);
+  [[noreturn]] void leave();
+  void resume(unsigned t);
+
+  const unsigned n_;
+  void (*bind_)(const void*);
+  const std::function<void()>& body_;
+  std::vector<Fiber> fibers_;
+  ucontext_t main_{};
+  const void* main_bottom_ = nullptr;  // the launching thread's stack, for ASan
+  size_t main_size_ = 0;
+  void* main_tsan_ = nullptr;
+  unsigned current_ = 0;
+  Block* block_ = nullptr;
+  std::vector<ThreadCtx>* ctx_ = nullptr;
+};
+
+// The state one block's threads share: barrier, warp rendezvous, static shared memory. Only the
+// fibers of one launching thread touch it, one at a time, so it needs no lock.
 class Block {
  public:
-  Block(const LaunchConfig& cfg, unsigned n, const unsigned* bdim)
-      : cfg_(cfg),
-        n_(n),
+  Block(const LaunchConfig& cfg, unsigned n, const unsigned* bdim, Fibers& fibers)
+      : n_(n),
         bdim_(bdim),
+        fibers_(fibers),
         done_(n, 0),
         warps_((n + 31) / 32),
         smem_(cfg.dynamic_smem, 16, "extern __shared__ memory") {
@@ -146,9 +220,10 @@ class Block {
   }
 
   unsigned char* smem() const { return smem_.as<unsigned char>(); }
+  // Counts arrivals and exits: a round of the scheduler that leaves it unchanged is a deadlock.
+  uint64_t progress() const { return progress_; }
 
   int sync(unsigned t, int line, int pred) {
-    std::unique_lock lk(mu_);
     check_alive(t, "__syncthreads at line " + std::to_string(line), true);
     if (arrived_ == 0) line_ = line;
     if (line != line_)
@@ -156,23 +231,22 @@ class Block {
            std::to_string(arrived_) + " threads wait at the one at line " + std::to_string(line_) +
            " (divergent barriers)");
     ++arrived_;
+    ++progress_;
     count_ += pred;
     if (arrived_ == n_) {
       result_ = count_;
       arrived_ = 0;
       count_ = 0;
       ++gen_;
-      cv_.notify_all();
       return result_;
     }
     const uint64_t gen = gen_;
-    wait(lk, "__syncthreads at line " + std::to_string(line), [&] { return gen_ != gen; });
+    wait([&] { return gen_ != gen; });
     return result_;  // the next barrier cannot complete before this thread arrives at it
   }
 
   void exchange(unsigned t, unsigned mask, unsigned long long v, unsigned long long* all,
                 int line) {
-    std::unique_lock lk(mu_);
     const unsigned lane = t % 32, w = t / 32;
     const unsigned lanes = std::min(32u, n_ - 32 * w);
     const unsigned exists = lanes == 32 ? ~0u : (1u << lanes) - 1;
@@ -192,20 +266,19 @@ class Block {
       fail(who(t, bdim_) + " reached " + where + " while lanes of its mask wait at line " +
            std::to_string(g.line));
     g.vals[lane] = v;
+    ++progress_;
     if (++g.arrived == static_cast<unsigned>(__builtin_popcount(mask))) {
       std::memcpy(g.snap, g.vals, sizeof g.vals);
       g.arrived = 0;
       ++g.gen;
-      cv_.notify_all();
     } else {
       const uint64_t gen = g.gen;
-      wait(lk, where, [&] { return g.gen != gen; });
+      wait([&] { return g.gen != gen; });
     }
     std::memcpy(all, g.snap, sizeof g.snap);
   }
 
   void* static_smem(int id, size_t bytes) {
-    std::lock_guard lk(mu_);
     auto& b = statics_[id];
     if (!b) {
       b = std::make_unique<GuardedBuffer>(bytes, 16, "static __shared__ #" + std::to_string(id));
@@ -215,13 +288,11 @@ class Block {
   }
 
   [[noreturn]] void trap(unsigned t, const char* what, int line) {
-    std::unique_lock lk(mu_);
     fail(who(t, bdim_) + ": " + what + " at line " + std::to_string(line));
   }
 
   // A thread left the kernel (normally or not): peers waiting for it would wait forever.
   void exited(unsigned t, const std::string& error) {
-    std::lock_guard lk(mu_);
     if (!error.empty() && error_.empty()) error_ = who(t, bdim_) + ": " + error;
     if (error.empty() && !aborted_ && arrived_ > 0)
       record(who(t, bdim_) + " exited while " + std::to_string(arrived_) +
@@ -235,25 +306,29 @@ class Block {
     if (!error.empty()) aborted_ = true;
     done_[t] = 1;
     ++n_done_;
-    cv_.notify_all();
+    ++progress_;
   }
 
-  // Waits for every thread to leave; false when some are still running after the timeout.
-  bool wait_all(std::chrono::milliseconds timeout) {
-    std::unique_lock lk(mu_);
-    return cv_.wait_for(lk, timeout, [&] { return n_done_ == n_; });
+  // Every thread still in the kernel waits for one that never arrives: the block fails, and
+  // the waiting threads unwind when next resumed.
+  void deadlock() {
+    unsigned at_warps = 0;
+    std::string lines;
+    for (const auto& warp : warps_)
+      for (const auto& [mask, g] : warp)
+        if (g.arrived > 0) {
+          at_warps += g.arrived;
+          lines += (lines.empty() ? " (line " : ", ") + std::to_string(g.line);
+        }
+    if (!lines.empty()) lines += ")";
+    record("no thread can go on: " + std::to_string(arrived_) + " of " + std::to_string(n_) +
+           " threads wait at __syncthreads" +
+           (arrived_ > 0 ? " (line " + std::to_string(line_) + ")" : std::string()) + ", " +
+           std::to_string(at_warps) + " at warp intrinsics" + lines + ", " +
+           std::to_string(n_done_) + " exited; the others they wait for never arrive (deadlock)");
   }
 
-  // Sets the block's failure and lets every thread unwind.
-  void abort(const std::string& why) {
-    std::lock_guard lk(mu_);
-    record(why);
-  }
-
-  std::string error() {
-    std::lock_guard lk(mu_);
-    return error_;
-  }
+  std::string error() const { return error_; }
 
  private:
   struct Group {
@@ -266,7 +341,6 @@ class Block {
   void record(const std::string& why) {
     if (error_.empty()) error_ = why;
     aborted_ = true;
-    cv_.notify_all();
   }
   [[noreturn]] void fail(const std::string& why) {
     record(why);
@@ -279,25 +353,21 @@ class Block {
            " threads of its block exited (a barrier not every thread reaches)");
   }
   template <class Pred>
-  void wait(std::unique_lock<std::mutex>& lk, const std::string& where, Pred done) {
-    if (!cv_.wait_for(lk, cfg_.stall_timeout, [&] { return done() || aborted_; }))
-      fail("no progress for " + std::to_string(cfg_.stall_timeout.count()) + " ms at " + where +
-           ": " + std::to_string(arrived_) + " of " + std::to_string(n_) +
-           " threads wait at __syncthreads (line " + std::to_string(line_) + "), " +
-           std::to_string(n_done_) + " exited, the others never arrive (deadlock)");
-    if (!done()) throw BlockAbort{};
+  void wait(Pred done) {
+    while (!done()) {
+      if (aborted_) throw BlockAbort{};
+      fibers_.yield();
+    }
   }
 
-  const LaunchConfig& cfg_;
   const unsigned n_;
   const unsigned* bdim_;
-  std::mutex mu_;
-  std::condition_variable cv_;
+  Fibers& fibers_;
   bool aborted_ = false;
   std::string error_;
   unsigned arrived_ = 0, n_done_ = 0;
   int line_ = 0, count_ = 0, result_ = 0;
-  uint64_t gen_ = 0;
+  uint64_t gen_ = 0, progress_ = 0;
   std::vector<char> done_;
   std::vector<std::map<unsigned, Group>> warps_;
   std::map<int, std::unique_ptr<GuardedBuffer>> statics_;
@@ -393,88 +463,169 @@ void* Module::symbol(const char* name) const {
   return p;
 }
 
-// A block's threads, started once per launch and handed one block after another: starting
-// blockDim threads per block made many-block launches cost a thread start per CUDA thread.
-class Crew {
+// ---- fibers -------------------------------------------------------------------------------------
+namespace {
+
+constexpr size_t kStackBytes = 256 * 1024;
+
+size_t page_bytes() {
+  static const size_t p = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  return p;
+}
+
+// Fiber stacks, kept by the launching thread for its next launches: mapping up to 1024 stacks and
+// their guard pages for every launch would cost more than a small launch itself. A guard page
+// below each stack makes an overflow fault instead of running into the neighbour's stack.
+class Stacks {
  public:
-  Crew(unsigned n, void (*bind)(const void*), const std::function<void()>& body) {
-    threads_.reserve(n);
-    try {
-      for (unsigned t = 0; t < n; ++t) start(t, bind, body);
-    } catch (...) {  // the threads already started are stopped before the error goes on
-      stop();
-      throw;
-    }
+  ~Stacks() {
+    if (base_) ::munmap(base_, count_ * slot());
   }
-  ~Crew() { stop(); }
-  void run(Block& block, std::vector<ThreadCtx>& ctx) {
-    {
-      std::lock_guard lk(mu_);
-      block_ = &block;
-      ctx_ = &ctx;
-      ++gen_;
-    }
-    cv_.notify_all();
+  void reserve(unsigned n) {
+    if (n <= count_) return;
+    if (base_) ::munmap(base_, count_ * slot());
+    base_ = nullptr;
+    count_ = 0;
+    void* m = ::mmap(nullptr, n * slot(), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (m == MAP_FAILED)
+      throw EmulationError("cannot map the stacks of " + std::to_string(n) + " threads");
+    base_ = static_cast<char*>(m);
+    count_ = n;
+    for (unsigned t = 0; t < n; ++t) ::mprotect(base_ + t * slot(), page_bytes(), PROT_NONE);
   }
+  char* bottom(unsigned t) const { return base_ + t * slot() + page_bytes(); }
 
  private:
-  void start(unsigned t, void (*bind)(const void*), const std::function<void()>& body) {
-    threads_.emplace_back([this, t, bind, &body] {
-      for (uint64_t seen = 0;;) {
-        Block* block = nullptr;
-        {
-          std::unique_lock lk(mu_);
-          cv_.wait(lk, [&] { return quit_ || gen_ != seen; });
-          if (quit_) return;
-          seen = gen_;
-          block = block_;
-          bind(&(*ctx_)[t]);
-        }
-        std::string error;
-        try {
-          body();
-        } catch (const BlockAbort&) {
-          error = "aborted";
-        } catch (const std::exception& e) {
-          error = e.what();
-        }
-        block->exited(t, error);  // the block is not touched after this
-      }
-    });
-  }
-  void stop() {
-    {
-      std::lock_guard lk(mu_);
-      quit_ = true;
-    }
-    cv_.notify_all();
-    for (std::thread& th : threads_) th.join();
-    threads_.clear();
-  }
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  uint64_t gen_ = 0;
-  bool quit_ = false;
-  Block* block_ = nullptr;
-  std::vector<ThreadCtx>* ctx_ = nullptr;
-  std::vector<std::thread> threads_;
+  static size_t slot() { return kStackBytes + page_bytes(); }
+  char* base_ = nullptr;
+  unsigned count_ = 0;
 };
+
+thread_local Stacks t_stacks;
+thread_local Fibers* t_fibers = nullptr;  // the scheduler running on this thread, for entry()
+
+}  // namespace
+
+Fibers::Fibers(unsigned n, void (*bind)(const void*), const std::function<void()>& body)
+    : n_(n), bind_(bind), body_(body), fibers_(n) {
+  t_stacks.reserve(n);
+  for (unsigned t = 0; t < n; ++t) fibers_[t].stack = t_stacks.bottom(t);
+#ifdef TESSEL_EMU_TSAN
+  main_tsan_ = __tsan_get_current_fiber();
+  for (Fiber& f : fibers_) f.tsan = __tsan_create_fiber(0);
+#endif
+}
+
+Fibers::~Fibers() {
+#ifdef TESSEL_EMU_TSAN
+  for (Fiber& f : fibers_) __tsan_destroy_fiber(f.tsan);
+#endif
+}
+
+void Fibers::run(Block& block, std::vector<ThreadCtx>& ctx) {
+  block_ = &block;
+  ctx_ = &ctx;
+  t_fibers = this;
+  for (Fiber& f : fibers_) {
+    f.done = false;
+    f.fake = nullptr;
+    ::getcontext(&f.uc);
+    f.uc.uc_stack.ss_sp = f.stack;
+    f.uc.uc_stack.ss_size = kStackBytes;
+    f.uc.uc_link = nullptr;  // entry() never returns: it switches back itself
+    ::makecontext(&f.uc, &Fibers::entry, 0);
+  }
+  for (unsigned live = n_; live > 0;) {
+    const uint64_t before = block.progress();
+    for (unsigned t = 0; t < n_; ++t)
+      if (!fibers_[t].done) resume(t);
+    live = static_cast<unsigned>(
+        std::count_if(fibers_.begin(), fibers_.end(), [](const Fiber& f) { return !f.done; }));
+    if (live > 0 && block.progress() == before) block.deadlock();
+  }
+  t_fibers = nullptr;
+}
+
+// Sanitizers are told of each switch: ASan keeps stack bounds and fake stacks per stack, TSan its
+// state per fiber (switching with synchronisation: the emulated threads take turns).
+void Fibers::resume(unsigned t) {
+  current_ = t;
+  bind_(&(*ctx_)[t]);
+  Fiber& f = fibers_[t];
+#ifdef TESSEL_EMU_TSAN
+  __tsan_switch_to_fiber(f.tsan, 0);
+#endif
+#ifdef TESSEL_EMU_ASAN
+  void* fake = nullptr;
+  __sanitizer_start_switch_fiber(&fake, f.stack, kStackBytes);
+#endif
+  ::swapcontext(&main_, &f.uc);
+#ifdef TESSEL_EMU_ASAN
+  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+}
+
+void Fibers::yield() {
+  Fiber& f = fibers_[current_];
+#ifdef TESSEL_EMU_TSAN
+  __tsan_switch_to_fiber(main_tsan_, 0);
+#endif
+#ifdef TESSEL_EMU_ASAN
+  __sanitizer_start_switch_fiber(&f.fake, main_bottom_, main_size_);
+#endif
+  ::swapcontext(&f.uc, &main_);
+#ifdef TESSEL_EMU_ASAN
+  __sanitizer_finish_switch_fiber(f.fake, &main_bottom_, &main_size_);
+#endif
+}
+
+void Fibers::entry() {
+  Fibers* self = t_fibers;
+#ifdef TESSEL_EMU_ASAN
+  __sanitizer_finish_switch_fiber(nullptr, &self->main_bottom_, &self->main_size_);
+#endif
+  self->body_of(self->current_);
+  self->leave();
+}
+
+// Runs the kernel on thread t; everything it allocated is gone when it returns, as leave() never
+// unwinds the fiber's stack.
+void Fibers::body_of(unsigned t) {
+  std::string error;
+  try {
+    body_();
+  } catch (const BlockAbort&) {
+    error = "aborted";
+  } catch (const std::exception& e) {
+    error = e.what();
+  } catch (...) {
+    error = "an exception that is not a std::exception";
+  }
+  fibers_[t].done = true;
+  block_->exited(t, error);
+}
+
+void Fibers::leave() {
+#ifdef TESSEL_EMU_TSAN
+  __tsan_switch_to_fiber(main_tsan_, 0);
+#endif
+#ifdef TESSEL_EMU_ASAN
+  __sanitizer_start_switch_fiber(nullptr, main_bottom_, main_size_);  // frees its fake stack
+#endif
+  ::setcontext(&main_);
+  std::abort();  // setcontext returns only on failure
+}
 
 void Module::launch(const LaunchConfig& cfg, const std::function<void()>& body) const {
   check_config(cfg);
   const unsigned bdim[3] = {cfg.block.x, cfg.block.y, cfg.block.z};
   const unsigned n = bdim[0] * bdim[1] * bdim[2];
-  std::unique_ptr<Crew> crew;
-  try {
-    crew = std::make_unique<Crew>(n, bind_, body);
-  } catch (const std::system_error& e) {
-    throw EmulationError(std::string("cannot start the block's threads: ") + e.what());
-  }
+  Fibers fibers(n, bind_, body);
   for (unsigned bz = 0; bz < cfg.grid.z; ++bz)
     for (unsigned by = 0; by < cfg.grid.y; ++by)
       for (unsigned bx = 0; bx < cfg.grid.x; ++bx) {
-        Block block(cfg, n, bdim);
+        Block block(cfg, n, bdim, fibers);
         std::vector<ThreadCtx> ctx(n);
         for (unsigned t = 0; t < n; ++t)
           ctx[t] = ThreadCtx{{t % bdim[0], t / bdim[0] % bdim[1], t / (bdim[0] * bdim[1])},
@@ -488,17 +639,7 @@ void Module::launch(const LaunchConfig& cfg, const std::function<void()>& body) 
                              exchange_cb,
                              static_smem_cb,
                              trap_cb};
-        crew->run(block, ctx);
-        if (!block.wait_all(cfg.stall_timeout * 2 + std::chrono::seconds(5))) {
-          // A thread loops without reaching a barrier: it cannot be stopped, so stop the process
-          // rather than hang the test run or let it write into freed buffers.
-          std::fprintf(stderr,
-                       "[CUDA emulator] block (%u,%u,%u) did not finish in %lld ms (%s); kernel "
-                       "source: %s\n",
-                       bx, by, bz, static_cast<long long>(cfg.stall_timeout.count()) * 2,
-                       block.error().c_str(), source_path_.c_str());
-          std::abort();
-        }
+        fibers.run(block, ctx);
         const std::string error = block.error();
         if (!error.empty())
           throw EmulationError("block (" + std::to_string(bx) + "," + std::to_string(by) + "," +

@@ -1,11 +1,12 @@
-// Test-only CUDA emulator: runs CUDA kernel source on the CPU, one std::thread per CUDA thread.
+// Test-only CUDA emulator: runs CUDA kernel source on the CPU, one fiber per CUDA thread.
 //
 // Machines without a GPU can only check that generated CUDA compiles (NVRTC); this checks what it
 // computes. The CUDA source gets a host "shim" prepended (the CUDA built-ins as plain C++), is
 // compiled by the system compiler into a shared library and run block after block, every thread
-// of a block a real thread, so that __syncthreads is a real barrier. The emulator is strict where
-// CUDA leaves behaviour undefined: threads reaching different barriers, exiting while others wait
-// at one, warp intrinsics with disagreeing masks, a barrier that never completes (a timeout) all
+// of a block a fiber with its own stack that runs until it waits at a barrier or a warp intrinsic,
+// so that __syncthreads is a real barrier. The emulator is strict where CUDA leaves behaviour
+// undefined: threads reaching different barriers, exiting while others wait at one, warp
+// intrinsics with disagreeing masks, a barrier that can never complete (a deadlock) all
 // fail the launch with a message instead of deadlocking or passing by luck. Shared memory starts
 // out as NaN bytes, and GuardedBuffer puts inaccessible pages around global arrays, so reads of
 // unwritten shared memory and out-of-bounds accesses show up too.
@@ -18,10 +19,11 @@
 // 16-byte vector types float4 and double2.
 // Not emulated: textures, cooperative groups, the other vector types (float2, ...), __activemask,
 // cluster/async-copy features, timing. Blocks run one after another, so inter-block races are
-// not exercised.
+// not exercised; a thread switches only at barriers and warp intrinsics, so one that spins on a
+// flag another thread of its block sets without a barrier between them never ends (CUDA does not
+// promise such a loop ends either, before Volta).
 #pragma once
 
-#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -46,8 +48,6 @@ struct LaunchConfig {
   size_t dynamic_smem = 0;  // bytes of `extern __shared__` memory per block
   // What a kernel may use without cudaFuncSetAttribute(MaxDynamicSharedMemorySize).
   size_t smem_limit = 48 * 1024;
-  // A barrier or warp intrinsic waiting longer than this fails the launch as a deadlock.
-  std::chrono::milliseconds stall_timeout{20000};
 };
 
 // Why kernels cannot be emulated on this machine (no usable C++ compiler); empty when they can.

@@ -295,6 +295,9 @@ STANDIN_API cuLaunchKernel(void* fn, unsigned gx, unsigned gy, unsigned gz, unsi
                        e.what());
           rc = kLaunchFailed;
         }
+        // The kernel's threads are fibers of this stream's thread: one that failed left the
+        // flag set, and the host code that runs here next must not open device views.
+        set_in_kernel(false);
         close_opened_views();
         return rc;
       },
