@@ -65,11 +65,17 @@ fi
 # and under ThreadSanitizer, each its own build of only what the label needs
 # (scripts/sanitize.sh --standin). TESSEL_TEST_STANDIN_SANITIZE=0 skips both (the label then ran
 # natively in the ctest run above).
+standin_cxx=${TESSEL_CXX:-$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' build/CMakeCache.txt)}
 if [[ ${TESSEL_TEST_STANDIN_SANITIZE:-1} != 0 ]]; then
+  # One kernel cache for the stand-in's kernels in every build (keyed by source and flags, the
+  # sanitized builds compile the same ones) and the fake-CUDA pass below: each is compiled once.
+  # The cache's keys name the compiler: the sanitized builds are told the native build's.
+  export TESSEL_TEST_STANDIN_CACHE="$PWD/build/standin-cache"
   for san in asan tsan; do
     echo "test: running the standin label under $san (scripts/sanitize.sh --standin)"
     start=$SECONDS
-    scripts/sanitize.sh $([[ $san == tsan ]] && echo --tsan) --standin -j2 > "build/standin-$san.log" 2>&1
+    TESSEL_CXX=$standin_cxx scripts/sanitize.sh $([[ $san == tsan ]] && echo --tsan) --standin -j2 \
+      > "build/standin-$san.log" 2>&1
     san_rc=$?
     grep -E '^[0-9]+% tests passed|^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted)\)' "build/standin-$san.log"
     echo "test: standin under $san (build and run) took $((SECONDS - start)) s (log in build/standin-$san.log)"
@@ -89,7 +95,8 @@ py_rc=$?
 # launches' sizes (the stand-in's launch log), with the kernels in the stand-in's CPU emulator.
 echo "test: running the Python CUDA tests on the stand-in CUDA driver (TESSEL_FAKE_CUDA=1)"
 start=$SECONDS
-TESSEL_FAKE_CUDA=1 TESSEL_LIBCUDA="$PWD/build/tests/standin/libtessel_standin_cuda.so" \
+TESSEL_FAKE_CUDA=1 TESSEL_CXX=$standin_cxx \
+  TESSEL_LIBCUDA="$PWD/build/tests/standin/libtessel_standin_cuda.so" \
   TESSEL_NVRTC="$PWD/build/tests/standin/libtessel_standin_nvrtc.so" \
   TESSEL_CACHE_DIR="$PWD/build/standin-cache" PYTHONPATH="$PWD/build/python" \
   "$python" -m pytest -q -p no:cacheprovider -n "$(nproc 2> /dev/null || echo 2)" \

@@ -19,14 +19,17 @@ using namespace tessel::testing;
 namespace {
 
 // Under TESSEL_TEST_STANDIN=1 (ctest's `standin` label) the stand-ins built beside this binary
-// are the driver and NVRTC, with their own kernel cache, and the largest GPU tests shrink their
-// sizes for the emulator; set before main, so before tessel first loads either library.
+// are the driver and NVRTC, with their own kernel cache (TESSEL_TEST_STANDIN_CACHE names another:
+// the native and sanitized builds compile the same kernels, keyed by their source and flags), and
+// the largest GPU tests shrink their sizes for the emulator; set before main, so before tessel
+// first loads either library.
 const bool kStandinEnv = [] {
   const char* on = std::getenv("TESSEL_TEST_STANDIN");
   if (!on || std::string(on) != "1") return false;
   ::setenv("TESSEL_LIBCUDA", TESSEL_STANDIN_CUDA, 0);
   ::setenv("TESSEL_NVRTC", TESSEL_STANDIN_NVRTC, 0);
-  ::setenv("TESSEL_CACHE_DIR", TESSEL_BINARY_DIR "/standin-cache", 1);
+  const char* shared = std::getenv("TESSEL_TEST_STANDIN_CACHE");
+  ::setenv("TESSEL_CACHE_DIR", shared && *shared ? shared : TESSEL_BINARY_DIR "/standin-cache", 1);
   ::setenv("TESSEL_TEST_CUDA_SHRINK", "10", 0);
   return true;
 }();

@@ -224,7 +224,7 @@ class Block {
   uint64_t progress() const { return progress_; }
 
   int sync(unsigned t, int line, int pred) {
-    check_alive(t, "__syncthreads at line " + std::to_string(line), true);
+    check_alive(t, line, true);
     if (arrived_ == 0) line_ = line;
     if (line != line_)
       fail(who(t, bdim_) + " reached __syncthreads at line " + std::to_string(line) + " while " +
@@ -250,20 +250,22 @@ class Block {
     const unsigned lane = t % 32, w = t / 32;
     const unsigned lanes = std::min(32u, n_ - 32 * w);
     const unsigned exists = lanes == 32 ? ~0u : (1u << lanes) - 1;
-    const std::string where = "the warp intrinsic at line " + std::to_string(line);
-    check_alive(t, where, false);
+    check_alive(t, line, false);
+    // Built only when a check fails: this runs for every lane of every shuffle.
+    auto where = [line] { return "the warp intrinsic at line " + std::to_string(line); };
     if (!((mask >> lane) & 1u))
-      fail(who(t, bdim_) + " calls " + where + " with mask " + hex(mask) + ", which leaves it out");
+      fail(who(t, bdim_) + " calls " + where() + " with mask " + hex(mask) +
+           ", which leaves it out");
     if (mask & ~exists)
-      fail(where + " names lanes " + hex(mask & ~exists) + " of warp " + std::to_string(w) +
+      fail(where() + " names lanes " + hex(mask & ~exists) + " of warp " + std::to_string(w) +
            " that do not exist (the block has " + std::to_string(n_) + " threads)");
     for (unsigned l = 0; l < 32; ++l)
       if (((mask >> l) & 1u) && done_[32 * w + l])
-        fail(where + ": lane " + std::to_string(l) + " of its mask has already exited");
+        fail(where() + ": lane " + std::to_string(l) + " of its mask has already exited");
     Group& g = warps_[w][mask];
     if (g.arrived == 0) g.line = line;
     if (g.line != line)
-      fail(who(t, bdim_) + " reached " + where + " while lanes of its mask wait at line " +
+      fail(who(t, bdim_) + " reached " + where() + " while lanes of its mask wait at line " +
            std::to_string(g.line));
     g.vals[lane] = v;
     ++progress_;
@@ -346,10 +348,12 @@ class Block {
     record(why);
     throw BlockAbort{};
   }
-  void check_alive(unsigned t, const std::string& where, bool whole_block) {
+  // Before a barrier (whole_block) or a warp intrinsic at `line`.
+  void check_alive(unsigned t, int line, bool whole_block) {
     if (aborted_) throw BlockAbort{};
     if (whole_block && n_done_ > 0)
-      fail(who(t, bdim_) + " reached " + where + " after " + std::to_string(n_done_) +
+      fail(who(t, bdim_) + " reached __syncthreads at line " + std::to_string(line) + " after " +
+           std::to_string(n_done_) +
            " threads of its block exited (a barrier not every thread reaches)");
   }
   template <class Pred>
