@@ -7,6 +7,7 @@ import numpy as np
 import torch
 
 from .. import _core
+from .fit import fit_model
 from .kernels import Kernel, _inv_softplus
 
 __all__ = ["ExactGP"]
@@ -75,14 +76,21 @@ class ExactGP(torch.nn.Module):
         (n,) targets.
     kernel : Kernel
         The covariance (tessel.gp kernels).
-    noise : float
-        The initial noise variance (> 0; 0 with fixed_noise=True means noiseless).
+    noise : float or torch.Tensor
+        The initial noise variance (> 0; 0 with fixed_noise=True means noiseless), or (n,)
+        known per-point variances (GPyTorch's FixedNoiseGaussianLikelihood, scikit-learn's
+        array `alpha`), which stay fixed.
     mean : {"constant", "zero"}
         A learned constant mean (initialised at 0), or none.
-    fixed_noise : bool
-        Keep the noise at its value (no parameter).
+    fixed_noise : bool, optional
+        Keep the noise at its value (no parameter). Default: False for one number, True for
+        per-point variances.
     exact_max : int
         The largest n for which "auto" uses the exact mode.
+    noise_min : float
+        A learned noise is noise_min + softplus(raw) (GPyTorch's default floor, 1e-4): without
+        one, noiseless data drive the noise to 0 and K + noise to singular. Standardise y, or
+        lower it, when the targets' scale is far below 1.
 
     Raises
     ------
@@ -104,8 +112,8 @@ class ExactGP(torch.nn.Module):
     (torch.Size([3]), True)
     """
 
-    def __init__(self, x, y, kernel, noise=0.1, mean="constant", fixed_noise=False,
-                 exact_max=4000):
+    def __init__(self, x, y, kernel, noise=0.1, mean="constant", fixed_noise=None,
+                 exact_max=4000, noise_min=1e-4):
         super().__init__()
         who = "ExactGP"
         x, y = torch.as_tensor(x), torch.as_tensor(y)
@@ -133,21 +141,42 @@ class ExactGP(torch.nn.Module):
         self.exact_max = exact_max
         self.mean_constant = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64)) \
             if mean == "constant" else None
+        n = x.shape[0]
+        noise_t = torch.as_tensor(noise, dtype=torch.float64).detach()
+        if noise_t.dim() > 1 or (noise_t.dim() == 1 and noise_t.numel() not in (1, n)):
+            raise ValueError(f"{who}: noise must be a number or ({n},) per-point variances, got "
+                             f"shape {tuple(noise_t.shape)}")
+        per_point = noise_t.dim() == 1 and noise_t.numel() == n and n > 1
+        if fixed_noise is None:
+            fixed_noise = per_point
+        if per_point and not fixed_noise:
+            raise ValueError(f"{who}: per-point noise is known, not learned (one variance per "
+                             "point is not identifiable): leave fixed_noise at None or True, or "
+                             "give one number to learn")
         if fixed_noise:
-            value = float(noise)
-            if not (value >= 0 and math.isfinite(value)):
-                raise ValueError(f"{who}: noise must be finite and >= 0, got {noise!r}")
-            self.register_buffer("_fixed_noise", torch.tensor([value], dtype=torch.float64))
+            values = noise_t.reshape(-1).clone()
+            if not bool(torch.isfinite(values).all()) or bool((values < 0).any()):
+                raise ValueError(f"{who}: noise must be finite and >= 0, got "
+                                 f"{values[:8].tolist()}")
+            self.register_buffer("_fixed_noise", values)
             self.raw_noise = None
         else:
-            self.raw_noise = torch.nn.Parameter(_inv_softplus(noise, who, "noise").reshape(1))
+            floor = float(noise_min)
+            if not (math.isfinite(floor) and floor >= 0):
+                raise ValueError(f"{who}: noise_min must be finite and >= 0, got {noise_min!r}")
+            if not float(noise_t.reshape(())) > floor:
+                raise ValueError(f"{who}: the learned noise starts above noise_min = {floor:g}, "
+                                 f"got noise = {float(noise_t.reshape(())):g}")
+            self.noise_min = floor
+            self.raw_noise = torch.nn.Parameter(_inv_softplus(noise_t.reshape(()) - floor, who,
+                                                              "noise").reshape(1))
 
     @property
     def noise(self):
-        """The noise variance (softplus of the raw parameter, or the fixed value)."""
+        """The noise variance: noise_min + softplus(raw_noise), or the fixed value."""
         if self.raw_noise is None:
             return self._fixed_noise
-        return torch.nn.functional.softplus(self.raw_noise)
+        return self.noise_min + torch.nn.functional.softplus(self.raw_noise)
 
     def _mean(self):
         if self.mean_constant is None:
@@ -211,13 +240,79 @@ class ExactGP(torch.nn.Module):
         opts = dict(probes=probes, rank=rank, seed=seed, tol=tol, maxiter=maxiter)
         return _BBMM.apply(prob.theta, noise, r, prob, opts, stats)
 
+    def fit(self, optimizer="lbfgs", max_iter=100, lr=None, mode="auto", probes=10, rank=15,
+            seed=0, tol=1e-4, cg_maxiter=0, gtol=1e-5, ftol=1e-9, progress=None, callback=None):
+        """Fits every hyperparameter (kernel, noise, mean) by maximising log p(y).
+
+        The loss is -log p(y) / n (GPyTorch's scale). L-BFGS (strong Wolfe line search) sees one
+        BBMM objective, its probes fixed by `seed`; Adam draws fresh probes every step.
+
+        Parameters
+        ----------
+        optimizer : {"lbfgs", "adam"}
+        max_iter : int
+            Iterations (L-BFGS: each with its line search's evaluations; Adam: steps).
+        lr : float, optional
+            The step size (default 1 for L-BFGS, 0.1 for Adam).
+        mode, probes, rank, seed, tol
+            As in `log_marginal_likelihood`.
+        cg_maxiter : int
+            BBMM: CG's iteration limit (0: min(2 n, 1000)).
+        gtol : float
+            Stop once the gradient's norm is at most this.
+        ftol : float
+            L-BFGS: stop once an iteration changes the loss by at most ftol * max(1, |loss|).
+        progress : bool, optional
+            True: a line on stderr every iteration; False: none; None: lines once 3 s have
+            passed, then every 5 s.
+        callback : callable, optional
+            Called with each history row; returning True stops the fit.
+
+        Returns
+        -------
+        list of dict
+            The history (also kept as `history_`): one row per iteration at the point it
+            started from, and a last row where the fit ended, with "iteration", "loss",
+            "grad_norm", "cg_iterations" (BBMM; summed over the iteration's evaluations) and
+            "seconds".
+
+        Raises
+        ------
+        FloatingPointError
+            When the loss or its gradient goes non-finite (the message names the iteration and
+            the hyperparameters).
+        ValueError
+            For bad options, or a model with nothing to fit.
+
+        Warns
+        -----
+        RuntimeWarning
+            When CG did not converge in some evaluation (the first one is named).
+
+        Examples
+        --------
+        >>> import torch
+        >>> from tessel.gp import ExactGP, RBF, Scale
+        >>> x = torch.linspace(0, 1, 40, dtype=torch.float64)[:, None]
+        >>> gp = ExactGP(x, torch.sin(6 * x[:, 0]), Scale(RBF()), noise=0.1)
+        >>> history = gp.fit(max_iter=30, mode="exact")
+        >>> history[-1]["loss"] < history[0]["loss"]
+        True
+        """
+        return fit_model(self, optimizer=optimizer, max_iter=max_iter, lr=lr, mode=mode,
+                         probes=probes, rank=rank, seed=seed, tol=tol, cg_maxiter=cg_maxiter,
+                         gtol=gtol, ftol=ftol, progress=progress, callback=callback)
+
     def _exact_cholesky(self, who):
         x = self.x.to(torch.float64)
-        if float(self.noise.min()) == 0:  # as the core: a singular K, named, not rounded away
-            _, inverse, counts = torch.unique(x, dim=0, return_inverse=True, return_counts=True)
+        # As the core: a singular K (equal points without noise) named, not rounded away.
+        noiseless = torch.nonzero((self.noise == 0).expand(x.shape[0]))[:, 0]
+        if noiseless.numel() > 1:
+            _, inverse, counts = torch.unique(x[noiseless], dim=0, return_inverse=True,
+                                              return_counts=True)
             if bool((counts > 1).any()):
                 group = int(torch.nonzero(counts > 1)[0])
-                a, b = torch.nonzero(inverse == group)[:2, 0].tolist()
+                a, b = noiseless[torch.nonzero(inverse == group)[:2, 0]].tolist()
                 raise ValueError(f"{who}: points {a} and {b} are equal and the noise is 0 there: "
                                  "K + noise is singular; give a positive noise or remove "
                                  "duplicates")
@@ -277,7 +372,7 @@ class ExactGP(torch.nn.Module):
         >>> import torch
         >>> from tessel.gp import ExactGP, RBF
         >>> x = torch.linspace(0, 1, 10, dtype=torch.float64)[:, None]
-        >>> gp = ExactGP(x, x[:, 0], RBF(), noise=1e-4, mean="zero")
+        >>> gp = ExactGP(x, x[:, 0], RBF(), noise=1e-3, mean="zero")
         >>> mean, var = gp.predict(torch.tensor([[0.5]], dtype=torch.float64), mode="exact")
         >>> round(float(mean), 2), float(var) < 1e-3
         (0.5, True)
@@ -289,6 +384,9 @@ class ExactGP(torch.nn.Module):
                              f"{tuple(xt.shape)}")
         if not bool(torch.isfinite(xt).all()):
             raise ValueError(f"{who}: x_test holds a NaN or an infinity")
+        if include_noise and self.noise.numel() > 1:
+            raise ValueError(f"{who}: include_noise with per-point noise: the test points' noise "
+                             "is not known; add it to the variances yourself")
         mode = self._mode(mode, who)
         c = self._mean().detach()
         r = self.y - c
