@@ -11,12 +11,26 @@ per call and no derivative matrix); `predict` gives the posterior mean and exact
 (batched solves chunked over the test points); `ExactGP.fit`, L-BFGS or Adam with a history,
 progress lines and clear failures.
 
-Not here yet: posterior samples and LOVE variances, the spectral mixture kernel, Nyström kernel
-ridge, scikit-learn estimators, the GPyTorch bridge, distributed and R front ends.
+`GaussianProcessRegressor`: scikit-learn's estimator API (it imports scikit-learn).
+
+Not here yet: posterior samples beyond sample_y's dense covariance, LOVE variances, the spectral
+mixture kernel, Nyström kernel ridge, the GPyTorch bridge, distributed and R front ends.
 """
 from .kernels import Kernel, Matern, RationalQuadratic, RBF, Scale
 from .kernels_extra import Linear, Periodic, Polynomial
 from .model import ExactGP
 
 __all__ = ["Kernel", "RBF", "Matern", "RationalQuadratic", "Periodic", "Linear", "Polynomial",
-           "Scale", "ExactGP"]
+           "Scale", "ExactGP", "GaussianProcessRegressor"]
+
+
+def __getattr__(name):
+    # scikit-learn is imported only by who asks for its estimator API.
+    if name == "GaussianProcessRegressor":
+        try:
+            from .estimators import GaussianProcessRegressor
+        except ImportError as e:
+            raise ImportError("tessel.gp.GaussianProcessRegressor needs scikit-learn (pip "
+                              f"install scikit-learn): {e}") from e
+        return GaussianProcessRegressor
+    raise AttributeError(f"module 'tessel.gp' has no attribute {name!r}")

@@ -165,8 +165,9 @@ class ExactGP(torch.nn.Module):
             if not (math.isfinite(floor) and floor >= 0):
                 raise ValueError(f"{who}: noise_min must be finite and >= 0, got {noise_min!r}")
             if not float(noise_t.reshape(())) > floor:
-                raise ValueError(f"{who}: the learned noise starts above noise_min = {floor:g}, "
-                                 f"got noise = {float(noise_t.reshape(())):g}")
+                raise ValueError(f"{who}: noise must be finite and > noise_min = {floor:g} (a "
+                                 "learned noise starts above its floor), got "
+                                 f"{float(noise_t.reshape(())):g}")
             self.noise_min = floor
             self.raw_noise = torch.nn.Parameter(_inv_softplus(noise_t.reshape(()) - floor, who,
                                                               "noise").reshape(1))
@@ -401,6 +402,45 @@ class ExactGP(torch.nn.Module):
         if include_noise:
             var = var + self.noise.detach().to(torch.float64)
         return mean, var
+
+    @torch.no_grad()
+    def predict_covariance(self, x_test, mode="auto", rank=15, tol=1e-8):
+        """The posterior covariance of f at x_test, an (m, m) matrix.
+
+        Exact mode: dense Cholesky. BBMM mode: one batched CG solve with the m columns of
+        K(x, x_test), O(n m) memory.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from tessel.gp import ExactGP, RBF
+        >>> x = torch.linspace(0, 1, 10, dtype=torch.float64)[:, None]
+        >>> gp = ExactGP(x, x[:, 0], RBF(), noise=1e-3)
+        >>> cov = gp.predict_covariance(x[:4], mode="exact")
+        >>> cov.shape, bool(torch.allclose(cov, cov.T))
+        (torch.Size([4, 4]), True)
+        """
+        who = "ExactGP.predict_covariance"
+        xt = torch.as_tensor(x_test)
+        if xt.dim() != 2 or xt.shape[1] != self.x.shape[1]:
+            raise ValueError(f"{who}: x_test must be (m, {self.x.shape[1]}), got shape "
+                             f"{tuple(xt.shape)}")
+        if not bool(torch.isfinite(xt).all()):
+            raise ValueError(f"{who}: x_test holds a NaN or an infinity")
+        xt = xt.to(torch.float64)
+        x = self.x.to(torch.float64)
+        prior = self.kernel.dense(xt, xt).detach()
+        if self._mode(mode, who) == "exact":
+            chol = self._exact_cholesky(who)
+            v = torch.linalg.solve_triangular(chol, self.kernel.dense(x, xt).detach(), upper=False)
+            cov = prior - v.T @ v
+        else:
+            ks = self.kernel.dense(x, xt).detach()
+            prob = _Problem(self.kernel, self.x)
+            sol, _ = _core.gp_solve(prob.formula, prob.params, prob.x, _numpy64(self.noise),
+                                    _numpy64(ks).reshape(-1), ks.shape[1], rank, tol)
+            cov = prior - ks.T @ torch.as_tensor(sol)
+        return 0.5 * (cov + cov.T)  # symmetric to rounding, as a covariance must be
 
     def _exact_predict(self, xt, r, return_var):
         chol = self._exact_cholesky("ExactGP.predict")
