@@ -184,6 +184,15 @@ class ExactGP(torch.nn.Module):
             return torch.zeros(1, dtype=torch.float64)
         return self.mean_constant
 
+    def _test_points(self, x_test, who):
+        xt = torch.as_tensor(x_test)
+        if xt.dim() != 2 or xt.shape[1] != self.x.shape[1]:
+            raise ValueError(f"{who}: x_test must be (m, {self.x.shape[1]}), got shape "
+                             f"{tuple(xt.shape)}")
+        if not bool(torch.isfinite(xt).all()):
+            raise ValueError(f"{who}: x_test holds a NaN or an infinity")
+        return xt
+
     def _mode(self, mode, who):
         if mode not in _MODES:
             raise ValueError(f"{who}: mode must be one of {_MODES}, got {mode!r}")
@@ -379,12 +388,7 @@ class ExactGP(torch.nn.Module):
         (0.5, True)
         """
         who = "ExactGP.predict"
-        xt = torch.as_tensor(x_test)
-        if xt.dim() != 2 or xt.shape[1] != self.x.shape[1]:
-            raise ValueError(f"{who}: x_test must be (m, {self.x.shape[1]}), got shape "
-                             f"{tuple(xt.shape)}")
-        if not bool(torch.isfinite(xt).all()):
-            raise ValueError(f"{who}: x_test holds a NaN or an infinity")
+        xt = self._test_points(x_test, who)
         if include_noise and self.noise.numel() > 1:
             raise ValueError(f"{who}: include_noise with per-point noise: the test points' noise "
                              "is not known; add it to the variances yourself")
@@ -421,12 +425,7 @@ class ExactGP(torch.nn.Module):
         (torch.Size([4, 4]), True)
         """
         who = "ExactGP.predict_covariance"
-        xt = torch.as_tensor(x_test)
-        if xt.dim() != 2 or xt.shape[1] != self.x.shape[1]:
-            raise ValueError(f"{who}: x_test must be (m, {self.x.shape[1]}), got shape "
-                             f"{tuple(xt.shape)}")
-        if not bool(torch.isfinite(xt).all()):
-            raise ValueError(f"{who}: x_test holds a NaN or an infinity")
+        xt = self._test_points(x_test, who)
         xt = xt.to(torch.float64)
         x = self.x.to(torch.float64)
         prior = self.kernel.dense(xt, xt).detach()
