@@ -96,7 +96,8 @@ if ((standin)); then
       TESSEL_NVRTC="$PWD/$dir/tests/standin/libtessel_standin_nvrtc.so" \
       TESSEL_CACHE_DIR="${TESSEL_TEST_STANDIN_CACHE:-$PWD/$dir/standin-cache}" \
       PYTHONPATH="$PWD/$dir/python" \
-      "$python" -m pytest -q -p no:cacheprovider tests/python/test_cuda_crash_classes.py || rc=$?
+      "$python" -m pytest -q -p no:cacheprovider -n "$(nproc 2> /dev/null || echo 2)" \
+      tests/python/test_cuda_crash_classes.py || rc=$?
   fi
   exit "$rc"
 else
