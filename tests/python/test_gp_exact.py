@@ -12,7 +12,7 @@ from sklearn.gaussian_process import kernels as sk  # noqa: E402
 from gp_cases import exact_finite_differences  # noqa: E402
 from tessel import _core  # noqa: E402
 from tessel.gp import (RBF, ExactGP, Linear, Matern, Periodic, Polynomial,  # noqa: E402
-                       RationalQuadratic, Scale)
+                       RationalQuadratic, Scale, SpectralMixture)
 
 N, D = 1000, 8
 
@@ -104,7 +104,10 @@ def test_bbmm_predictions_match_exact(pair):
 KERNELS = [RBF(lengthscale=[0.5, 1.0, 2.0]), Matern(0.5, 0.7), Matern(1.5, [0.4, 0.8, 1.2]),
            Matern(2.5, 0.9), RationalQuadratic(0.8, alpha=1.7), Periodic(0.9, 1.3),
            Periodic(0.9, 1.3, distance="euclidean"), Linear(0.6), Polynomial(3, offset=0.5),
-           Scale(RBF(), 2.0) * Matern(1.5) + Linear()]
+           Scale(RBF(), 2.0) * Matern(1.5) + Linear(),
+           SpectralMixture(3, d=3, weights=[0.5, 1.0, 0.3],
+                           means=[[0.2, 0.5, 1.0], [1.5, 0.1, 0.4], [0.7, 0.7, 0.7]],
+                           scales=[[0.5, 1.0, 2.0], [0.3, 0.3, 0.3], [1.0, 0.2, 0.6]])]
 
 
 @pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: type(k).__name__)
@@ -129,3 +132,32 @@ def test_exact_gradient_matches_finite_differences():
     grads = torch.autograd.grad(gp.log_marginal_likelihood(mode="exact"), list(gp.parameters()))
     grads = torch.cat([g.reshape(-1) for g in grads]).numpy()
     np.testing.assert_allclose(grads, exact_finite_differences(gp), rtol=1e-5, atol=1e-5)
+
+
+def test_spectral_mixture_gradient_matches_finite_differences():
+    x, y = _data(n=80, d=3, seed=4)
+    x = x[:, :2]
+    k = SpectralMixture(2, d=2, weights=[0.8, 0.4], means=[[0.3, 0.9], [1.2, 0.2]],
+                        scales=[[0.6, 0.4], [1.1, 0.8]])
+    gp = ExactGP(x, y, k, noise=0.1)
+    grads = torch.autograd.grad(gp.log_marginal_likelihood(mode="exact"), list(gp.parameters()))
+    grads = torch.cat([g.reshape(-1) for g in grads]).numpy()
+    np.testing.assert_allclose(grads, exact_finite_differences(gp), rtol=1e-5, atol=1e-5)
+    # BBMM differentiates the formula in every one of its 10 hyperparameters.
+    fd = exact_finite_differences(gp)
+    v = gp.log_marginal_likelihood(mode="bbmm", probes=200, rank=80, tol=1e-10)
+    g = torch.autograd.grad(v, list(gp.parameters()))
+    g = torch.cat([t.reshape(-1) for t in g]).numpy()
+    np.testing.assert_allclose(g, fd, rtol=0.05, atol=0.05 * np.abs(fd).max())
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(num_mixtures=0), "num_mixtures must be an integer >= 1"),
+    (dict(d=1.5), "d must be an integer >= 1"),
+    (dict(num_mixtures=2, weights=[1.0]), r"weights must have shape \(2,\)"),
+    (dict(num_mixtures=2, d=2, means=[1.0, 2.0]), r"means must have shape \(2, 2\)"),
+    (dict(num_mixtures=1, scales=[[-1.0]]), "scales must be finite and > 0"),
+])
+def test_bad_spectral_mixtures_are_named(kw, match):
+    with pytest.raises(ValueError, match=match):
+        SpectralMixture(**kw)

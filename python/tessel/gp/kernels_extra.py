@@ -1,4 +1,5 @@
-"""GP kernels beyond the stationary family of r: periodic, linear and polynomial.
+"""GP kernels beyond the stationary family of r: periodic, linear, polynomial and spectral
+mixture.
 
 Same contract as tessel.gp.kernels: one formula text, a dense PyTorch matrix and an exact
 diagonal; positive hyperparameters through softplus.
@@ -9,7 +10,7 @@ import torch
 
 from .kernels import Kernel, _points, _positive
 
-__all__ = ["Periodic", "Linear", "Polynomial"]
+__all__ = ["Periodic", "Linear", "Polynomial", "SpectralMixture"]
 
 
 class Periodic(Kernel):
@@ -162,3 +163,110 @@ class Polynomial(Kernel):
         """(|x_i|^2 + offset)^power (see RBF.diag)."""
         x, _ = _points(x, x, "Polynomial")
         return ((x * x).sum(1) + self.offset.to(x.dtype)) ** self.power
+
+
+def _int_at_least_one(value, who, name):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{who}: {name} must be an integer >= 1, got {value!r}")
+    return value
+
+
+class SpectralMixture(Kernel):
+    """Wilson and Adams' spectral mixture kernel (GPyTorch's SpectralMixtureKernel): with
+    tau = x - y, k = sum_q w_q exp(-2 pi^2 sum_d (tau_d s_qd)^2) prod_d cos(2 pi tau_d mu_qd),
+    a mixture of Q Gaussians in the spectral domain (frequencies mu_q, bandwidths s_q).
+
+    Parameters
+    ----------
+    num_mixtures : int
+        Q >= 1.
+    d : int
+        The input dimension (the means and scales are per dimension).
+    weights : sequence of float, optional
+        (Q,) > 0; default 1 / Q each.
+    means : array-like, optional
+        (Q, d) frequencies > 0; default (q + 1) / Q for mixture q, in every dimension.
+    scales : array-like, optional
+        (Q, d) > 0 (inverse lengthscales); default 1.
+
+    Raises
+    ------
+    ValueError
+        For counts that are not integers >= 1, or parameters of another shape.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.gp import SpectralMixture
+    >>> k = SpectralMixture(2, d=1, weights=[0.5, 1.5])
+    >>> k.diag(torch.zeros(2, 1))
+    tensor([2., 2.], dtype=torch.float64, grad_fn=<ExpandBackward0>)
+    """
+
+    def __init__(self, num_mixtures=4, d=1, weights=None, means=None, scales=None):
+        super().__init__()
+        who = "SpectralMixture"
+        q = self.num_mixtures = _int_at_least_one(num_mixtures, who, "num_mixtures")
+        self.d = _int_at_least_one(d, who, "d")
+        if weights is None:
+            weights = torch.full((q,), 1.0 / q, dtype=torch.float64)
+        if means is None:
+            means = (torch.arange(1, q + 1, dtype=torch.float64) / q)[:, None].expand(q, d)
+        if scales is None:
+            scales = torch.ones(q, d, dtype=torch.float64)
+        for name, value, shape in (("weights", weights, (q,)), ("means", means, (q, d)),
+                                   ("scales", scales, (q, d))):
+            t = torch.as_tensor(value, dtype=torch.float64)
+            if tuple(t.shape) != shape:
+                raise ValueError(f"{who}: {name} must have shape {shape}, got {tuple(t.shape)}")
+            self._positive_parameter(name, t.reshape(-1), who, flat=True)
+
+    @property
+    def weights(self):
+        """The mixture weights (Q,) (softplus of the raw parameter)."""
+        return torch.nn.functional.softplus(self.raw_weights)
+
+    @property
+    def means(self):
+        """The frequencies (Q, d) (softplus of the raw parameter)."""
+        return torch.nn.functional.softplus(self.raw_means).reshape(self.num_mixtures, self.d)
+
+    @property
+    def scales(self):
+        """The bandwidths (Q, d) (softplus of the raw parameter)."""
+        return torch.nn.functional.softplus(self.raw_scales).reshape(self.num_mixtures, self.d)
+
+    def _check_d(self, d):
+        if d != self.d:
+            raise ValueError(f"SpectralMixture: built for points of dimension {self.d}, given "
+                             f"{d}")
+
+    def _text(self, pack, d):
+        self._check_d(d)
+        w, mu, s = self.weights, self.means, self.scales
+        two_pi, c = 2 * math.pi, 2 * math.pi ** 2
+        diff = [("(X-Y)" if d == 1 else f"(Elem(X,{k})-Elem(Y,{k}))") for k in range(d)]
+        terms = []
+        for q in range(self.num_mixtures):
+            decay = f"Exp(-({c!r}*WeightedSqDist(Square({pack.add(s[q])}),X,Y)))"
+            waves = "*".join(f"Cos({two_pi!r}*{diff[k]}*{pack.add(mu[q, k])})"
+                             for k in range(d))
+            terms.append(f"{pack.add(w[q])}*{decay}*{waves}")
+        return "+".join(terms)
+
+    def dense(self, x1, x2):
+        """The kernel matrix (n1, n2) in PyTorch (see Kernel.forward); O(n1 n2 d) memory."""
+        x1, x2 = _points(x1, x2, "SpectralMixture")
+        self._check_d(x1.shape[1])
+        tau = x1[:, None, :] - x2[None, :, :]
+        w, mu, s = (t.to(x1.dtype) for t in (self.weights, self.means, self.scales))
+        out = 0
+        for q in range(self.num_mixtures):
+            decay = torch.exp(-2 * math.pi ** 2 * ((tau * s[q]) ** 2).sum(-1))
+            out = out + w[q] * decay * torch.cos(2 * math.pi * tau * mu[q]).prod(-1)
+        return out
+
+    def diag(self, x):
+        """sum_q w_q for every point (see RBF.diag)."""
+        n = torch.as_tensor(x).shape[0]
+        return self.weights.sum().expand(n)
