@@ -53,4 +53,12 @@ if ! grep -qx nilearn <<< "$installed"; then
   echo "python: installing nilearn (data files only, --no-deps) into .venv" >&2
   "$py" -m pip install -q --no-deps nilearn==0.14.1 >&2
 fi
+# GPyTorch, for tessel.gp's comparisons and its KeOps kernels on tessel.compat: 1.11 is the newest
+# release whose requirements allow PyTorch 1.13 (later ones pull torch 2 from PyPI), so it and
+# its own dependencies are pinned and installed without pip's resolver.
+if ! grep -qx gpytorch <<< "$installed"; then
+  echo "python: installing gpytorch 1.11 (for PyTorch 1.13, --no-deps) into .venv" >&2
+  "$py" -m pip install -q --no-deps gpytorch==1.11 linear-operator==0.5.2 jaxtyping==0.2.25 \
+    typeguard==2.13.3 >&2
+fi
 echo "$PWD/$py"

@@ -30,7 +30,7 @@ fi
 # numpydoc checks the docstrings, websocket-client drives Chromium in the site checker's test.
 want=("$torch_spec" numpy pytest pytest-xdist hypothesis nanobind scikit-build-core numpydoc==1.11.0
   websocket-client==1.8.0)
-optional=(pykeops==2.3 geomloss torchdiffeq==0.2.5 meshio nibabel matplotlib)
+optional=(pykeops==2.3 geomloss torchdiffeq==0.2.5 meshio nibabel matplotlib scikit-learn gpytorch)
 if ! "$py" -m pip install -q "${want[@]}"; then
   echo "torch2: could not install ${want[*]}" >&2
   exit 1

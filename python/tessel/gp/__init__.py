@@ -11,10 +11,11 @@ GPyTorch's variance-reduced gradient, one gradient reduction per call and no der
 `predict` gives the posterior mean and exact per-point variances (batched solves chunked over the
 test points); `ExactGP.fit`, L-BFGS or Adam with a history, progress lines and clear failures.
 
-`GaussianProcessRegressor`: scikit-learn's estimator API (it imports scikit-learn).
+`GaussianProcessRegressor`: scikit-learn's estimator API (it imports scikit-learn). GPyTorch's
+KeOps kernels (gpytorch.kernels.keops) run on tessel after tessel.compat.install().
 
 Not here yet: posterior samples beyond sample_y's dense covariance, LOVE variances, Nyström kernel
-ridge, the GPyTorch bridge, distributed and R front ends.
+ridge, tessel kernels as GPyTorch kernels, distributed and R front ends.
 """
 from .kernels import Kernel, Matern, RationalQuadratic, RBF, Scale
 from .kernels_extra import Linear, Periodic, Polynomial, SpectralMixture

@@ -1,0 +1,78 @@
+"""GPyTorch's KeOps kernels (gpytorch.kernels.keops) run unchanged on tessel through
+tessel.compat: the marginal likelihood, its gradient and the kernel's products equal GPyTorch's
+own dense kernels'. In a process of its own, so that GPyTorch imports pykeops after install()."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("gpytorch", reason="scripts/python_env.sh installs GPyTorch 1.11")
+
+SCRIPT = r"""
+import json
+import tessel.compat
+tessel.compat.install()
+import torch, gpytorch
+import pykeops.torch
+from gpytorch.kernels import keops
+
+torch.manual_seed(0)
+n = 1200  # above GPyTorch's max_cholesky_size (800): its KeOps kernels take the KeOps path
+x = torch.rand(n, 3, dtype=torch.float64)
+y = torch.sin(4 * x[:, 0]) + x[:, 1] + 0.1 * torch.randn(n, dtype=torch.float64)
+
+
+class Model(gpytorch.models.ExactGP):
+    def __init__(self, kernel):
+        super().__init__(x, y, gpytorch.likelihoods.GaussianLikelihood())
+        self.mean = gpytorch.means.ConstantMean()
+        self.kernel = gpytorch.kernels.ScaleKernel(kernel)
+
+    def forward(self, z):
+        return gpytorch.distributions.MultivariateNormal(self.mean(z), self.kernel(z))
+
+
+out = {"lazytensor": pykeops.torch.LazyTensor.__module__}
+pairs = {"matern12": (keops.MaternKernel(nu=0.5, ard_num_dims=3), gpytorch.kernels.MaternKernel(nu=0.5, ard_num_dims=3)),
+         "matern52": (keops.MaternKernel(nu=2.5, ard_num_dims=3), gpytorch.kernels.MaternKernel(nu=2.5, ard_num_dims=3)),
+         "rbf": (keops.RBFKernel(ard_num_dims=3), gpytorch.kernels.RBFKernel(ard_num_dims=3))}
+v = torch.randn(n, 2, dtype=torch.float64)
+for name, kernels in pairs.items():
+    rows = []
+    for kernel in kernels:
+        with torch.no_grad():
+            kernel.lengthscale = torch.tensor([[0.3, 0.6, 1.2]], dtype=torch.float64)
+        m = Model(kernel).double()
+        m.train()
+        mll = gpytorch.mlls.ExactMarginalLogLikelihood(m.likelihood, m)
+        torch.manual_seed(1)  # the same probe vectors for both
+        value = mll(m(x), y)
+        value.backward()
+        grad = torch.cat([p.grad.reshape(-1) for p in m.parameters()])
+        with torch.no_grad(), gpytorch.settings.max_cholesky_size(0):
+            kv = m.kernel(x, x) @ v
+        rows.append((float(value), grad.tolist(), kv))
+    (va, ga, ka), (vb, gb, kb) = rows
+    out[name] = dict(value=[va, vb], grad=[ga, gb], product=float((ka - kb).abs().max() / kb.abs().max()))
+print(json.dumps(out))
+"""
+
+
+def test_gpytorch_keops_kernels_run_on_tessel_compat():
+    env = dict(os.environ)
+    out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True,
+                         timeout=900, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res.pop("lazytensor").startswith("tessel.compat")
+    for name, r in res.items():
+        # The kernel's product through tessel's LazyTensor against GPyTorch's dense matrix.
+        assert r["product"] < 1e-12, (name, r["product"])
+        # The same CG and Lanczos on the same probes (seeded): what differs is the products'
+        # rounding, which CG's tolerance (GPyTorch's 1 in training) lets grow to about 1e-6.
+        (va, vb), (ga, gb) = r["value"], r["grad"]
+        assert abs(va - vb) <= 1e-5 * abs(vb), (name, va, vb)
+        scale = max(abs(g) for g in gb)
+        assert max(abs(a - b) for a, b in zip(ga, gb)) <= 1e-4 * scale, (name, ga, gb)
