@@ -147,4 +147,22 @@ GpCgReport gp_predictive_variance(const GpKernel& kern, const ArrayView& x,
                                   std::span<double> var, const PivotedCholesky* pre,
                                   const GpCgOptions& opt = {}, int64_t chunk = 32);
 
+/// Nyström kernel ridge regression in the manner of Falkon (Rudi et al. 2017): with M centres c,
+/// the coefficients alpha (M x k) of f(x) = K(x, c) alpha solving
+///   (K_nM^T K_nM + lambda n K_MM) alpha = K_nM^T y
+/// for k outputs y (n x k) at once, by CG on the system preconditioned with T = chol(K_MM) and
+/// A = chol(T T^T / M + lambda I), so that its condition stays near that of a well-posed ridge
+/// problem whatever n. Each iteration is one product with K_nM and one with K_nM^T over all
+/// columns (O(n + M) memory per column); K_MM and the factors are dense M x M.
+struct NystromResult {
+  std::vector<double> alpha;  // M x k, row-major
+  GpCgReport cg;              // residuals of the preconditioned system
+  double jitter = 0;          // added to K_MM's diagonal to factor it (0 when none was needed)
+};
+/// lambda > 0. A K_MM that is not numerically positive definite (equal centres) gets a jitter of
+/// 1e-12, 1e-10, ... times its mean diagonal, stated in the result.
+NystromResult nystrom_krr(const GpKernel& kern, const ArrayView& x, const ArrayView& centres,
+                          std::span<const double> y, int64_t k, double lambda,
+                          const GpCgOptions& opt = {});
+
 }  // namespace tessel

@@ -1,5 +1,6 @@
 // Gaussian-process linear algebra for tessel.gp: kernel products, rows and diagonal, the pivoted
-// Cholesky preconditioner, batched CG, the BBMM marginal likelihood and predictive variances.
+// Cholesky preconditioner, batched CG, the BBMM marginal likelihood and predictive variances,
+// Nystrom kernel ridge regression.
 // The kernel formula holds the points as Vi(0, d) and Vj(1, d); params[k] is variable 2 + k.
 
 #include "bindings.hpp"
@@ -202,6 +203,25 @@ void bind_gp_solves(nb::module_& m) {
       nb::arg("accumulate_f64") = false,
       "Latent predictive variances at the points p by chunked batched solves; returns (var, "
       "report dict).");
+  m.def(
+      "nystrom_krr",
+      [](const Formula& k, const std::vector<InArray>& params, InArray x, InArray centres,
+         InArray y, int64_t outputs, double lam, double tol, int64_t maxiter, bool acc) {
+        const Bound bk(k, params, acc, x);
+        const ArrayView c = view_of(centres, "centres");
+        const std::vector<double> yv = read_vector(y, "nystrom_krr", "y");
+        NystromResult r;
+        {
+          nb::gil_scoped_release release;
+          r = nystrom_krr(bk.kern, bk.x, c, yv, outputs, lam, cg_options(tol, maxiter, 0));
+        }
+        return std::make_tuple(doubles(r.alpha, {rows_of(c), outputs}), report_dict(r.cg),
+                               r.jitter);
+      },
+      nb::arg("k"), nb::arg("params"), nb::arg("x"), nb::arg("centres"), nb::arg("y"), nb::arg("m"),
+      nb::arg("lam"), nb::arg("tol"), nb::arg("maxiter") = 0, nb::arg("accumulate_f64") = false,
+      "Falkon-preconditioned Nystrom kernel ridge regression; returns (alpha M x m, report dict, "
+      "jitter).");
 }
 
 }  // namespace

@@ -376,3 +376,54 @@ TEST(Gp, BadInputGetsClearErrors) {
 }
 
 }  // namespace
+
+TEST(Gp, NystromRidgeMatchesTheDenseNormalEquations) {
+  GpProblem pb(150);
+  const int m = 25, k = 2;
+  const double lam = 1e-3;
+  std::vector<double> c(pb.x.begin(), pb.x.begin() + m * kD), y(pb.n * k);
+  for (int i = 0; i < pb.n; ++i) y[i * k] = pb.y[i], y[i * k + 1] = pb.y[i] * pb.y[i] - 0.5;
+  const Array ca = Array::from(c, {m, kD});
+  GpCgOptions opt;
+  opt.tol = 1e-10;
+  const NystromResult r = nystrom_krr(pb.kern, pb.xa.view(), ca.view(), y, k, lam, opt);
+  ASSERT_EQ(r.alpha.size(), static_cast<size_t>(m * k));
+  EXPECT_TRUE(r.cg.all_converged()) << r.cg.str();
+  EXPECT_EQ(r.jitter, 0.0);
+  // Dense: (Knm^T Knm + lam n Kmm) alpha = Knm^T y; the centres are the first m points.
+  const std::vector<double> kd = pb.dense(0);
+  std::vector<double> h(m * m), rhs(m * k);
+  for (int a = 0; a < m; ++a)
+    for (int b = 0; b < m; ++b) {
+      double s = 0;
+      for (int i = 0; i < pb.n; ++i) s += kd[i * pb.n + a] * kd[i * pb.n + b];
+      h[a * m + b] = s + lam * pb.n * kd[a * pb.n + b];
+    }
+  for (int a = 0; a < m; ++a)
+    for (int q = 0; q < k; ++q) {
+      double s = 0;
+      for (int i = 0; i < pb.n; ++i) s += kd[i * pb.n + a] * y[i * k + q];
+      rhs[a * k + q] = s;
+    }
+  const std::vector<double> l = chol(h, m);
+  for (int q = 0; q < k; ++q) {
+    const std::vector<double> want = chol_solve(l, m, column(rhs, m, k, q));
+    // The predictions K_nM alpha: what CG's tolerance bounds (the coefficients themselves carry
+    // K_MM's condition number).
+    for (int i = 0; i < pb.n; ++i) {
+      double got = 0, ref = 0;
+      for (int a = 0; a < m; ++a) {
+        got += kd[i * pb.n + a] * r.alpha[a * k + q];
+        ref += kd[i * pb.n + a] * want[a];
+      }
+      EXPECT_NEAR(got, ref, 1e-7) << "output " << q << ", point " << i;
+    }
+  }
+  // Repeated centres: K_MM is singular; a jitter makes it factorable, and it is reported.
+  std::vector<double> twice(c);
+  twice.insert(twice.end(), c.begin(), c.begin() + 5 * kD);
+  const Array ta = Array::from(twice, {m + 5, kD});
+  EXPECT_GT(nystrom_krr(pb.kern, pb.xa.view(), ta.view(), y, k, lam, opt).jitter, 0.0);
+  EXPECT_THROW(nystrom_krr(pb.kern, pb.xa.view(), ca.view(), y, k, 0.0), Error);
+  EXPECT_THROW(nystrom_krr(pb.kern, pb.xa.view(), ca.view(), y, 3, lam), Error);
+}

@@ -11,18 +11,21 @@ GPyTorch's variance-reduced gradient, one gradient reduction per call and no der
 `predict` gives the posterior mean and exact per-point variances (batched solves chunked over the
 test points); `ExactGP.fit`, L-BFGS or Adam with a history, progress lines and clear failures.
 
+`NystromRidge`: Nyström kernel ridge regression, Falkon-preconditioned CG in the core.
 `GaussianProcessRegressor`: scikit-learn's estimator API (it imports scikit-learn). GPyTorch's
 KeOps kernels (gpytorch.kernels.keops) run on tessel after tessel.compat.install().
 
-Not here yet: posterior samples beyond sample_y's dense covariance, LOVE variances, Nyström kernel
-ridge, tessel kernels as GPyTorch kernels, distributed and R front ends.
+Not here yet: posterior samples beyond sample_y's dense covariance, LOVE variances, a
+cross-validation objective for NystromRidge's hyperparameters, tessel kernels as GPyTorch kernels,
+distributed and R front ends.
 """
 from .kernels import Kernel, Matern, RationalQuadratic, RBF, Scale
 from .kernels_extra import Linear, Periodic, Polynomial, SpectralMixture
 from .model import ExactGP
+from .ridge import NystromRidge
 
 __all__ = ["Kernel", "RBF", "Matern", "RationalQuadratic", "Periodic", "Linear", "Polynomial",
-           "SpectralMixture", "Scale", "ExactGP", "GaussianProcessRegressor"]
+           "SpectralMixture", "Scale", "ExactGP", "GaussianProcessRegressor", "NystromRidge"]
 
 
 def __getattr__(name):

@@ -1,0 +1,155 @@
+"""Nyström kernel ridge regression (Falkon-style) on tessel's kernel reductions: M centres, CG
+preconditioned by the Cholesky factors of K_MM, several outputs at once, O(n) memory per output."""
+import warnings
+
+import numpy as np
+import torch
+
+from .. import _core
+from .kernels import Kernel
+
+__all__ = ["NystromRidge"]
+
+
+class NystromRidge:
+    """Kernel ridge regression restricted to M centres (Nyström), solved as Falkon does.
+
+    f(x) = K(x, C) alpha, alpha minimising |K_nM alpha - y|^2 / n + lam alpha^T K_MM alpha:
+    (K_nM^T K_nM + lam n K_MM) alpha = K_nM^T y, solved by CG preconditioned with T = chol(K_MM)
+    and chol(T T^T / M + lam I) in the core, each iteration one product with K_nM and one with
+    its transpose over every output at once. With the centres equal to the training points it
+    is exact kernel ridge regression (scikit-learn's KernelRidge with alpha = lam n).
+
+    Parameters
+    ----------
+    kernel : Kernel
+        A tessel.gp kernel (its hyperparameters are read, not fitted).
+    centres : int or array-like
+        M, the number of training points drawn (uniformly, without replacement) as centres, or
+        the (M, d) centres themselves.
+    lam : float
+        The ridge penalty, > 0.
+    tol : float
+        CG's relative residual per output. float32 points stall near 1e-4 to 1e-3 when K_MM is
+        ill-conditioned (narrow kernels, small lam): a warning says so.
+    maxiter : int
+        CG's iteration limit (0: min(M, 1000)).
+    seed : int
+        Draws the centres.
+
+    Raises
+    ------
+    TypeError
+        For a kernel that is not a tessel.gp kernel, or points that are not float32/float64.
+    ValueError
+        For lam <= 0, and at fit for shapes that do not match or non-finite data.
+
+    Warns
+    -----
+    RuntimeWarning
+        At fit, when CG did not reach tol.
+
+    Attributes
+    ----------
+    centres_ : torch.Tensor
+    alpha_ : torch.Tensor
+        (M,) or (M, k) coefficients.
+    report_ : dict
+        CG's report (iterations, residuals, converged) and the jitter K_MM needed.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tessel.gp import NystromRidge, RBF
+    >>> x = torch.rand(500, 2, dtype=torch.float64)
+    >>> model = NystromRidge(RBF(0.3), centres=100, lam=1e-6).fit(x, torch.sin(5 * x[:, 0]))
+    >>> float((model.predict(x) - torch.sin(5 * x[:, 0])).abs().max()) < 1e-2
+    True
+    """
+
+    def __init__(self, kernel, centres=1000, lam=1e-6, tol=1e-8, maxiter=0, seed=0):
+        who = "NystromRidge"
+        if not isinstance(kernel, Kernel):
+            raise TypeError(f"{who}: kernel must be a tessel.gp kernel, got "
+                            f"{type(kernel).__name__}")
+        if not (isinstance(lam, (int, float)) and np.isfinite(lam) and lam > 0):
+            raise ValueError(f"{who}: lam must be a finite number > 0, got {lam!r}")
+        self.kernel, self.centres, self.lam = kernel, centres, float(lam)
+        self.tol, self.maxiter, self.seed = tol, maxiter, seed
+
+    def _prepare(self, x, who):
+        x = torch.as_tensor(x)
+        if x.dtype not in (torch.float32, torch.float64):
+            raise TypeError(f"{who}: x must be float32 or float64, got {x.dtype}")
+        if x.dim() != 2:
+            raise ValueError(f"{who}: x must be (n, d), got shape {tuple(x.shape)}")
+        if not bool(torch.isfinite(x).all()):
+            raise ValueError(f"{who}: x holds a NaN or an infinity")
+        return x.detach()
+
+    def _formula(self, d, dtype):
+        """The kernel's formula and its parameters in the points' dtype (the core's rule)."""
+        text, aliases, theta = self.kernel.formula(d)
+        np_dtype = np.float32 if dtype == torch.float32 else np.float64
+        return _core.parse(text, aliases), [np.ascontiguousarray(
+            theta.detach().cpu().numpy().astype(np_dtype))]
+
+    def fit(self, x, y):
+        """Solves for the coefficients; returns self."""
+        who = "NystromRidge.fit"
+        x = self._prepare(x, who)
+        y = torch.as_tensor(y, dtype=torch.float64)
+        if y.dim() not in (1, 2) or y.shape[0] != x.shape[0]:
+            raise ValueError(f"{who}: y must be ({x.shape[0]},) or ({x.shape[0]}, k), got shape "
+                             f"{tuple(y.shape)}")
+        if not bool(torch.isfinite(y).all()):
+            raise ValueError(f"{who}: y holds a NaN or an infinity")
+        if isinstance(self.centres, (int, np.integer)) and not isinstance(self.centres, bool):
+            m = int(self.centres)
+            if m < 1:
+                raise ValueError(f"{who}: centres must be >= 1, got {m}")
+            g = torch.Generator().manual_seed(self.seed)
+            pick = torch.randperm(x.shape[0], generator=g)[:min(m, x.shape[0])]
+            c = x[pick.sort().values]
+        else:
+            c = torch.as_tensor(self.centres).to(x.dtype)
+            if c.dim() != 2 or c.shape[1] != x.shape[1]:
+                raise ValueError(f"{who}: centres must be (M, {x.shape[1]}), got shape "
+                                 f"{tuple(c.shape)}")
+            if not bool(torch.isfinite(c).all()):
+                raise ValueError(f"{who}: centres hold a NaN or an infinity")
+        f, params = self._formula(x.shape[1], x.dtype)
+        cols = 1 if y.dim() == 1 else y.shape[1]
+        xs = np.ascontiguousarray(x.cpu().numpy())
+        cs = np.ascontiguousarray(c.detach().cpu().numpy())
+        alpha, report, jitter = _core.nystrom_krr(
+            f, params, xs, cs, np.ascontiguousarray(y.reshape(-1).numpy()), cols, self.lam,
+            self.tol, self.maxiter)
+        report["jitter"] = jitter
+        if not all(report["converged"]):
+            # float32 kernel values (rounded to 6e-8) times the large, alternating coefficients
+            # an ill-conditioned K_MM gives: the residual stalls well above a float64 tol.
+            warnings.warn(f"{who}: CG did not converge ({report['summary']}); the predictions "
+                          "are as accurate as that residual: use float64 points, a larger lam, "
+                          "or a looser tol", RuntimeWarning, stacklevel=2)
+        self.centres_, self.report_ = c.detach(), report
+        alpha = torch.as_tensor(alpha)
+        self.alpha_ = alpha[:, 0] if y.dim() == 1 else alpha
+        return self
+
+    def predict(self, x):
+        """f at the points x: (m,) or (m, k) like y."""
+        who = "NystromRidge.predict"
+        if not hasattr(self, "alpha_"):
+            raise RuntimeError(f"{who}: call fit first")
+        x = self._prepare(x, who).to(self.centres_.dtype)
+        if x.shape[1] != self.centres_.shape[1]:
+            raise ValueError(f"{who}: x must be (m, {self.centres_.shape[1]}), got shape "
+                             f"{tuple(x.shape)}")
+        f, params = self._formula(x.shape[1], x.dtype)
+        a = self.alpha_.reshape(self.alpha_.shape[0], -1)
+        out = _core.gp_kernel_product(f, params, np.ascontiguousarray(x.cpu().numpy()),
+                                      np.ascontiguousarray(self.centres_.cpu().numpy()),
+                                      np.ascontiguousarray(a.numpy()), a.shape[1])
+        out = torch.as_tensor(out)
+        return out[:, 0] if self.alpha_.dim() == 1 else out

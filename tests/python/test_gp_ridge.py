@@ -1,0 +1,108 @@
+"""tessel.gp.NystromRidge: the Falkon-preconditioned CG solution equals the dense normal
+equations' in float64, with every training point as a centre it is scikit-learn's KernelRidge,
+several outputs at once equal one at a time, and bad input gets clear errors."""
+import numpy as np
+import pytest
+import torch
+from sklearn.kernel_ridge import KernelRidge
+
+from tessel.gp import RBF, Matern, NystromRidge, Scale
+
+
+def _data(n=600, d=3, seed=0, outputs=None):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, d, generator=g, dtype=torch.float64)
+    y = torch.sin(5 * x[:, 0]) + x[:, 1] * x[:, 2] + 0.05 * torch.randn(n, generator=g,
+                                                                        dtype=torch.float64)
+    if outputs:
+        y = torch.stack([y * (1 + k) + k for k in range(outputs)], 1)
+    return x, y
+
+
+def _dense_alpha(kernel, x, c, y, lam):
+    knm = kernel.dense(x, c).detach()
+    kmm = kernel.dense(c, c).detach()
+    n = x.shape[0]
+    return torch.linalg.solve(knm.T @ knm + lam * n * kmm, knm.T @ y)
+
+
+@pytest.mark.parametrize("lam", [1e-3, 1e-7])
+def test_equals_the_dense_normal_equations(lam):
+    x, y = _data()
+    kernel = Scale(Matern(2.5, lengthscale=[0.3, 0.5, 0.8]), outputscale=1.5)
+    model = NystromRidge(kernel, centres=120, lam=lam, tol=1e-9).fit(x, y)
+    assert all(model.report_["converged"]) and model.report_["iterations"] < 120
+    want = _dense_alpha(kernel, x, model.centres_, y, lam)
+    xt = _data(n=50, seed=1)[0]
+    pred = model.predict(xt)
+    pred_ref = kernel.dense(xt, model.centres_).detach() @ want
+    scale = float(pred_ref.abs().max())
+    # The normal equations square K_nM's condition: compare predictions, which CG's tolerance
+    # bounds, rather than the coefficients themselves.
+    np.testing.assert_allclose(pred.numpy(), pred_ref.numpy(), rtol=0, atol=1e-7 * scale)
+
+
+def test_every_point_a_centre_is_scikit_learns_kernel_ridge():
+    x, y = _data(n=300)
+    lam = 1e-4
+    model = NystromRidge(RBF(0.4), centres=x, lam=lam, tol=1e-7).fit(x, y)
+    ref = KernelRidge(alpha=lam * x.shape[0], kernel="rbf", gamma=1 / (2 * 0.4 ** 2)).fit(x, y)
+    xt = _data(n=40, seed=2)[0]
+    np.testing.assert_allclose(model.predict(xt).numpy(), ref.predict(xt), rtol=0, atol=1e-6)
+
+
+def test_several_outputs_at_once_equal_one_at_a_time():
+    x, y = _data(outputs=3)
+    kernel = RBF([0.4, 0.6, 0.9])
+    both = NystromRidge(kernel, centres=80, lam=1e-5, tol=1e-9).fit(x, y)
+    assert both.alpha_.shape == (80, 3) and len(both.report_["converged"]) == 3
+    xt = _data(n=30, seed=3)[0]
+    pred = both.predict(xt)
+    for k in range(3):
+        one = NystromRidge(kernel, centres=80, lam=1e-5, tol=1e-9).fit(x, y[:, k])
+        np.testing.assert_allclose(pred[:, k].numpy(), one.predict(xt).numpy(), rtol=0,
+                                   atol=1e-8 * float(y[:, k].abs().max()))
+
+
+def test_float32_points_reach_their_precision_and_say_when_they_stall():
+    x, y = _data()
+    a = NystromRidge(RBF(0.4), centres=100, lam=1e-2, tol=1e-4).fit(x, y)
+    b = NystromRidge(RBF(0.4), centres=100, lam=1e-2, tol=1e-3).fit(x.float(), y)
+    assert all(b.report_["converged"])
+    # A residual of 1e-3 in the preconditioned system: predictions to about that, relative.
+    np.testing.assert_allclose(b.predict(x.float()).numpy(), a.predict(x).numpy(), rtol=0,
+                               atol=2e-3 * float(y.abs().max()))
+    with pytest.warns(RuntimeWarning, match="NystromRidge.fit: CG did not converge"):
+        NystromRidge(RBF(0.4), centres=100, lam=1e-4, tol=1e-10).fit(x.float(), y)
+
+
+def test_repeated_centres_get_a_stated_jitter():
+    x, y = _data(n=200)
+    c = torch.cat([x[:20], x[:5]])
+    model = NystromRidge(RBF(0.4), centres=c, lam=1e-4, tol=1e-10).fit(x, y)
+    assert model.report_["jitter"] > 0
+    assert np.isfinite(model.predict(x).numpy()).all()
+
+
+@pytest.mark.parametrize("args, kw, exc, match", [
+    ((RBF(),), dict(lam=0.0), ValueError, "lam must be a finite number > 0"),
+    (("rbf",), {}, TypeError, "kernel must be a tessel.gp kernel"),
+])
+def test_bad_construction_is_named(args, kw, exc, match):
+    with pytest.raises(exc, match=match):
+        NystromRidge(*args, **kw)
+
+
+def test_bad_fit_input_is_named():
+    x, y = _data(n=50)
+    m = NystromRidge(RBF(), centres=10)
+    with pytest.raises(ValueError, match=r"y must be \(50,\) or \(50, k\)"):
+        m.fit(x, y[:10])
+    with pytest.raises(ValueError, match="y holds a NaN"):
+        m.fit(x, torch.where(y > 0, y, torch.tensor(float("nan"), dtype=torch.float64)))
+    with pytest.raises(ValueError, match=r"centres must be \(M, 3\)"):
+        NystromRidge(RBF(), centres=torch.rand(5, 2)).fit(x, y)
+    with pytest.raises(RuntimeError, match="call fit first"):
+        m.predict(x)
+    with pytest.raises(ValueError, match=r"x must be \(m, 3\)"):
+        m.fit(x, y).predict(x[:, :2])
