@@ -157,10 +157,12 @@ GpCgReport gp_predictive_variance(const GpKernel& kern, const ArrayView& x,
 struct NystromResult {
   std::vector<double> alpha;  // M x k, row-major
   GpCgReport cg;              // residuals of the preconditioned system
-  double jitter = 0;          // added to K_MM's diagonal to factor it (0 when none was needed)
+  double jitter = 0;          // added to K_MM's diagonal
 };
-/// lambda > 0. A K_MM that is not numerically positive definite (equal centres) gets a jitter of
-/// 1e-12, 1e-10, ... times its mean diagonal, stated in the result.
+/// lambda > 0. K_MM stands as K_MM + jitter I in the ridge term, as in Falkon: a K_MM of close
+/// centres is singular to rounding. The jitter starts at M times the points' rounding level
+/// (1e-14 in float64, 1e-7 in float32) times K_MM's mean diagonal and grows by 100 until it
+/// factors (equal centres).
 NystromResult nystrom_krr(const GpKernel& kern, const ArrayView& x, const ArrayView& centres,
                           std::span<const double> y, int64_t k, double lambda,
                           const GpCgOptions& opt = {});

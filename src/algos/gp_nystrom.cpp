@@ -35,8 +35,8 @@ void lower_solve(const std::vector<double>& l, int64_t m, std::vector<double>& b
   }
 }
 
-// The preconditioned operator W = B^T (K_nM^T K_nM + lambda n K_MM) B, B = T^-1 A^-1 / sqrt(n),
-// with T = L^T (K_MM = L L^T) and A = La^T (L^T L / M + lambda I = La La^T).
+// The preconditioned operator W = B^T (K_nM^T K_nM + lambda n T^T T) B, B = T^-1 A^-1 / sqrt(n),
+// with T = L^T (T^T T = K_MM + jitter I = L L^T) and A = La^T (L^T L / M + lambda I = La La^T).
 class FalkonSystem {
  public:
   FalkonSystem(const GpKernel& kern, const ArrayView& x, const ArrayView& centres, int64_t n,
@@ -45,15 +45,18 @@ class FalkonSystem {
     constexpr const char* who = "nystrom_krr";
     std::vector<int64_t> all(static_cast<size_t>(m));
     std::iota(all.begin(), all.end(), 0);
-    kmm_.assign(static_cast<size_t>(m * m), 0.0);
-    gp_kernel_rows(kern, centres, all, kmm_);
+    std::vector<double> kmm(static_cast<size_t>(m * m));
+    gp_kernel_rows(kern, centres, all, kmm);
     double mean_diag = 0;
-    for (int64_t r = 0; r < m; ++r) mean_diag += kmm_[r * m + r] / static_cast<double>(m);
+    for (int64_t r = 0; r < m; ++r) mean_diag += kmm[r * m + r] / static_cast<double>(m);
     if (!(mean_diag > 0) || !std::isfinite(mean_diag))
       detail::fail(who, "the kernel's diagonal at the centres is ", mean_diag,
                    "; expected a positive definite kernel");
-    for (double jitter = 0;; jitter = jitter == 0 ? 1e-12 : jitter * 100) {
-      l_ = kmm_;
+    // T factors K_MM + jitter I, as in Falkon: a K_MM of close centres is singular to rounding.
+    // The jitter starts at M times the points' rounding level.
+    const double base = static_cast<double>(m) * (x.dtype == DType::Float32 ? 1e-7 : 1e-14);
+    for (double jitter = base;; jitter *= 100) {
+      l_ = kmm;
       for (int64_t r = 0; r < m; ++r) l_[r * m + r] += jitter * mean_diag;
       if (gp_detail::cholesky(l_, m)) {
         res.jitter = jitter * mean_diag;
@@ -88,23 +91,19 @@ class FalkonSystem {
     lower_solve(la_, m_, h, k, false);  // A^-T = La^-1
     scale(h, 1 / std::sqrt(static_cast<double>(n_)));
   }
-  // h = K_nM^T K_nM u + lambda n K_MM u.
-  std::vector<double> normal(const std::vector<double>& u, int64_t k) const {
-    std::vector<double> knm_u(static_cast<size_t>(n_ * k)), h(static_cast<size_t>(m_ * k));
-    gp_kernel_product(kern_, x_, c_, u, k, knm_u);
-    gp_kernel_product(kern_, c_, x_, knm_u, k, h);
-    const double ln = lambda_ * static_cast<double>(n_);
-    for (int64_t r = 0; r < m_; ++r)
-      for (int64_t q = 0; q < m_; ++q) {
-        const double a = ln * kmm_[r * m_ + q];
-        for (int64_t c = 0; c < k; ++c) h[r * k + c] += a * u[q * k + c];
-      }
-    return h;
-  }
+  // W v = A^-T (T^-T K_nM^T K_nM T^-1 A^-1 v / n + lambda A^-1 v): the ridge term through
+  // T^-T (K_MM + jitter) T^-1 = I, never K_MM itself, whose product with T^-1 would cancel
+  // digits by T's condition number squared.
   std::vector<double> apply_w(std::vector<double> v, int64_t k) const {
-    apply_b(v, k);
-    std::vector<double> h = normal(v, k);
-    apply_bt(h, k);
+    lower_solve(la_, m_, v, k, true);
+    std::vector<double> t = v, knm_t(static_cast<size_t>(n_ * k)), h(static_cast<size_t>(m_ * k));
+    lower_solve(l_, m_, t, k, true);
+    gp_kernel_product(kern_, x_, c_, t, k, knm_t);
+    gp_kernel_product(kern_, c_, x_, knm_t, k, h);
+    lower_solve(l_, m_, h, k, false);
+    const double inv_n = 1 / static_cast<double>(n_);
+    for (size_t q = 0; q < h.size(); ++q) h[q] = h[q] * inv_n + lambda_ * v[q];
+    lower_solve(la_, m_, h, k, false);
     return h;
   }
 
@@ -116,7 +115,7 @@ class FalkonSystem {
   const ArrayView &x_, &c_;
   int64_t n_, m_;
   double lambda_;
-  std::vector<double> kmm_, l_, la_;
+  std::vector<double> l_, la_;
 };
 
 }  // namespace

@@ -389,7 +389,8 @@ TEST(Gp, NystromRidgeMatchesTheDenseNormalEquations) {
   const NystromResult r = nystrom_krr(pb.kern, pb.xa.view(), ca.view(), y, k, lam, opt);
   ASSERT_EQ(r.alpha.size(), static_cast<size_t>(m * k));
   EXPECT_TRUE(r.cg.all_converged()) << r.cg.str();
-  EXPECT_EQ(r.jitter, 0.0);
+  EXPECT_GT(r.jitter, 0.0);
+  EXPECT_LT(r.jitter, 1e-11 * pb.s);
   // Dense: (Knm^T Knm + lam n Kmm) alpha = Knm^T y; the centres are the first m points.
   const std::vector<double> kd = pb.dense(0);
   std::vector<double> h(m * m), rhs(m * k);
@@ -419,11 +420,12 @@ TEST(Gp, NystromRidgeMatchesTheDenseNormalEquations) {
       EXPECT_NEAR(got, ref, 1e-7) << "output " << q << ", point " << i;
     }
   }
-  // Repeated centres: K_MM is singular; a jitter makes it factorable, and it is reported.
+  // Repeated centres: K_MM is singular; the jitter makes it factorable, the solution stays.
   std::vector<double> twice(c);
   twice.insert(twice.end(), c.begin(), c.begin() + 5 * kD);
   const Array ta = Array::from(twice, {m + 5, kD});
-  EXPECT_GT(nystrom_krr(pb.kern, pb.xa.view(), ta.view(), y, k, lam, opt).jitter, 0.0);
+  const NystromResult rt = nystrom_krr(pb.kern, pb.xa.view(), ta.view(), y, k, lam, opt);
+  for (double a : rt.alpha) EXPECT_TRUE(std::isfinite(a));
   EXPECT_THROW(nystrom_krr(pb.kern, pb.xa.view(), ca.view(), y, k, 0.0), Error);
   EXPECT_THROW(nystrom_krr(pb.kern, pb.xa.view(), ca.view(), y, 3, lam), Error);
 }

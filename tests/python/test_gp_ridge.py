@@ -79,7 +79,7 @@ def test_float32_points_reach_their_precision_and_say_when_they_stall():
 def test_repeated_centres_get_a_stated_jitter():
     x, y = _data(n=200)
     c = torch.cat([x[:20], x[:5]])
-    model = NystromRidge(RBF(0.4), centres=c, lam=1e-4, tol=1e-10).fit(x, y)
+    model = NystromRidge(RBF(0.4), centres=c, lam=1e-4, tol=1e-7).fit(x, y)
     assert model.report_["jitter"] > 0
     assert np.isfinite(model.predict(x).numpy()).all()
 
@@ -95,7 +95,7 @@ def test_bad_construction_is_named(args, kw, exc, match):
 
 def test_bad_fit_input_is_named():
     x, y = _data(n=50)
-    m = NystromRidge(RBF(), centres=10)
+    m = NystromRidge(RBF(0.2), centres=10, lam=1e-3)
     with pytest.raises(ValueError, match=r"y must be \(50,\) or \(50, k\)"):
         m.fit(x, y[:10])
     with pytest.raises(ValueError, match="y holds a NaN"):
@@ -106,3 +106,27 @@ def test_bad_fit_input_is_named():
         m.predict(x)
     with pytest.raises(ValueError, match=r"x must be \(m, 3\)"):
         m.fit(x, y).predict(x[:, :2])
+
+
+def test_gcv_equals_the_dense_hat_matrix_formula_within_its_error():
+    x, y = _data(n=400)
+    kernel = RBF([0.4, 0.6, 0.9])
+    model = NystromRidge(kernel, centres=60, lam=1e-4, tol=1e-9)
+    score, se = model.gcv(x, y, probes=64, seed=1)
+    knm = kernel.dense(x, model.centres_).detach()
+    kmm = kernel.dense(model.centres_, model.centres_).detach()
+    n = x.shape[0]
+    hat = knm @ torch.linalg.solve(knm.T @ knm + 1e-4 * n * kmm, knm.T)
+    trace = float(torch.trace(hat))
+    want = n * float(((y - hat @ y) ** 2).sum()) / (n - trace) ** 2
+    assert abs(score - want) <= 4 * se + 1e-9 * want, (score, want, se)
+    assert 0 < se < 0.05 * want
+
+
+def test_gcv_prefers_the_right_amount_of_smoothing():
+    x, y = _data(n=500)
+    scores = {lam: NystromRidge(RBF(0.3), centres=80, lam=lam).gcv(x, y)[0]
+              for lam in (1e-4, 1.0)}
+    assert scores[1e-4] < scores[1.0]  # heavy smoothing misses the signal
+    with pytest.raises(ValueError, match="probes must be an integer >= 2"):
+        NystromRidge(RBF()).gcv(x, y, probes=1)

@@ -15,9 +15,8 @@ test points); `ExactGP.fit`, L-BFGS or Adam with a history, progress lines and c
 `GaussianProcessRegressor`: scikit-learn's estimator API (it imports scikit-learn). GPyTorch's
 KeOps kernels (gpytorch.kernels.keops) run on tessel after tessel.compat.install().
 
-Not here yet: posterior samples beyond sample_y's dense covariance, LOVE variances, a
-cross-validation objective for NystromRidge's hyperparameters, tessel kernels as GPyTorch kernels,
-distributed and R front ends.
+Not here yet: posterior samples beyond sample_y's dense covariance, LOVE variances, tessel kernels
+as GPyTorch kernels, distributed and R front ends.
 """
 from .kernels import Kernel, Matern, RationalQuadratic, RBF, Scale
 from .kernels_extra import Linear, Periodic, Polynomial, SpectralMixture
