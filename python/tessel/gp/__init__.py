@@ -15,8 +15,10 @@ test points); `ExactGP.fit`, L-BFGS or Adam with a history, progress lines and c
 `GaussianProcessRegressor`: scikit-learn's estimator API (it imports scikit-learn). GPyTorch's
 KeOps kernels (gpytorch.kernels.keops) run on tessel after tessel.compat.install().
 
-Not here yet: posterior samples beyond sample_y's dense covariance, LOVE variances, tessel kernels
-as GPyTorch kernels, distributed and R front ends.
+`ExactGP.sample`: posterior samples in O(n) memory by the pathwise update of a random-feature prior
+draw.
+
+Not here yet: LOVE variances, tessel kernels as GPyTorch kernels, distributed and R front ends.
 """
 from .kernels import Kernel, Matern, RationalQuadratic, RBF, Scale
 from .kernels_extra import Linear, Periodic, Polynomial, SpectralMixture
