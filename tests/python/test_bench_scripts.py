@@ -213,3 +213,18 @@ def test_ot_derivative_check_bench_reads_finite_differences():
     assert [r["diameter"] for r in rows] == [None, 2.0]
     # At blur 1e3 the fixed point is smooth in x: both derivatives within the differences' error.
     assert all(r["first"] < 1e-7 and r["second"] < 1e-7 for r in rows)
+
+
+def test_gp_bench_smoke_and_table():
+    # tessel and scikit-learn at a tiny size, each in its fresh process: the same exact-ish
+    # log likelihood (BBMM's estimate against the dense one) and a table with the ratio.
+    out = subprocess.run([sys.executable, str(BENCH / "gp_bench.py"), "--n", "300", "--d", "3",
+                          "--libraries", "tessel-f64", "sklearn", "--repeats", "1",
+                          "--tol", "1e-6", "--table"],
+                         capture_output=True, text=True, check=True, timeout=600)
+    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert [r["library"] for r in rows] == ["tessel-f64", "sklearn"]
+    assert all(r["seconds"] > 0 and r["n"] == 300 for r in rows)
+    ours, theirs = rows[0]["log_likelihood"], rows[1]["log_likelihood"]
+    assert abs(ours - theirs) < 0.05 * abs(theirs) + 5, (ours, theirs)
+    assert "| 300 | sklearn |" in out.stdout
