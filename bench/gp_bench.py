@@ -26,10 +26,10 @@ Run: PYTHONPATH=build/python .venv/bin/python bench/gp_bench.py --n 10000 30000
 """
 import argparse
 import json
-import platform
 import statistics
 import sys
 
+from ot_bench import cpu_name  # a sibling in bench/, which a script run there finds
 from tessel.loops.memory import MeasureError, run_isolated
 
 LIBRARIES = ("tessel", "tessel-f64", "gpytorch", "gpytorch-keops", "sklearn")
@@ -102,16 +102,6 @@ RESULT = dict(times=times, value=out[0], cg_iterations=out[1])
 """
 
 
-def _cpu_name():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def setup_source(library, n, d, tol):
     data = _DATA.format(n=n, d=d)
     if library.startswith("tessel"):
@@ -132,7 +122,7 @@ def measure(library, n, d, repeats, tol, timeout):
     return dict(bench="gp_step", library=library, n=n, d=d, seconds=statistics.median(
         res["times"]), times=res["times"], log_likelihood=res["value"],
         cg_iterations=res["cg_iterations"], peak_mb=round(r["peak_bytes"] / 2**20, 1),
-        cpu=_cpu_name())
+        cpu=cpu_name())
 
 
 def table(rows):
