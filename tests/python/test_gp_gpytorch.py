@@ -76,3 +76,51 @@ def test_gpytorch_keops_kernels_run_on_tessel_compat():
         assert abs(va - vb) <= 1e-5 * abs(vb), (name, va, vb)
         scale = max(abs(g) for g in gb)
         assert max(abs(a - b) for a, b in zip(ga, gb)) <= 1e-4 * scale, (name, ga, gb)
+
+
+def test_a_tessel_kernel_in_a_gpytorch_model_equals_gpytorchs_own():
+    # Above GPyTorch's preconditioning size (2000), where its preconditioner reads the kernel's
+    # diagonal and rows: the marginal likelihood with the same probes, its gradient in every
+    # parameter (raw, softplus in both) and the predictions.
+    import gpytorch
+    from tessel.gp import GPyTorchKernel, Matern, Scale
+
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(0)
+    n, ell = 2100, [0.3, 0.6, 1.2]
+    x = torch.rand(n, 3, generator=g, dtype=torch.float64)
+    y = torch.sin(4 * x[:, 0]) + x[:, 1] + 0.1 * torch.randn(n, generator=g, dtype=torch.float64)
+    xt = torch.rand(7, 3, generator=g, dtype=torch.float64)
+
+    class Model(gpytorch.models.ExactGP):
+        def __init__(self, kernel):
+            super().__init__(x, y, gpytorch.likelihoods.GaussianLikelihood())
+            self.mean, self.kernel = gpytorch.means.ConstantMean(), kernel
+
+        def forward(self, z):
+            return gpytorch.distributions.MultivariateNormal(self.mean(z), self.kernel(z))
+
+    theirs = gpytorch.kernels.ScaleKernel(gpytorch.kernels.MaternKernel(nu=2.5, ard_num_dims=3))
+    with torch.no_grad():
+        theirs.base_kernel.lengthscale = torch.tensor([ell], dtype=torch.float64)
+        theirs.outputscale = 1.3
+    ours = GPyTorchKernel(Scale(Matern(2.5, lengthscale=ell), outputscale=1.3))
+    out = []
+    for kernel in (ours, theirs):
+        model = Model(kernel).double()
+        model.train()
+        mll = gpytorch.mlls.ExactMarginalLogLikelihood(model.likelihood, model)
+        torch.manual_seed(1)
+        value = mll(model(x), y)
+        grads = torch.autograd.grad(value, list(model.parameters()))
+        model.eval()
+        with torch.no_grad():
+            pred = model.likelihood(model(xt))
+        out.append((float(value), torch.cat([t.reshape(-1) for t in grads]), pred.mean,
+                    pred.variance))
+    (va, ga, ma, sa), (vb, gb, mb, sb) = out
+    assert abs(va - vb) <= 1e-6 * abs(vb), (va, vb)
+    assert float((ga - gb).abs().max()) <= 1e-4 * float(gb.abs().max()), (ga, gb)
+    assert float((ma - mb).abs().max()) <= 1e-7 and float((sa - sb).abs().max()) <= 1e-7
+    with pytest.raises(TypeError, match="kernel must be a tessel.gp kernel"):
+        GPyTorchKernel(theirs)

@@ -18,7 +18,9 @@ KeOps kernels (gpytorch.kernels.keops) run on tessel after tessel.compat.install
 `ExactGP.sample`: posterior samples in O(n) memory by the pathwise update of a random-feature prior
 draw.
 
-Not here yet: LOVE variances, tessel kernels as GPyTorch kernels, distributed and R front ends.
+`GPyTorchKernel`: a tessel.gp kernel as a GPyTorch kernel (it imports GPyTorch).
+
+Not here yet: LOVE variances, distributed and R front ends.
 """
 from .kernels import Kernel, Matern, RationalQuadratic, RBF, Scale
 from .kernels_extra import Linear, Periodic, Polynomial, SpectralMixture
@@ -26,11 +28,12 @@ from .model import ExactGP
 from .ridge import NystromRidge
 
 __all__ = ["Kernel", "RBF", "Matern", "RationalQuadratic", "Periodic", "Linear", "Polynomial",
-           "SpectralMixture", "Scale", "ExactGP", "GaussianProcessRegressor", "NystromRidge"]
+           "SpectralMixture", "Scale", "ExactGP", "GaussianProcessRegressor", "NystromRidge",
+           "GPyTorchKernel"]
 
 
 def __getattr__(name):
-    # scikit-learn is imported only by who asks for its estimator API.
+    # scikit-learn and GPyTorch are imported only by who asks for their APIs.
     if name == "GaussianProcessRegressor":
         try:
             from .estimators import GaussianProcessRegressor
@@ -38,4 +41,11 @@ def __getattr__(name):
             raise ImportError("tessel.gp.GaussianProcessRegressor needs scikit-learn (pip "
                               f"install scikit-learn): {e}") from e
         return GaussianProcessRegressor
+    if name == "GPyTorchKernel":
+        try:
+            from .gpytorch_kernel import GPyTorchKernel
+        except ImportError as e:
+            raise ImportError(f"tessel.gp.GPyTorchKernel needs GPyTorch (pip install gpytorch): "
+                              f"{e}") from e
+        return GPyTorchKernel
     raise AttributeError(f"module 'tessel.gp' has no attribute {name!r}")
