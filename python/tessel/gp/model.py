@@ -7,6 +7,7 @@ import numpy as np
 import torch
 
 from .. import _core
+from ._problem import _numpy64, _Problem
 from .fit import fit_model
 from .kernels import Kernel, _inv_softplus
 from .samples import posterior_samples
@@ -14,23 +15,6 @@ from .samples import posterior_samples
 __all__ = ["ExactGP"]
 
 _MODES = ("auto", "exact", "bbmm")
-
-
-def _numpy64(t):
-    return np.ascontiguousarray(t.detach().cpu().numpy(), dtype=np.float64)
-
-
-class _Problem:
-    """The kernel's formula and packed parameters for one call on the core."""
-
-    def __init__(self, kernel, x):
-        text, aliases, theta = kernel.formula(x.shape[1])
-        self.formula = _core.parse(text, aliases)
-        self.theta = theta
-        self.dtype = x.dtype
-        self.x = np.ascontiguousarray(x.detach().cpu().numpy())
-        np_dtype = self.x.dtype
-        self.params = [np.ascontiguousarray(_numpy64(theta).astype(np_dtype))]
 
 
 class _BBMM(torch.autograd.Function):

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from .. import _core
+from ._problem import _numpy64, _Problem
 from .kernels import RBF, Matern, RationalQuadratic, Scale, _Product, _Sum
 from .kernels_extra import Linear
 
@@ -107,7 +108,6 @@ def posterior_samples(gp, x_test, samples, features, seed, mode, rank, tol):
             v = torch.cholesky_solve(resid, chol)
             update = gp.kernel.dense(xt.to(torch.float64), x.to(torch.float64)).detach() @ v
         else:
-            from .model import _numpy64, _Problem  # the model module imports this one
             prob = _Problem(gp.kernel, x)
             pt = np.ascontiguousarray(xt.to(x.dtype).cpu().numpy())
             parts = []
