@@ -147,6 +147,23 @@ GpCgReport gp_predictive_variance(const GpKernel& kern, const ArrayView& x,
                                   std::span<double> var, const PivotedCholesky* pre,
                                   const GpCgOptions& opt = {}, int64_t chunk = 32);
 
+/// LOVE (Pleiss et al. 2018): a root R (n x rank) with K-hat^-1 ~ R R^T = Q T^-1 Q^T, from
+/// `rank` steps of Lanczos on K-hat (full reorthogonalisation) started from a random vector, so
+/// that the variances k(p, p) - |R^T k_p|^2 of any number of test points cost one product with
+/// `rank` columns. Q T^-1 Q^T is the Galerkin approximation of K-hat^-1 on the Krylov space: as a
+/// quadratic form it never exceeds K-hat^-1, so LOVE's variances are upper bounds of the exact
+/// ones (to rounding) that meet them once the space holds k_p. Memory: n x rank doubles.
+struct GpLoveRoot {
+  std::vector<double> root;  // n x rank, row-major
+  int64_t rank = 0;          // Lanczos steps taken: fewer than asked once the space is invariant
+};
+GpLoveRoot gp_love_root(const GpKernel& kern, const ArrayView& x, std::span<const double> noise,
+                        int64_t rank, uint64_t seed = 0);
+/// LOVE's latent variances at the c test points p (no noise added), from gp_love_root's root
+/// for the same kernel, points and noise.
+void gp_love_variance(const GpKernel& kern, const ArrayView& x, const GpLoveRoot& love,
+                      const ArrayView& p, std::span<double> var);
+
 /// Nyström kernel ridge regression in the manner of Falkon (Rudi et al. 2017): with M centres c,
 /// the coefficients alpha (M x k) of f(x) = K(x, c) alpha solving
 ///   (K_nM^T K_nM + lambda n K_MM) alpha = K_nM^T y

@@ -224,11 +224,51 @@ void bind_gp_solves(nb::module_& m) {
       "jitter).");
 }
 
+// LOVE: a Lanczos root of (K + D)^-1 once, then variances by products.
+void bind_gp_love(nb::module_& m) {
+  m.def(
+      "gp_love_root",
+      [](const Formula& k, const std::vector<InArray>& params, InArray x, InArray noise,
+         int64_t rank, uint64_t seed, bool acc) {
+        const Bound bk(k, params, acc, x, noise, "gp_love_root");
+        GpLoveRoot r;
+        {
+          nb::gil_scoped_release release;
+          r = gp_love_root(bk.kern, bk.x, bk.noise, rank, seed);
+        }
+        return doubles(r.root, {rows_of(bk.x), r.rank});
+      },
+      nb::arg("k"), nb::arg("params"), nb::arg("x"), nb::arg("noise"), nb::arg("rank"),
+      nb::arg("seed") = 0, nb::arg("accumulate_f64") = false,
+      "LOVE's root R (n x steps) with (K + D)^-1 ~ R R^T from Lanczos on K + D.");
+  m.def(
+      "gp_love_variance",
+      [](const Formula& k, const std::vector<InArray>& params, InArray x, InArray root, InArray p,
+         bool acc) {
+        const Bound bk(k, params, acc, x);
+        const ArrayView pv = view_of(p, "p");
+        const ArrayView rv = view_of(root, "root");
+        GpLoveRoot love;
+        love.rank = rv.shape.size() == 2 ? rv.shape[1] : 0;
+        love.root = read_vector(root, "gp_love_variance", "root");
+        std::vector<double> var(static_cast<size_t>(rows_of(pv)));
+        {
+          nb::gil_scoped_release release;
+          gp_love_variance(bk.kern, bk.x, love, pv, var);
+        }
+        return doubles(var, {rows_of(pv)});
+      },
+      nb::arg("k"), nb::arg("params"), nb::arg("x"), nb::arg("root"), nb::arg("p"),
+      nb::arg("accumulate_f64") = false,
+      "LOVE's latent variances at the points p from gp_love_root's root.");
+}
+
 }  // namespace
 
 void bind_gp(nb::module_& m) {
   bind_gp_kernel(m);
   bind_gp_solves(m);
+  bind_gp_love(m);
 }
 
 }  // namespace tessel::py

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <numbers>
 #include <random>
 #include <vector>
@@ -337,6 +338,46 @@ TEST(Gp, PredictiveVarianceMatchesDense) {
     EXPECT_NEAR(var[q], pb.s - s2, 1e-8);
   }
   EXPECT_NEAR(var[2], pb.s, 1e-6);  // far from the data: the prior
+}
+
+// LOVE's variances never fall below the exact ones (a Galerkin projection of K-hat^-1), close
+// in on them as the Lanczos space grows, and equal them once it is the whole space.
+TEST(Gp, LoveVariancesBoundTheExactOnesAndConverge) {
+  GpProblem pb(120);
+  const double noise[1] = {0.01};
+  std::vector<double> t;
+  std::mt19937 gen(11);
+  std::uniform_real_distribution<double> u(-0.2, 1.2);
+  for (int q = 0; q < 40 * kD; ++q) t.push_back(u(gen));
+  const Array ta = Array::from(t, {40, kD});
+  const PivotedCholesky pre(pb.kern, pb.xa.view(), noise, 10);
+  GpCgOptions opt;
+  opt.tol = 1e-12;
+  std::vector<double> exact(40);
+  gp_predictive_variance(pb.kern, pb.xa.view(), noise, ta.view(), exact, &pre, opt);
+  double last_gap = INFINITY;
+  for (int rank : {4, 8, 16, 32, 120}) {
+    const GpLoveRoot love = gp_love_root(pb.kern, pb.xa.view(), noise, rank, 5);
+    std::vector<double> var(40);
+    gp_love_variance(pb.kern, pb.xa.view(), love, ta.view(), var);
+    double gap = 0;
+    for (int q = 0; q < 40; ++q) {
+      EXPECT_GE(var[q], exact[q] - 1e-9) << "rank " << rank << " point " << q;
+      gap = std::max(gap, var[q] - exact[q]);
+    }
+    EXPECT_LE(gap, last_gap + 1e-9) << "rank " << rank;
+    last_gap = gap;
+    std::printf("LOVE rank %d (reached %lld): largest excess variance %.3g\n", rank,
+                static_cast<long long>(love.rank), gap);
+  }
+  EXPECT_LT(last_gap, 1e-8);
+  expect_error([&] { gp_love_root(pb.kern, pb.xa.view(), noise, 0); },
+               {"gp_love_root", "rank must be >= 1"});
+  GpLoveRoot bad;
+  bad.rank = 3;
+  std::vector<double> var(40);
+  expect_error([&] { gp_love_variance(pb.kern, pb.xa.view(), bad, ta.view(), var); },
+               {"gp_love_variance", "from gp_love_root"});
 }
 
 TEST(Gp, BadInputGetsClearErrors) {

@@ -10,6 +10,7 @@ from .. import _core
 from ._problem import _numpy64, _Problem
 from .fit import fit_model
 from .kernels import Kernel, _inv_softplus
+from .love import love_variances, predictive_weights
 from .samples import posterior_samples
 
 __all__ = ["ExactGP"]
@@ -329,16 +330,24 @@ class ExactGP(torch.nn.Module):
 
     @torch.no_grad()
     def predict(self, x_test, mode="auto", return_var=True, include_noise=False, rank=15,
-                tol=1e-8, chunk=32, stats=None):
+                tol=1e-8, chunk=32, stats=None, love_rank=100, love_check=0, seed=0):
         """The posterior mean and per-point variances at x_test.
 
         Parameters
         ----------
         x_test : torch.Tensor
             (m, d) test inputs.
-        mode : {"auto", "exact", "bbmm"}
+        mode : {"auto", "exact", "bbmm", "love"}
             "exact": dense Cholesky; "bbmm": batched preconditioned CG on the core, O(n) memory
-            (the variances by solves of `chunk` test points at a time, exact to CG's tol).
+            (the variances by solves of `chunk` test points at a time, exact to CG's tol);
+            "love": the mean as "bbmm", the variances by LOVE (Pleiss et al. 2018, GPyTorch's
+            fast_pred_var): `love_rank` Lanczos steps on K + noise from a random start (`seed`)
+            give a root R (n, love_rank), kept on the model until the hyperparameters change,
+            with (K + noise)^-1 ~ R R^T; then every test point's variance costs a product with
+            love_rank columns, not a solve. Its error: R R^T is the Galerkin approximation of
+            (K + noise)^-1 on the Lanczos space, so LOVE's variances are never below the exact
+            ones (to rounding) and come down to them as love_rank grows; `love_check` measures
+            the excess at that many test points.
         return_var : bool
             Also return the variances.
         include_noise : bool
@@ -350,7 +359,16 @@ class ExactGP(torch.nn.Module):
         chunk : int
             BBMM: test points per batched solve.
         stats : dict, optional
-            BBMM: filled with the CG reports of the mean's solve and the variances' solves.
+            BBMM and LOVE: filled with the CG reports of the mean's solve and the variances'
+            solves; LOVE: "love_rank" (Lanczos steps taken) and, with love_check, "love_check"
+            (the points checked, their exact variances, LOVE's excess and its maximum).
+        love_rank : int
+            LOVE: the Lanczos steps (GPyTorch's max_root_decomposition_size, 100); memory
+            n * love_rank doubles.
+        love_check : int
+            LOVE: test points (spread over x_test) whose variances are also solved exactly.
+        seed : int
+            LOVE: the Lanczos start.
 
         Returns
         -------
@@ -377,14 +395,23 @@ class ExactGP(torch.nn.Module):
         if include_noise and self.noise.numel() > 1:
             raise ValueError(f"{who}: include_noise with per-point noise: the test points' noise "
                              "is not known; add it to the variances yourself")
-        mode = self._mode(mode, who)
+        if mode not in _MODES + ("love",):
+            raise ValueError(f"{who}: mode must be one of {_MODES + ('love',)}, got {mode!r}")
+        love = mode == "love"
+        mode = "bbmm" if love else self._mode(mode, who)
         c = self._mean().detach()
         r = self.y - c
         if mode == "exact":
             mean, var = self._exact_predict(xt.to(torch.float64), r, return_var)
         else:
-            mean, var = self._bbmm_predict(xt.to(self.x.dtype), r, return_var, rank, tol, chunk,
-                                           stats)
+            mean = self._bbmm_mean(xt.to(self.x.dtype), r, rank, tol, stats)
+            if not return_var:
+                var = None
+            elif love:
+                pt = np.ascontiguousarray(xt.detach().to(self.x.dtype).cpu().numpy())
+                var = love_variances(self, pt, love_rank, seed, love_check, rank, tol, stats)
+            else:
+                var = self._bbmm_variances(xt.to(self.x.dtype), rank, tol, chunk, stats)
         mean = mean + c
         if not return_var:
             return mean
@@ -480,19 +507,17 @@ class ExactGP(torch.nn.Module):
         v = torch.linalg.solve_triangular(chol, ks.T, upper=False)
         return mean, (self.kernel.diag(xt) - (v * v).sum(0)).clamp_min(0)
 
-    def _bbmm_predict(self, xt, r, return_var, rank, tol, chunk, stats):
-        prob = _Problem(self.kernel, self.x)
-        noise = _numpy64(self.noise)
-        alpha, rep = _core.gp_solve(prob.formula, prob.params, prob.x, noise, _numpy64(r), 1,
-                                    rank, tol)
+    def _bbmm_mean(self, xt, r, rank, tol, stats):
+        prob, alpha = predictive_weights(self, r, rank, tol, stats)
         pt = np.ascontiguousarray(xt.detach().cpu().numpy())
         mean = _core.gp_kernel_product(prob.formula, prob.params, pt, prob.x, alpha, 1)[:, 0]
-        if stats is not None:
-            stats["mean_solve"] = rep
-        if not return_var:
-            return torch.as_tensor(mean), None
-        var, vrep = _core.gp_predictive_variance(prob.formula, prob.params, prob.x, noise, pt,
-                                                 rank, tol, chunk=chunk)
+        return torch.as_tensor(mean)
+
+    def _bbmm_variances(self, xt, rank, tol, chunk, stats):
+        prob = _Problem(self.kernel, self.x)
+        pt = np.ascontiguousarray(xt.detach().cpu().numpy())
+        var, vrep = _core.gp_predictive_variance(prob.formula, prob.params, prob.x,
+                                                 _numpy64(self.noise), pt, rank, tol, chunk=chunk)
         if stats is not None:
             stats["variance_solves"] = vrep
-        return torch.as_tensor(mean), torch.as_tensor(var)
+        return torch.as_tensor(var)
