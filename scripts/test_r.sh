@@ -25,6 +25,10 @@ then
   exit 1
 fi
 echo "test_r: running testthat on bindings/r/tests/testthat"
+# The GP test compares against tessel.gp's Python API when the Python package is built.
+if [[ -x .venv/bin/python && -d build/python/tessel ]]; then
+  export TESSEL_PYTHON="$PWD/.venv/bin/python" TESSEL_PYTHONPATH="$PWD/build/python"
+fi
 TESSEL_CACHE_DIR="$PWD/build/test-cache" R_LIBS="$PWD/build/r-lib" Rscript -e '
   suppressMessages(library(tessel))
   res <- as.data.frame(testthat::test_dir("bindings/r/tests/testthat", reporter = "summary",

@@ -140,6 +140,17 @@ GpMllResult gp_log_marginal_likelihood(const GpKernel& kern, const ArrayView& x,
                                        std::span<const int> wrt, std::span<const ArrayView> grads,
                                        const GpMllOptions& opt = {});
 
+/// The same log marginal likelihood and gradient exactly, by a dense Cholesky of K-hat: O(n^2)
+/// memory and O(n^3) time, for small n (kriging), front ends without dense linear algebra of
+/// their own, and as BBMM's reference. The gradient's trace term comes from K-hat^-1 in columns
+/// of 32, each one gradient reduction per variable. Fills value, quad, logdet (= logdet_precond),
+/// alpha, grad_y and grad_noise; no samples, no CG report.
+GpMllResult gp_exact_log_marginal_likelihood(const GpKernel& kern, const ArrayView& x,
+                                             std::span<const double> y,
+                                             std::span<const double> noise,
+                                             std::span<const int> wrt,
+                                             std::span<const ArrayView> grads);
+
 /// Predictive variances k(p, p) - k_p^T K-hat^-1 k_p for the c test points p, by batched solves
 /// of `chunk` columns at a time (no noise added: the latent function's variance).
 GpCgReport gp_predictive_variance(const GpKernel& kern, const ArrayView& x,

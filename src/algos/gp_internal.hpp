@@ -30,6 +30,16 @@ std::vector<ArrayView> reduction_inputs(const GpKernel& kern, const Formula& f, 
 int next_slot(const Formula& f);
 /// Checks a span holds `size` values for `who`.
 void check_size(const char* who, const char* what, size_t got, int64_t size);
+/// The checks of a log-likelihood call (points, y finite and of n values, noise, duplicates
+/// without noise, one gradient per variable); returns the noise diagonal (n values).
+std::vector<double> check_likelihood(const char* who, const GpKernel& kern, const ArrayView& x,
+                                     std::span<const double> y, std::span<const double> noise,
+                                     std::span<const int> wrt, std::span<const ArrayView> grads);
+/// grads[q] = d/d(variable wrt[q]) of sum_c A[:, c]^T K(x, x) B[:, c] for A, B of n x m values
+/// (one gradient reduction per variable; `who` names a variable the kernel lacks).
+void bilinear_grads(const char* who, const GpKernel& kern, const ArrayView& x,
+                    const std::vector<double>& a, const std::vector<double>& b, int64_t m,
+                    std::span<const int> wrt, std::span<const ArrayView> grads);
 /// In-place lower Cholesky of a k x k row-major matrix; false when not positive definite.
 bool cholesky(std::vector<double>& a, int64_t k);
 /// Solves L L^T x = b in place for the lower factor of cholesky(), b of k values.

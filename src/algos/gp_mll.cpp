@@ -15,11 +15,29 @@ namespace {
 
 constexpr const char* kWho = "gp_log_marginal_likelihood";
 
-// grads[q] = d/d(var wrt[q]) of sum_c A[:, c]^T K B[:, c] (A, B: n x m), by the gradient of the
-// Sum reduction K B with cotangent A: no derivative matrix is formed.
-void bilinear_grads(const GpKernel& kern, const ArrayView& x, const std::vector<double>& a,
-                    const std::vector<double>& b, int64_t m, std::span<const int> wrt,
-                    std::span<const ArrayView> grads) {
+}  // namespace
+
+std::vector<double> gp_detail::check_likelihood(const char* who, const GpKernel& kern,
+                                                const ArrayView& x, std::span<const double> y,
+                                                std::span<const double> noise,
+                                                std::span<const int> wrt,
+                                                std::span<const ArrayView> grads) {
+  const int64_t n = gp_detail::check_points(who, kern, x, "x");
+  gp_detail::check_size(who, "y", y.size(), n);
+  for (double v : y)
+    if (!std::isfinite(v)) detail::fail(who, "y holds a NaN or an infinity");
+  std::vector<double> dn = gp_detail::noise_diagonal(who, noise, n);
+  gp_detail::check_duplicates(who, x, dn);
+  if (wrt.size() != grads.size())
+    detail::fail(who, "wrt names ", wrt.size(), " variables but grads holds ", grads.size());
+  return dn;
+}
+
+// By the gradient of the Sum reduction K B with cotangent A: no derivative matrix is formed.
+void gp_detail::bilinear_grads(const char* who, const GpKernel& kern, const ArrayView& x,
+                               const std::vector<double>& a, const std::vector<double>& b,
+                               int64_t m, std::span<const int> wrt,
+                               std::span<const ArrayView> grads) {
   const int64_t n = x.shape[0];
   const int slot = gp_detail::next_slot(kern.k);
   const Reduction r(ReductionOp::Sum, kern.k * vj(slot, static_cast<int>(m)), 1);
@@ -31,7 +49,7 @@ void bilinear_grads(const GpKernel& kern, const ArrayView& x, const std::vector<
     bool used = false;
     for (const Formula& u : variables(kern.k)) used = used || u.node().var_index() == wrt[q];
     if (!used)
-      detail::fail(kWho, "wrt names variable ", wrt[q], ", which is not a variable of the kernel");
+      detail::fail(who, "wrt names variable ", wrt[q], ", which is not a variable of the kernel");
     const Reduction g = grad(r, wrt[q]);
     int cot = 0;
     for (const VarSlot& s : g.inputs())
@@ -44,20 +62,12 @@ void bilinear_grads(const GpKernel& kern, const ArrayView& x, const std::vector<
   }
 }
 
-}  // namespace
-
 GpMllResult gp_log_marginal_likelihood(const GpKernel& kern, const ArrayView& x,
                                        std::span<const double> y, std::span<const double> noise,
                                        std::span<const int> wrt, std::span<const ArrayView> grads,
                                        const GpMllOptions& opt) {
-  const int64_t n = gp_detail::check_points(kWho, kern, x, "x");
-  gp_detail::check_size(kWho, "y", y.size(), n);
-  for (double v : y)
-    if (!std::isfinite(v)) detail::fail(kWho, "y holds a NaN or an infinity");
-  const std::vector<double> dn = gp_detail::noise_diagonal(kWho, noise, n);
-  gp_detail::check_duplicates(kWho, x, dn);
-  if (wrt.size() != grads.size())
-    detail::fail(kWho, "wrt names ", wrt.size(), " variables but grads holds ", grads.size());
+  const std::vector<double> dn = gp_detail::check_likelihood(kWho, kern, x, y, noise, wrt, grads);
+  const auto n = static_cast<int64_t>(dn.size());
   if (opt.probes < 1) detail::fail(kWho, "probes must be >= 1, got ", opt.probes);
   if (opt.rank < 0 || opt.rank > n)
     detail::fail(kWho, "rank must be in [0, n = ", n, "], got ", opt.rank);
@@ -111,7 +121,7 @@ GpMllResult gp_log_marginal_likelihood(const GpKernel& kern, const ArrayView& x,
   } else {
     res.grad_noise = gd;
   }
-  bilinear_grads(kern, x, a, b, m, wrt, grads);
+  gp_detail::bilinear_grads(kWho, kern, x, a, b, m, wrt, grads);
   return res;
 }
 

@@ -340,6 +340,46 @@ TEST(Gp, PredictiveVarianceMatchesDense) {
   EXPECT_NEAR(var[2], pb.s, 1e-6);  // far from the data: the prior
 }
 
+// The dense mode: value against the dense Cholesky, gradient in both kernel parameters and in the
+// noise against central differences of the value (n = 70: three 32-column chunks, one partial).
+TEST(Gp, ExactLikelihoodMatchesDenseAndItsGradientFiniteDifferences) {
+  GpProblem pb(70);
+  const double noise[1] = {0.05};
+  const std::vector<double> l = chol(pb.dense(0.05), pb.n);
+  const std::vector<double> w = chol_solve(l, pb.n, pb.y);
+  double quad = 0;
+  for (int i = 0; i < pb.n; ++i) quad += pb.y[i] * w[i];
+  const double want = -0.5 * (quad + chol_logdet(l, pb.n) + pb.n * std::log(2 * std::numbers::pi));
+  Array gs(DType::Float64, {1}), gg(DType::Float64, {1});
+  const int wrt[2] = {2, 3};
+  const ArrayView gv[2] = {gs.view(), gg.view()};
+  const GpMllResult r =
+      gp_exact_log_marginal_likelihood(pb.kern, pb.xa.view(), pb.y, noise, wrt, gv);
+  EXPECT_NEAR(r.value, want, 1e-9 * std::abs(want));
+  for (int i = 0; i < pb.n; ++i) EXPECT_NEAR(r.alpha[i], w[i], 1e-9 * (1 + std::abs(w[i])));
+  auto value_at = [&](double s, double g, double nz) {
+    GpProblem q(70);
+    q.sa.as<double>()[0] = s;
+    q.ga.as<double>()[0] = g;
+    const double nv[1] = {nz};
+    return gp_exact_log_marginal_likelihood(q.kern, q.xa.view(), q.y, nv, {}, {}).value;
+  };
+  const double h = 1e-5;
+  const double ds = (value_at(pb.s + h, pb.g, 0.05) - value_at(pb.s - h, pb.g, 0.05)) / (2 * h);
+  const double dg = (value_at(pb.s, pb.g + h, 0.05) - value_at(pb.s, pb.g - h, 0.05)) / (2 * h);
+  const double dn = (value_at(pb.s, pb.g, 0.05 + h) - value_at(pb.s, pb.g, 0.05 - h)) / (2 * h);
+  EXPECT_NEAR(gs.as<double>()[0], ds, 1e-6 * (1 + std::abs(ds)));
+  EXPECT_NEAR(gg.as<double>()[0], dg, 1e-6 * (1 + std::abs(dg)));
+  EXPECT_NEAR(r.grad_noise[0], dn, 1e-6 * (1 + std::abs(dn)));
+  // Duplicate points without noise: named, not a NaN.
+  const double zero[1] = {0};
+  std::vector<double> x2 = pb.x;
+  x2[2] = x2[0], x2[3] = x2[1];
+  const Array xd = Array::from(x2, {pb.n, kD});
+  expect_error([&] { gp_exact_log_marginal_likelihood(pb.kern, xd.view(), pb.y, zero, {}, {}); },
+               {"gp_exact_log_marginal_likelihood", "equal"});
+}
+
 // LOVE's variances never fall below the exact ones (a Galerkin projection of K-hat^-1), close
 // in on them as the Lanczos space grows, and equal them once it is the whole space.
 TEST(Gp, LoveVariancesBoundTheExactOnesAndConverge) {

@@ -21,6 +21,7 @@
 #include "tessel/runtime.hpp"
 #include "tessel/solve.hpp"
 #include "tessel/text_kernel.hpp"
+#include "tessel_r_guard.hpp"
 
 namespace {
 
@@ -278,32 +279,13 @@ Rcpp::List describe(const Kernel& k) {
       Rcpp::Named("output_dims") = out_dims, Rcpp::Named("output_is_index") = out_index);
 }
 
-// An error as a value: R re-signals it as a condition with the user's call (cheaper per call
-// than a tryCatch around every .Call, and the message stays exactly the core's).
-SEXP error_value(const char* what) {
-  Rcpp::CharacterVector v = Rcpp::CharacterVector::create(what);
-  v.attr("class") = "tessel_core_error";
-  return v;
-}
-
 std::string str_arg(SEXP s, const char* what) {
   if (!Rf_isString(s) || Rf_length(s) != 1 || STRING_ELT(s, 0) == NA_STRING)
     fail(std::string("tessel: ") + what + " must be one character string");
   return CHAR(STRING_ELT(s, 0));
 }
 
-// An entry point's body, with its errors returned as values (error_value); BEGIN_RCPP /
-// END_RCPP pass R's own conditions (an interrupt) on as R expects.
-template <class Body>
-SEXP guarded(Body&& body) {
-  BEGIN_RCPP
-  try {
-    return body();
-  } catch (const std::exception& e) {
-    return error_value(e.what());
-  }
-  END_RCPP
-}
+using tessel_r::guarded;
 
 }  // namespace
 
@@ -408,6 +390,8 @@ static const R_CallMethodDef kCalls[] = {
     {"tessel_r_eval", reinterpret_cast<DL_FUNC>(&tessel_r_eval), 3},
     {"tessel_r_solve", reinterpret_cast<DL_FUNC>(&tessel_r_solve), 6},
     {"tessel_r_runtime", reinterpret_cast<DL_FUNC>(&tessel_r_runtime), 0},
+    {"tessel_r_gp_mll", reinterpret_cast<DL_FUNC>(&tessel_r_gp_mll), 10},
+    {"tessel_r_gp_predict", reinterpret_cast<DL_FUNC>(&tessel_r_gp_predict), 10},
     {nullptr, nullptr, 0}};
 
 void R_init_tessel(DllInfo* dll) {

@@ -1,0 +1,184 @@
+# Exact Gaussian-process regression (kriging) on the core's GP linear algebra: tessel_gp() fits
+# the kernel's hyperparameters, the noise and a constant mean by maximising the log marginal
+# likelihood with optim()'s L-BFGS-B, and predict() gives the posterior mean and standard
+# deviation. "exact" mode: a dense Cholesky in the core (small n); "bbmm": preconditioned CG and
+# stochastic Lanczos quadrature in O(n) memory (as tessel.gp in Python and GPyTorch).
+
+gp_kernels <- c("matern52", "matern32", "matern12", "rbf")
+
+gp_fail <- function(...) {
+  stop(structure(class = c("tessel_error", "error", "condition"),
+                 list(message = paste0(...), call = NULL)))
+}
+
+# The kernel's formula text, as tessel.gp's Python kernels write it: TH = (outputscale,
+# lengthscales), one lengthscale or one per input dimension.
+gp_kernel_text <- function(kernel, d, ard) {
+  ls <- if (ard) sprintf("Extract(TH,1,%d)", d) else "Elem(TH,1)"
+  r2 <- sprintf("WeightedSqDist(Inv(Square(%s)),X,Y)", ls)
+  r <- sprintf("Sqrt(%s)", r2)
+  body <- switch(kernel,
+    rbf = sprintf("Exp(-%s/IntCst(2))", r2),
+    matern12 = sprintf("Exp(-%s)", r),
+    matern32 = sprintf("(IntCst(1)+1.7320508075688772*%s)*Exp(-1.7320508075688772*%s)", r, r),
+    matern52 = sprintf(paste0("(IntCst(1)+2.23606797749979*%s+1.6666666666666667*Square(%s))",
+                              "*Exp(-2.23606797749979*%s)"), r, r, r))
+  list(text = sprintf("Elem(TH,0)*(%s)", body),
+       aliases = c(sprintf("X = Vi(0,%d)", d), sprintf("Y = Vj(1,%d)", d),
+                   sprintf("TH = Pm(2,%d)", 1 + if (ard) d else 1)))
+}
+
+gp_matrix <- function(x, what, who, d = NULL) {
+  if (is.data.frame(x)) x <- as.matrix(x)
+  if (is.null(dim(x))) x <- matrix(as.numeric(x), ncol = 1)
+  if (!is.numeric(x)) gp_fail(who, ": ", what, " must be a numeric matrix or vector")
+  storage.mode(x) <- "double"
+  if (!all(is.finite(x))) gp_fail(who, ": ", what, " holds NA, NaN or Inf")
+  if (!is.null(d) && ncol(x) != d) {
+    gp_fail(who, ": ", what, " must have ", d, " column(s) like the training inputs; got ",
+            ncol(x))
+  }
+  x
+}
+
+gp_positive <- function(v, what, who, len) {
+  if (!is.numeric(v) || !length(v) %in% c(1, len) || !all(is.finite(v)) || any(v <= 0)) {
+    gp_fail(who, ": ", what, " must be ", if (len > 1) paste0("1 or ", len, " ") else "",
+            "finite positive number(s); got ", paste(format(v), collapse = ", "))
+  }
+  rep_len(as.numeric(v), len)
+}
+
+#' Fits exact GP regression y = m + f(x) + e, f ~ GP(0, outputscale * k(x / lengthscale)),
+#' e ~ N(0, noise): kernel "matern52", "matern32", "matern12" or "rbf", ARD lengthscales
+#' (ard = TRUE), a learned constant mean (mean = "constant") or none ("zero"). normalize = TRUE
+#' fits to (y - mean(y)) / sd(y) and predicts on y's scale (scikit-learn's normalize_y).
+#' fit = FALSE keeps the given hyperparameters. mode "auto" is "exact" up to exact_max points.
+tessel_gp <- function(x, y, kernel = "matern52", lengthscale = NULL, outputscale = 1,
+                      noise = 0.1, mean = c("constant", "zero"), ard = TRUE, normalize = TRUE,
+                      fit = TRUE, mode = c("auto", "exact", "bbmm"), exact_max = 4000,
+                      noise_min = 1e-4, probes = 10, rank = 15, seed = 0, maxit = 100) {
+  who <- "tessel_gp"
+  x <- gp_matrix(x, "x", who)
+  n <- nrow(x)
+  d <- ncol(x)
+  if (!is.numeric(y) || length(y) != n) {
+    gp_fail(who, ": y must be a numeric vector of ", n, " values (one per row of x); got ",
+            length(y))
+  }
+  if (!all(is.finite(y))) gp_fail(who, ": y holds NA, NaN or Inf")
+  if (n < 2) gp_fail(who, ": need at least 2 points; got ", n)
+  if (!is.character(kernel) || length(kernel) != 1 || !kernel %in% gp_kernels) {
+    gp_fail(who, ": kernel must be one of ", paste(gp_kernels, collapse = ", "), "; got ",
+            paste(format(kernel), collapse = ", "))
+  }
+  mean <- match.arg(mean)
+  mode <- match.arg(mode)
+  if (mode == "auto") mode <- if (n <= exact_max) "exact" else "bbmm"
+  nls <- if (ard) d else 1
+  if (is.null(lengthscale)) lengthscale <- pmax(apply(x, 2, stats::sd), 1e-3)[seq_len(nls)]
+  lengthscale <- gp_positive(lengthscale, "lengthscale", who, nls)
+  outputscale <- gp_positive(outputscale, "outputscale", who, 1)
+  noise <- gp_positive(noise, "noise", who, 1)
+  if (fit && noise <= noise_min) {
+    gp_fail(who, ": noise must start above noise_min = ", noise_min, "; got ", noise)
+  }
+  y <- as.numeric(y)
+  shift <- 0
+  scale <- 1
+  if (normalize) {
+    shift <- base::mean(y)
+    scale <- stats::sd(y)
+    if (!(scale > 0)) scale <- 1
+  }
+  yn <- (y - shift) / scale
+  k <- gp_kernel_text(kernel, d, ard)
+  obj <- structure(list(kernel = kernel, ard = ard, text = k$text, aliases = k$aliases, x = x,
+                        y = y, yn = yn, shift = shift, scale = scale, mean_type = mean,
+                        mode = mode, probes = probes, rank = rank, seed = seed,
+                        noise_min = noise_min),
+                   class = "tessel_gp")
+  theta <- c(outputscale, lengthscale)
+  m0 <- 0
+  if (fit) {
+    par <- c(log(theta), log(noise - noise_min), if (mean == "constant") 0)
+    last <- new.env()
+    eval_at <- function(p) {
+      if (!identical(last$par, p)) {
+        last$par <- p
+        last$res <- gp_objective(obj, p)
+      }
+      last$res
+    }
+    opt <- stats::optim(par, function(p) eval_at(p)$loss, function(p) eval_at(p)$grad,
+                        method = "L-BFGS-B", control = list(maxit = maxit))
+    np <- length(theta)
+    theta <- exp(opt$par[seq_len(np)])
+    noise <- noise_min + exp(opt$par[np + 1])
+    if (mean == "constant") m0 <- opt$par[np + 2]
+    obj$optim <- opt[c("convergence", "message", "counts")]
+    if (opt$convergence != 0) {
+      warning(who, ": optim did not converge (", opt$convergence, ": ", opt$message, ")",
+              call. = FALSE)
+    }
+  }
+  obj$theta <- theta
+  obj$outputscale <- theta[1]
+  obj$lengthscale <- theta[-1]
+  obj$noise <- noise
+  obj$constant <- m0
+  r <- gp_call(obj, theta, noise, yn - m0)
+  obj$loglik <- r$value - n * log(scale)  # on y's own scale
+  obj$alpha <- r$alpha
+  obj
+}
+
+gp_call <- function(obj, theta, noise, resid) {
+  core_call(sys.call(), tessel_r_gp_mll, obj$text, obj$aliases, obj$x, theta, resid, noise,
+            obj$mode == "exact", as.integer(obj$probes), as.integer(obj$rank),
+            as.numeric(obj$seed))
+}
+
+# -log p(y) / n and its gradient in the log parameters (and the constant mean).
+gp_objective <- function(obj, p) {
+  np <- 1 + if (obj$ard) ncol(obj$x) else 1
+  theta <- exp(p[seq_len(np)])
+  noise <- obj$noise_min + exp(p[np + 1])
+  m0 <- if (obj$mean_type == "constant") p[np + 2] else 0
+  r <- gp_call(obj, theta, noise, obj$yn - m0)
+  n <- nrow(obj$x)
+  g <- c(r$grad_theta * theta, r$grad_noise * (noise - obj$noise_min),
+         if (obj$mean_type == "constant") sum(r$alpha))
+  list(loss = -r$value / n, grad = -g / n)
+}
+
+#' The posterior at newdata: a data frame of mean, sd, lower95 and upper95 on y's scale;
+#' include_noise = TRUE adds the noise variance (a new observation's spread, not f's).
+predict.tessel_gp <- function(object, newdata, include_noise = FALSE, tol = 1e-10, ...) {
+  who <- "predict.tessel_gp"
+  xn <- gp_matrix(newdata, "newdata", who, ncol(object$x))
+  n <- nrow(object$x)
+  res <- core_call(sys.call(), tessel_r_gp_predict, object$text, object$aliases, object$x,
+                   object$theta, object$noise, object$alpha, xn, as.integer(min(n, 200)),
+                   as.numeric(tol), 32L)
+  var <- res$var + if (include_noise) object$noise else 0
+  mean <- object$shift + object$scale * (object$constant + res$mean)
+  sd <- object$scale * sqrt(var)
+  data.frame(mean = mean, sd = sd, lower95 = mean - stats::qnorm(0.975) * sd,
+             upper95 = mean + stats::qnorm(0.975) * sd)
+}
+
+print.tessel_gp <- function(x, ...) {
+  cat("tessel_gp:", x$kernel, "kernel,", nrow(x$x), "points in", ncol(x$x), "dimension(s),",
+      x$mode, "mode\n")
+  cat("  outputscale", format(x$outputscale, digits = 4), " lengthscale",
+      format(x$lengthscale, digits = 4), " noise", format(x$noise, digits = 4), "\n")
+  cat("  constant mean", format(x$shift + x$scale * x$constant, digits = 6),
+      " log marginal likelihood", format(x$loglik, digits = 8), "\n")
+  invisible(x)
+}
+
+logLik.tessel_gp <- function(object, ...) {
+  structure(object$loglik, df = length(object$theta) + 1 + (object$mean_type == "constant"),
+            nobs = nrow(object$x), class = "logLik")
+}
