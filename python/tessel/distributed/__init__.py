@@ -13,8 +13,9 @@ NCCL enforces it only with its blocking wait or async error handling on). Ranks 
 kernel cache (TESSEL_CACHE_DIR) compile each kernel once: the others wait for it and load it.
 """
 from ._genred import Genred
+from ._gp import ExactGP
 from ._lazy import LazyTensor, Pm, Vi, Vj
 from ._ot import SamplesLoss
 from ._solve import KernelSolve
 
-__all__ = ["Genred", "KernelSolve", "LazyTensor", "SamplesLoss", "Vi", "Vj", "Pm"]
+__all__ = ["ExactGP", "Genred", "KernelSolve", "LazyTensor", "SamplesLoss", "Vi", "Vj", "Pm"]

@@ -35,7 +35,7 @@ class _Objective:
 
     def __init__(self, model, params, mode, opts, who):
         self.model, self.params, self.mode, self.opts, self.who = model, params, mode, opts, who
-        self.n = model.x.shape[0]
+        self.n = model.n_data
         self.cg_iterations = 0
         self.unconverged = None  # the first CG report that did not converge
         self.iteration = 0

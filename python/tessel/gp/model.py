@@ -159,6 +159,11 @@ class ExactGP(torch.nn.Module):
                                                               "noise").reshape(1))
 
     @property
+    def n_data(self):
+        """The number of training points."""
+        return self.x.shape[0]
+
+    @property
     def noise(self):
         """The noise variance: noise_min + softplus(raw_noise), or the fixed value."""
         if self.raw_noise is None:
