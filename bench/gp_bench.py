@@ -1,5 +1,6 @@
 """Exact GP regression, one marginal-likelihood-plus-gradient step: tessel.gp against GPyTorch
-(its dense default path and its KeOps kernels on pykeops) and scikit-learn, same data and start.
+(its dense path, its KeOps kernels on pykeops, and tessel.gp's kernel in its algorithm) and
+scikit-learn, same data and start, on the CPU or a GPU.
 
 The step is what a fit repeats: log p(y) and its gradient in every hyperparameter (an ARD
 Matérn 5/2 with an output scale, a learned Gaussian noise and a constant mean; d = 8 by
@@ -14,28 +15,62 @@ default), at the same starting hyperparameters for every library:
   min_preconditioning_size: its preconditioner asks linear_operator for the kernel's diagonal
   as a dense tensor, which a KeOps LazyTensor is not ("object of class LazyTensor cannot be made
   into a Tensor"); the row then holds that error;
+- tessel-gpytorch: GPyTorch's step (its preconditioner, CG and Lanczos, at its own tolerances)
+  with tessel.gp.GPyTorchKernel: the same Matérn as a tessel.gp kernel, whose products, diagonal
+  and rows are tessel reductions (float32), so GPyTorch's preconditioned path runs at any n;
 - sklearn: GaussianProcessRegressor.log_marginal_likelihood(theta, eval_gradient=True), float64
   dense Cholesky (O(n^3)), skipped above --sklearn-max.
 Each (library, n) runs in a fresh process (tessel.loops.run_isolated): setup builds the model
-and takes one warm-up step (kernel compilation, pykeops's build), then --repeats steps are timed;
-the median is reported with the peak memory of the resident set during them. One JSON line per
-measurement (--table: a Markdown table with each library's ratio to tessel's time).
+and takes one warm-up step (kernel compilation, pykeops's build; on --warmup-n points where
+given), then --repeats steps are timed; the median is reported with the peak memory of the
+resident set during them. One JSON line per measurement (--table: a Markdown table with each
+library's ratio to tessel's time).
+
+--device cuda puts the points, the targets and the GPyTorch models on the GPU; peak_mb is then
+PyTorch's peak allocation (what a library allocates through the driver itself is not in it).
+tessel.gp.ExactGP has no CUDA path: its BBMM step runs in the core's GP functions, which take
+host arrays only. Its rows on CUDA say so instead of timing the CPU; tessel-gpytorch is tessel's
+row there, its reductions on the GPU.
+scikit-learn is CPU-only, and GPyTorch's dense path is skipped where its n x n matrices would not
+fit the GPU (--dense-gib). A case that cannot run gives a row with "skipped" and the reason.
 
 Run: PYTHONPATH=build/python .venv/bin/python bench/gp_bench.py --n 10000 30000
-     [--libraries tessel gpytorch gpytorch-keops sklearn] [--repeats 3] [--table]
+     [--libraries tessel gpytorch gpytorch-keops tessel-gpytorch sklearn] [--repeats 3]
+     [--device cuda] [--table]
 """
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
 
 from ot_bench import cpu_name  # a sibling in bench/, which a script run there finds
 from tessel.loops.memory import MeasureError, run_isolated
 
-LIBRARIES = ("tessel", "tessel-f64", "gpytorch", "gpytorch-keops", "sklearn")
+LIBRARIES = ("tessel", "tessel-f64", "gpytorch", "gpytorch-keops", "tessel-gpytorch", "sklearn")
+
+# GPyTorch's dense Matérn step holds about this many n x n float32 matrices at its peak (the
+# distances, the exponential and polynomial factors, their product, the scaled copy and what
+# autograd keeps of them): the estimate that decides whether its row can run on a GPU.
+_DENSE_MATRICES = 8
+
+NO_CUDA = {
+    "tessel": "not available on CUDA: tessel.gp.ExactGP's BBMM step runs in the core's GP "
+              "functions, which take host arrays only; tessel-gpytorch is tessel's GPU row",
+    "sklearn": "not available on CUDA: scikit-learn runs on the CPU only",
+}
+NO_CUDA["tessel-f64"] = NO_CUDA["tessel"]
 
 _DATA = """
-import numpy as np, torch, time
+import numpy as np, os, torch, time
+# PyTorch's default may be fewer threads than cores (one per physical core); tessel uses every
+# core, so the dense and GPyTorch rows get them too.
+torch.set_num_threads(os.cpu_count())
+DEV = torch.device({device!r})
+def sync():
+    if DEV.type == "cuda":
+        torch.cuda.synchronize()
 g = np.random.default_rng(0)
 X = g.uniform(0, 1, ({n}, {d}))
 Y = np.sin(4 * X[:, 0]) + X[:, 1] ** 2 - 0.5 * X[:, 2] + 0.1 * g.standard_normal({n})
@@ -54,32 +89,32 @@ def step():
     v = gp.log_marginal_likelihood(mode="bbmm", probes=10, rank=15, tol={tol}, stats=stats)
     grads = torch.autograd.grad(v, params)
     return float(v), stats["cg"]["iterations"]
-step()
 """,
+    # GPyTorch's own step on its model; {imports} and {kernel} pick the kernel, {init} sets the
+    # start (the likelihood's noise for both).
     "gpytorch": """
 import gpytorch
-{keops_import}
-x, y = torch.tensor(X, dtype=torch.float32), torch.tensor(Y, dtype=torch.float32)
+{imports}
+x = torch.tensor(X, dtype=torch.float32, device=DEV)
+y = torch.tensor(Y, dtype=torch.float32, device=DEV)
 class Model(gpytorch.models.ExactGP):
     def __init__(self):
         super().__init__(x, y, gpytorch.likelihoods.GaussianLikelihood())
         self.mean = gpytorch.means.ConstantMean()
-        self.kernel = gpytorch.kernels.ScaleKernel(Kern(nu=2.5, ard_num_dims={d}))
+        self.kernel = {kernel}
     def forward(self, z):
         return gpytorch.distributions.MultivariateNormal(self.mean(z), self.kernel(z))
-model = Model()
+model = Model().to(DEV)
 with torch.no_grad():
-    model.kernel.base_kernel.lengthscale = torch.tensor(ELL, dtype=torch.float32)[None]
-    model.kernel.outputscale = 1.0
-    model.likelihood.noise = 0.1
+{init}    model.likelihood.noise = 0.1
 model.train()
 mll = gpytorch.mlls.ExactMarginalLogLikelihood(model.likelihood, model)
 params = list(model.parameters())
 def step():
     v = mll(model(x), y) * x.shape[0]
     grads = torch.autograd.grad(v, params)
+    sync()
     return float(v), None
-step()
 """,
     "sklearn": """
 from sklearn.gaussian_process import GaussianProcessRegressor, kernels as sk
@@ -88,7 +123,6 @@ reg = GaussianProcessRegressor(kernel, optimizer=None).fit(X, Y)
 def step():
     v, grad = reg.log_marginal_likelihood(reg.kernel_.theta, eval_gradient=True)
     return float(v), None
-step()
 """,
 }
 
@@ -98,36 +132,93 @@ for _ in range({repeats}):
     t = time.perf_counter()
     out = step()
     times.append(time.perf_counter() - t)
-RESULT = dict(times=times, value=out[0], cg_iterations=out[1])
+RESULT = dict(times=times, value=out[0], cg_iterations=out[1],
+              gpu=torch.cuda.get_device_name(DEV) if DEV.type == "cuda" else None)
 """
 
 
-def setup_source(library, n, d, tol):
-    data = _DATA.format(n=n, d=d)
+def model_source(library, d, tol):
+    if library == "tessel-gpytorch":
+        return _SETUP["gpytorch"].format(
+            imports="from tessel.gp import GPyTorchKernel, Matern, Scale",
+            kernel="GPyTorchKernel(Scale(Matern(2.5, lengthscale=ELL.tolist()), outputscale=1.0))",
+            init="")
     if library.startswith("tessel"):
         dtype = "float64" if library == "tessel-f64" else "float32"
-        return data + _SETUP["tessel"].format(dtype=dtype, tol=tol)
+        return _SETUP["tessel"].format(dtype=dtype, tol=tol)
     if library.startswith("gpytorch"):
         keops = library == "gpytorch-keops"
         imp = ("from gpytorch.kernels.keops import MaternKernel as Kern" if keops else
                "from gpytorch.kernels import MaternKernel as Kern")
-        return data + _SETUP["gpytorch"].format(keops_import=imp, d=d)
-    return data + _SETUP["sklearn"]
+        init = ("    model.kernel.base_kernel.lengthscale = torch.tensor(ELL, dtype=torch.float32, "
+                "device=DEV)[None]\n    model.kernel.outputscale = 1.0\n")
+        return _SETUP["gpytorch"].format(
+            imports=imp, kernel=f"gpytorch.kernels.ScaleKernel(Kern(nu=2.5, ard_num_dims={d}))",
+            init=init)
+    return _SETUP["sklearn"]
 
 
-def measure(library, n, d, repeats, tol, timeout):
-    r = run_isolated(setup_source(library, n, d, tol), _WORK.format(repeats=repeats),
-                     timeout=timeout)
+def setup_source(library, n, d, tol, device="cpu", warmup_n=None):
+    """The data, the model and one untimed step. With warmup_n, that step runs on a problem of
+    warmup_n points first and the model of n points is built after it: at n = 1e6 a warm-up step
+    at full size would double the case's time, and above GPyTorch's preconditioning size a small
+    problem takes the same path, with the same formulas and column counts (what the compiled
+    kernels are keyed by)."""
+    model = model_source(library, d, tol)
+    part = [_DATA.format(n=m, d=d, device=device) + model
+            for m in ((warmup_n, n) if warmup_n and warmup_n != n else (n,))]
+    return part[0] + "step()\n" + "".join(part[1:])
+
+
+def measure(library, n, d, repeats, tol, timeout, device="cpu", warmup_n=None):
+    cuda = device.startswith("cuda")
+    r = run_isolated(setup_source(library, n, d, tol, device, warmup_n),
+                     _WORK.format(repeats=repeats), cuda=cuda, timeout=timeout)
     res = r["result"]
-    return dict(bench="gp_step", library=library, n=n, d=d, seconds=statistics.median(
-        res["times"]), times=res["times"], log_likelihood=res["value"],
-        cg_iterations=res["cg_iterations"], peak_mb=round(r["peak_bytes"] / 2**20, 1),
-        cpu=cpu_name())
+    row = dict(bench="gp_step", library=library, n=n, d=d, device=device,
+               seconds=statistics.median(res["times"]), times=res["times"],
+               log_likelihood=res["value"], cg_iterations=res["cg_iterations"],
+               peak_mb=round(r["peak_bytes"] / 2**20, 1),
+               peak_of="torch.cuda.max_memory_allocated" if cuda else "resident set",
+               cpu=cpu_name(), torch_threads=os.cpu_count())
+    if cuda:
+        row["gpu"] = res["gpu"]
+    if warmup_n and warmup_n != n:
+        row["warmup_n"] = warmup_n
+    return row
+
+
+def gpu_memory_gib(device):
+    """The GPU's memory, asked in a process of its own: a CUDA context here would hold device
+    memory through every measured case."""
+    index = int(device.split(":", 1)[1]) if ":" in device else 0
+    code = f"import torch; print(torch.cuda.get_device_properties({index}).total_memory)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SystemExit(f"gp_bench: no CUDA device {index}: {last[:300]}")
+    return int(out.stdout.split()[-1]) / 2**30
+
+
+def skip_reason(library, n, args, dense_gib):
+    """Why this case cannot run where asked, or None."""
+    if args.device.startswith("cuda") and library in NO_CUDA:
+        return NO_CUDA[library]
+    if library == "gpytorch" and dense_gib is not None:
+        need = _DENSE_MATRICES * 4 * n * n / 2**30
+        if need > dense_gib:
+            return (f"GPyTorch's dense step holds about {_DENSE_MATRICES} n x n float32 "
+                    f"matrices, {need:,.0f} GiB, over --dense-gib {dense_gib:,.0f}")
+    return None
 
 
 def table(rows):
-    """Markdown: one line per (n, library), with the ratio to tessel's time at that n."""
-    base = {r["n"]: r["seconds"] for r in rows if r["library"] == "tessel"}
+    """Markdown: one line per (n, library), with the ratio to tessel's time at that n (on CUDA,
+    where tessel.gp's own step does not run, to tessel-gpytorch's)."""
+    base = {}
+    for library in ("tessel-gpytorch", "tessel"):
+        base.update({r["n"]: r["seconds"] for r in rows if r["library"] == library})
     lines = ["| n | library | seconds per step (median) | × tessel | log p(y) | peak MB |",
              "| --- | --- | --- | --- | --- | --- |"]
     for r in sorted(rows, key=lambda r: (r["n"], LIBRARIES.index(r["library"]))):
@@ -147,24 +238,43 @@ def main(argv=None):
                     help="tessel's CG tolerance (0.01: its log p(y) within the probes' error of "
                          "the exact one; GPyTorch trains with 1, a coarser value)")
     ap.add_argument("--sklearn-max", type=int, default=20000)
-    ap.add_argument("--timeout", type=float, default=3600)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda[:index]")
+    ap.add_argument("--dense-gib", type=float, default=None,
+                    help="the memory GPyTorch's dense step may take (default: the GPU's memory "
+                         "on CUDA, no limit on the CPU)")
+    ap.add_argument("--warmup-n", type=int, default=None,
+                    help="take the untimed warm-up step on this many points (default: on n; "
+                         "above 2000, GPyTorch's preconditioning size, it takes the same path)")
+    ap.add_argument("--timeout", type=float, default=3600, help="seconds per case")
     ap.add_argument("--table", action="store_true")
     args = ap.parse_args(argv)
+    if args.device != "cpu" and not args.device.startswith("cuda"):
+        ap.error(f"--device must be cpu or cuda[:index], got {args.device!r}")
+    dense_gib = args.dense_gib
+    if dense_gib is None and args.device.startswith("cuda") and "gpytorch" in args.libraries:
+        dense_gib = gpu_memory_gib(args.device)
     rows = []
     for n in args.n:
         for library in args.libraries:
             if library == "sklearn" and n > args.sklearn_max:
                 continue
+            head = dict(bench="gp_step", library=library, n=n, d=args.d, device=args.device)
+            if args.warmup_n and args.warmup_n != n:
+                head["warmup_n"] = args.warmup_n
+            reason = skip_reason(library, n, args, dense_gib)
+            if reason is not None:
+                print(json.dumps(dict(head, skipped=reason)), flush=True)
+                continue
             try:
-                row = measure(library, n, args.d, args.repeats, args.tol, args.timeout)
+                row = measure(library, n, args.d, args.repeats, args.tol, args.timeout,
+                              args.device, args.warmup_n)
             except MeasureError as e:
                 lines = str(e).splitlines()  # the exit status first, the child's last words
-                row = dict(bench="gp_step", library=library, n=n, d=args.d,
-                           error=" / ".join(dict.fromkeys([lines[0], lines[-1]]))[:300])
+                row = dict(head, error=" / ".join(dict.fromkeys([lines[0], lines[-1]]))[:300])
             print(json.dumps(row), flush=True)
             rows.append(row)
     if args.table:
-        print(table([r for r in rows if "error" not in r]))
+        print(table([r for r in rows if "seconds" in r]))
     return 0
 
 

@@ -2,13 +2,15 @@
 # One command for a bare GPU machine without network: builds tessel, runs the five classes of call
 # that crashed on the first GPU under AddressSanitizer and compute-sanitizer, the C++ suite (every
 # CUDA test included) and the Python tests with CUDA paths, then bench/gpu_bench.py side by side
-# with pykeops 2.3 on the GPU and dense PyTorch. Logs and JSON go to one folder.
+# with pykeops 2.3 on the GPU and dense PyTorch, and the other benchmarks' GPU rows. Logs and JSON
+# go to one folder.
 #
 # Usage: scripts/gpu_check.sh OUT_DIR [KIT_DIR]
 #   KIT_DIR   what scripts/gpu_prepare.sh packed (default gpu-kit): GoogleTest's sources (built
-#             here when the machine has no GoogleTest) and the pykeops/keopscore/geomloss and
-#             flash-sinkhorn wheels
-#             (installed into build-gpu/site; without them pykeops is left out of the bench)
+#             here when the machine has no GoogleTest) and the pykeops/keopscore/geomloss,
+#             flash-sinkhorn and GPyTorch/linear_operator/jaxtyping/typeguard wheels
+#             (installed into build-gpu/site; without them pykeops is left out of the bench and
+#             gp_bench.py's GPyTorch rows hold their import error)
 #   PYTHON    the Python that holds PyTorch with CUDA (default python3)
 #   GPU_CHECK_PYTEST  pytest arguments (default: the test files with CUDA paths)
 #   GPU_CHECK_PYTEST_K  their tests to run, as pytest -k (default "cuda or gpu"; empty: all)
@@ -20,13 +22,15 @@
 #   GPU_CHECK_SHAPES_BENCH  shapes_bench.py arguments (default: CUDA, a sphere of 10,242 vertices)
 #   GPU_CHECK_SEED  gpu_seed_bench.py arguments (default: N = 1e4 and 1e5, 1000 iterations)
 #   GPU_CHECK_DIST_BENCH  distributed_bench.py arguments (default: NCCL, CUDA, --quick)
+#   GPU_CHECK_GP_BENCH  gp_bench.py arguments (default: CUDA, n = 1e6, d = 10, one step: GPyTorch
+#             with tessel.gp's kernel, beside GPyTorch + KeOps and GPyTorch's dense path)
 #   GPU_CHECK_DEADLINE  seconds the whole check may take (default 540: one call of a lent machine
 #             is 10 minutes at most). Each step after the build gets what is left, in this order
 #             of priority: the crash classes under ASan, then under compute-sanitizer, the GPU's
 #             C++ tests, the Python CUDA tests, gpu_bench.py, ncu's profiles of three kernels,
 #             pykeops's own tests then its bench, gpu_seed_bench.py, the half accuracy table,
-#             ot_bench.py, shapes_bench.py, distributed_bench.py; a step with under 30 s left is
-#             skipped and named so.
+#             ot_bench.py, shapes_bench.py, distributed_bench.py, gp_bench.py; a step with under
+#             30 s left is skipped and named so.
 #   GPU_CHECK_CTEST  ctest arguments (default: the tests that need a GPU or NVRTC: the CPU ones
 #             run in CI; "-E ^$" runs the whole suite)
 # Writes to OUT_DIR: machine.txt, build.log, asan.log, memcheck.log, ctest.log, pytest.log,
@@ -34,8 +38,9 @@
 # backtraces.log, gpu_bench.log, pykeops_bench.jsonl, pykeops_bench.log, seed_bench.jsonl,
 # seed_bench.log, half_accuracy.jsonl,
 # half_accuracy.log, ot_bench.jsonl, ot_bench.log, shapes_bench.jsonl, shapes_bench.log,
-# distributed_bench.jsonl, distributed_bench.log, summary.txt (also printed last) and all of
-# them in one gpu_check.tar.gz. Exit status: 0 all passed; 1 a step failed;
+# distributed_bench.jsonl, distributed_bench.log, gp_bench.jsonl, gp_bench.log, summary.txt (also
+# printed last, with a line per gp_bench.py row) and all of them in one gpu_check.tar.gz.
+# Exit status: 0 all passed; 1 a step failed;
 # 3 no usable GPU: everything before the GPU steps ran, and summary.txt says why it stopped.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -123,7 +128,7 @@ if compgen -G "$kit/wheels/*.whl" > /dev/null; then
   run_step "baseline wheels" "$out/build.log" "$py" -m pip install -q --no-index --no-deps \
     --no-compile --upgrade --target "$site" "$kit"/wheels/*.whl
 else
-  note "no wheels in $kit/wheels: pykeops is left out of the bench"
+  note "no wheels in $kit/wheels: pykeops is left out of the bench, GPyTorch out of gp_bench"
 fi
 export PYTHONPATH=$PWD/$build/python:$site${PYTHONPATH:+:$PYTHONPATH}
 export TESSEL_CACHE_DIR=$PWD/$build/test-cache
@@ -312,4 +317,31 @@ bench_step shapes_bench shapes_bench "$py" bench/shapes_bench.py $shapes_args
 dist_args=${GPU_CHECK_DIST_BENCH:---backend nccl --device cuda --quick}
 # shellcheck disable=SC2086
 bench_step distributed_bench distributed_bench "$py" bench/distributed_bench.py $dist_args
+# Exact GP regression at n = 1e6, d = 10: one log p(y)-plus-gradient step. tessel.gp's own BBMM
+# runs on the host (its row says so), so tessel's GPU row is GPyTorch's step with tessel.gp's
+# kernel (tessel-gpytorch). It runs last: GPyTorch + KeOps before it gives its row quickly
+# (GPyTorch 1.11 stops it at the preconditioner), and GPyTorch's dense path is skipped where its
+# n x n matrices exceed the GPU. The warm-up step on 4000 points (above GPyTorch's
+# preconditioning size: the same path) compiles the kernels without doubling a case's time; a
+# case stopped at its --timeout still gives a row. Old rows go first: a skipped step leaves none.
+rm -f "$out/gp_bench.jsonl" "$out/gp_bench.log"
+gp_args=${GPU_CHECK_GP_BENCH:---device cuda --n 1000000 --d 10 --repeats 1 --warmup-n 4000
+  --libraries tessel gpytorch gpytorch-keops tessel-gpytorch --timeout $(($(left) - 10))}
+# shellcheck disable=SC2086
+bench_step gp_bench gp_bench "$py" bench/gp_bench.py $gp_args
+if [[ -s $out/gp_bench.jsonl ]]; then
+  "$py" - "$out/gp_bench.jsonl" << 'PY' | tee -a "$summary"
+import json, sys
+for line in open(sys.argv[1]):
+    if not line.startswith("{"):
+        continue
+    r = json.loads(line)
+    head = f"gpu_check: gp_bench: {r['library']} n={r['n']}:"
+    if "seconds" in r:
+        print(head, f"{r['seconds']:.3g} s, log p(y) {r['log_likelihood']:.6g},",
+              f"peak {r['peak_mb']} MB")
+    else:
+        print(head, ("skipped: " + r["skipped"]) if "skipped" in r else "error: " + r["error"])
+PY
+fi
 finish "$failed"

@@ -5,6 +5,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 BENCH = pathlib.Path(__file__).resolve().parents[2] / "bench"
 
 
@@ -228,3 +230,32 @@ def test_gp_bench_smoke_and_table():
     ours, theirs = rows[0]["log_likelihood"], rows[1]["log_likelihood"]
     assert abs(ours - theirs) < 0.05 * abs(theirs) + 5, (ours, theirs)
     assert "| 300 | sklearn |" in out.stdout
+
+
+def test_gp_bench_cuda_rows_name_what_cannot_run_there():
+    # Decided before any case's process starts, so no GPU is needed: tessel.gp's own step and
+    # scikit-learn have no CUDA path, GPyTorch's dense matrices exceed the memory given.
+    out = subprocess.run([sys.executable, str(BENCH / "gp_bench.py"), "--device", "cuda", "--n",
+                          "100000", "--libraries", "tessel", "tessel-f64", "gpytorch", "sklearn",
+                          "--sklearn-max", "1000000", "--dense-gib", "100"],
+                         capture_output=True, text=True, check=True, timeout=120)
+    rows = {r["library"]: r for r in map(json.loads, out.stdout.splitlines())}
+    assert list(rows) == ["tessel", "tessel-f64", "gpytorch", "sklearn"]
+    assert all(r["device"] == "cuda" and "seconds" not in r for r in rows.values())
+    assert "take host arrays" in rows["tessel"]["skipped"]
+    assert "over --dense-gib 100" in rows["gpytorch"]["skipped"]
+    assert "CPU only" in rows["sklearn"]["skipped"]
+
+
+def test_gp_bench_tessel_kernel_in_gpytorch_matches_its_dense_step():
+    # Below GPyTorch's max_cholesky_size both take its Cholesky path: the same log p(y) whether
+    # the kernel is GPyTorch's Matérn or tessel.gp's, here after a warm-up on fewer points.
+    pytest.importorskip("gpytorch", reason="scripts/python_env.sh installs GPyTorch 1.11")
+    out = subprocess.run([sys.executable, str(BENCH / "gp_bench.py"), "--n", "300", "--d", "3",
+                          "--libraries", "gpytorch", "tessel-gpytorch", "--repeats", "1",
+                          "--warmup-n", "200"],
+                         capture_output=True, text=True, check=True, timeout=600)
+    dense, ours = map(json.loads, out.stdout.splitlines())
+    assert ours["library"] == "tessel-gpytorch" and ours["warmup_n"] == 200
+    ref = dense["log_likelihood"]
+    assert abs(ours["log_likelihood"] - ref) < 1e-3 * abs(ref) + 1e-3, (ours, dense)

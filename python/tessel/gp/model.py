@@ -109,6 +109,12 @@ class ExactGP(torch.nn.Module):
                                 "(half precision is too coarse for a GP's linear algebra)")
             if not t.is_floating_point():
                 raise TypeError(f"{who}: {name} has dtype {t.dtype}; expected float32 or float64")
+        for name, t in (("x", x), ("y", y)):
+            if t.device.type != "cpu":
+                raise ValueError(
+                    f"{who}: {name} is on {t.device}; tessel.gp's BBMM runs in the core's GP "
+                    "functions on host arrays (no GPU path yet): pass CPU tensors, or on a GPU use "
+                    "tessel.gp.GPyTorchKernel in a GPyTorch model")
         if x.dim() != 2:
             raise ValueError(f"{who}: x must be (n, d), got shape {tuple(x.shape)}")
         if y.dim() != 1 or y.shape[0] != x.shape[0]:
