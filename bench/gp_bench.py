@@ -28,9 +28,9 @@ library's ratio to tessel's time).
 
 --device cuda puts the points, the targets and the GPyTorch models on the GPU; peak_mb is then
 PyTorch's peak allocation (what a library allocates through the driver itself is not in it).
-tessel.gp.ExactGP has no CUDA path: its BBMM step runs in the core's GP functions, which take
-host arrays only. Its rows on CUDA say so instead of timing the CPU; tessel-gpytorch is tessel's
-row there, its reductions on the GPU.
+On CUDA, tessel.gp.ExactGP runs its BBMM step in PyTorch on the device with tessel's reductions
+(the core's GP functions take host arrays); tessel-gpytorch is GPyTorch's step with tessel's
+kernel beside it.
 scikit-learn is CPU-only, and GPyTorch's dense path is skipped where its n x n matrices would not
 fit the GPU (--dense-gib). A case that cannot run gives a row with "skipped" and the reason.
 
@@ -56,11 +56,8 @@ LIBRARIES = ("tessel", "tessel-f64", "gpytorch", "gpytorch-keops", "tessel-gpyto
 _DENSE_MATRICES = 8
 
 NO_CUDA = {
-    "tessel": "not available on CUDA: tessel.gp.ExactGP's BBMM step runs in the core's GP "
-              "functions, which take host arrays only; tessel-gpytorch is tessel's GPU row",
     "sklearn": "not available on CUDA: scikit-learn runs on the CPU only",
 }
-NO_CUDA["tessel-f64"] = NO_CUDA["tessel"]
 
 _DATA = """
 import numpy as np, os, torch, time
@@ -81,13 +78,14 @@ ELL = np.linspace(0.5, 1.5, {d})  # every library starts here, output scale 1, n
 _SETUP = {
     "tessel": """
 from tessel.gp import ExactGP, Matern, Scale
-gp = ExactGP(torch.tensor(X, dtype=torch.{dtype}), torch.tensor(Y),
+gp = ExactGP(torch.tensor(X, dtype=torch.{dtype}, device=DEV), torch.tensor(Y, device=DEV),
              Scale(Matern(2.5, lengthscale=ELL.tolist()), outputscale=1.0), noise=0.1)
 params = list(gp.parameters())
 def step():
     stats = {{}}
     v = gp.log_marginal_likelihood(mode="bbmm", probes=10, rank=15, tol={tol}, stats=stats)
     grads = torch.autograd.grad(v, params)
+    sync()
     return float(v), stats["cg"]["iterations"]
 """,
     # GPyTorch's own step on its model; {imports} and {kernel} pick the kernel, {init} sets the
@@ -214,8 +212,8 @@ def skip_reason(library, n, args, dense_gib):
 
 
 def table(rows):
-    """Markdown: one line per (n, library), with the ratio to tessel's time at that n (on CUDA,
-    where tessel.gp's own step does not run, to tessel-gpytorch's)."""
+    """Markdown: one line per (n, library), with the ratio to tessel's time at that n (to
+    tessel-gpytorch's where tessel's own step has no row)."""
     base = {}
     for library in ("tessel-gpytorch", "tessel"):
         base.update({r["n"]: r["seconds"] for r in rows if r["library"] == library})

@@ -317,9 +317,9 @@ bench_step shapes_bench shapes_bench "$py" bench/shapes_bench.py $shapes_args
 dist_args=${GPU_CHECK_DIST_BENCH:---backend nccl --device cuda --quick}
 # shellcheck disable=SC2086
 bench_step distributed_bench distributed_bench "$py" bench/distributed_bench.py $dist_args
-# Exact GP regression at n = 1e6, d = 10: one log p(y)-plus-gradient step. tessel.gp's own BBMM
-# runs on the host (its row says so), so tessel's GPU row is GPyTorch's step with tessel.gp's
-# kernel (tessel-gpytorch). It runs last: GPyTorch + KeOps before it gives its row quickly
+# Exact GP regression at n = 1e6, d = 10: one log p(y)-plus-gradient step: tessel.gp's own BBMM
+# on the device (PyTorch with tessel's reductions), and GPyTorch's step with tessel.gp's kernel
+# (tessel-gpytorch). It runs last: GPyTorch + KeOps before it gives its row quickly
 # (GPyTorch 1.11 stops it at the preconditioner), and GPyTorch's dense path is skipped where its
 # n x n matrices exceed the GPU. The warm-up step on 4000 points (above GPyTorch's
 # preconditioning size: the same path) compiles the kernels without doubling a case's time; a

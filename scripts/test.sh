@@ -103,7 +103,7 @@ TESSEL_FAKE_CUDA=1 TESSEL_CXX=$standin_cxx \
   tests/python/test_cuda_crash_classes.py tests/python/test_cuda_device.py \
   tests/python/test_cuda_fill.py tests/python/test_block_sparse.py \
   tests/python/test_genred_torch.py tests/python/test_half.py tests/python/test_kernel_solve.py \
-  tests/python/test_ot_cuda.py -k "cuda or gpu"
+  tests/python/test_ot_cuda.py tests/python/test_gp_cuda.py -k "cuda or gpu"
 fake_rc=$?
 echo "test: Python CUDA tests on the stand-in took $((SECONDS - start)) s"
 ((fake_rc == 0)) || rc=$fake_rc

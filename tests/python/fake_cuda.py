@@ -168,6 +168,17 @@ def _move(func, args, kwargs):
             kwargs.setdefault("dtype", other.dtype)
             device = other.device
             break
+    if device is not None:
+        # Module.to's form: to(device, dtype or None, non_blocking); with the device taken out,
+        # what is left is an optional dtype and the flags.
+        if rest and (rest[0] is None or isinstance(rest[0], torch.dtype)):
+            dtype = rest.pop(0)
+            if dtype is not None:
+                kwargs.setdefault("dtype", dtype)
+        if rest and isinstance(rest[0], bool):
+            rest.pop(0)  # non_blocking: the fake device is synchronous
+        if rest and isinstance(rest[0], bool):
+            kwargs["copy"] = rest.pop(0)
     out = _orig["to"](t, *rest, **kwargs) if rest or kwargs else t
     target = None if device is None else _cuda_target(device)
     if device is None:
@@ -232,6 +243,11 @@ class _DeviceMode(TorchFunctionMode):
                 _in_backward[0] -= 1
         if name in ("cpu", "cuda", "to") and args and isinstance(args[0], torch.Tensor):
             return _move(_MOVES[name], args, kwargs)
+        if name == "_has_compatible_shallow_copy_type":
+            # Module.to asks whether a parameter's .data may take the moved tensor: never across
+            # devices on a GPU (their tensor types differ), so it makes new parameters.
+            if device_of(args[0]) != device_of(args[1]):
+                return False
         if name.endswith("_") and not name.endswith("__") and args and isinstance(
                 args[0], torch.Tensor):  # in place: the destination keeps its device
             if device_of(args[0]) is not None:

@@ -233,16 +233,15 @@ def test_gp_bench_smoke_and_table():
 
 
 def test_gp_bench_cuda_rows_name_what_cannot_run_there():
-    # Decided before any case's process starts, so no GPU is needed: tessel.gp's own step and
-    # scikit-learn have no CUDA path, GPyTorch's dense matrices exceed the memory given.
+    # Decided before any case's process starts, so no GPU is needed: scikit-learn has no CUDA
+    # path, GPyTorch's dense matrices exceed the memory given.
     out = subprocess.run([sys.executable, str(BENCH / "gp_bench.py"), "--device", "cuda", "--n",
-                          "100000", "--libraries", "tessel", "tessel-f64", "gpytorch", "sklearn",
+                          "100000", "--libraries", "gpytorch", "sklearn",
                           "--sklearn-max", "1000000", "--dense-gib", "100"],
                          capture_output=True, text=True, check=True, timeout=120)
     rows = {r["library"]: r for r in map(json.loads, out.stdout.splitlines())}
-    assert list(rows) == ["tessel", "tessel-f64", "gpytorch", "sklearn"]
+    assert list(rows) == ["gpytorch", "sklearn"]
     assert all(r["device"] == "cuda" and "seconds" not in r for r in rows.values())
-    assert "take host arrays" in rows["tessel"]["skipped"]
     assert "over --dense-gib 100" in rows["gpytorch"]["skipped"]
     assert "CPU only" in rows["sklearn"]["skipped"]
 

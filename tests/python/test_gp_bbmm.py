@@ -118,9 +118,10 @@ def test_bad_input_gets_clear_errors():
         ExactGP(x, y, RBF()).predict(torch.rand(4, 2, dtype=torch.float64))
     with pytest.raises(TypeError, match="float16"):
         ExactGP(x.half(), y, RBF())
-    # Tensors off the host (meta stands for CUDA here): named, not a device mismatch deep down.
-    with pytest.raises(ValueError, match="x is on meta.*no GPU path yet.*GPyTorchKernel"):
-        ExactGP(x.to("meta"), y.to("meta"), RBF())
+    # Points and targets on two devices (meta stands for CUDA here): named, not a mismatch deep
+    # down.
+    with pytest.raises(ValueError, match="x is on cpu and y on meta; expected one device"):
+        ExactGP(x, y.to("meta"), RBF())
     with pytest.raises(ValueError, match="mode must be one of"):
         ExactGP(x, y, RBF()).log_marginal_likelihood(mode="dense")
     with pytest.raises(ValueError, match="rank must be in"):

@@ -182,7 +182,8 @@ class _Stationary(Kernel):
         >>> RBF().diag(torch.zeros(2, 3))
         tensor([1., 1.], dtype=torch.float64)
         """
-        return torch.ones(torch.as_tensor(x).shape[0], dtype=torch.float64)
+        x = torch.as_tensor(x)
+        return torch.ones(x.shape[0], dtype=torch.float64, device=x.device)
 
 
 class RBF(_Stationary):

@@ -80,7 +80,8 @@ class Periodic(Kernel):
 
     def diag(self, x):
         """Ones (see RBF.diag)."""
-        return torch.ones(torch.as_tensor(x).shape[0], dtype=torch.float64)
+        x = torch.as_tensor(x)
+        return torch.ones(x.shape[0], dtype=torch.float64, device=x.device)
 
 
 class Linear(Kernel):

@@ -10,6 +10,7 @@ from .. import _core
 from ._problem import _numpy64, _Problem
 from .fit import fit_model
 from .kernels import Kernel, _inv_softplus
+from . import _torch_bbmm
 from .love import love_variances, predictive_weights
 from .samples import posterior_samples
 
@@ -109,12 +110,8 @@ class ExactGP(torch.nn.Module):
                                 "(half precision is too coarse for a GP's linear algebra)")
             if not t.is_floating_point():
                 raise TypeError(f"{who}: {name} has dtype {t.dtype}; expected float32 or float64")
-        for name, t in (("x", x), ("y", y)):
-            if t.device.type != "cpu":
-                raise ValueError(
-                    f"{who}: {name} is on {t.device}; tessel.gp's BBMM runs in the core's GP "
-                    "functions on host arrays (no GPU path yet): pass CPU tensors, or on a GPU use "
-                    "tessel.gp.GPyTorchKernel in a GPyTorch model")
+        if y.device != x.device:
+            raise ValueError(f"{who}: x is on {x.device} and y on {y.device}; expected one device")
         if x.dim() != 2:
             raise ValueError(f"{who}: x must be (n, d), got shape {tuple(x.shape)}")
         if y.dim() != 1 or y.shape[0] != x.shape[0]:
@@ -129,7 +126,11 @@ class ExactGP(torch.nn.Module):
                             f"{type(kernel).__name__}")
         if mean not in ("constant", "zero"):
             raise ValueError(f"{who}: mean must be 'constant' or 'zero', got {mean!r}")
-        self.x, self.y, self.kernel = x.detach(), y.detach().to(torch.float64), kernel
+        # Buffers, so that .to(device) moves them with the parameters; not in the state_dict,
+        # which thus loads into a model of other points (another shard, all of them).
+        self.register_buffer("x", x.detach(), persistent=False)
+        self.register_buffer("y", y.detach().to(torch.float64), persistent=False)
+        self.kernel = kernel
         self.exact_max = exact_max
         self.mean_constant = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64)) \
             if mean == "constant" else None
@@ -163,6 +164,8 @@ class ExactGP(torch.nn.Module):
             self.noise_min = floor
             self.raw_noise = torch.nn.Parameter(_inv_softplus(noise_t.reshape(()) - floor, who,
                                                               "noise").reshape(1))
+        if x.device.type != "cpu":  # the model lives where its points do (GPyTorch's .cuda())
+            self.to(x.device)
 
     @property
     def n_data(self):
@@ -178,7 +181,7 @@ class ExactGP(torch.nn.Module):
 
     def _mean(self):
         if self.mean_constant is None:
-            return torch.zeros(1, dtype=torch.float64)
+            return torch.zeros(1, dtype=torch.float64, device=self.y.device)
         return self.mean_constant
 
     def _test_points(self, x_test, who):
@@ -188,7 +191,7 @@ class ExactGP(torch.nn.Module):
                              f"{tuple(xt.shape)}")
         if not bool(torch.isfinite(xt).all()):
             raise ValueError(f"{who}: x_test holds a NaN or an infinity")
-        return xt
+        return xt.to(self.x.device)
 
     def _mode(self, mode, who):
         if mode not in _MODES:
@@ -242,6 +245,10 @@ class ExactGP(torch.nn.Module):
         r = self.y - self._mean()
         if mode == "exact":
             return self._exact_lml(r)
+        if self.x.device.type != "cpu":  # the core's GP functions take host arrays
+            return _torch_bbmm.log_marginal_likelihood(self, _torch_bbmm.Rows(self), probes, rank,
+                                                       seed, tol, maxiter, stats,
+                                                       "ExactGP.log_marginal_likelihood")
         prob = _Problem(self.kernel, self.x)
         noise = self.noise
         opts = dict(probes=probes, rank=rank, seed=seed, tol=tol, maxiter=maxiter)
@@ -324,7 +331,7 @@ class ExactGP(torch.nn.Module):
                                  "K + noise is singular; give a positive noise or remove "
                                  "duplicates")
         k = self.kernel.dense(x, x) + self.noise.to(torch.float64) * torch.eye(
-            x.shape[0], dtype=torch.float64)
+            x.shape[0], dtype=torch.float64, device=x.device)
         chol, info = torch.linalg.cholesky_ex(k)
         if int(info) != 0:
             raise ValueError(f"{who}: K + noise is not positive definite (leading minor "
@@ -414,6 +421,11 @@ class ExactGP(torch.nn.Module):
         r = self.y - c
         if mode == "exact":
             mean, var = self._exact_predict(xt.to(torch.float64), r, return_var)
+        elif self.x.device.type != "cpu":
+            if love:
+                self._host_only(who, 'mode="love"')
+            mean, var = _torch_bbmm.predict(self, _torch_bbmm.Rows(self), xt.to(self.x.dtype), r,
+                                            return_var, rank, tol, chunk, stats)
         else:
             mean = self._bbmm_mean(xt.to(self.x.dtype), r, rank, tol, stats)
             if not return_var:
@@ -472,7 +484,14 @@ class ExactGP(torch.nn.Module):
         >>> gp.sample(x[:4], samples=3).shape
         torch.Size([4, 3])
         """
+        if self.x.device.type != "cpu" and self._mode(mode, "ExactGP.sample") == "bbmm":
+            self._host_only("ExactGP.sample", 'mode="bbmm"')
         return posterior_samples(self, x_test, samples, features, seed, mode, rank, tol)
+
+    def _host_only(self, who, what):
+        raise NotImplementedError(f"{who}: {what} runs in the core's GP functions on host "
+                                  f"arrays, and this model is on {self.x.device}: use "
+                                  "mode=\"exact\" (dense, on the device), or .cpu() the model")
 
     @torch.no_grad()
     def predict_covariance(self, x_test, mode="auto", rank=15, tol=1e-8):
@@ -496,6 +515,8 @@ class ExactGP(torch.nn.Module):
         xt = xt.to(torch.float64)
         x = self.x.to(torch.float64)
         prior = self.kernel.dense(xt, xt).detach()
+        if self.x.device.type != "cpu" and self._mode(mode, who) == "bbmm":
+            self._host_only(who, 'mode="bbmm"')
         if self._mode(mode, who) == "exact":
             chol = self._exact_cholesky(who)
             v = torch.linalg.solve_triangular(chol, self.kernel.dense(x, xt).detach(), upper=False)

@@ -1,0 +1,63 @@
+"""tessel.gp.ExactGP on CUDA tensors: the model moves to its points' device, the BBMM likelihood
+and its gradient run in PyTorch with tessel.torch reductions on the device (the core's GP
+functions take host arrays), predictions too; against the same model on the host. The same
+PyTorch BBMM is checked on the host first (it also serves tessel.distributed.ExactGP): with a
+full-rank preconditioner its value is the exact one. CUDA tests run on a GPU, or on the stand-in
+driver's fake CUDA tensors in the test command."""
+import pytest
+import torch
+
+from tessel.gp import ExactGP, Matern, Scale
+from tessel.gp import _torch_bbmm
+
+N, D = 48, 2
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+def _model(device="cpu"):
+    g = torch.Generator().manual_seed(2)
+    x = torch.rand(N, D, generator=g, dtype=torch.float64)
+    y = torch.sin(4 * x[:, 0]) + x[:, 1] + 0.1 * torch.randn(N, generator=g, dtype=torch.float64)
+    kernel = Scale(Matern(nu=2.5, lengthscale=[0.4, 0.6]), outputscale=1.2)
+    return ExactGP(x.to(device), y.to(device), kernel, noise=0.05)
+
+
+def test_the_pytorch_bbmm_is_exact_with_a_full_rank_preconditioner():
+    gp = _model()
+    exact = float(gp.log_marginal_likelihood(mode="exact"))
+    stats = {}
+    got = _torch_bbmm.log_marginal_likelihood(gp, _torch_bbmm.Rows(gp), 8, N, 0, 1e-10, 0, stats,
+                                              "test")
+    assert stats["rank"] == N
+    assert float(got) == pytest.approx(exact, rel=1e-9)
+    mean, var = _torch_bbmm.predict(gp, _torch_bbmm.Rows(gp), gp.x[:5] + 0.01, gp.y, True, N,
+                                    1e-10, 2, None)
+    want_mean, want_var = gp.predict(gp.x[:5] + 0.01, mode="exact")
+    torch.testing.assert_close(mean, want_mean, rtol=1e-7, atol=1e-9)  # zero mean: r = y
+    torch.testing.assert_close(var, want_var, rtol=1e-6, atol=1e-9)
+
+
+@needs_cuda
+def test_cuda_model_likelihood_gradient_and_predictions_match_the_host():
+    host, dev = _model(), _model("cuda")
+    assert dev.raw_noise.is_cuda and dev.kernel.raw_outputscale.is_cuda and dev.x.is_cuda
+    for gp in (host, dev):
+        gp.log_marginal_likelihood(mode="bbmm", probes=8, rank=N, tol=1e-10).backward()
+    exact = _model()
+    exact.log_marginal_likelihood(mode="exact").backward()
+    # The value is exact at full rank on both; the mean's gradient has no trace term.
+    lml = float(dev.log_marginal_likelihood(mode="bbmm", probes=8, rank=N, tol=1e-10))
+    assert lml == pytest.approx(float(exact.log_marginal_likelihood(mode="exact")), rel=1e-8)
+    assert float(dev.mean_constant.grad) == pytest.approx(float(exact.mean_constant.grad),
+                                                          rel=1e-7)
+    xt = torch.rand(7, D, dtype=torch.float64)
+    mean, var = dev.predict(xt.cuda(), mode="bbmm", rank=N, tol=1e-10, chunk=4)
+    assert mean.is_cuda and var.is_cuda
+    want_mean, want_var = exact.predict(xt, mode="exact")
+    torch.testing.assert_close(mean.cpu(), want_mean, rtol=1e-7, atol=1e-9)
+    torch.testing.assert_close(var.cpu(), want_var, rtol=1e-6, atol=1e-9)
+    history = dev.fit(max_iter=3, probes=8, rank=10)
+    assert history[-1]["loss"] < history[0]["loss"]
+    with pytest.raises(NotImplementedError, match='mode="love" runs in the core'):
+        dev.predict(xt.cuda(), mode="love")
