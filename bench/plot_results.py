@@ -6,6 +6,8 @@ benchmarks print: `tessel bench` / bench/pykeops_case.py lines (`case`, `backend
 `median_s`, `pairs_per_s`) and bench/ot_bench.py lines (`impl`, `n`, `d`, `seconds` or
 `skipped`). Each folder's `machine.json` says where and when the run was made. Writes PNG files
 and `summary.md` (the ratios at the largest N both sides ran, for the docs to include) into --out.
+bench/gp_bench.py's lines (`bench` = "gp_step") are checked here and drawn by the gallery's GP
+example (examples/python/gp_mauna_loa_co2.py), beside the fit they are about.
 
     python3 bench/plot_results.py --out docs/_generated/perf
 """
@@ -18,6 +20,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 KERNEL_KEYS = ("case", "backend", "n", "median_s", "pairs_per_s")
 OT_KEYS = ("impl", "n", "d")
+GP_KEYS = ("library", "n")
 NAMES = {"tessel-cpu": "tessel", "pykeops-cpu": "pykeops 2.3", "tessel": "tessel.ot",
          "tessel-multiscale": "tessel.ot multiscale", "geomloss-online": "GeomLoss online (pykeops)",
          "geomloss-multiscale": "GeomLoss multiscale (pykeops)",
@@ -57,7 +60,12 @@ def read(results):
             # The FMA-peak probes and the speed-up lines `tessel bench` derives from the others.
             if str(row.get("case", "")).startswith("peak-") or "speedup_vs_pykeops" in row:
                 continue
-            if "case" in row:
+            if row.get("bench") == "gp_step":
+                _require(row, GP_KEYS, path, k)
+                if not any(key in row for key in ("seconds", "error", "skipped")):
+                    raise ResultError(f"plot_results: {path}:{k}: a gp_step line needs seconds, "
+                                      "error or skipped")
+            elif "case" in row:
                 _require(row, KERNEL_KEYS, path, k)
                 kernels.append(row)
             elif "impl" in row:
@@ -66,8 +74,8 @@ def read(results):
                     _require(row, ("seconds",), path, k)
                     ot.append(row)
             else:
-                raise ResultError(f"plot_results: {path}:{k}: neither a kernel line (case) nor "
-                                  "an OT line (impl)")
+                raise ResultError(f"plot_results: {path}:{k}: neither a kernel line (case), "
+                                  "an OT line (impl) nor a GP line (bench)")
     return kernels, ot, machines
 
 

@@ -53,6 +53,13 @@ if ! grep -qx nilearn <<< "$installed"; then
   echo "python: installing nilearn (data files only, --no-deps) into .venv" >&2
   "$py" -m pip install -q --no-deps nilearn==0.14.1 >&2
 fi
+# statsmodels only for the Mauna Loa CO2 series it ships (the gallery's GP example reads the CSV
+# with numpy), likewise without its dependencies: pandas would also widen what scikit-learn's
+# estimator checks of tessel.gp run.
+if ! grep -qx statsmodels <<< "$installed"; then
+  echo "python: installing statsmodels (data files only, --no-deps) into .venv" >&2
+  "$py" -m pip install -q --no-deps statsmodels==0.14.6 >&2
+fi
 # GPyTorch, for tessel.gp's comparisons and its KeOps kernels on tessel.compat: 1.11 is the newest
 # release whose requirements allow PyTorch 1.13 (later ones pull torch 2 from PyPI), so it and
 # its own dependencies are pinned and installed without pip's resolver.
