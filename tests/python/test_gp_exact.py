@@ -1,4 +1,4 @@
-"""tessel.gp against scikit-learn's GaussianProcessRegressor (float64, n = 1000, d = 8): the log
+"""tessel.gp against scikit-learn's GaussianProcessRegressor (float64, n = 2000, d = 8): the log
 marginal likelihood, its gradient in every hyperparameter, the predictive mean and standard
 deviation, to 1e-6 relative; each kernel's formula against its dense matrix."""
 import numpy as np
@@ -14,7 +14,7 @@ from tessel import _core  # noqa: E402
 from tessel.gp import (RBF, ExactGP, Linear, Matern, Periodic, Polynomial,  # noqa: E402
                        RationalQuadratic, Scale, SpectralMixture)
 
-N, D = 1000, 8
+N, D = 2000, 8
 
 
 def _data(n=N, d=D, seed=0):
