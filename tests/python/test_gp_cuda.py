@@ -61,3 +61,5 @@ def test_cuda_model_likelihood_gradient_and_predictions_match_the_host():
     assert history[-1]["loss"] < history[0]["loss"]
     with pytest.raises(NotImplementedError, match='mode="love" runs in the core'):
         dev.predict(xt.cuda(), mode="love")
+    with pytest.raises(NotImplementedError, match="sample from a .cpu.. copy"):
+        dev.sample(xt.cuda(), mode="exact")

@@ -445,11 +445,14 @@ class ExactGP(torch.nn.Module):
     def sample(self, x_test, samples=1, features=2048, seed=0, mode="auto", rank=15, tol=1e-6):
         """Joint posterior samples of f at x_test, (m, samples), in O((n + m) samples) memory.
 
-        The pathwise (Matheron) update of a prior draw: random Fourier features for RBF, Matérn
-        and rational quadratic kernels (exact for Linear; Scale and sums combine them), moved to
-        the posterior by one batched solve with `samples` columns (exact to CG's tol). The prior
-        draw's covariance is the kernel's to a relative error of about sqrt(2 / features) per
-        entry; the samples are exact in their mean. See tessel.gp.samples.
+        The pathwise (Matheron) update of a prior draw: random Fourier features for the
+        stationary kernels (RBF, Matérn, rational quadratic, periodic, spectral mixture), exact
+        features for Linear and Polynomial, combined through Scale, sums and products (a
+        product's frequencies are sums of its factors', its exact features a tensor product),
+        moved to the posterior by one batched solve with `samples` columns (exact to CG's tol).
+        The prior draw's covariance is the kernel's to a relative error of about
+        sqrt(2 / features) per entry; the samples are exact in their mean. See
+        tessel.gp.samples.
 
         Parameters
         ----------
@@ -472,8 +475,11 @@ class ExactGP(torch.nn.Module):
         Raises
         ------
         NotImplementedError
-            For kernels without a random-feature draw (periodic, polynomial, spectral mixture,
-            products): predict_covariance gives joint samples at a few points.
+            For kernels without a feature draw: a kernel class defined outside tessel.gp,
+            Periodic(distance="euclidean") for d > 1 (not positive definite), a product of
+            Linear and Polynomial factors with more exact features (monomials) than
+            max(features, d + 1), or more than 64 of them beside a stationary factor;
+            predict_covariance gives joint samples at a few points.
 
         Examples
         --------
@@ -484,8 +490,10 @@ class ExactGP(torch.nn.Module):
         >>> gp.sample(x[:4], samples=3).shape
         torch.Size([4, 3])
         """
-        if self.x.device.type != "cpu" and self._mode(mode, "ExactGP.sample") == "bbmm":
-            self._host_only("ExactGP.sample", 'mode="bbmm"')
+        if self.x.device.type != "cpu":
+            raise NotImplementedError(f"ExactGP.sample: the prior draw and its update run on the "
+                                      f"host, and this model is on {self.x.device}: sample from "
+                                      "a .cpu() copy of it")
         return posterior_samples(self, x_test, samples, features, seed, mode, rank, tol)
 
     def _host_only(self, who, what):

@@ -1,11 +1,22 @@
 """Posterior samples of a GP in O(n) memory by the pathwise (Matheron) update: a prior function
-drawn with random Fourier features, moved to the posterior by one batched solve.
+drawn from random or exact features, moved to the posterior by one batched solve.
 
 f_post(x) = f(x) + K(x, X) (K + D)^-1 (y - mean - f(X) - e), with f a prior draw and e ~ N(0, D)
 (Wilson et al. 2020, "Efficiently sampling functions from Gaussian process posteriors"). The
-prior draw is exact for the linear kernel and approximate, by L random Fourier features, for the
-stationary ones: its covariance is the kernel's to a relative error of about sqrt(2 / L) per
-entry (standard deviation), so L = 4096 gives about 2 %. The update is exact (to CG's tol).
+kernel is expanded into a sum of products (Scale's constants carried); each product is drawn by
+L random Fourier features of its stationary factors' spectral measure (RBF's Gaussian, Matérn's
+Student t, the rational quadratic's Gaussian scale mixture, the periodic kernel's Bessel-weighted
+harmonics, the spectral mixture's Gaussians; a product's frequency is the sum of one drawn from
+each factor), times the exact features of its Linear and Polynomial factors (x, and the
+monomials of degree <= power). The draw's covariance is the kernel's to a relative error of
+about sqrt(2 / L) per entry (standard deviation, relative to the prior's standard deviations at
+the two points), so L = 4096 gives about 2 %; products of Linear and Polynomial factors alone
+are exact. The update is exact (to CG's tol).
+
+Memory stays O((n + m) samples + chunk (features + F) + features samples), with F the exact
+features of a product: at most max(features, d + 1) of them alone, and 64 (_TENSOR) beside random
+features, whose F x features weights are drawn again for each chunk rather than stored (time F
+times a stationary kernel's).
 """
 import math
 
@@ -13,76 +24,97 @@ import numpy as np
 import torch
 
 from .. import _core
+from . import _features
 from ._problem import _numpy64, _Problem
-from .kernels import RBF, Matern, RationalQuadratic, Scale, _Product, _Sum
-from .kernels_extra import Linear
 
 __all__ = ["PriorSampler"]
 
 _CHUNK = 4096  # rows of features evaluated at once: memory chunk x features
 _COLUMNS = 16  # sample paths per batched solve
+_TENSOR = 64  # exact features beside random ones: F x features columns, F-fold time
 
 
 class PriorSampler:
     """A draw of `samples` prior functions of `kernel` on R^d, evaluable at any points."""
 
     def __init__(self, kernel, d, samples, features, generator, who):
-        self.parts = []  # (kind, data): each part adds its functions
-        self._add(kernel, 1.0, d, samples, features, generator, who)
-
-    def _add(self, k, scale, d, s, features, g, who):
-        if isinstance(k, Scale):
-            return self._add(k.base, scale * float(k.outputscale), d, s, features, g, who)
-        if isinstance(k, _Sum):
-            self._add(k.a, scale, d, s, features, g, who)
-            return self._add(k.b, scale, d, s, features, g, who)
-        if isinstance(k, Linear):
-            w = torch.randn(d, s, generator=g, dtype=torch.float64)
-            self.parts.append(("linear", math.sqrt(scale * float(k.variance)) * w))
-            return None
-        if isinstance(k, (RBF, Matern, RationalQuadratic)):
-            ell = k.lengthscale.detach().to(torch.float64).reshape(-1)
-            if ell.numel() not in (1, d):
-                raise ValueError(f"{who}: {ell.numel()} lengthscales for points of dimension {d}")
-            z = torch.randn(features, d, generator=g, dtype=torch.float64)
-            # Heavier-tailed frequencies as scale mixtures of the Gaussian's (numpy draws them
-            # from a seed of g: torch 1.13's samplers take no generator).
-            rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=g)))
-            if isinstance(k, Matern):  # a Student t with 2 nu degrees of freedom
-                u = torch.as_tensor(rng.chisquare(2.0 * k.nu, features))
-                z = z * torch.sqrt(2.0 * k.nu / u)[:, None]
-            elif isinstance(k, RationalQuadratic):  # tau ~ Gamma(alpha, rate alpha)
-                a = float(k.alpha)
-                z = z * torch.sqrt(torch.as_tensor(rng.gamma(a, 1.0 / a, features)))[:, None]
-            omega = z / ell
-            phase = 2 * math.pi * torch.rand(features, generator=g, dtype=torch.float64)
-            w = torch.randn(features, s, generator=g, dtype=torch.float64)
-            self.parts.append(("fourier", (omega, phase, math.sqrt(2 * scale / features) * w)))
-            return None
-        kinds = "RBF, Matern, RationalQuadratic, Linear, Scale and sums of them"
-        if isinstance(k, _Product):
-            raise NotImplementedError(f"{who}: prior draws of a product of kernels are not "
-                                      f"offered (random features cover {kinds}); use "
-                                      "predict_covariance for joint samples at a few points")
-        raise NotImplementedError(f"{who}: prior draws of a {type(k).__name__} kernel are not "
-                                  f"offered (random features cover {kinds}); use "
-                                  "predict_covariance for joint samples at a few points")
+        self.parts = []
+        for coef, factors in _features.terms(kernel, who):
+            self.parts.append(_Part(coef, factors, d, samples, features, generator, who))
 
     def __call__(self, x):
         """The functions at x (m, d): (m, samples) float64, chunked over the rows."""
+        return self._chunked(x, lambda xc: sum(part(xc) for part in self.parts))
+
+    def covariance(self, x1, x2):
+        """The drawn functions' covariance between x1 (m1, d) and x2 (m2, d), given the features:
+        the random-feature estimate of the kernel, (m1, m2)."""
+        x2 = x2.to(torch.float64)
+        return self._chunked(x1, lambda xc: sum(part.covariance(xc, x2) for part in self.parts))
+
+    @staticmethod
+    def _chunked(x, fn):
         x = x.to(torch.float64)
-        out = []
-        for start in range(0, x.shape[0], _CHUNK):
-            xc = x[start:start + _CHUNK]
-            acc = 0
-            for kind, data in self.parts:
-                if kind == "linear":
-                    acc = acc + xc @ data
-                else:
-                    omega, phase, w = data
-                    acc = acc + torch.cos(xc @ omega.T + phase) @ w
-            out.append(acc)
+        out = [fn(x[start:start + _CHUNK]) for start in range(0, x.shape[0], _CHUNK)]
         return torch.cat(out) if out else torch.zeros(0, 0, dtype=torch.float64)
+
+
+class _Part:
+    """One product of the kernel: coef * (product of its random Fourier features' kernel) *
+    (product of its exact features' kernel), with `samples` functions drawn from it."""
+
+    def __init__(self, coef, factors, d, s, features, g, who):
+        stationary = [k for k in factors if isinstance(k, _features.STATIONARY)]
+        exact = [k for k in factors if isinstance(k, _features.EXACT)]
+        count = math.prod(_features.monomial_count(k, d) for k in exact)
+        cap = _TENSOR if stationary else max(features, d + 1)
+        if count > cap:
+            names = " * ".join(_features.describe(k) for k in exact)
+            beside = " beside random features" if stationary else f" (features={features})"
+            raise NotImplementedError(
+                f"{who}: {names} has {count} exact features for points of dimension {d}, more "
+                f"than the {cap} a prior draw takes{beside}; use predict_covariance for joint "
+                "samples at a few points")
+        self.exact = _features.ExactFeatures(exact, d) if exact else None
+        self.omega = None
+        for k in stationary:
+            variance, omega = _features.frequencies(k, d, features, g, who)
+            coef *= variance
+            self.omega = omega if self.omega is None else self.omega + omega
+        self.root = math.sqrt(coef)
+        if self.omega is not None:
+            self.phase = 2 * math.pi * torch.rand(features, generator=g, dtype=torch.float64)
+        if self.omega is not None and self.exact is not None:
+            # One weight matrix per exact feature, drawn again from its seed at each use.
+            self.seed, self.samples = int(torch.randint(0, 2**62, (1,), generator=g)), s
+        else:
+            rows = features if self.omega is not None else count
+            self.w = torch.randn(rows, s, generator=g, dtype=torch.float64)
+
+    def _features(self, x):
+        psi = None if self.omega is None else math.sqrt(2 / self.omega.shape[0]) * torch.cos(
+            x @ self.omega.T + self.phase)
+        return psi, None if self.exact is None else self.exact(x)
+
+    def __call__(self, x):
+        psi, phi = self._features(x)
+        if phi is None or psi is None:
+            return self.root * ((psi if phi is None else phi) @ self.w)
+        out = 0
+        for i in range(phi.shape[1]):
+            g = torch.Generator().manual_seed(self.seed + i)
+            w = torch.randn(psi.shape[1], self.samples, generator=g, dtype=torch.float64)
+            out = out + phi[:, i:i + 1] * (psi @ w)
+        return self.root * out
+
+    def covariance(self, x1, x2):
+        (psi1, phi1), (psi2, phi2) = self._features(x1), self._features(x2)
+        out = self.root ** 2
+        if psi1 is not None:
+            out = out * (psi1 @ psi2.T)
+        if phi1 is not None:
+            out = out * (phi1 @ phi2.T)
+        return out
 
 
 def posterior_samples(gp, x_test, samples, features, seed, mode, rank, tol):
