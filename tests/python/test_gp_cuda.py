@@ -59,7 +59,15 @@ def test_cuda_model_likelihood_gradient_and_predictions_match_the_host():
     torch.testing.assert_close(var.cpu(), want_var, rtol=1e-6, atol=1e-9)
     history = dev.fit(max_iter=3, probes=8, rank=10)
     assert history[-1]["loss"] < history[0]["loss"]
-    with pytest.raises(NotImplementedError, match='mode="love" runs in the core'):
-        dev.predict(xt.cuda(), mode="love")
+    # LOVE on the device: at full rank (or an invariant Krylov space) the exact variances.
+    stats = {}
+    mean, var = dev.predict(xt.cuda(), mode="love", love_rank=N, love_check=3, stats=stats,
+                            tol=1e-10, rank=N)
+    assert var.is_cuda and stats["love_check"]["max_excess"] < 1e-7
+    _, want_var = dev.predict(xt.cuda(), mode="exact")
+    torch.testing.assert_close(var, want_var, rtol=0, atol=1e-7)
+    cov = dev.predict_covariance(xt.cuda(), mode="bbmm", rank=N, tol=1e-10)
+    torch.testing.assert_close(cov, dev.predict_covariance(xt.cuda(), mode="exact"), rtol=0,
+                               atol=1e-7)
     with pytest.raises(NotImplementedError, match="sample from a .cpu.. copy"):
         dev.sample(xt.cuda(), mode="exact")

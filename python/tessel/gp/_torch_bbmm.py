@@ -12,7 +12,8 @@ import math
 
 import torch
 
-__all__ = ["Rows", "Preconditioner", "pcg", "log_marginal_likelihood", "solve", "predict"]
+__all__ = ["Rows", "Preconditioner", "pcg", "log_marginal_likelihood", "solve", "predict",
+           "variances", "love_root", "love_variances"]
 
 
 class Rows:
@@ -247,14 +248,18 @@ def log_marginal_likelihood(model, rows, probes, rank, seed, tol, maxiter, stats
 
 @torch.no_grad()
 def predict(model, rows, xt, r, return_var, rank, tol, chunk, stats):
-    """The posterior mean at xt (m, d) and, with return_var, the latent variances by solves of
-    `chunk` test points at a time, exact to CG's tol; O(n chunk) memory."""
+    """The posterior mean at xt (m, d) and, with return_var, the latent variances (variances())."""
     alpha, rep = solve(model, rows, r[:, None].to(torch.float64), rank, tol)
     mean = rows.product(alpha, points=xt)[:, 0]
     if stats is not None:
         stats["mean_solve"] = rep
-    if not return_var:
-        return mean, None
+    return mean, (variances(model, rows, xt, rank, tol, chunk, stats) if return_var else None)
+
+
+@torch.no_grad()
+def variances(model, rows, xt, rank, tol, chunk, stats):
+    """The latent variances at xt by solves of `chunk` test points at a time, exact to CG's
+    tol; O(n chunk) memory."""
     var = model.kernel.diag(xt).detach().to(torch.float64).reshape(-1).clone()
     reports = []
     for s in range(0, xt.shape[0], chunk):
@@ -265,4 +270,53 @@ def predict(model, rows, xt, r, return_var, rank, tol, chunk, stats):
     if stats is not None:
         stats["variance_solves"] = reports
     # Rounding can take a variance that is ~0 below 0; the latent variance is >= 0.
-    return mean, var.clamp_min(0)
+    return var.clamp_min(0)
+
+
+@torch.no_grad()
+def love_root(model, rows, love_rank, seed):
+    """LOVE's root R (n, steps) with (K + noise)^-1 ~ R R^T = Q T^-1 Q^T from `love_rank`
+    Lanczos steps on K + noise (full reorthogonalisation, a seeded random start), as the core's
+    gp_love_root computes it."""
+    x = model.x
+    n, k = x.shape[0], min(int(love_rank), x.shape[0])
+    d = model.noise.detach().to(torch.float64).to(x.device).expand(n)
+    gen = torch.Generator().manual_seed(int(seed))
+    v = torch.randn(n, generator=gen, dtype=torch.float64).to(x.device)
+    v = v / v.norm()
+    q = torch.zeros(n, k, dtype=torch.float64, device=x.device)
+    alphas, betas = [], []
+    for j in range(k):
+        q[:, j] = v
+        w = rows.product(v[:, None])[:, 0] + d * v
+        alphas.append(float(w @ v))
+        if not math.isfinite(alphas[-1]):
+            raise ValueError(f"{rows.who}: K-hat v is not finite at Lanczos step {j}: the "
+                             "kernel's hyperparameters or the points overflow")
+        if j + 1 == k:
+            break
+        for _ in range(2):  # classical Gram-Schmidt twice keeps Q orthonormal to rounding
+            w = w - q[:, :j + 1] @ (q[:, :j + 1].T @ w)
+        b = float(w.norm())
+        if not b > 1e-12 * max(abs(a) for a in alphas):  # an invariant Krylov space
+            break
+        betas.append(b)
+        v = w / b
+    steps = len(alphas)
+    t = torch.diag(torch.tensor(alphas, dtype=torch.float64))
+    if betas:
+        off = torch.tensor(betas[:steps - 1], dtype=torch.float64)
+        t = t + torch.diag(off, 1) + torch.diag(off, -1)
+    l, info = torch.linalg.cholesky_ex(t)
+    if int(info) != 0:
+        raise ValueError(f"{rows.who}: the Lanczos matrix is not positive definite: K-hat is "
+                         "singular to rounding (zero noise on close points?); give a larger noise")
+    return torch.linalg.solve_triangular(l.to(x.device), q[:, :steps].T, upper=False).T
+
+
+@torch.no_grad()
+def love_variances(model, rows, xt, root):
+    """k(p, p) - |R^T k_p|^2 at the test points xt: one product with R's columns."""
+    var = model.kernel.diag(xt).detach().to(torch.float64).reshape(-1)
+    kr = rows.product(root, points=xt)
+    return (var - (kr * kr).sum(1)).clamp_min(0)

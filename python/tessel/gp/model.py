@@ -11,7 +11,7 @@ from ._problem import _numpy64, _Problem
 from .fit import fit_model
 from .kernels import Kernel, _inv_softplus
 from . import _torch_bbmm
-from .love import love_variances, predictive_weights
+from .love import love_variances, love_variances_on_device, predictive_weights
 from .samples import posterior_samples
 
 __all__ = ["ExactGP"]
@@ -422,10 +422,12 @@ class ExactGP(torch.nn.Module):
         if mode == "exact":
             mean, var = self._exact_predict(xt.to(torch.float64), r, return_var)
         elif self.x.device.type != "cpu":
-            if love:
-                self._host_only(who, 'mode="love"')
-            mean, var = _torch_bbmm.predict(self, _torch_bbmm.Rows(self), xt.to(self.x.dtype), r,
-                                            return_var, rank, tol, chunk, stats)
+            xd = xt.to(self.x.dtype)
+            mean, var = _torch_bbmm.predict(self, _torch_bbmm.Rows(self), xd, r,
+                                            return_var and not love, rank, tol, chunk, stats)
+            if return_var and love:
+                var = love_variances_on_device(self, xd, love_rank, seed, love_check, rank, tol,
+                                               stats)
         else:
             mean = self._bbmm_mean(xt.to(self.x.dtype), r, rank, tol, stats)
             if not return_var:
@@ -496,11 +498,6 @@ class ExactGP(torch.nn.Module):
                                       "a .cpu() copy of it")
         return posterior_samples(self, x_test, samples, features, seed, mode, rank, tol)
 
-    def _host_only(self, who, what):
-        raise NotImplementedError(f"{who}: {what} runs in the core's GP functions on host "
-                                  f"arrays, and this model is on {self.x.device}: use "
-                                  "mode=\"exact\" (dense, on the device), or .cpu() the model")
-
     @torch.no_grad()
     def predict_covariance(self, x_test, mode="auto", rank=15, tol=1e-8):
         """The posterior covariance of f at x_test, an (m, m) matrix.
@@ -523,12 +520,14 @@ class ExactGP(torch.nn.Module):
         xt = xt.to(torch.float64)
         x = self.x.to(torch.float64)
         prior = self.kernel.dense(xt, xt).detach()
-        if self.x.device.type != "cpu" and self._mode(mode, who) == "bbmm":
-            self._host_only(who, 'mode="bbmm"')
         if self._mode(mode, who) == "exact":
             chol = self._exact_cholesky(who)
             v = torch.linalg.solve_triangular(chol, self.kernel.dense(x, xt).detach(), upper=False)
             cov = prior - v.T @ v
+        elif self.x.device.type != "cpu":
+            ks = self.kernel.dense(x, xt).detach()
+            sol, _ = _torch_bbmm.solve(self, _torch_bbmm.Rows(self), ks, rank, tol)
+            cov = prior - ks.T @ sol
         else:
             ks = self.kernel.dense(x, xt).detach()
             prob = _Problem(self.kernel, self.x)
