@@ -12,7 +12,6 @@ nothing but rounding.
 """
 
 import torch
-import torch.distributed as dist
 
 from ..gp import ExactGP as _ExactGP
 from ..gp._torch_bbmm import Rows, log_marginal_likelihood
@@ -25,23 +24,14 @@ _WHO = "tessel.distributed.ExactGP"
 
 
 def _allsum(ring, t):
-    """The sum over ranks of t (any shape), added in rank order: the same bits on every rank."""
-    mine = t.detach().to(torch.float64).cpu().contiguous()
-    every = [torch.empty_like(mine) for _ in range(ring.size)]
-    dist.all_gather(every, mine, group=ring.group)
-    total = every[0].clone()
-    for e in every[1:]:
-        total += e
-    return total
+    """The sum over ranks of t (any shape) in float64, the same bits on every rank."""
+    return ring.sum_in_order(t.detach().to(torch.float64))
 
 
 def _gather_rows(ring, t):
     """Every rank's rows of t (n_r, k), concatenated in rank order, on every rank (for small k
     only: the pivots' candidates)."""
-    mine = t.detach().to(torch.float64).cpu().contiguous()
-    every = [torch.empty_like(mine) for _ in range(ring.size)]
-    dist.all_gather(every, mine, group=ring.group)
-    return torch.cat(every)
+    return torch.cat(ring.gather(t.detach().to(torch.float64)))
 
 
 class _RingRows(Rows):
@@ -53,7 +43,8 @@ class _RingRows(Rows):
     def __init__(self, model, ring):
         super().__init__(model)
         self.ring = ring
-        counts = _gather_rows(ring, torch.tensor([[model.x.shape[0]]], dtype=torch.float64))
+        counts = _gather_rows(ring, torch.tensor([[model.x.shape[0]]], dtype=torch.float64,
+                                                 device=model.x.device))
         self.counts = [int(c) for c in counts[:, 0].tolist()]
         self.n = sum(self.counts)
         self.offset = sum(self.counts[:ring.rank])
@@ -128,7 +119,7 @@ class ExactGP(_ExactGP):
     def n_data(self):
         """The number of training rows over every rank (collective)."""
         ring = Ring.of(self.group, _WHO)
-        return int(_allsum(ring, torch.tensor(float(self.x.shape[0]))))
+        return int(_allsum(ring, torch.tensor(float(self.x.shape[0]), device=self.x.device)))
 
     def _mode(self, mode, who):
         if mode in ("auto", "bbmm"):

@@ -123,6 +123,26 @@ class Ring:
         """Whose block this rank holds at a step of the ring (its own at step 0)."""
         return (self.rank - step) % self.size
 
+    def gather(self, t):
+        """Every rank's t (the same shape on every rank), in rank order, on every rank; on the
+        host under gloo, which moves host tensors only."""
+        mine = t.contiguous()
+        if self.backend == "gloo":
+            mine = mine.cpu()
+        every = [torch.empty_like(mine) for _ in range(self.size)]
+        dist.all_gather(every, mine, group=self.group)
+        return every
+
+    def sum_in_order(self, t):
+        """The sum of t over the ranks, added in rank order: every rank gets the same bits, so
+        every rank takes the same branches of an iteration (ranks that disagreed on when to stop
+        would wait for each other forever), which an all_reduce does not promise."""
+        every = self.gather(t)
+        total = every[0].clone()
+        for e in every[1:]:
+            total += e
+        return total
+
     def shift(self, send, shape, like, tag):
         """Starts sending `send` to the next rank and receiving a tensor of `shape` from the
         previous one; returns (the receive buffer, a function that waits for both). Empty

@@ -261,19 +261,9 @@ class KernelSolve(KernelSolveBase):
 
 
 def _dots(ring, *pairs):
-    """Global dot products <u, v> over the ranks' rows, one gather for all the pairs. Each rank's
-    partial sums are gathered and added in rank order on every rank: every rank gets the same
-    bits, so every rank takes the same branches of CG (ranks that disagreed on when to stop
-    would wait for each other forever), which an all_reduce does not promise."""
-    mine = torch.stack([torch.sum(u * v) for u, v in pairs])
-    if ring.backend == "gloo":
-        mine = mine.cpu()
-    every = [torch.empty_like(mine) for _ in range(ring.size)]
-    dist.all_gather(every, mine, group=ring.group)
-    total = every[0].clone()
-    for t in every[1:]:
-        total += t
-    return total.tolist()
+    """Global dot products <u, v> over the ranks' rows, one gather for all the pairs, added in
+    rank order (Ring.sum_in_order: the same bits, so the same branches of CG, on every rank)."""
+    return ring.sum_in_order(torch.stack([torch.sum(u * v) for u, v in pairs])).tolist()
 
 
 def _agree(call, parts, ni, nj, args):
