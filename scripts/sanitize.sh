@@ -86,8 +86,9 @@ if ((standin)); then
     rc=$?
   if ((!tsan)); then
     # The classes of call that crashed on the first GPU, from Python on CUDA tensors faked over
-    # the stand-in (tests/python/fake_cuda.py): the torch front end's CUDA path, the bindings and
-    # the backend under ASan + UBSan. Leaks are not checked (the interpreter keeps its own).
+    # the stand-in (tests/python/fake_cuda.py), and tessel.gp's device path: the torch front end's
+    # CUDA path, the bindings and the backend under ASan + UBSan. Leaks are not checked (the
+    # interpreter keeps its own).
     # libstdc++ is preloaded too: ASan's __cxa_throw interceptor needs it loaded at start-up.
     env -u CXXFLAGS -u LDFLAGS \
       LD_PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)" \
@@ -97,7 +98,7 @@ if ((standin)); then
       TESSEL_CACHE_DIR="${TESSEL_TEST_STANDIN_CACHE:-$PWD/$dir/standin-cache}" \
       PYTHONPATH="$PWD/$dir/python" \
       "$python" -m pytest -q -p no:cacheprovider -n "$(nproc 2> /dev/null || echo 2)" \
-      tests/python/test_cuda_crash_classes.py || rc=$?
+      tests/python/test_cuda_crash_classes.py tests/python/test_gp_cuda.py || rc=$?
   fi
   exit "$rc"
 else
