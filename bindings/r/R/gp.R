@@ -6,11 +6,6 @@
 
 gp_kernels <- c("matern52", "matern32", "matern12", "rbf")
 
-gp_fail <- function(...) {
-  stop(structure(class = c("tessel_error", "error", "condition"),
-                 list(message = paste0(...), call = NULL)))
-}
-
 # The kernel's formula text, as tessel.gp's Python kernels write it: TH = (outputscale,
 # lengthscales), one lengthscale or one per input dimension.
 gp_kernel_text <- function(kernel, d, ard) {
@@ -31,11 +26,11 @@ gp_kernel_text <- function(kernel, d, ard) {
 gp_matrix <- function(x, what, who, d = NULL) {
   if (is.data.frame(x)) x <- as.matrix(x)
   if (is.null(dim(x))) x <- matrix(as.numeric(x), ncol = 1)
-  if (!is.numeric(x)) gp_fail(who, ": ", what, " must be a numeric matrix or vector")
+  if (!is.numeric(x)) lazy_fail(who, what, " must be a numeric matrix or vector")
   storage.mode(x) <- "double"
-  if (!all(is.finite(x))) gp_fail(who, ": ", what, " holds NA, NaN or Inf")
+  if (!all(is.finite(x))) lazy_fail(who, what, " holds NA, NaN or Inf")
   if (!is.null(d) && ncol(x) != d) {
-    gp_fail(who, ": ", what, " must have ", d, " column(s) like the training inputs; got ",
+    lazy_fail(who, what, " must have ", d, " column(s) like the training inputs; got ",
             ncol(x))
   }
   x
@@ -43,7 +38,7 @@ gp_matrix <- function(x, what, who, d = NULL) {
 
 gp_positive <- function(v, what, who, len) {
   if (!is.numeric(v) || !length(v) %in% c(1, len) || !all(is.finite(v)) || any(v <= 0)) {
-    gp_fail(who, ": ", what, " must be ", if (len > 1) paste0("1 or ", len, " ") else "",
+    lazy_fail(who, what, " must be ", if (len > 1) paste0("1 or ", len, " ") else "",
             "finite positive number(s); got ", paste(format(v), collapse = ", "))
   }
   rep_len(as.numeric(v), len)
@@ -63,13 +58,13 @@ tessel_gp <- function(x, y, kernel = "matern52", lengthscale = NULL, outputscale
   n <- nrow(x)
   d <- ncol(x)
   if (!is.numeric(y) || length(y) != n) {
-    gp_fail(who, ": y must be a numeric vector of ", n, " values (one per row of x); got ",
+    lazy_fail(who, "y must be a numeric vector of ", n, " values (one per row of x); got ",
             length(y))
   }
-  if (!all(is.finite(y))) gp_fail(who, ": y holds NA, NaN or Inf")
-  if (n < 2) gp_fail(who, ": need at least 2 points; got ", n)
+  if (!all(is.finite(y))) lazy_fail(who, "y holds NA, NaN or Inf")
+  if (n < 2) lazy_fail(who, "need at least 2 points; got ", n)
   if (!is.character(kernel) || length(kernel) != 1 || !kernel %in% gp_kernels) {
-    gp_fail(who, ": kernel must be one of ", paste(gp_kernels, collapse = ", "), "; got ",
+    lazy_fail(who, "kernel must be one of ", paste(gp_kernels, collapse = ", "), "; got ",
             paste(format(kernel), collapse = ", "))
   }
   mean <- match.arg(mean)
@@ -81,7 +76,7 @@ tessel_gp <- function(x, y, kernel = "matern52", lengthscale = NULL, outputscale
   outputscale <- gp_positive(outputscale, "outputscale", who, 1)
   noise <- gp_positive(noise, "noise", who, 1)
   if (fit && noise <= noise_min) {
-    gp_fail(who, ": noise must start above noise_min = ", noise_min, "; got ", noise)
+    lazy_fail(who, "noise must start above noise_min = ", noise_min, "; got ", noise)
   }
   y <- as.numeric(y)
   shift <- 0
