@@ -190,9 +190,14 @@ def pcg(rows, pre, b, tol, maxiter):
 
 
 def solve(model, rows, b, rank, tol, maxiter=0):
-    """(K + noise)^-1 b for this process's rows b (n, m), by preconditioned CG."""
-    nd = model.noise.detach().to(torch.float64).to(b.device).expand(model.x.shape[0]).clone()
-    pre = Preconditioner(rows, nd, int(rank))
+    """(K + noise)^-1 b for this process's rows b (n, m), by preconditioned CG. The
+    preconditioner is built once per `rows` (one call of the model: the same hyperparameters)
+    and rank, not once per block of test points."""
+    kept = rows.__dict__.setdefault("_preconditioners", {})
+    if rank not in kept:
+        nd = model.noise.detach().to(torch.float64).to(b.device).expand(model.x.shape[0]).clone()
+        kept[rank] = Preconditioner(rows, nd, int(rank))
+    pre = kept[rank]
     maxiter = int(maxiter) or min(max(2 * rows.n, 10), 1000)
     x, _, report = pcg(rows, pre, b, float(tol), maxiter)
     return x, report
