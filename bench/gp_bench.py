@@ -45,7 +45,7 @@ import statistics
 import subprocess
 import sys
 
-from ot_bench import cpu_name  # a sibling in bench/, which a script run there finds
+from ot_bench import blas_name, cpu_name  # a sibling in bench/, which a script run there finds
 from tessel.loops.memory import MeasureError, run_isolated
 
 LIBRARIES = ("tessel", "tessel-f64", "gpytorch", "gpytorch-keops", "tessel-gpytorch", "sklearn")
@@ -178,7 +178,7 @@ def measure(library, n, d, repeats, tol, timeout, device="cpu", warmup_n=None):
                log_likelihood=res["value"], cg_iterations=res["cg_iterations"],
                peak_mb=round(r["peak_bytes"] / 2**20, 1),
                peak_of="torch.cuda.max_memory_allocated" if cuda else "resident set",
-               cpu=cpu_name(), torch_threads=os.cpu_count())
+               cpu=cpu_name(), torch_threads=os.cpu_count(), blas=blas_name())
     if cuda:
         row["gpu"] = res["gpu"]
     if warmup_n and warmup_n != n:

@@ -19,6 +19,7 @@ given files. Run:
 """
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -37,6 +38,18 @@ def cpu_name():
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def blas_name():
+    """The BLAS PyTorch's dense products run on: MKL in PyPI's wheels, else the system's
+    libblas.so.3, named by the file it resolves to (the reference one is some 25x slower)."""
+    import torch
+    if torch.backends.mkl.is_available():
+        return "mkl"
+    import glob
+    for path in glob.glob("/usr/lib/*-linux-gnu/libblas.so.3"):
+        return os.path.realpath(path).split("/")[-2]  # blas (reference), openblas-pthread, ...
+    return "unknown"
 
 
 def clouds(n, d, device, seed=0):

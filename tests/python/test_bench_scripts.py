@@ -258,3 +258,22 @@ def test_gp_bench_tessel_kernel_in_gpytorch_matches_its_dense_step():
     assert ours["library"] == "tessel-gpytorch" and ours["warmup_n"] == 200
     ref = dense["log_likelihood"]
     assert abs(ours["log_likelihood"] - ref) < 1e-3 * abs(ref) + 1e-3, (ours, dense)
+
+
+def test_gp_million_rows_and_the_same_prediction_as_gpytorch_s_sgpr_from_the_same_start():
+    # With no iteration both sparse models predict from the same inducing points and
+    # hyperparameters: Titsias's posterior on both sides, so the same test RMSE and NLL.
+    pytest.importorskip("gpytorch", reason="scripts/python_env.sh installs GPyTorch 1.11")
+    out = subprocess.run([sys.executable, str(BENCH / "gp_million.py"), "--n", "3000",
+                          "--n-test", "300", "--inducing", "24", "--subset", "200", "--iters",
+                          "0", "--libraries", "tessel-sparse", "gpytorch-sgpr", "exact-subset",
+                          "--table"],
+                         capture_output=True, text=True, check=True, timeout=600)
+    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    ours, theirs, subset = rows
+    assert [r["library"] for r in rows] == ["tessel-sparse", "gpytorch-sgpr", "exact-subset"]
+    assert ours["rmse"] == pytest.approx(theirs["rmse"], rel=1e-6)
+    assert ours["nll"] == pytest.approx(theirs["nll"], rel=1e-6)
+    assert subset["subset"] == 200 and 0 < subset["rmse"] < 10
+    assert all(r["peak_rss_mb"] > 0 and r["n"] == 3000 for r in rows)
+    assert "| tessel-sparse | 3000 | 24 |" in out.stdout

@@ -126,3 +126,16 @@ def test_bad_input_gets_clear_errors():
         ExactGP(x, y, RBF()).log_marginal_likelihood(mode="dense")
     with pytest.raises(ValueError, match="rank must be in"):
         ExactGP(x, y, RBF()).log_marginal_likelihood(mode="bbmm", rank=31)
+
+
+def test_second_derivatives_are_refused_not_missing_terms():
+    # The gradient is the estimator's numbers: create_graph=True would give a Hessian without
+    # their derivatives. The exact mode is a dense graph and has them.
+    x = torch.linspace(0, 1, 30, dtype=torch.float64)[:, None]
+    gp = ExactGP(x, torch.sin(5 * x[:, 0]), RBF(lengthscale=0.3), noise=0.05)
+    with pytest.raises(RuntimeError, match="ExactGP.log_marginal_likelihood: second derivatives"):
+        torch.autograd.grad(gp.log_marginal_likelihood(mode="bbmm"), gp.raw_noise,
+                            create_graph=True)
+    g, = torch.autograd.grad(gp.log_marginal_likelihood(mode="exact"), gp.raw_noise,
+                             create_graph=True)
+    assert g.requires_grad

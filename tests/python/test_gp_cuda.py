@@ -31,6 +31,11 @@ def test_the_pytorch_bbmm_is_exact_with_a_full_rank_preconditioner():
                                               "test")
     assert stats["rank"] == N
     assert float(got) == pytest.approx(exact, rel=1e-9)
+    # Its gradient comes from surrogate terms: a second derivative is refused, not wrong.
+    lml = _torch_bbmm.log_marginal_likelihood(gp, _torch_bbmm.Rows(gp), 4, 5, 0, 1e-8, 0, None,
+                                              "test")
+    with pytest.raises(RuntimeError, match="second derivatives"):
+        torch.autograd.grad(lml, gp.raw_noise, create_graph=True)
     mean, var = _torch_bbmm.predict(gp, _torch_bbmm.Rows(gp), gp.x[:5] + 0.01, gp.y, True, N,
                                     1e-10, 2, None)
     want_mean, want_var = gp.predict(gp.x[:5] + 0.01, mode="exact")
@@ -69,5 +74,26 @@ def test_cuda_model_likelihood_gradient_and_predictions_match_the_host():
     cov = dev.predict_covariance(xt.cuda(), mode="bbmm", rank=N, tol=1e-10)
     torch.testing.assert_close(cov, dev.predict_covariance(xt.cuda(), mode="exact"), rtol=0,
                                atol=1e-7)
-    with pytest.raises(NotImplementedError, match="sample from a .cpu.. copy"):
-        dev.sample(xt.cuda(), mode="exact")
+    # Samples: the host's draw (one generator), solved and multiplied on the device; the same
+    # functions as the host model's, exactly in the exact mode and to CG's tol by BBMM.
+    twin = _model()  # the fitted hyperparameters on the host
+    twin.load_state_dict({k: v.cpu() for k, v in dev.state_dict().items()})
+    for mode, tol in (("exact", 1e-10), ("bbmm", 1e-6)):
+        paths = dev.sample(xt.cuda(), samples=20, features=256, seed=3, mode=mode, rank=N,
+                           tol=1e-10)
+        assert paths.is_cuda and paths.shape == (7, 20)
+        want = twin.sample(xt, samples=20, features=256, seed=3, mode="exact")
+        torch.testing.assert_close(paths.cpu(), want, rtol=0, atol=tol)
+
+
+@needs_cuda
+def test_prior_draws_of_exact_and_random_features_are_the_same_on_the_device():
+    from tessel.gp import Linear, Polynomial, RBF
+    from tessel.gp.samples import PriorSampler
+    x = torch.rand(9, D, dtype=torch.float64)
+    kernel = Polynomial(power=2) * RBF(lengthscale=0.5) + Linear()
+    host = PriorSampler(kernel, D, 4, 64, torch.Generator().manual_seed(1), "test")
+    dev = PriorSampler(kernel, D, 4, 64, torch.Generator().manual_seed(1), "test")
+    got = dev(x.cuda())
+    assert got.is_cuda
+    torch.testing.assert_close(got.cpu(), host(x), rtol=1e-12, atol=1e-12)

@@ -11,6 +11,9 @@ GPyTorch's variance-reduced gradient, one gradient reduction per call and no der
 `predict` gives the posterior mean and exact per-point variances (batched solves chunked over the
 test points); `ExactGP.fit`, L-BFGS or Adam with a history, progress lines and clear failures.
 
+`SparseGP`: sparse GP regression on M learned inducing points (Titsias's bound, GPflow's SGPR),
+O(n M^2) time and O(M^2) memory per step: the model for a million points.
+
 `NystromRidge`: Nyström kernel ridge regression, Falkon-preconditioned CG in the core.
 `GaussianProcessRegressor`: scikit-learn's estimator API (it imports scikit-learn). GPyTorch's
 KeOps kernels (gpytorch.kernels.keops) run on tessel after tessel.compat.install().
@@ -19,17 +22,16 @@ KeOps kernels (gpytorch.kernels.keops) run on tessel after tessel.compat.install
 draw.
 
 `GPyTorchKernel`: a tessel.gp kernel as a GPyTorch kernel (it imports GPyTorch).
-
-Not here yet: LOVE variances, distributed and R front ends.
 """
 from .kernels import Kernel, Matern, RationalQuadratic, RBF, Scale
 from .kernels_extra import Linear, Periodic, Polynomial, SpectralMixture
 from .model import ExactGP
 from .ridge import NystromRidge
+from .sparse import SparseGP
 
 __all__ = ["Kernel", "RBF", "Matern", "RationalQuadratic", "Periodic", "Linear", "Polynomial",
-           "SpectralMixture", "Scale", "ExactGP", "GaussianProcessRegressor", "NystromRidge",
-           "GPyTorchKernel"]
+           "SpectralMixture", "Scale", "ExactGP", "SparseGP", "GaussianProcessRegressor",
+           "NystromRidge", "GPyTorchKernel"]
 
 
 def __getattr__(name):

@@ -102,7 +102,7 @@ class ExactFeatures:
         for m in self.maps:
             # x[:, idx] of degree 0 is (rows, 1, 0), whose product is the constant 1.
             phi = m * x if isinstance(m, float) else torch.cat(
-                [x[:, idx].prod(-1) * coef for idx, coef in m], 1)
+                [x[:, idx].prod(-1) * coef.to(x.device) for idx, coef in m], 1)
             out = phi if out is None else (out[:, :, None] * phi[:, None, :]).reshape(
                 x.shape[0], -1)
         return out

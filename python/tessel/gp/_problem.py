@@ -1,6 +1,7 @@
 """What the core's GP calls take from a model: float64 vectors, and a kernel's formula with its
-parameters packed in the points' dtype."""
+parameters packed in the points' dtype; and the guard of the gradients computed as numbers."""
 import numpy as np
+import torch
 
 from .. import _core
 
@@ -20,3 +21,14 @@ class _Problem:
         self.x = np.ascontiguousarray(x.detach().cpu().numpy())
         np_dtype = self.x.dtype
         self.params = [np.ascontiguousarray(_numpy64(theta).astype(np_dtype))]
+
+
+def refuse_second_order(who):
+    """Called first in the backward of a likelihood whose gradient is computed as numbers (CG's
+    estimator, the chunked pass): PyTorch runs a backward in grad mode only for create_graph=True,
+    whose second derivative would miss every term through those numbers. An error, not a wrong
+    Hessian."""
+    if torch.is_grad_enabled():
+        raise RuntimeError(f"{who}: second derivatives (create_graph=True) of this likelihood "
+                           "are not available: its gradient is computed, not a differentiable "
+                           "graph")

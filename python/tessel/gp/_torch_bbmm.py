@@ -12,6 +12,8 @@ import math
 
 import torch
 
+from ._problem import refuse_second_order
+
 __all__ = ["Rows", "Preconditioner", "pcg", "log_marginal_likelihood", "solve", "predict",
            "variances", "love_root", "love_variances"]
 
@@ -248,7 +250,21 @@ def log_marginal_likelihood(model, rows, probes, rank, seed, tol, maxiter, stats
     if model.mean_constant is not None and torch.is_grad_enabled():
         gc = rows.allsum(alpha.sum()).to(model.mean_constant.device)
         out = out + (gc * (model.mean_constant - model.mean_constant.detach())).sum().cpu()
-    return out
+    return _FirstOrder.apply(out) if out.requires_grad else out
+
+
+class _FirstOrder(torch.autograd.Function):
+    """The identity, first in every backward: the surrogate terms above carry the estimator's
+    gradient, not its Hessian, so a second derivative is an error rather than a wrong number."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        refuse_second_order("the BBMM log marginal likelihood")
+        return g
 
 
 @torch.no_grad()

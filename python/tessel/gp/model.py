@@ -7,9 +7,9 @@ import numpy as np
 import torch
 
 from .. import _core
-from ._problem import _numpy64, _Problem
+from ._problem import _numpy64, _Problem, refuse_second_order
 from .fit import fit_model
-from .kernels import Kernel, _inv_softplus
+from ._data import GPData
 from . import _torch_bbmm
 from .love import love_variances, love_variances_on_device, predictive_weights
 from .samples import posterior_samples
@@ -40,11 +40,12 @@ class _BBMM(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
+        refuse_second_order("ExactGP.log_marginal_likelihood")
         gt, gn, gy = ctx.saved_tensors
         return g * gt, g * gn, g * gy, None, None, None
 
 
-class ExactGP(torch.nn.Module):
+class ExactGP(GPData):
     """Exact GP regression y = f(x) + e, f ~ GP(mean, k), e ~ N(0, noise) (GPyTorch's ExactGP
     with a Gaussian likelihood, or scikit-learn's GaussianProcessRegressor).
 
@@ -101,97 +102,8 @@ class ExactGP(torch.nn.Module):
 
     def __init__(self, x, y, kernel, noise=0.1, mean="constant", fixed_noise=None,
                  exact_max=4000, noise_min=1e-4):
-        super().__init__()
-        who = "ExactGP"
-        x, y = torch.as_tensor(x), torch.as_tensor(y)
-        for name, t in (("x", x), ("y", y)):
-            if t.dtype in (torch.float16, torch.bfloat16):
-                raise TypeError(f"{who}: {name} has dtype {t.dtype}; expected float32 or float64 "
-                                "(half precision is too coarse for a GP's linear algebra)")
-            if not t.is_floating_point():
-                raise TypeError(f"{who}: {name} has dtype {t.dtype}; expected float32 or float64")
-        if y.device != x.device:
-            raise ValueError(f"{who}: x is on {x.device} and y on {y.device}; expected one device")
-        if x.dim() != 2:
-            raise ValueError(f"{who}: x must be (n, d), got shape {tuple(x.shape)}")
-        if y.dim() != 1 or y.shape[0] != x.shape[0]:
-            raise ValueError(f"{who}: y must be ({x.shape[0]},) like x's rows, got shape "
-                             f"{tuple(y.shape)}")
-        if not bool(torch.isfinite(y).all()):
-            raise ValueError(f"{who}: y holds a NaN or an infinity")
-        if not bool(torch.isfinite(x).all()):
-            raise ValueError(f"{who}: x holds a NaN or an infinity")
-        if not isinstance(kernel, Kernel):
-            raise TypeError(f"{who}: kernel must be a tessel.gp kernel, got "
-                            f"{type(kernel).__name__}")
-        if mean not in ("constant", "zero"):
-            raise ValueError(f"{who}: mean must be 'constant' or 'zero', got {mean!r}")
-        # Buffers, so that .to(device) moves them with the parameters; not in the state_dict,
-        # which thus loads into a model of other points (another shard, all of them).
-        self.register_buffer("x", x.detach(), persistent=False)
-        self.register_buffer("y", y.detach().to(torch.float64), persistent=False)
-        self.kernel = kernel
+        super().__init__(x, y, kernel, noise, mean, fixed_noise, noise_min, "ExactGP")
         self.exact_max = exact_max
-        self.mean_constant = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64)) \
-            if mean == "constant" else None
-        n = x.shape[0]
-        noise_t = torch.as_tensor(noise, dtype=torch.float64).detach()
-        if noise_t.dim() > 1 or (noise_t.dim() == 1 and noise_t.numel() not in (1, n)):
-            raise ValueError(f"{who}: noise must be a number or ({n},) per-point variances, got "
-                             f"shape {tuple(noise_t.shape)}")
-        per_point = noise_t.dim() == 1 and noise_t.numel() == n and n > 1
-        if fixed_noise is None:
-            fixed_noise = per_point
-        if per_point and not fixed_noise:
-            raise ValueError(f"{who}: per-point noise is known, not learned (one variance per "
-                             "point is not identifiable): leave fixed_noise at None or True, or "
-                             "give one number to learn")
-        if fixed_noise:
-            values = noise_t.reshape(-1).clone()
-            if not bool(torch.isfinite(values).all()) or bool((values < 0).any()):
-                raise ValueError(f"{who}: noise must be finite and >= 0, got "
-                                 f"{values[:8].tolist()}")
-            self.register_buffer("_fixed_noise", values)
-            self.raw_noise = None
-        else:
-            floor = float(noise_min)
-            if not (math.isfinite(floor) and floor >= 0):
-                raise ValueError(f"{who}: noise_min must be finite and >= 0, got {noise_min!r}")
-            if not float(noise_t.reshape(())) > floor:
-                raise ValueError(f"{who}: noise must be finite and > noise_min = {floor:g} (a "
-                                 "learned noise starts above its floor), got "
-                                 f"{float(noise_t.reshape(())):g}")
-            self.noise_min = floor
-            self.raw_noise = torch.nn.Parameter(_inv_softplus(noise_t.reshape(()) - floor, who,
-                                                              "noise").reshape(1))
-        if x.device.type != "cpu":  # the model lives where its points do (GPyTorch's .cuda())
-            self.to(x.device)
-
-    @property
-    def n_data(self):
-        """The number of training points."""
-        return self.x.shape[0]
-
-    @property
-    def noise(self):
-        """The noise variance: noise_min + softplus(raw_noise), or the fixed value."""
-        if self.raw_noise is None:
-            return self._fixed_noise
-        return self.noise_min + torch.nn.functional.softplus(self.raw_noise)
-
-    def _mean(self):
-        if self.mean_constant is None:
-            return torch.zeros(1, dtype=torch.float64, device=self.y.device)
-        return self.mean_constant
-
-    def _test_points(self, x_test, who):
-        xt = torch.as_tensor(x_test)
-        if xt.dim() != 2 or xt.shape[1] != self.x.shape[1]:
-            raise ValueError(f"{who}: x_test must be (m, {self.x.shape[1]}), got shape "
-                             f"{tuple(xt.shape)}")
-        if not bool(torch.isfinite(xt).all()):
-            raise ValueError(f"{who}: x_test holds a NaN or an infinity")
-        return xt.to(self.x.device)
 
     def _mode(self, mode, who):
         if mode not in _MODES:
@@ -333,6 +245,9 @@ class ExactGP(torch.nn.Module):
         k = self.kernel.dense(x, x) + self.noise.to(torch.float64) * torch.eye(
             x.shape[0], dtype=torch.float64, device=x.device)
         chol, info = torch.linalg.cholesky_ex(k)
+        if not bool(torch.isfinite(chol.diagonal()).all()):  # LAPACKs differ on NaN input
+            raise ValueError(f"{who}: K + noise holds a NaN or an infinity (a non-finite "
+                             "hyperparameter or noise)")
         if int(info) != 0:
             raise ValueError(f"{who}: K + noise is not positive definite (leading minor "
                              f"{int(info)}): duplicate points with zero noise, or a degenerate "
@@ -454,7 +369,9 @@ class ExactGP(torch.nn.Module):
         moved to the posterior by one batched solve with `samples` columns (exact to CG's tol).
         The prior draw's covariance is the kernel's to a relative error of about
         sqrt(2 / features) per entry; the samples are exact in their mean. See
-        tessel.gp.samples.
+        tessel.gp.samples. On a GPU the draw's random numbers come from the host's generator
+        (the same seed gives the same functions on either device) and the solve and products
+        run on the device.
 
         Parameters
         ----------
@@ -492,10 +409,6 @@ class ExactGP(torch.nn.Module):
         >>> gp.sample(x[:4], samples=3).shape
         torch.Size([4, 3])
         """
-        if self.x.device.type != "cpu":
-            raise NotImplementedError(f"ExactGP.sample: the prior draw and its update run on the "
-                                      f"host, and this model is on {self.x.device}: sample from "
-                                      "a .cpu() copy of it")
         return posterior_samples(self, x_test, samples, features, seed, mode, rank, tol)
 
     @torch.no_grad()

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from .. import _core
-from . import _features
+from . import _features, _torch_bbmm
 from ._problem import _numpy64, _Problem
 
 __all__ = ["PriorSampler"]
@@ -92,18 +92,20 @@ class _Part:
             self.w = torch.randn(rows, s, generator=g, dtype=torch.float64)
 
     def _features(self, x):
+        # Drawn on the host (one generator whatever the device), used where x is.
         psi = None if self.omega is None else math.sqrt(2 / self.omega.shape[0]) * torch.cos(
-            x @ self.omega.T + self.phase)
+            x @ self.omega.T.to(x.device) + self.phase.to(x.device))
         return psi, None if self.exact is None else self.exact(x)
 
     def __call__(self, x):
         psi, phi = self._features(x)
         if phi is None or psi is None:
-            return self.root * ((psi if phi is None else phi) @ self.w)
+            return self.root * ((psi if phi is None else phi) @ self.w.to(x.device))
         out = 0
         for i in range(phi.shape[1]):
             g = torch.Generator().manual_seed(self.seed + i)
-            w = torch.randn(psi.shape[1], self.samples, generator=g, dtype=torch.float64)
+            w = torch.randn(psi.shape[1], self.samples, generator=g, dtype=torch.float64).to(
+                x.device)
             out = out + phi[:, i:i + 1] * (psi @ w)
         return self.root * out
 
@@ -132,13 +134,21 @@ def posterior_samples(gp, x_test, samples, features, seed, mode, rank, tol):
         n = x.shape[0]
         prior = PriorSampler(gp.kernel, x.shape[1], samples, features, g, who)
         noise = gp.noise.detach().to(torch.float64).expand(n)
-        eps = torch.randn(n, samples, generator=g, dtype=torch.float64) * noise.sqrt()[:, None]
+        eps = torch.randn(n, samples, generator=g, dtype=torch.float64).to(x.device) * \
+            noise.sqrt()[:, None]
         mean = gp._mean().detach()
         resid = (gp.y - mean)[:, None] - prior(x) - eps  # (n, samples)
         if mode == "exact":
             chol = gp._exact_cholesky(who)
             v = torch.cholesky_solve(resid, chol)
             update = gp.kernel.dense(xt.to(torch.float64), x.to(torch.float64)).detach() @ v
+        elif x.device.type != "cpu":  # BBMM in PyTorch on the device, as ExactGP.predict
+            rows = _torch_bbmm.Rows(gp)
+            parts = []
+            for start in range(0, samples, _COLUMNS):
+                v, _ = _torch_bbmm.solve(gp, rows, resid[:, start:start + _COLUMNS], rank, tol)
+                parts.append(rows.product(v, points=xt.to(x.dtype)))
+            update = torch.cat(parts, 1)
         else:
             prob = _Problem(gp.kernel, x)
             pt = np.ascontiguousarray(xt.to(x.dtype).cpu().numpy())
