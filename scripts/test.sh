@@ -16,6 +16,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 scripts/setup.sh
 python=$(scripts/python_env.sh)
 scripts/build.sh
+# One BLAS thread per process: ctest and pytest already run one job per core, and OpenBLAS's
+# threads spin while they wait, which would take the cores from the other job's kernels.
+export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 set +e
 # Runs ctest with the given options, logging to $log: failures with their output, then the summary.
 run_ctest() {
