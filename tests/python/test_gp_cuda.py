@@ -97,3 +97,23 @@ def test_prior_draws_of_exact_and_random_features_are_the_same_on_the_device():
     got = dev(x.cuda())
     assert got.is_cuda
     torch.testing.assert_close(got.cpu(), host(x), rtol=1e-12, atol=1e-12)
+
+
+@needs_cuda
+def test_sparse_gp_runs_on_the_device_as_on_the_host():
+    from tessel.gp import SparseGP
+    results = []
+    for device in ("cpu", "cuda"):
+        gp = _model(device)
+        sgp = SparseGP(gp.x, gp.y, Scale(Matern(nu=2.5, lengthscale=[0.4, 0.6])), inducing=12,
+                       noise=0.05, chunk=20)
+        assert sgp.inducing.device.type == device
+        bound = sgp.log_marginal_likelihood()
+        bound.backward()
+        mean, var = sgp.predict(gp.x[:5] + 0.01)
+        assert mean.device.type == device and var.device.type == device
+        results.append((float(bound), sgp.inducing.grad.cpu(), mean.cpu(), var.cpu()))
+    (b0, g0, m0, v0), (b1, g1, m1, v1) = results
+    assert b1 == pytest.approx(b0, rel=1e-12)
+    for a, b in ((g1, g0), (m1, m0), (v1, v0)):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)

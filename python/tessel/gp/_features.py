@@ -50,7 +50,7 @@ def frequencies(k, d, count, g, who):
     """(variance, omega): k(x, y) = variance * E cos(omega . (x - y)), omega (count, d) drawn."""
     f64 = torch.float64
     if isinstance(k, (RBF, Matern, RationalQuadratic)):
-        ell = k.lengthscale.detach().to(f64).reshape(-1)
+        ell = k.lengthscale.detach().to(f64).reshape(-1).cpu()  # drawn on the host, as g is
         if ell.numel() not in (1, d):
             raise ValueError(f"{who}: {ell.numel()} lengthscales for points of dimension {d}")
         z = torch.randn(count, d, generator=g, dtype=f64)
@@ -78,7 +78,7 @@ def frequencies(k, d, count, g, who):
         return 1.0, torch.as_tensor(j, dtype=f64) * (2 * math.pi / float(k.period))
     if isinstance(k, SpectralMixture):
         k._check_d(d)
-        w, mu, s = (t.detach().to(f64) for t in (k.weights, k.means, k.scales))
+        w, mu, s = (t.detach().to(f64).cpu() for t in (k.weights, k.means, k.scales))
         # Component q by weight; its density is a Gaussian of sd 2 pi s_q around 2 pi mu_q, each
         # coordinate's sign at random (prod_d cos(a_d) is the mean of cos(sum_d +-a_d)).
         q = torch.multinomial(w / w.sum(), count, replacement=True, generator=g)
@@ -100,12 +100,17 @@ class ExactFeatures:
     def __call__(self, x):
         out = None
         for m in self.maps:
-            # x[:, idx] of degree 0 is (rows, 1, 0), whose product is the constant 1.
             phi = m * x if isinstance(m, float) else torch.cat(
-                [x[:, idx].prod(-1) * coef.to(x.device) for idx, coef in m], 1)
+                [_monomial_values(x, idx) * coef.to(x.device) for idx, coef in m], 1)
             out = phi if out is None else (out[:, :, None] * phi[:, None, :]).reshape(
                 x.shape[0], -1)
         return out
+
+
+def _monomial_values(x, idx):
+    if idx.shape[1] == 0:  # degree 0: the constant 1 (made, not the product of nothing)
+        return x.new_ones(x.shape[0], idx.shape[0])
+    return x[:, idx].prod(-1)
 
 
 def _monomials(power, offset, d):
