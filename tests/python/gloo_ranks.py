@@ -1,6 +1,7 @@
 """Runs a test's worker on spawned processes joined in a gloo process group on loopback, and
 gathers what each rank returns (or fails with the first trace a rank sends back)."""
 import os
+import pickle
 import socket
 import traceback
 from datetime import timedelta
@@ -20,7 +21,9 @@ def _rank(work, rank, world, port, wait_s, queue):
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         dist.init_process_group("gloo", rank=rank, world_size=world,
                                 timeout=timedelta(seconds=wait_s))
-        queue.put((rank, True, work(rank, world)))
+        # Pickled to bytes here: a tensor put on a torch.multiprocessing queue travels as a file
+        # descriptor that the parent fetches from this process, which may have exited by then.
+        queue.put((rank, True, pickle.dumps(work(rank, world))))
     except BaseException:  # noqa: B902 -- any failure goes back to the test, with its trace
         queue.put((rank, False, traceback.format_exc()))
     finally:
@@ -44,7 +47,7 @@ def run_ranks(work, world, wait_s):
         for _ in range(world):
             rank, ok, value = queue.get(timeout=wait_s + 30)
             assert ok, f"rank {rank} of {world} failed:\n{value}"
-            results[rank] = value
+            results[rank] = pickle.loads(value)
     finally:
         for p in procs:
             p.join(timeout=10)
