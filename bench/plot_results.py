@@ -65,6 +65,8 @@ def read(results):
                 if not any(key in row for key in ("seconds", "error", "skipped")):
                     raise ResultError(f"plot_results: {path}:{k}: a gp_step line needs seconds, "
                                       "error or skipped")
+            elif str(row.get("bench", "")).startswith("gp_"):
+                continue  # the other GP benches' lines: tabulated in RESULTS.md, not drawn here
             elif "case" in row:
                 _require(row, KERNEL_KEYS, path, k)
                 kernels.append(row)

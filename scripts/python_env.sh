@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # libopenblas0-pthread: Debian's PyTorch and NumPy call the system's BLAS and LAPACK, and without
-# it that is the reference implementation, some 25 times slower on the dense float64 products of
+# it that is the reference implementation, far slower on the dense float64 products of
 # tessel.gp's SparseGP and exact mode (and of scikit-learn), which PyPI's wheels run on MKL.
 scripts/setup.sh python3-dev python3-venv python3-numpy python3-torch python3-pytest \
   libopenblas0-pthread >&2
