@@ -118,6 +118,16 @@ def test_predictions_follow_an_edit_of_the_hyperparameters():
     assert not torch.allclose(before, gp.predict(x[:5], return_var=False))
 
 
+def test_a_second_backward_of_the_same_graph_adds_the_same_gradient():
+    x, y = _data()
+    gp = SparseGP(x, y, Scale(RBF(lengthscale=0.3)), inducing=10, chunk=50)
+    bound = gp.log_marginal_likelihood()
+    bound.backward(retain_graph=True)
+    first = gp.inducing.grad.clone()
+    bound.backward()
+    torch.testing.assert_close(gp.inducing.grad, 2 * first)
+
+
 def test_against_gpytorch_sgpr():
     gpytorch = pytest.importorskip("gpytorch", reason="scripts/python_env.sh installs GPyTorch")
     x, y = _data(n=300)

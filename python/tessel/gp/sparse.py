@@ -104,7 +104,7 @@ class _Bound(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, model, chunk, who, *params):
-        s, v, _ = _noise_weights(model)
+        _, v, _ = _noise_weights(model)
         sums = _accumulate(model, chunk, v)
         leaves = [t.detach().requires_grad_() for t in sums[:3]]
         with torch.enable_grad():
@@ -119,7 +119,7 @@ class _Bound(torch.autograd.Function):
     def backward(ctx, g):
         refuse_second_order("SparseGP.log_marginal_likelihood")
         model, v = ctx.model, ctx.v
-        g_phi, g_ky, g_k1 = (t if t is not None else None for t in ctx.grads[:3])
+        g_phi, g_ky, g_k1 = ctx.grads[:3]
         total = [t.clone() if t is not None else torch.zeros_like(p)
                  for t, p in zip(ctx.grads[3:], ctx.params)]
         h = g_phi + g_phi.T
@@ -133,7 +133,6 @@ class _Bound(torch.autograd.Function):
                 for t, d in zip(total, part):
                     if d is not None:
                         t += d
-        ctx.grads = None
         return (None, None, None) + tuple(g * t for t in total)
 
 
@@ -267,7 +266,7 @@ class SparseGP(GPData):
             stats.update(inducing=self.inducing.shape[0], chunk=next(_chunks(self, self.chunk)))
         params = [p for p in self.parameters() if p.requires_grad]
         if not torch.is_grad_enabled() or not params:
-            s, v, _ = _noise_weights(self)
+            _, v, _ = _noise_weights(self)
             return _bound(self, *_accumulate(self, self.chunk, v), who)
         return _Bound.apply(self, self.chunk, who, *params)
 
