@@ -26,7 +26,7 @@ import time
 
 import torch
 
-from ot_bench import cpu_name  # a sibling in bench/, which a script run there finds
+from ot_bench import blas_name, cpu_name  # a sibling in bench/, which a script run there finds
 
 START = math.log(2.0)  # softplus(0): GPyTorch's initial lengthscale, output scale and noise
 
@@ -98,7 +98,8 @@ def measure(library, args):
     nll = float((0.5 * torch.log(2 * math.pi * v) + 0.5 * (yte - m) ** 2 / v).mean())
     return dict(bench="gp_friedman", library=library, n_train=args.n_train, n_test=args.n_test,
                 iters=args.iters, lr=args.lr, seed=args.seed, rmse=rmse, nll=nll,
-                fit_seconds=fit_s, noise=noise, threads=torch.get_num_threads(), cpu=cpu_name())
+                fit_seconds=fit_s, noise=noise, threads=torch.get_num_threads(), cpu=cpu_name(),
+                blas=blas_name())
 
 
 def main(argv=None):

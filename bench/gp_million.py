@@ -11,7 +11,8 @@ constant mean, starting at lengthscales 1, output scale 1, noise 0.1; float64. O
 --optimizer (L-BFGS with a strong Wolfe line search, or Adam at --lr), --iters iterations.
 
 Each library runs in a process of its own, so that its peak resident memory (ru_maxrss, the
-interpreter and PyTorch included) is its own. One JSON line per library (--table: Markdown).
+interpreter and PyTorch included) is its own; with --device cuda the data and models live on the
+GPU and the row also holds the GPU's peak (torch.cuda.max_memory_allocated). One JSON line per library (--table: Markdown).
 
 Run: PYTHONPATH=build/python .venv/bin/python bench/gp_million.py --n 1000000
      [--inducing 512] [--iters 50] [--libraries tessel-sparse exact-subset] [--table]
@@ -91,6 +92,7 @@ def run_gpytorch_sgpr(xtr, ytr, xte, args):
         lik.noise = torch.tensor(0.1, dtype=torch.float64)
         model.covar.base_kernel.outputscale = torch.tensor(1.0, dtype=torch.float64)
         model.covar.base_kernel.base_kernel.lengthscale = torch.ones(1, 3, dtype=torch.float64)
+    model = model.to(xtr.device)  # the likelihood is one of its modules
     model.train()
     mll = gpytorch.mlls.ExactMarginalLogLikelihood(lik, model)
     params = list(model.parameters())
@@ -117,10 +119,11 @@ def run_gpytorch_sgpr(xtr, ytr, xte, args):
 
 def measure(library, args):
     xtr, ytr, xte, yte, mu, sd = data(args.n, args.n_test, args.noise, args.seed)
+    xtr, ytr, xte = (t.to(args.device) for t in (xtr, ytr, xte))  # each model follows its data
     run = {"tessel-sparse": run_tessel_sparse, "exact-subset": run_exact_subset,
            "gpytorch-sgpr": run_gpytorch_sgpr}[library]
     mean, var, fit_s, noise, iters = run(xtr, ytr, xte, args)
-    m, v = mu + sd * mean.double(), sd * sd * var.double()
+    m, v = mu + sd * mean.double().cpu(), sd * sd * var.double().cpu()
     rmse = float(((m - yte) ** 2).mean().sqrt())
     nll = float((0.5 * torch.log(2 * math.pi * v) + 0.5 * (yte - m) ** 2 / v).mean())
     return dict(bench="gp_million", library=library, n=args.n, d=3, n_test=args.n_test,
@@ -130,7 +133,15 @@ def measure(library, args):
                 fit_seconds=fit_s, noise=noise * sd * sd, true_noise=args.noise ** 2,
                 peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                 threads=torch.get_num_threads(), torch=torch.__version__,
-                blas=blas_name(), cpu=cpu_name())
+                blas=blas_name(), cpu=cpu_name(), device=args.device,
+                **_gpu_fields(args.device))
+
+
+def _gpu_fields(device):
+    if not device.startswith("cuda"):
+        return {}
+    return dict(gpu=torch.cuda.get_device_name(torch.device(device)),
+                peak_gpu_mb=torch.cuda.max_memory_allocated(torch.device(device)) / 2**20)
 
 
 def main(argv=None):
@@ -147,6 +158,8 @@ def main(argv=None):
     p.add_argument("--libraries", nargs="+", default=["tessel-sparse", "exact-subset"],
                    choices=LIBRARIES)
     p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:index]: where the data and "
+                   "models live (peak_gpu_mb: torch.cuda.max_memory_allocated)")
     p.add_argument("--progress", action="store_true")
     p.add_argument("--table", action="store_true")
     p.add_argument("--one", choices=LIBRARIES, help=argparse.SUPPRESS)  # the child's library

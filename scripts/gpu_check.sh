@@ -24,13 +24,15 @@
 #   GPU_CHECK_DIST_BENCH  distributed_bench.py arguments (default: NCCL, CUDA, --quick)
 #   GPU_CHECK_GP_BENCH  gp_bench.py arguments (default: CUDA, n = 1e6, d = 10, one step: GPyTorch
 #             with tessel.gp's kernel, beside GPyTorch + KeOps and GPyTorch's dense path)
+#   GPU_CHECK_GP_MILLION  gp_million.py arguments (default: CUDA, n = 1e6, d = 3, M = 512, 10
+#             L-BFGS iterations: tessel.gp.SparseGP beside GPyTorch's SGPR)
 #   GPU_CHECK_DEADLINE  seconds the whole check may take (default 540: one call of a lent machine
 #             is 10 minutes at most). Each step after the build gets what is left, in this order
 #             of priority: the crash classes under ASan, then under compute-sanitizer, the GPU's
 #             C++ tests, the Python CUDA tests, gpu_bench.py, ncu's profiles of three kernels,
 #             pykeops's own tests then its bench, gpu_seed_bench.py, the half accuracy table,
-#             ot_bench.py, shapes_bench.py, distributed_bench.py, gp_bench.py; a step with under
-#             30 s left is skipped and named so.
+#             ot_bench.py, shapes_bench.py, distributed_bench.py, gp_million.py, gp_bench.py; a
+#             step with under 30 s left is skipped and named so.
 #   GPU_CHECK_CTEST  ctest arguments (default: the tests that need a GPU or NVRTC: the CPU ones
 #             run in CI; "-E ^$" runs the whole suite)
 # Writes to OUT_DIR: machine.txt, build.log, asan.log, memcheck.log, ctest.log, pytest.log,
@@ -38,7 +40,8 @@
 # backtraces.log, gpu_bench.log, pykeops_bench.jsonl, pykeops_bench.log, seed_bench.jsonl,
 # seed_bench.log, half_accuracy.jsonl,
 # half_accuracy.log, ot_bench.jsonl, ot_bench.log, shapes_bench.jsonl, shapes_bench.log,
-# distributed_bench.jsonl, distributed_bench.log, gp_bench.jsonl, gp_bench.log, summary.txt (also
+# distributed_bench.jsonl, distributed_bench.log, gp_million.jsonl, gp_million.log,
+# gp_bench.jsonl, gp_bench.log, summary.txt (also
 # printed last, with a line per gp_bench.py row) and all of them in one gpu_check.tar.gz.
 # Exit status: 0 all passed; 1 a step failed;
 # 3 no usable GPU: everything before the GPU steps ran, and summary.txt says why it stopped.
@@ -317,6 +320,12 @@ bench_step shapes_bench shapes_bench "$py" bench/shapes_bench.py $shapes_args
 dist_args=${GPU_CHECK_DIST_BENCH:---backend nccl --device cuda --quick}
 # shellcheck disable=SC2086
 bench_step distributed_bench distributed_bench "$py" bench/distributed_bench.py $dist_args
+# A GP fit to a million points in d = 3 on the device: tessel.gp.SparseGP (its (n, M) block made
+# in chunks) beside GPyTorch's SGPR (which keeps it), each in a process of its own.
+million_args=${GPU_CHECK_GP_MILLION:---device cuda --n 1000000 --inducing 512 --iters 10
+  --libraries tessel-sparse gpytorch-sgpr}
+# shellcheck disable=SC2086
+bench_step gp_million gp_million "$py" bench/gp_million.py $million_args
 # Exact GP regression at n = 1e6, d = 10: one log p(y)-plus-gradient step: tessel.gp's own BBMM
 # on the device (PyTorch with tessel's reductions), and GPyTorch's step with tessel.gp's kernel
 # (tessel-gpytorch). It runs last: GPyTorch + KeOps before it gives its row quickly
