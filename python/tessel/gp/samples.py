@@ -91,16 +91,24 @@ class _Part:
             rows = features if self.omega is not None else count
             self.w = torch.randn(rows, s, generator=g, dtype=torch.float64)
 
+    def _at(self, name, device):
+        # Moved once to the device of the first chunk, not copied again for every chunk.
+        t = getattr(self, name)
+        if t.device != device:
+            t = t.to(device)
+            setattr(self, name, t)
+        return t
+
     def _features(self, x):
         # Drawn on the host (one generator whatever the device), used where x is.
         psi = None if self.omega is None else math.sqrt(2 / self.omega.shape[0]) * torch.cos(
-            x @ self.omega.T.to(x.device) + self.phase.to(x.device))
+            x @ self._at("omega", x.device).T + self._at("phase", x.device))
         return psi, None if self.exact is None else self.exact(x)
 
     def __call__(self, x):
         psi, phi = self._features(x)
         if phi is None or psi is None:
-            return self.root * ((psi if phi is None else phi) @ self.w.to(x.device))
+            return self.root * ((psi if phi is None else phi) @ self._at("w", x.device))
         out = 0
         for i in range(phi.shape[1]):
             g = torch.Generator().manual_seed(self.seed + i)
