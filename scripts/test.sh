@@ -111,24 +111,43 @@ fake_rc=$?
 echo "test: Python CUDA tests on the stand-in took $((SECONDS - start)) s"
 ((fake_rc == 0)) || rc=$fake_rc
 # The R package and the Octave MEX gateway on the same library and kernel cache, each with its own
-# runner summary (testthat; the Octave runner's passed / failed count). Each installs R or Octave
-# when missing (Debian packages).
+# runner summary (testthat; the Octave runner's passed / failed count), and the documentation site:
+# Sphinx with warnings as errors, the gallery's examples run, then every link and page checked in
+# headless Chromium (scripts/docs.sh; TESSEL_TEST_DOCS=0 skips it). The bindings' tests and the
+# site's build are each mostly one thread: they run side by side, the bindings' output shown after
+# the site's. What they install (Debian packages, the site's PyPI packages) is installed first, so
+# that no two installs run at once and no test imports a package while pip replaces it.
+bindings=()
 for binding in r octave; do
-  [[ -x scripts/test_$binding.sh ]] || continue
-  scripts/test_$binding.sh
-  binding_rc=$?
-  ((binding_rc == 0)) || rc=$binding_rc
+  [[ -x scripts/test_$binding.sh ]] && bindings+=("$binding")
 done
-# The documentation site: Sphinx with warnings as errors, the gallery's examples run, then every
-# link and page checked in headless Chromium (scripts/docs.sh; TESSEL_TEST_DOCS=0 skips it).
+scripts/setup.sh $([[ " ${bindings[*]} " == *" r "* ]] && echo r-base-core r-cran-rcpp r-cran-testthat) \
+  $([[ " ${bindings[*]} " == *" octave "* ]] && echo octave liboctave-dev)
 if [[ ${TESSEL_TEST_DOCS:-1} != 0 ]]; then
-  echo "test: building and checking the documentation site (scripts/docs.sh)"
+  mapfile -t docs_reqs < <(grep -vE '^\s*(#|$)' docs/requirements.txt)
+  scripts/python_env.sh "${docs_reqs[@]}" > /dev/null
+fi
+(
+  binding_rc=0
+  for binding in "${bindings[@]}"; do
+    scripts/test_$binding.sh || binding_rc=$?
+  done
+  exit "$binding_rc"
+) > build/bindings.log 2>&1 &
+bindings_pid=$!
+if [[ ${TESSEL_TEST_DOCS:-1} != 0 ]]; then
+  echo "test: building and checking the documentation site (scripts/docs.sh), beside the R and Octave tests"
   start=$SECONDS
   scripts/docs.sh
   docs_rc=$?
   echo "test: documentation site took $((SECONDS - start)) s"
   ((docs_rc == 0)) || rc=$docs_rc
 fi
+wait "$bindings_pid"
+binding_rc=$?
+echo "test: the R and Octave tests (log in build/bindings.log)"
+cat build/bindings.log
+((binding_rc == 0)) || rc=$binding_rc
 # The ten slowest C++ tests over every ctest run above (pytest listed its own), so that a test
 # that grows slow is seen when it does.
 echo "test: the ten slowest C++ tests (seconds, run)"
