@@ -6,23 +6,6 @@
 
 gp_kernels <- c("matern52", "matern32", "matern12", "rbf")
 
-# The kernel's formula text, as tessel.gp's Python kernels write it: TH = (outputscale,
-# lengthscales), one lengthscale or one per input dimension.
-gp_kernel_text <- function(kernel, d, ard) {
-  ls <- if (ard) sprintf("Extract(TH,1,%d)", d) else "Elem(TH,1)"
-  r2 <- sprintf("WeightedSqDist(Inv(Square(%s)),X,Y)", ls)
-  r <- sprintf("Sqrt(%s)", r2)
-  body <- switch(kernel,
-    rbf = sprintf("Exp(-%s/IntCst(2))", r2),
-    matern12 = sprintf("Exp(-%s)", r),
-    matern32 = sprintf("(IntCst(1)+1.7320508075688772*%s)*Exp(-1.7320508075688772*%s)", r, r),
-    matern52 = sprintf(paste0("(IntCst(1)+2.23606797749979*%s+1.6666666666666667*Square(%s))",
-                              "*Exp(-2.23606797749979*%s)"), r, r, r))
-  list(text = sprintf("Elem(TH,0)*(%s)", body),
-       aliases = c(sprintf("X = Vi(0,%d)", d), sprintf("Y = Vj(1,%d)", d),
-                   sprintf("TH = Pm(2,%d)", 1 + if (ard) d else 1)))
-}
-
 gp_matrix <- function(x, what, who, d = NULL) {
   if (is.data.frame(x)) x <- as.matrix(x)
   if (is.null(dim(x))) x <- matrix(as.numeric(x), ncol = 1)
@@ -46,7 +29,10 @@ gp_positive <- function(v, what, who, len) {
 
 #' Fits exact GP regression y = m + f(x) + e, f ~ GP(0, outputscale * k(x / lengthscale)),
 #' e ~ N(0, noise): kernel "matern52", "matern32", "matern12" or "rbf", ARD lengthscales
-#' (ard = TRUE), a learned constant mean (mean = "constant") or none ("zero"). normalize = TRUE
+#' (ard = TRUE), a learned constant mean (mean = "constant") or none ("zero"). kernel may also be
+#' a kernel value (gp_rbf(), gp_matern(), gp_rq(), gp_periodic(), gp_scale(), + and *), whose
+#' parameters start where it says and are all learned; lengthscale, outputscale and ard are
+#' then not taken. normalize = TRUE
 #' fits to (y - mean(y)) / sd(y) and predicts on y's scale (scikit-learn's normalize_y).
 #' fit = FALSE keeps the given hyperparameters. mode "auto" is "exact" up to exact_max points.
 tessel_gp <- function(x, y, kernel = "matern52", lengthscale = NULL, outputscale = 1,
@@ -63,17 +49,19 @@ tessel_gp <- function(x, y, kernel = "matern52", lengthscale = NULL, outputscale
   }
   if (!all(is.finite(y))) lazy_fail(who, "y holds NA, NaN or Inf")
   if (n < 2) lazy_fail(who, "need at least 2 points; got ", n)
-  if (!is.character(kernel) || length(kernel) != 1 || !kernel %in% gp_kernels) {
-    lazy_fail(who, "kernel must be one of ", paste(gp_kernels, collapse = ", "), "; got ",
-            paste(format(kernel), collapse = ", "))
+  label <- gp_kernel_arg(kernel, lengthscale, outputscale, ard, who)
+  named <- is.character(kernel)
+  if (named) {
+    nls <- if (ard) d else 1
+    if (!is.null(lengthscale)) lengthscale <- gp_positive(lengthscale, "lengthscale", who, nls)
+    outputscale <- gp_positive(outputscale, "outputscale", who, 1)
+    base <- switch(kernel, rbf = gp_rbf(lengthscale, ard),
+                   gp_matern(as.numeric(substr(kernel, 7, 7)) / 2, lengthscale, ard))
+    kernel <- gp_scale(base, outputscale)
   }
   mean <- match.arg(mean)
   mode <- match.arg(mode)
   if (mode == "auto") mode <- if (n <= exact_max) "exact" else "bbmm"
-  nls <- if (ard) d else 1
-  if (is.null(lengthscale)) lengthscale <- pmax(apply(x, 2, stats::sd), 1e-3)[seq_len(nls)]
-  lengthscale <- gp_positive(lengthscale, "lengthscale", who, nls)
-  outputscale <- gp_positive(outputscale, "outputscale", who, 1)
   noise <- gp_positive(noise, "noise", who, 1)
   if (fit && noise <= noise_min) {
     lazy_fail(who, "noise must start above noise_min = ", noise_min, "; got ", noise)
@@ -87,13 +75,13 @@ tessel_gp <- function(x, y, kernel = "matern52", lengthscale = NULL, outputscale
     if (!(scale > 0)) scale <- 1
   }
   yn <- (y - shift) / scale
-  k <- gp_kernel_text(kernel, d, ard)
-  obj <- structure(list(kernel = kernel, ard = ard, text = k$text, aliases = k$aliases, x = x,
+  k <- gp_kernel_build(kernel, x, who)
+  obj <- structure(list(kernel = label, text = k$text, aliases = k$aliases, x = x,
                         y = y, yn = yn, shift = shift, scale = scale, mean_type = mean,
                         mode = mode, probes = probes, rank = rank, seed = seed,
-                        noise_min = noise_min),
+                        noise_min = noise_min, params0 = k$theta),
                    class = "tessel_gp")
-  theta <- c(outputscale, lengthscale)
+  theta <- k$theta
   m0 <- 0
   if (fit) {
     par <- c(log(theta), log(noise - noise_min), if (mean == "constant") 0)
@@ -118,14 +106,37 @@ tessel_gp <- function(x, y, kernel = "matern52", lengthscale = NULL, outputscale
     }
   }
   obj$theta <- theta
-  obj$outputscale <- theta[1]
-  obj$lengthscale <- theta[-1]
+  obj$params <- stats::setNames(theta, k$names)
+  obj$kernel_fitted <- gp_kernel_with(k$kernel, theta)
+  if (named) {  # scale(leaf): theta is (outputscale, lengthscales)
+    obj$outputscale <- theta[1]
+    obj$lengthscale <- theta[-1]
+  }
   obj$noise <- noise
   obj$constant <- m0
   r <- gp_call(obj, theta, noise, yn - m0)
   obj$loglik <- r$value - n * log(scale)  # on y's own scale
   obj$alpha <- r$alpha
   obj
+}
+
+# The kernel argument checked: a name of gp_kernels, or a kernel value with the arguments only a
+# name takes left at their defaults. Returns the kernel's label for print().
+gp_kernel_arg <- function(kernel, lengthscale, outputscale, ard, who) {
+  if (inherits(kernel, "tessel_gp_kernel")) {
+    default_scale <- is.numeric(outputscale) && length(outputscale) == 1 && isTRUE(outputscale == 1)
+    if (!is.null(lengthscale) || !default_scale || !isTRUE(ard)) {
+      lazy_fail(who, "lengthscale, outputscale and ard go with a kernel's name; a kernel value ",
+                "holds its own (e.g. gp_scale(gp_rbf(lengthscale = 2), outputscale = 3))")
+    }
+    return(gp_kernel_label(kernel))
+  }
+  if (!is.character(kernel) || length(kernel) != 1 || !kernel %in% gp_kernels) {
+    lazy_fail(who, "kernel must be one of ", paste(gp_kernels, collapse = ", "),
+              " or a kernel value (gp_rbf(), gp_matern(), ... combined with + and *); got ",
+              paste(format(kernel), collapse = ", "))
+  }
+  kernel
 }
 
 gp_call <- function(obj, theta, noise, resid) {
@@ -136,7 +147,7 @@ gp_call <- function(obj, theta, noise, resid) {
 
 # -log p(y) / n and its gradient in the log parameters (and the constant mean).
 gp_objective <- function(obj, p) {
-  np <- 1 + if (obj$ard) ncol(obj$x) else 1
+  np <- length(obj$params0)
   theta <- exp(p[seq_len(np)])
   noise <- obj$noise_min + exp(p[np + 1])
   m0 <- if (obj$mean_type == "constant") p[np + 2] else 0
@@ -166,8 +177,13 @@ predict.tessel_gp <- function(object, newdata, include_noise = FALSE, tol = 1e-1
 print.tessel_gp <- function(x, ...) {
   cat("tessel_gp:", x$kernel, "kernel,", nrow(x$x), "points in", ncol(x$x), "dimension(s),",
       x$mode, "mode\n")
-  cat("  outputscale", format(x$outputscale, digits = 4), " lengthscale",
-      format(x$lengthscale, digits = 4), " noise", format(x$noise, digits = 4), "\n")
+  if (!is.null(x$outputscale)) {
+    cat("  outputscale", format(x$outputscale, digits = 4), " lengthscale",
+        format(x$lengthscale, digits = 4), " noise", format(x$noise, digits = 4), "\n")
+  } else {
+    cat(paste0("  ", names(x$params), " ", vapply(x$params, format, "", digits = 4), "\n"),
+        "  noise ", format(x$noise, digits = 4), "\n", sep = "")
+  }
   cat("  constant mean", format(x$shift + x$scale * x$constant, digits = 6),
       " log marginal likelihood", format(x$loglik, digits = 8), "\n")
   invisible(x)

@@ -6,7 +6,7 @@ co2_x <- as.numeric(time(datasets::co2))
 co2_y <- as.numeric(datasets::co2)
 co2_new <- c(1958.5, 1960.04, 1975.5, 1997.99, 2000)
 
-python_reference <- function(hyper) {
+python_reference <- function(hyper, kernel = NULL) {
   py <- Sys.getenv("TESSEL_PYTHON")
   dir <- tempfile("gp")
   dir.create(dir)
@@ -18,6 +18,7 @@ python_reference <- function(hyper) {
               col.names = FALSE)
   write.table(matrix(hyper, nrow = 1), file.path(dir, "hyper.csv"), sep = ",",
               row.names = FALSE, col.names = FALSE)
+  if (!is.null(kernel)) writeLines(kernel, file.path(dir, "kernel.py"))
   script <- normalizePath(test_path("gp_reference.py"))
   status <- system2(py, c(script, dir), env = paste0("PYTHONPATH=", Sys.getenv("TESSEL_PYTHONPATH")))
   expect_equal(status, 0)
@@ -66,6 +67,87 @@ test_that("the BBMM mode estimates the exact log likelihood; predictions interpo
   expect_true(all(p$sd > 0 & p$lower95 < p$mean & p$upper95 > p$mean))
   expect_output(print(exact), "matern52 kernel, 468 points")
   expect_equal(as.numeric(logLik(exact)), exact$loglik)
+})
+
+# A kernel value as the Python expression of tessel.gp's kernels with the same parameters.
+as_python <- function(k) {
+  num <- function(v) if (length(v) == 1) sprintf("%.17g", v) else
+    sprintf("[%s]", paste(sprintf("%.17g", v), collapse = ", "))
+  p <- k$params
+  switch(k$kind,
+         sum = paste0("(", as_python(k$children[[1]]), " + ", as_python(k$children[[2]]), ")"),
+         product = paste0("(", as_python(k$children[[1]]), " * ", as_python(k$children[[2]]), ")"),
+         scale = sprintf("Scale(%s, outputscale=%s)", as_python(k$children[[1]]),
+                         num(p$outputscale)),
+         rbf = sprintf("RBF(lengthscale=%s)", num(p$lengthscale)),
+         matern = sprintf("Matern(nu=%s, lengthscale=%s)", k$nu, num(p$lengthscale)),
+         rq = sprintf("RationalQuadratic(lengthscale=%s, alpha=%s)", num(p$lengthscale),
+                      num(p$alpha)),
+         periodic = sprintf("Periodic(lengthscale=%s, period=%s)", num(p$lengthscale),
+                            num(p$period)))
+}
+
+# The Mauna Loa kernel of Rasmussen and Williams (5.4.3): a trend, a decaying seasonal cycle, the
+# medium-term irregularities; in standardised units of y and years.
+co2_kernel <- function() {
+  gp_scale(gp_rbf(lengthscale = 40), outputscale = 2) +
+    gp_scale(gp_rbf(lengthscale = 60) * gp_periodic(period = 1, lengthscale = 1.5),
+             outputscale = 0.1) +
+    gp_scale(gp_rq(lengthscale = 1.2, alpha = 0.8), outputscale = 0.05)
+}
+
+test_that("sums, products and periodic kernels on co2 equal tessel.gp's in Python", {
+  skip_if(Sys.getenv("TESSEL_PYTHON") == "", "TESSEL_PYTHON is not set (scripts/test_r.sh sets it)")
+  k <- co2_kernel()
+  expect_output(print(k), "scale\\(rbf\\) \\+ scale\\(rbf \\* periodic\\) \\+ scale\\(rq\\)")
+  fixed <- tessel_gp(co2_x, co2_y, kernel = k, noise = 0.002, fit = FALSE)
+  ref <- python_reference(c(0.002, 0), as_python(fixed$kernel_fitted))
+  m <- length(co2_new)
+  expect_equal(fixed$loglik, ref[1, 1] - length(co2_y) * log(sd(co2_y)), tolerance = 1e-9)
+  p <- predict(fixed, co2_new)
+  expect_equal(p$mean, mean(co2_y) + sd(co2_y) * ref[1, 1 + seq_len(m)], tolerance = 1e-8)
+  expect_equal(p$sd, sd(co2_y) * ref[1, 1 + m + seq_len(m)], tolerance = 1e-6)
+  expect_equal(names(fixed$params),
+               c("scale1.outputscale", "rbf2.lengthscale", "scale3.outputscale",
+                 "rbf4.lengthscale", "periodic5.period", "periodic5.lengthscale",
+                 "scale6.outputscale", "rq7.lengthscale", "rq7.alpha"))
+})
+
+test_that("a composite kernel's gradient equals finite differences; its fit beats one Matern", {
+  fixed <- tessel_gp(co2_x, co2_y, kernel = co2_kernel(), noise = 0.002, fit = FALSE)
+  p0 <- c(log(fixed$params0), log(0.002 - fixed$noise_min), 0.1)
+  g <- tessel:::gp_objective(fixed, p0)$grad
+  # Fourth-order central differences: the loss turns fast in log(period) (40 seasons in the
+  # data: its fifth derivative ~ (2 pi 40)^5 ~ 1e12), so the error is h^4 1e12 / 30 + eps / h,
+  # about 1e-9 at h = 1e-5.
+  h <- 1e-5
+  loss <- function(p) tessel:::gp_objective(fixed, p)$loss
+  fd <- vapply(seq_along(p0), function(i) {
+    e <- replace(numeric(length(p0)), i, h)
+    (8 * (loss(p0 + e) - loss(p0 - e)) - (loss(p0 + 2 * e) - loss(p0 - 2 * e))) / (12 * h)
+  }, 0)
+  expect_equal(g, fd, tolerance = 1e-6)
+  fitted <- tessel_gp(co2_x, co2_y, kernel = co2_kernel(), noise = 0.002, maxit = 400)
+  single <- tessel_gp(co2_x, co2_y)
+  # The seasonal cycle is what one Matern misses: hundreds of log-likelihood units.
+  expect_gt(fitted$loglik, single$loglik + 100)
+  expect_equal(fitted$optim$convergence, 0)
+  expect_equal(unname(fitted$params["periodic5.period"]), 1, tolerance = 1e-2)
+  expect_s3_class(fitted$kernel_fitted, "tessel_gp_kernel")
+  expect_output(print(fitted), "  periodic5.period 0.99|  periodic5.period 1")
+})
+
+test_that("bad kernels get clear errors", {
+  expect_error(gp_periodic(period = 0), "gp_periodic: period must be 1 finite positive")
+  expect_error(gp_matern(nu = 2), "gp_matern: nu must be 0.5, 1.5 or 2.5")
+  expect_error(gp_rbf() + 1, "both sides must be GP kernels")
+  expect_error(gp_rbf() - gp_rbf(), "combine with \\+ and \\* only")
+  expect_error(gp_scale(3), "gp_scale: kernel must be a GP kernel")
+  expect_error(tessel_gp(co2_x, co2_y, kernel = gp_rbf(), lengthscale = 2),
+               "lengthscale, outputscale and ard go with a kernel's name")
+  expect_error(tessel_gp(cbind(co2_x, co2_x), co2_y, kernel = gp_rbf(lengthscale = c(1, 2, 3))),
+               "tessel_gp: the kernel rbf1 has 3 lengthscales for 2 input dimension")
+  expect_s3_class(2 * gp_rbf(), "tessel_gp_kernel")
 })
 
 test_that("bad input to tessel_gp and predict gets clear errors", {
