@@ -15,6 +15,9 @@ default), at the same starting hyperparameters for every library:
   min_preconditioning_size: its preconditioner asks linear_operator for the kernel's diagonal
   as a dense tensor, which a KeOps LazyTensor is not ("object of class LazyTensor cannot be made
   into a Tensor"); the row then holds that error;
+- gpytorch-keops-noprec: the same KeOps kernels with GPyTorch's preconditioner turned off
+  (gpytorch.settings.max_preconditioner_size(0)), the way they run in GPyTorch 1.11: unpreconditioned
+  CG at its tolerance 1, and its log-determinant from the same Lanczos runs;
 - tessel-gpytorch: GPyTorch's step (its preconditioner, CG and Lanczos, at its own tolerances)
   with tessel.gp.GPyTorchKernel: the same Matérn as a tessel.gp kernel, whose products, diagonal
   and rows are tessel reductions (float32), so GPyTorch's preconditioned path runs at any n;
@@ -35,7 +38,8 @@ scikit-learn is CPU-only, and GPyTorch's dense path is skipped where its n x n m
 fit the GPU (--dense-gib). A case that cannot run gives a row with "skipped" and the reason.
 
 Run: PYTHONPATH=build/python .venv/bin/python bench/gp_bench.py --n 10000 30000
-     [--libraries tessel gpytorch gpytorch-keops tessel-gpytorch sklearn] [--repeats 3]
+     [--libraries tessel gpytorch gpytorch-keops gpytorch-keops-noprec tessel-gpytorch sklearn]
+     [--repeats 3]
      [--device cuda] [--table]
 """
 import argparse
@@ -48,7 +52,8 @@ import sys
 from ot_bench import blas_name, cpu_name  # a sibling in bench/, which a script run there finds
 from tessel.loops.memory import MeasureError, run_isolated
 
-LIBRARIES = ("tessel", "tessel-f64", "gpytorch", "gpytorch-keops", "tessel-gpytorch", "sklearn")
+LIBRARIES = ("tessel", "tessel-f64", "gpytorch", "gpytorch-keops", "gpytorch-keops-noprec",
+             "tessel-gpytorch", "sklearn")
 
 # GPyTorch's dense Matérn step holds about this many n x n float32 matrices at its peak (the
 # distances, the exponential and polynomial factors, their product, the scaled copy and what
@@ -109,8 +114,9 @@ model.train()
 mll = gpytorch.mlls.ExactMarginalLogLikelihood(model.likelihood, model)
 params = list(model.parameters())
 def step():
-    v = mll(model(x), y) * x.shape[0]
-    grads = torch.autograd.grad(v, params)
+    with {settings}:
+        v = mll(model(x), y) * x.shape[0]
+        grads = torch.autograd.grad(v, params)
     sync()
     return float(v), None
 """,
@@ -140,19 +146,21 @@ def model_source(library, d, tol):
         return _SETUP["gpytorch"].format(
             imports="from tessel.gp import GPyTorchKernel, Matern, Scale",
             kernel="GPyTorchKernel(Scale(Matern(2.5, lengthscale=ELL.tolist()), outputscale=1.0))",
-            init="")
+            init="", settings="gpytorch.settings.max_preconditioner_size(15)")
     if library.startswith("tessel"):
         dtype = "float64" if library == "tessel-f64" else "float32"
         return _SETUP["tessel"].format(dtype=dtype, tol=tol)
     if library.startswith("gpytorch"):
-        keops = library == "gpytorch-keops"
+        keops = library.startswith("gpytorch-keops")
         imp = ("from gpytorch.kernels.keops import MaternKernel as Kern" if keops else
                "from gpytorch.kernels import MaternKernel as Kern")
         init = ("    model.kernel.base_kernel.lengthscale = torch.tensor(ELL, dtype=torch.float32, "
                 "device=DEV)[None]\n    model.kernel.outputscale = 1.0\n")
         return _SETUP["gpytorch"].format(
             imports=imp, kernel=f"gpytorch.kernels.ScaleKernel(Kern(nu=2.5, ard_num_dims={d}))",
-            init=init)
+            init=init, settings=("gpytorch.settings.max_preconditioner_size(0)"
+                                 if library == "gpytorch-keops-noprec" else
+                                 "gpytorch.settings.max_preconditioner_size(15)"))
     return _SETUP["sklearn"]
 
 

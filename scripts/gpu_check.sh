@@ -332,10 +332,13 @@ bench_step gp_million gp_million "$py" bench/gp_million.py $million_args
 # (GPyTorch 1.11 stops it at the preconditioner), and GPyTorch's dense path is skipped where its
 # n x n matrices exceed the GPU. The warm-up step on 4000 points (above GPyTorch's
 # preconditioning size: the same path) compiles the kernels without doubling a case's time; a
-# case stopped at its --timeout still gives a row. Old rows go first: a skipped step leaves none.
+# case stopped at its --timeout still gives a row. GPyTorch + KeOps without its preconditioner
+# (the way its KeOps kernels run in 1.11) goes last: its unpreconditioned CG may take the time
+# left. Old rows go first: a skipped step leaves none.
 rm -f "$out/gp_bench.jsonl" "$out/gp_bench.log"
 gp_args=${GPU_CHECK_GP_BENCH:---device cuda --n 1000000 --d 10 --repeats 1 --warmup-n 4000
-  --libraries tessel gpytorch gpytorch-keops tessel-gpytorch --timeout $(($(left) - 10))}
+  --libraries tessel gpytorch gpytorch-keops tessel-gpytorch gpytorch-keops-noprec
+  --timeout $(($(left) - 10))}
 # shellcheck disable=SC2086
 bench_step gp_bench gp_bench "$py" bench/gp_bench.py $gp_args
 if [[ -s $out/gp_bench.jsonl ]]; then

@@ -150,6 +150,7 @@ plt.show()
 # and what each run said is printed.
 NAMES = {"tessel": "tessel (float32)", "tessel-f64": "tessel (float64)",
          "gpytorch": "GPyTorch (dense, float32)", "gpytorch-keops": "GPyTorch + KeOps",
+         "gpytorch-keops-noprec": "GPyTorch + KeOps, no preconditioner",
          "tessel-gpytorch": "GPyTorch + tessel kernel", "sklearn": "scikit-learn"}
 runs = {}
 for path in sorted((ROOT / "bench" / "results").rglob("*.jsonl")):
