@@ -13,9 +13,13 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+start=$SECONDS
 scripts/setup.sh
 python=$(scripts/python_env.sh)
+echo "test: set-up (Debian packages, the Python venv) took $((SECONDS - start)) s"
+start=$SECONDS
 scripts/build.sh
+echo "test: build took $((SECONDS - start)) s"
 # One BLAS thread per process: ctest and pytest already run one job per core, and OpenBLAS's
 # threads spin while they wait, which would take the cores from the other job's kernels.
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
@@ -31,8 +35,10 @@ echo "test: running ctest (full log in $log)"
 # The `standin` label runs below under ASan + UBSan and TSan; natively only when those are skipped.
 label_skip=()
 [[ ${TESSEL_TEST_STANDIN_SANITIZE:-1} != 0 ]] && label_skip=(-LE standin)
+start=$SECONDS
 run_ctest "${label_skip[@]}" "$@"
 rc=$?
+echo "test: ctest took $((SECONDS - start)) s"
 # Then again at each SIMD level below this CPU's (other users' machines run those kernels), the
 # tests whose code the level changes (scripts/arch_tests.sh); the Levels/ tests force every level
 # themselves. TESSEL_TEST_SIMD_LEVELS="avx2 sse2" picks the levels, =none skips this part.
@@ -89,10 +95,12 @@ fi
 # process per core halves it on two cores. The workers share the kernel cache, whose builds are
 # locked per kernel.
 echo "test: running pytest on tests/python"
+start=$SECONDS
 TESSEL_CACHE_DIR="$PWD/build/test-cache" PYTHONPATH="$PWD/build/python" \
   "$python" -m pytest -q -p no:cacheprovider -n "$(nproc 2> /dev/null || echo 2)" \
   --durations=10 --durations-min=1 tests/python
 py_rc=$?
+echo "test: pytest took $((SECONDS - start)) s"
 # The Python tests with CUDA paths once more, on CUDA tensors faked over the stand-in driver
 # (tests/python/fake_cuda.py): the torch front end's CUDA path, tessel.ot's GPU branch and the
 # launches' sizes (the stand-in's launch log), with the kernels in the stand-in's CPU emulator.
