@@ -10,6 +10,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # The Python module is built for .venv's python when scripts/python_env.sh has made it.
 python_opts=()
 [[ -x .venv/bin/python ]] && python_opts=(-DPython_EXECUTABLE="$PWD/.venv/bin/python")
+# Through ccache where it is installed (scripts/setup.sh installs it for the tests): rebuilds,
+# and the test command's wheel build of the same sources, take the objects compiled before.
+launcher=()
+command -v ccache > /dev/null 2>&1 && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSEL_BUILD_TOOLS=ON \
-  -DTESSEL_BUILD_TESTS=ON "${python_opts[@]}" "$@" > /dev/null
+  -DTESSEL_BUILD_TESTS=ON "${launcher[@]}" "${python_opts[@]}" "$@" > /dev/null
 cmake --build build

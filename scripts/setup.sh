@@ -42,8 +42,10 @@ if [[ ${1:-} == --build-only ]]; then
 fi
 packages=(cmake ninja-build g++)
 # Doxygen and Chromium: the documentation site's C++ reference and its browser check.
+# ccache: the test command's wheel build (tests/python/test_pip_install.py) reuses the objects
+# of the build before it instead of compiling the library a second time.
 ((build_only)) || packages+=(googletest libgtest-dev libgmock-dev python3 python3-venv python3-pip
-                             python3-numpy doxygen chromium)
+                             python3-numpy doxygen chromium ccache)
 packages+=("$@")
 
 if ! command -v dpkg-query > /dev/null 2>&1; then
