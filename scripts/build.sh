@@ -11,9 +11,12 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 python_opts=()
 [[ -x .venv/bin/python ]] && python_opts=(-DPython_EXECUTABLE="$PWD/.venv/bin/python")
 # Through ccache where it is installed (scripts/setup.sh installs it for the tests): rebuilds,
-# and the test command's wheel build of the same sources, take the objects compiled before.
+# and the test command's wheel build of the same sources, take the objects compiled before. Its
+# cache is kept in build/ccache: always writable where the build is (ccache fails the compile
+# when its cache directory cannot be made), and gone with the build.
 launcher=()
-command -v ccache > /dev/null 2>&1 && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+command -v ccache > /dev/null 2>&1 &&
+  launcher=("-DCMAKE_CXX_COMPILER_LAUNCHER=env;CCACHE_DIR=$PWD/build/ccache;ccache")
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSEL_BUILD_TOOLS=ON \
   -DTESSEL_BUILD_TESTS=ON "${launcher[@]}" "${python_opts[@]}" "$@" > /dev/null
 cmake --build build

@@ -11,17 +11,18 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 def test_wheel_builds_installs_and_runs(tmp_path):
     # Build without isolation: the test venv already holds scikit-build-core and nanobind.
-    # Through ccache where scripts/build.sh used it, with the build's compiler (pip would pick
-    # Python's, another name for it here, which the library records): the library's objects are
-    # the build's, and what this checks (the wheel's CMake set-up, packaging, install, import)
-    # is the same.
+    # Through the compiler launcher (ccache) scripts/build.sh used, with the build's compiler
+    # (pip would pick Python's, another name for it here, which the library records): the
+    # library's objects are the build's, and what this checks (the wheel's CMake set-up,
+    # packaging, install, import) is the same.
     cache = []
     build_cache = ROOT / "build" / "CMakeCache.txt"
     if shutil.which("ccache") and build_cache.exists():
-        cxx = [line.split("=", 1)[1] for line in build_cache.read_text().splitlines()
-               if line.startswith("CMAKE_CXX_COMPILER:")]
-        cache = ["--config-settings=cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache"]
-        cache += [f"--config-settings=cmake.define.CMAKE_CXX_COMPILER={cxx[0]}"] if cxx else []
+        lines = build_cache.read_text().splitlines()
+        for var in ("CMAKE_CXX_COMPILER_LAUNCHER", "CMAKE_CXX_COMPILER"):
+            value = [line.split("=", 1)[1] for line in lines if line.startswith(var + ":")]
+            if value and value[0]:
+                cache.append(f"--config-settings=cmake.define.{var}={value[0]}")
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps",
                     *cache, "-w", str(wheels), str(ROOT)], check=True, cwd=tmp_path)
