@@ -97,6 +97,11 @@ gp_kernel_label <- function(k) {
 
 # The kernel as one formula text over TH, its starting values, each value's name and the kernel
 # with its lengthscales resolved (gp_kernel_resolve). x gives the dimension. Names: the leaf's kind and its place from the left, e.g. "periodic2.period".
+# Each kind's parameters in their order in TH (a node's before its children's): the one place
+# gp_kernel_build() and gp_kernel_with() read it from.
+gp_param_order <- list(scale = "outputscale", periodic = c("period", "lengthscale"),
+                       rbf = "lengthscale", matern = "lengthscale", rq = c("lengthscale", "alpha"))
+
 gp_kernel_build <- function(kernel, x, who) {
   d <- ncol(x)
   state <- new.env()
@@ -119,26 +124,22 @@ gp_kernel_build <- function(kernel, x, who) {
     state$count <- state$count + 1L
     tag <- paste0(if (k$kind == "matern") paste0("matern", 2 * k$nu, "2") else k$kind,
                   state$count, ".")
-    if (k$kind == "scale") {
-      s <- add(k$params$outputscale, paste0(tag, "outputscale"))
-      return(sprintf("%s*(%s)", s, walk(k$children[[1]])))
-    }
     ell <- k$params$lengthscale
-    if (k$kind == "periodic") {
-      per <- add(k$params$period, paste0(tag, "period"))
-      l <- add(ell, paste0(tag, "lengthscale"))
-      return(sprintf("Exp(-IntCst(2)*Sum(Square(Sin(%s*(X-Y)/%s)))/Square(%s))",
-                     format(pi, digits = 17), per, l))
-    }
-    if (k$ard && length(ell) != d) {
+    if (isTRUE(k$ard) && length(ell) != d) {
       lazy_fail(who, "the kernel ", sub("[.]$", "", tag), " has ", length(ell),
                 " lengthscales for ", d, " input dimension(s); expected ", d, " (or ard = FALSE)")
     }
-    r2 <- sprintf("WeightedSqDist(Inv(Square(%s)),X,Y)", add(ell, paste0(tag, "lengthscale")))
+    order <- gp_param_order[[k$kind]]
+    th <- stats::setNames(lapply(order, function(p) add(k$params[[p]], paste0(tag, p))), order)
+    if (k$kind == "scale") return(sprintf("%s*(%s)", th$outputscale, walk(k$children[[1]])))
+    if (k$kind == "periodic") {
+      return(sprintf("Exp(-IntCst(2)*Sum(Square(Sin(%s*(X-Y)/%s)))/Square(%s))",
+                     format(pi, digits = 17), th$period, th$lengthscale))
+    }
+    r2 <- sprintf("WeightedSqDist(Inv(Square(%s)),X,Y)", th$lengthscale)
     if (k$kind == "rbf") return(sprintf("Exp(-%s/IntCst(2))", r2))
     if (k$kind == "rq") {
-      a <- add(k$params$alpha, paste0(tag, "alpha"))
-      return(sprintf("Exp(-%s*Log(IntCst(1)+%s/(IntCst(2)*%s)))", a, r2, a))
+      return(sprintf("Exp(-%s*Log(IntCst(1)+%s/(IntCst(2)*%s)))", th$alpha, r2, th$alpha))
     }
     r <- sprintf("Sqrt(%s)", r2)
     switch(as.character(k$nu),
@@ -182,22 +183,8 @@ gp_kernel_with <- function(kernel, theta) {
     v
   }
   walk <- function(k) {
-    if (k$kind %in% c("sum", "product")) {
-      k$children <- lapply(k$children, walk)
-      return(k)
-    }
-    if (k$kind == "scale") {
-      k$params$outputscale <- take(1)
-      k$children <- list(walk(k$children[[1]]))
-      return(k)
-    }
-    if (k$kind == "periodic") {
-      k$params$period <- take(1)
-      k$params$lengthscale <- take(1)
-      return(k)
-    }
-    k$params$lengthscale <- take(length(k$params$lengthscale))
-    if (k$kind == "rq") k$params$alpha <- take(1)
+    for (p in gp_param_order[[k$kind]]) k$params[[p]] <- take(length(k$params[[p]]))
+    if (length(k$children)) k$children <- lapply(k$children, walk)
     k
   }
   walk(kernel)
