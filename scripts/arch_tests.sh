@@ -7,3 +7,6 @@
 # same kernels, which the tests above cover at every level.
 # ctest -R regex:
 ARCH_TESTS='^(EveryOp/|All/ReductionBrute|Backends/SingularPoints|OpValues|OpsLinear|DerivativeOps|Dtypes/CompiledTrig|Half/|HalfConversion|KMinLargeK|BlockSparse|ReductionEdge|Compiled(Math|Layout|Indices|WithClang)|WideOutputCodegen|ContractionCodegen|Hoist)'
+# With the per-level kernel and sum-accuracy tests, which force each level themselves: what runs
+# under qemu-aarch64, and what the tessel_arch_tests binary must hold (scripts/check_arch_tests.sh).
+ARCH_TESTS_ALL="$ARCH_TESTS|^Levels/(CompiledSimdLevel|SumAccuracyAtLevel)"

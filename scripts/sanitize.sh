@@ -31,12 +31,14 @@ done
 
 scripts/setup.sh
 
+# -Og under ASan: that stage is mostly its build, which -Og halves (-O2 took twice the compile time
+# for 15 % less test time); under TSan the tests take most of the stage: -O1.
 if ((tsan)); then
   dir=build-tsan san=thread
   flags="-O1 -g1 -fno-omit-frame-pointer -fsanitize=thread"
 else
   dir=build-asan san=address,undefined
-  flags="-O1 -g1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined"
+  flags="-Og -g1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined"
 fi
 # With --standin under ASan, the Python module too (instrumented like the library it calls; the
 # interpreter is not, so the ASan runtime is preloaded when it runs).
@@ -47,9 +49,11 @@ if ((standin && !tsan)); then
   python_opts=(-DTESSEL_BUILD_PYTHON=ON -DPython_EXECUTABLE="$python")
   targets+=(_core tessel_python_files)
 fi
+# The build type's own flags (RelWithDebInfo: -O2 -g, placed after CMAKE_CXX_FLAGS) would override
+# the ones above: only its NDEBUG is kept.
 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=g++ \
-  -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=$san" \
-  -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=$san" \
+  -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-DNDEBUG \
+  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=$san" -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=$san" \
   -DTESSEL_BUILD_TESTS=ON -DTESSEL_BUILD_TOOLS=$((standin ? 0 : 1)) "${python_opts[@]}" \
   -DCMAKE_CXX_COMPILER_LAUNCHER="${TESSEL_CCACHE:-}" > /dev/null
 if ((standin)); then
