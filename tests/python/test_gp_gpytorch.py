@@ -124,3 +124,36 @@ def test_a_tessel_kernel_in_a_gpytorch_model_equals_gpytorchs_own():
     assert float((ma - mb).abs().max()) <= 1e-7 and float((sa - sb).abs().max()) <= 1e-7
     with pytest.raises(TypeError, match="kernel must be a tessel.gp kernel"):
         GPyTorchKernel(theirs)
+
+
+def test_wide_products_go_in_blocks_of_one_width(tmp_path, monkeypatch):
+    # GPyTorch's dense path multiplies by the identity (n columns): blocks of one width, the last
+    # padded, give K V and its gradients for every width, from one product kernel for every n.
+    import glob
+
+    from tessel.gp import GPyTorchKernel, Matern, Scale
+
+    torch = pytest.importorskip("torch")
+    monkeypatch.setenv("TESSEL_CACHE_DIR", str(tmp_path))
+    g = torch.Generator().manual_seed(3)
+    kernel = GPyTorchKernel(Scale(Matern(2.5, lengthscale=[0.4, 0.9]), outputscale=1.7))
+    kernel.double()
+    compiled = []
+    for n in (40, 45):
+        for width in (70, 64, 5):
+            x = torch.rand(n, 2, generator=g, dtype=torch.float64, requires_grad=True)
+            v = torch.randn(n, width, generator=g, dtype=torch.float64, requires_grad=True)
+            w = torch.randn(n, width, generator=g, dtype=torch.float64)
+            got = kernel(x, x) @ v
+            want = kernel.kernel.dense(x, x) @ v
+            torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+            params = [x, v] + list(kernel.parameters())
+            ga = torch.autograd.grad((got * w).sum(), params)
+            gb = torch.autograd.grad((want * w).sum(), params)
+            for a, b in zip(ga, gb):
+                torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+        dense = kernel(x, x).to_dense()
+        torch.testing.assert_close(dense, kernel.kernel.dense(x, x), rtol=1e-12, atol=1e-12)
+        compiled.append(len(glob.glob(str(tmp_path / "kernels" / "*" / "*.so"))))
+    # Another n, the same widths: no kernel compiled again (each width did before).
+    assert compiled[0] > 0 and compiled[1] == compiled[0], compiled

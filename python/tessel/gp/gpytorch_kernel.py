@@ -16,6 +16,10 @@ from .kernels import Kernel
 __all__ = ["GPyTorchKernel"]
 
 
+# The widest right-hand side one product takes; wider ones go in blocks of this width.
+_BLOCK = 32
+
+
 class _Reductions:
     """The kernel's formula as tessel reductions for d-dimensional points: the product K V and
     the entries k(a_q, b_q) of paired points (the diagonal and any indexed entries)."""
@@ -53,9 +57,23 @@ class _KernelOperator(LinearOperator):
     def _matmul(self, rhs):
         vec = rhs.dim() == 1
         v = rhs[:, None] if vec else rhs
-        product, _ = _Reductions.of(self.text, self.aliases, v.shape[-1])
         dt = self.x1.dtype
-        out = product(self.x1, self.x2, self.theta.to(dt), v.to(dt).contiguous())
+        theta = self.theta.to(dt)
+        v = v.to(dt)
+        w = v.shape[-1]
+        if w <= _BLOCK:
+            product, _ = _Reductions.of(self.text, self.aliases, w)
+            out = product(self.x1, self.x2, theta, v.contiguous())
+        else:
+            # Wider right-hand sides (GPyTorch's dense path multiplies by the identity, n wide)
+            # in blocks of one width, the last padded with zero columns: one kernel for every n,
+            # where each width would compile its own, slower the wider it is.
+            product, _ = _Reductions.of(self.text, self.aliases, _BLOCK)
+            pad = -w % _BLOCK
+            if pad:
+                v = torch.cat([v, v.new_zeros(v.shape[0], pad)], 1)
+            out = torch.cat([product(self.x1, self.x2, theta, b.contiguous())
+                             for b in v.split(_BLOCK, 1)], 1)[:, :w]
         out = out.to(rhs.dtype)
         return out[:, 0] if vec else out
 
