@@ -31,8 +31,10 @@ fi
 
 flags="-O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined"
 flags+=" -fno-sanitize-recover=undefined"
+# Only the build type's NDEBUG: its -O2 -g come after CMAKE_CXX_FLAGS and would override them.
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER="$cxx" \
-  -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
+  -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-DNDEBUG \
+  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
   -DTESSEL_FUZZ=ON -DTESSEL_BUILD_TESTS=OFF -DTESSEL_BUILD_TOOLS=OFF -DTESSEL_BUILD_PYTHON=OFF \
   -DCMAKE_CXX_COMPILER_LAUNCHER="${TESSEL_CCACHE:-}" > /dev/null
 cmake --build build-fuzz --target fuzz_parser > build-fuzz/build.log 2>&1 ||
