@@ -82,15 +82,18 @@ def test_softmin_second_derivatives_match_dense_autograd():
 
 @pytest.mark.parametrize("mode", ["unrolled", "implicit"])
 @pytest.mark.parametrize("reach", [None, 0.5])
-def test_hvp_matches_the_generic_reductions(mode, reach):
-    """The built-in cost (the few kernels) against the same cost as a formula string (the generic
-    reductions and their symbolic derivatives): the same function, to float64 rounding."""
+def test_hvp_matches_the_generic_reductions(mode, reach, monkeypatch):
+    """The built-in cost (the few kernels, compiled) against the same cost as a formula string
+    (the generic reductions and their symbolic derivatives, in the interpreter: compiled, their
+    150-odd kernels took a minute): the same function, to float64 rounding."""
     g = torch.Generator().manual_seed(2)
     x = 0.3 * torch.randn(30, 3, generator=g, dtype=torch.float64)
     y = 0.3 * torch.randn(40, 3, generator=g, dtype=torch.float64) + 0.2
     v = torch.randn(30, 3, generator=g, dtype=torch.float64)
     out = []
     for cost in (None, "SqDist(X,Y) / IntCst(2)"):
+        if cost is not None:
+            monkeypatch.setenv("TESSEL_CXX", "tessel-test-no-compiler")
         loss = SamplesLoss("sinkhorn", p=2, blur=0.05, reach=reach, gradient=mode, cost=cost)
         out.append(torch.autograd.functional.hvp(lambda t: loss(t, y), x, v))
     (value, hvp), (value_ref, hvp_ref) = out
