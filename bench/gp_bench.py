@@ -5,8 +5,8 @@ scikit-learn, same data and start, on the CPU or a GPU.
 The step is what a fit repeats: log p(y) and its gradient in every hyperparameter (an ARD
 Matérn 5/2 with an output scale, a learned Gaussian noise and a constant mean; d = 8 by
 default), at the same starting hyperparameters for every library:
-- tessel: ExactGP(mode="bbmm") on float32 points (tessel-f64: float64), probes 10, rank 15,
-  CG tol 0.01 (--tol; at n = 2000 its log p(y) is -179.8 against the exact -181.1, GPyTorch's
+- tessel: ExactGP(mode="bbmm") on float32 points (tessel-f64: float64), probes 10, rank 15
+  (--rank; GPyTorch's preconditioner size), CG tol 0.01 (--tol; at n = 2000 its log p(y) is -179.8 against the exact -181.1, GPyTorch's
   at its training tolerance 1 is -172.3);
 - gpytorch: GPyTorch's ExactMarginalLogLikelihood with its MaternKernel (dense kernel matrix,
   CG above max_cholesky_size = 800), float32;
@@ -88,7 +88,8 @@ gp = ExactGP(torch.tensor(X, dtype=torch.{dtype}, device=DEV), torch.tensor(Y, d
 params = list(gp.parameters())
 def step():
     stats = {{}}
-    v = gp.log_marginal_likelihood(mode="bbmm", probes=10, rank=15, tol={tol}, stats=stats)
+    v = gp.log_marginal_likelihood(mode="bbmm", probes=10, rank={rank}, tol={tol},
+                                 stats=stats)
     grads = torch.autograd.grad(v, params)
     sync()
     return float(v), stats["cg"]["iterations"]
@@ -141,7 +142,7 @@ RESULT = dict(times=times, value=out[0], cg_iterations=out[1],
 """
 
 
-def model_source(library, d, tol):
+def model_source(library, d, tol, rank=15):
     if library == "tessel-gpytorch":
         return _SETUP["gpytorch"].format(
             imports="from tessel.gp import GPyTorchKernel, Matern, Scale",
@@ -149,7 +150,7 @@ def model_source(library, d, tol):
             init="", settings="gpytorch.settings.max_preconditioner_size(15)")
     if library.startswith("tessel"):
         dtype = "float64" if library == "tessel-f64" else "float32"
-        return _SETUP["tessel"].format(dtype=dtype, tol=tol)
+        return _SETUP["tessel"].format(dtype=dtype, tol=tol, rank=rank)
     if library.startswith("gpytorch"):
         keops = library.startswith("gpytorch-keops")
         imp = ("from gpytorch.kernels.keops import MaternKernel as Kern" if keops else
@@ -164,21 +165,21 @@ def model_source(library, d, tol):
     return _SETUP["sklearn"]
 
 
-def setup_source(library, n, d, tol, device="cpu", warmup_n=None):
+def setup_source(library, n, d, tol, device="cpu", warmup_n=None, rank=15):
     """The data, the model and one untimed step. With warmup_n, that step runs on a problem of
     warmup_n points first and the model of n points is built after it: at n = 1e6 a warm-up step
     at full size would double the case's time, and above GPyTorch's preconditioning size a small
     problem takes the same path, with the same formulas and column counts (what the compiled
     kernels are keyed by)."""
-    model = model_source(library, d, tol)
+    model = model_source(library, d, tol, rank)
     part = [_DATA.format(n=m, d=d, device=device) + model
             for m in ((warmup_n, n) if warmup_n and warmup_n != n else (n,))]
     return part[0] + "step()\n" + "".join(part[1:])
 
 
-def measure(library, n, d, repeats, tol, timeout, device="cpu", warmup_n=None):
+def measure(library, n, d, repeats, tol, timeout, device="cpu", warmup_n=None, rank=15):
     cuda = device.startswith("cuda")
-    r = run_isolated(setup_source(library, n, d, tol, device, warmup_n),
+    r = run_isolated(setup_source(library, n, d, tol, device, warmup_n, rank),
                      _WORK.format(repeats=repeats), cuda=cuda, timeout=timeout)
     res = r["result"]
     row = dict(bench="gp_step", library=library, n=n, d=d, device=device,
@@ -191,6 +192,8 @@ def measure(library, n, d, repeats, tol, timeout, device="cpu", warmup_n=None):
         row["gpu"] = res["gpu"]
     if warmup_n and warmup_n != n:
         row["warmup_n"] = warmup_n
+    if library in ("tessel", "tessel-f64"):
+        row.update(rank=rank, tol=tol)
     return row
 
 
@@ -243,6 +246,8 @@ def main(argv=None):
     ap.add_argument("--tol", type=float, default=0.01,
                     help="tessel's CG tolerance (0.01: its log p(y) within the probes' error of "
                          "the exact one; GPyTorch trains with 1, a coarser value)")
+    ap.add_argument("--rank", type=int, default=15,
+                    help="tessel's preconditioner rank (15: GPyTorch's preconditioner size)")
     ap.add_argument("--sklearn-max", type=int, default=20000)
     ap.add_argument("--device", default="cpu", help="cpu or cuda[:index]")
     ap.add_argument("--dense-gib", type=float, default=None,
@@ -273,7 +278,7 @@ def main(argv=None):
                 continue
             try:
                 row = measure(library, n, args.d, args.repeats, args.tol, args.timeout,
-                              args.device, args.warmup_n)
+                              args.device, args.warmup_n, args.rank)
             except MeasureError as e:
                 lines = str(e).splitlines()  # the exit status first, the child's last words
                 row = dict(head, error=" / ".join(dict.fromkeys([lines[0], lines[-1]]))[:300])

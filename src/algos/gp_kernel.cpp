@@ -218,13 +218,24 @@ void gp_kernel_cross_rows(const GpKernel& kern, const ArrayView& p, const ArrayV
   const int64_t c = check_points(who, kern, p, "p"), n2 = check_points(who, kern, x2, "x2");
   if (p.dtype != x2.dtype) detail::fail_type(who, "p and x2 have different dtypes");
   gp_detail::check_size(who, "out", out.size(), c * n2);
-  // Reduced over i against the identity: column q of the result is row q of K(p, x2).
-  std::vector<double> eye(static_cast<size_t>(c * c), 0.0);
-  for (int64_t q = 0; q < c; ++q) eye[q * c + q] = 1;
-  std::vector<double> cols(static_cast<size_t>(n2 * c));
-  reduce_with(kern, kern.k, 0, p, x2, to_array(eye, c, c, p.dtype), cols);
-  for (int64_t j = 0; j < n2; ++j)
-    for (int64_t q = 0; q < c; ++q) out[q * n2 + j] = cols[j * c + q];
+  // Reduced over i against the identity: column q of the result is row q of K(p, x2). One row
+  // (the preconditioner's pivots) alone; more in blocks of kRowBlock rows against an identity of
+  // that width, the last block's missing columns zero: one compiled kernel whatever c, where a
+  // c-wide identity compiled one per c (minutes for the exact mode's c = n) and cost c^2 n2.
+  constexpr int64_t kRowBlock = 32;
+  const int64_t width = c == 1 ? 1 : kRowBlock;
+  std::vector<double> cols(static_cast<size_t>(n2 * width));
+  for (int64_t q0 = 0; q0 < c; q0 += width) {
+    const int64_t b = std::min(width, c - q0);
+    ArrayView block = p;
+    block.shape[0] = b;
+    block.data = static_cast<char*>(p.data) + q0 * p.stride(0) * dtype_size(p.dtype);
+    std::vector<double> eye(static_cast<size_t>(b * width), 0.0);
+    for (int64_t q = 0; q < b; ++q) eye[q * width + q] = 1;
+    reduce_with(kern, kern.k, 0, block, x2, to_array(eye, b, width, p.dtype), cols);
+    for (int64_t j = 0; j < n2; ++j)
+      for (int64_t q = 0; q < b; ++q) out[(q0 + q) * n2 + j] = cols[j * width + q];
+  }
 }
 
 void gp_kernel_rows(const GpKernel& kern, const ArrayView& x, std::span<const int64_t> rows,

@@ -5,11 +5,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <numbers>
 #include <random>
 #include <vector>
 
 #include "reduction_helpers.hpp"
+#include "temp_env.hpp"
 #include "tessel/tessel.hpp"
 
 using namespace tessel;
@@ -105,6 +107,35 @@ TEST(Gp, KernelProductRowsAndDiagonalMatchDense) {
     for (int j = 0; j < pb.n; ++j) EXPECT_NEAR(r[q * pb.n + j], k[rows[q] * pb.n + j], 1e-14);
   gp_kernel_diag(pb.kern, pb.xa.view(), diag);
   for (int i = 0; i < pb.n; ++i) EXPECT_NEAR(diag[i], pb.s, 1e-14);
+}
+
+// Rows go in blocks of one width: any number of rows (the exact mode asks for all n) from the
+// same compiled kernels, the last block's missing columns no harm.
+TEST(Gp, ManyRowsInBlocksFromOneKernel) {
+  namespace fs = std::filesystem;
+  const test_env::TempDir tmp;
+  const test_env::ScopedEnv cache("TESSEL_CACHE_DIR", tmp.path());
+  auto compiled = [&] {
+    int count = 0;
+    if (fs::exists(tmp / "kernels"))
+      for (const auto& e : fs::recursive_directory_iterator(tmp / "kernels"))
+        count += e.path().extension() == ".so";
+    return count;
+  };
+  GpProblem pb(90);
+  const std::vector<double> k = pb.dense(0);
+  int after_first = -1;
+  for (int c : {40, 70, 90, 33}) {
+    std::vector<int64_t> rows(c);
+    for (int q = 0; q < c; ++q) rows[q] = (q * 37 + c) % pb.n;  // shuffled, some repeated
+    std::vector<double> r(static_cast<size_t>(c) * pb.n);
+    gp_kernel_rows(pb.kern, pb.xa.view(), rows, r);
+    for (int q = 0; q < c; ++q)
+      for (int j = 0; j < pb.n; ++j)
+        ASSERT_NEAR(r[q * pb.n + j], k[rows[q] * pb.n + j], 1e-14) << c << " rows, row " << q;
+    if (after_first < 0) after_first = compiled();
+  }
+  if (after_first > 0) EXPECT_EQ(compiled(), after_first);  // 0: the interpreter ran them
 }
 
 TEST(Gp, PivotedCholeskyFullRankIsExactAndWoodburyMatchesDense) {

@@ -19,10 +19,17 @@ if os.environ.get("TESSEL_FAKE_CUDA") == "1":
         """Each test's fake device memory goes back to PyTorch's allocator after it."""
         yield
         fake_cuda.forget()
-# Run without scripts/test.sh, the suite still keeps its kernels out of the user's ~/.cache.
+# Run without scripts/test.sh, the suite still keeps its kernels out of the user's ~/.cache, and
+# so does pykeops (the reference of many tests) its modules: beside tessel's kernel cache (not
+# in it, whose size and contents tests check).
 if not os.environ.get("TESSEL_CACHE_DIR"):
     os.environ["TESSEL_CACHE_DIR"] = tempfile.mkdtemp(prefix="tessel-pytest-cache-")
     atexit.register(shutil.rmtree, os.environ["TESSEL_CACHE_DIR"], True)
+    if not os.environ.get("KEOPS_CACHE_FOLDER"):
+        os.environ["KEOPS_CACHE_FOLDER"] = tempfile.mkdtemp(prefix="tessel-pytest-pykeops-")
+        atexit.register(shutil.rmtree, os.environ["KEOPS_CACHE_FOLDER"], True)
+os.environ.setdefault("KEOPS_CACHE_FOLDER", os.path.join(
+    os.path.dirname(os.path.abspath(os.environ["TESSEL_CACHE_DIR"])), "pykeops-cache"))
 
 # What decides where kernels go and how they are built: a test that changes one must restore it.
 _WATCHED = ("TESSEL_CACHE_DIR", "TESSEL_SIMD", "TESSEL_CXX", "TESSEL_NUM_THREADS",

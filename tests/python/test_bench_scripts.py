@@ -222,10 +222,11 @@ def test_gp_bench_smoke_and_table():
     # log likelihood (BBMM's estimate against the dense one) and a table with the ratio.
     out = subprocess.run([sys.executable, str(BENCH / "gp_bench.py"), "--n", "300", "--d", "3",
                           "--libraries", "tessel-f64", "sklearn", "--repeats", "1",
-                          "--tol", "1e-6", "--table"],
+                          "--tol", "1e-6", "--rank", "40", "--table"],
                          capture_output=True, text=True, check=True, timeout=600)
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     assert [r["library"] for r in rows] == ["tessel-f64", "sklearn"]
+    assert rows[0]["rank"] == 40 and rows[0]["tol"] == 1e-6 and "rank" not in rows[1]
     assert all(r["seconds"] > 0 and r["n"] == 300 for r in rows)
     ours, theirs = rows[0]["log_likelihood"], rows[1]["log_likelihood"]
     assert abs(ours - theirs) < 0.05 * abs(theirs) + 5, (ours, theirs)

@@ -1,12 +1,23 @@
-# GP kernels for tessel_gp() as values: gp_rbf(), gp_matern(), gp_rq(), gp_periodic(), scaled by
-# gp_scale() (or a number times a kernel), added and multiplied with + and *. A kernel is a tree;
+# GP kernels for tessel_gp() as values: gp_rbf(), gp_matern(), gp_rq(), gp_periodic(),
+# gp_linear(), gp_polynomial(), gp_spectral_mixture(), scaled by gp_scale() (or a number times a
+# kernel), added and multiplied with + and *. A kernel is a tree;
 # gp_kernel_build() writes it as one formula text over one parameter vector TH, the same texts
 # tessel.gp's Python kernels write, so the core gives the gradient in every hyperparameter.
 
 # A leaf or a node: kind, its parameters' starting values (NULL: from the data), its children.
-gp_kernel_node <- function(kind, params = list(), children = list(), ard = FALSE, nu = NULL) {
-  structure(list(kind = kind, params = params, children = children, ard = ard, nu = nu),
+# settings: what is fixed, not learned (a polynomial's power, a mixture's count).
+gp_kernel_node <- function(kind, params = list(), children = list(), ard = FALSE, nu = NULL,
+                           settings = list()) {
+  structure(list(kind = kind, params = params, children = children, ard = ard, nu = nu,
+                 settings = settings),
             class = "tessel_gp_kernel")
+}
+
+gp_kernel_count <- function(v, what, who) {
+  if (!is.numeric(v) || length(v) != 1 || !is.finite(v) || v < 1 || v != round(v)) {
+    lazy_fail(who, what, " must be an integer >= 1; got ", paste(format(v), collapse = ", "))
+  }
+  as.integer(v)
 }
 
 gp_kernel_check <- function(v, what, who, len = NULL) {
@@ -51,6 +62,43 @@ gp_periodic <- function(period = 1, lengthscale = 1) {
                       period = gp_kernel_check(period, "period", "gp_periodic", 1)))
 }
 
+#' The linear kernel variance * x^T y (GPyTorch's LinearKernel). It is not stationary: centre the
+#' inputs first.
+gp_linear <- function(variance = 1) {
+  gp_kernel_node("linear", list(variance = gp_kernel_check(variance, "variance", "gp_linear", 1)))
+}
+
+#' The polynomial kernel (x^T y + offset)^power (GPyTorch's PolynomialKernel): the offset is
+#' learned, the power (an integer >= 1) is fixed.
+gp_polynomial <- function(power = 2, offset = 1) {
+  power <- gp_kernel_count(power, "power", "gp_polynomial")
+  gp_kernel_node("polynomial",
+                 list(offset = gp_kernel_check(offset, "offset", "gp_polynomial", 1)),
+                 settings = list(power = power))
+}
+
+#' Wilson and Adams' spectral mixture kernel (GPyTorch's SpectralMixtureKernel): with
+#' tau = x - y, sum_q w_q exp(-2 pi^2 sum_d (tau_d s_qd)^2) prod_d cos(2 pi tau_d mu_qd).
+#' weights: Q values; means (frequencies) and scales (inverse lengthscales): Q x d matrices (a
+#' vector of Q for one input dimension). NULL starts as tessel.gp's SpectralMixture does: weights
+#' 1 / Q, frequency q / Q for mixture q in every dimension, scales 1.
+gp_spectral_mixture <- function(num_mixtures = 4, weights = NULL, means = NULL, scales = NULL) {
+  who <- "gp_spectral_mixture"
+  q <- gp_kernel_count(num_mixtures, "num_mixtures", who)
+  per_mixture <- function(v, what) {
+    if (is.null(v)) return(NULL)
+    m <- if (is.matrix(v)) v else matrix(v, nrow = q)
+    if (nrow(m) != q) {
+      lazy_fail(who, what, " must have ", q, " rows (one per mixture); got ", nrow(m))
+    }
+    matrix(gp_kernel_check(as.numeric(m), what, who), nrow = q)
+  }
+  gp_kernel_node("spectral_mixture",
+                 list(weights = gp_kernel_check(weights, "weights", who, q),
+                      means = per_mixture(means, "means"), scales = per_mixture(scales, "scales")),
+                 settings = list(q = q))
+}
+
 #' outputscale * k(x, y), the output scale learned with the rest.
 gp_scale <- function(kernel, outputscale = 1) {
   if (!inherits(kernel, "tessel_gp_kernel")) {
@@ -92,15 +140,21 @@ gp_kernel_label <- function(k) {
          }, ""), collapse = " * "),
          scale = paste0("scale(", gp_kernel_label(k$children[[1]]), ")"),
          matern = paste0("matern", 2 * k$nu, "2"),
+         polynomial = paste0("polynomial(power ", k$settings$power, ")"),
+         spectral_mixture = paste0("spectral_mixture(", k$settings$q, ")"),
          k$kind)
 }
 
 # The kernel as one formula text over TH, its starting values, each value's name and the kernel
-# with its lengthscales resolved (gp_kernel_resolve). x gives the dimension. Names: the leaf's kind and its place from the left, e.g. "periodic2.period".
+# with its lengthscales resolved (gp_kernel_resolve). x gives the dimension. Names: the leaf's
+# kind and its place from the left, e.g. "periodic2.period".
 # Each kind's parameters in their order in TH (a node's before its children's): the one place
 # gp_kernel_build() and gp_kernel_with() read it from.
+# A matrix parameter goes in by rows (a mixture's values together).
 gp_param_order <- list(scale = "outputscale", periodic = c("period", "lengthscale"),
-                       rbf = "lengthscale", matern = "lengthscale", rq = c("lengthscale", "alpha"))
+                       rbf = "lengthscale", matern = "lengthscale", rq = c("lengthscale", "alpha"),
+                       linear = "variance", polynomial = "offset",
+                       spectral_mixture = c("weights", "means", "scales"))
 
 gp_kernel_build <- function(kernel, x, who) {
   d <- ncol(x)
@@ -110,6 +164,7 @@ gp_kernel_build <- function(kernel, x, who) {
   state$count <- 0L
   add <- function(values, name) {
     at <- length(state$theta)
+    if (is.matrix(values)) values <- as.numeric(t(values))
     state$theta <- c(state$theta, values)
     state$names <- c(state$names, if (length(values) == 1) name else
       paste0(name, seq_along(values)))
@@ -130,7 +185,12 @@ gp_kernel_build <- function(kernel, x, who) {
                 " lengthscales for ", d, " input dimension(s); expected ", d, " (or ard = FALSE)")
     }
     order <- gp_param_order[[k$kind]]
+    if (k$kind == "spectral_mixture") return(spectral_text(k, tag))
     th <- stats::setNames(lapply(order, function(p) add(k$params[[p]], paste0(tag, p))), order)
+    if (k$kind == "linear") return(sprintf("%s*(X|Y)", th$variance))
+    if (k$kind == "polynomial") {
+      return(sprintf("Pow((X|Y)+%s,%d)", th$offset, k$settings$power))
+    }
     if (k$kind == "scale") return(sprintf("%s*(%s)", th$outputscale, walk(k$children[[1]])))
     if (k$kind == "periodic") {
       return(sprintf("Exp(-IntCst(2)*Sum(Square(Sin(%s*(X-Y)/%s)))/Square(%s))",
@@ -148,6 +208,29 @@ gp_kernel_build <- function(kernel, x, who) {
       "2.5" = sprintf(paste0("(IntCst(1)+2.23606797749979*%s+1.6666666666666667*Square(%s))",
                              "*Exp(-2.23606797749979*%s)"), r, r, r))
   }
+  # One term per mixture, each reading its weight, its frequencies one by one and its scales.
+  spectral_text <- function(k, tag) {
+    q <- k$settings$q
+    for (p in c("means", "scales")) {
+      if (ncol(k$params[[p]]) != d) {
+        lazy_fail(who, "the kernel ", sub("[.]$", "", tag), " has ", p, " for ",
+                  ncol(k$params[[p]]), " input dimension(s); expected ", d)
+      }
+    }
+    at <- length(state$theta)
+    for (p in c("weights", "means", "scales")) add(k$params[[p]], paste0(tag, p))
+    elem <- function(i) sprintf("Elem(TH,%d)", i)
+    diff <- if (d == 1) "(X-Y)" else sprintf("(Elem(X,%d)-Elem(Y,%d))", 0:(d - 1), 0:(d - 1))
+    terms <- vapply(seq_len(q), function(j) {
+      s_at <- at + q + q * d + (j - 1) * d
+      s <- if (d == 1) elem(s_at) else sprintf("Extract(TH,%d,%d)", s_at, d)
+      waves <- sprintf("Cos(%s*%s*%s)", format(2 * pi, digits = 17), diff,
+                       elem(at + q + (j - 1) * d + 0:(d - 1)))
+      sprintf("%s*Exp(-(%s*WeightedSqDist(Square(%s),X,Y)))*%s", elem(at + j - 1),
+              format(2 * pi^2, digits = 17), s, paste(waves, collapse = "*"))
+    }, "")
+    paste(terms, collapse = "+")
+  }
   kernel <- gp_kernel_resolve(kernel, x)
   text <- walk(kernel)
   list(text = text, theta = state$theta, names = state$names, kernel = kernel,
@@ -160,6 +243,14 @@ gp_kernel_build <- function(kernel, x, who) {
 # given lengthscale of an ARD kernel starts every dimension.
 gp_kernel_resolve <- function(kernel, x) {
   if (length(kernel$children)) kernel$children <- lapply(kernel$children, gp_kernel_resolve, x)
+  if (kernel$kind == "spectral_mixture") {
+    q <- kernel$settings$q
+    p <- kernel$params
+    if (is.null(p$weights)) p$weights <- rep(1 / q, q)
+    if (is.null(p$means)) p$means <- matrix(seq_len(q) / q, q, ncol(x))
+    if (is.null(p$scales)) p$scales <- matrix(1, q, ncol(x))
+    kernel$params <- p
+  }
   ell <- kernel$params$lengthscale
   if (kernel$kind %in% c("rbf", "matern", "rq")) {
     if (is.null(ell)) {
@@ -183,7 +274,11 @@ gp_kernel_with <- function(kernel, theta) {
     v
   }
   walk <- function(k) {
-    for (p in gp_param_order[[k$kind]]) k$params[[p]] <- take(length(k$params[[p]]))
+    for (p in gp_param_order[[k$kind]]) {
+      old <- k$params[[p]]
+      v <- take(length(old))
+      k$params[[p]] <- if (is.matrix(old)) matrix(v, nrow(old), byrow = TRUE) else v
+    }
     if (length(k$children)) k$children <- lapply(k$children, walk)
     k
   }

@@ -6,15 +6,15 @@ co2_x <- as.numeric(time(datasets::co2))
 co2_y <- as.numeric(datasets::co2)
 co2_new <- c(1958.5, 1960.04, 1975.5, 1997.99, 2000)
 
-python_reference <- function(hyper, kernel = NULL) {
+python_reference <- function(hyper, kernel = NULL, x = co2_x, xnew = co2_new) {
   py <- Sys.getenv("TESSEL_PYTHON")
   dir <- tempfile("gp")
   dir.create(dir)
   on.exit(unlink(dir, recursive = TRUE))
   yn <- (co2_y - mean(co2_y)) / sd(co2_y)
-  write.table(cbind(co2_x, yn), file.path(dir, "data.csv"), sep = ",", row.names = FALSE,
+  write.table(cbind(x, yn), file.path(dir, "data.csv"), sep = ",", row.names = FALSE,
               col.names = FALSE)
-  write.table(matrix(co2_new), file.path(dir, "xnew.csv"), sep = ",", row.names = FALSE,
+  write.table(matrix(xnew), file.path(dir, "xnew.csv"), sep = ",", row.names = FALSE,
               col.names = FALSE)
   write.table(matrix(hyper, nrow = 1), file.path(dir, "hyper.csv"), sep = ",",
               row.names = FALSE, col.names = FALSE)
@@ -84,7 +84,17 @@ as_python <- function(k) {
          rq = sprintf("RationalQuadratic(lengthscale=%s, alpha=%s)", num(p$lengthscale),
                       num(p$alpha)),
          periodic = sprintf("Periodic(lengthscale=%s, period=%s)", num(p$lengthscale),
-                            num(p$period)))
+                            num(p$period)),
+         linear = sprintf("Linear(variance=%s)", num(p$variance)),
+         polynomial = sprintf("Polynomial(power=%d, offset=%s)", k$settings$power,
+                              num(p$offset)),
+         spectral_mixture = sprintf("SpectralMixture(%d, d=%d, weights=%s, means=%s, scales=%s)",
+                            k$settings$q, ncol(p$means), rows(p$weights), rows(p$means),
+                            rows(p$scales)))
+}
+rows <- function(m) {
+  if (!is.matrix(m)) return(sprintf("[%s]", paste(sprintf("%.17g", m), collapse = ", ")))
+  sprintf("[%s]", paste(apply(m, 1, rows), collapse = ", "))
 }
 
 # The Mauna Loa kernel of Rasmussen and Williams (5.4.3): a trend, a decaying seasonal cycle, the
@@ -113,20 +123,63 @@ test_that("sums, products and periodic kernels on co2 equal tessel.gp's in Pytho
                  "scale6.outputscale", "rq7.lengthscale", "rq7.alpha"))
 })
 
+# Fourth-order central differences of the loss at p0. The loss turns fast in log(period) (40
+# seasons in co2: its fifth derivative ~ (2 pi 40)^5 ~ 1e12), so the error is h^4 1e12 / 30 +
+# eps / h, about 1e-9 at h = 1e-5.
+fd_gradient <- function(fixed, p0, h = 1e-5) {
+  loss <- function(p) tessel:::gp_objective(fixed, p)$loss
+  vapply(seq_along(p0), function(i) {
+    e <- replace(numeric(length(p0)), i, h)
+    (8 * (loss(p0 + e) - loss(p0 - e)) - (loss(p0 + 2 * e) - loss(p0 - 2 * e))) / (12 * h)
+  }, 0)
+}
+
+test_that("linear, polynomial and spectral mixture kernels equal tessel.gp's in Python", {
+  skip_if(Sys.getenv("TESSEL_PYTHON") == "", "TESSEL_PYTHON is not set (scripts/test_r.sh sets it)")
+  # Decades from 1980: the linear and polynomial kernels are not stationary.
+  xc <- (co2_x - 1980) / 10
+  k <- gp_scale(gp_linear(variance = 0.5) + gp_polynomial(power = 2, offset = 3), 0.2) +
+    gp_spectral_mixture(2, weights = c(0.3, 0.1), means = c(10, 0.5), scales = c(0.05, 0.3))
+  expect_output(print(k),
+                "scale\\(linear \\+ polynomial\\(power 2\\)\\) \\+ spectral_mixture\\(2\\)")
+  fixed <- tessel_gp(xc, co2_y, kernel = k, noise = 0.01, fit = FALSE)
+  ref <- python_reference(c(0.01, 0), as_python(fixed$kernel_fitted), xc, (co2_new - 1980) / 10)
+  m <- length(co2_new)
+  expect_equal(fixed$loglik, ref[1, 1] - length(co2_y) * log(sd(co2_y)), tolerance = 1e-9)
+  p <- predict(fixed, (co2_new - 1980) / 10)
+  expect_equal(p$mean, mean(co2_y) + sd(co2_y) * ref[1, 1 + seq_len(m)], tolerance = 1e-8)
+  expect_equal(p$sd, sd(co2_y) * ref[1, 1 + m + seq_len(m)], tolerance = 1e-6)
+  expect_equal(names(fixed$params),
+               c("scale1.outputscale", "linear2.variance", "polynomial3.offset",
+                 paste0("spectral_mixture4.", c("weights1", "weights2", "means1", "means2",
+                                                "scales1", "scales2"))))
+  # The gradient in every parameter (the mixture's too) against fourth-order differences.
+  p0 <- c(log(fixed$params0), log(0.01 - fixed$noise_min), 0.1)
+  expect_equal(tessel:::gp_objective(fixed, p0)$grad, fd_gradient(fixed, p0), tolerance = 1e-6)
+  # Two input dimensions: one frequency and one scale per dimension and mixture, by rows (the
+  # formula only: its kernels would compile for a minute).
+  x2 <- cbind(xc, xc^2)
+  k2 <- gp_spectral_mixture(2, means = rbind(c(1, 2), c(3, 4)), scales = rbind(c(5, 6), c(7, 8)))
+  built <- tessel:::gp_kernel_build(k2, x2, "tessel_gp")
+  expect_equal(built$theta, c(0.5, 0.5, 1:8))
+  expect_match(built$text, "Cos(6.2831853071795862*(Elem(X,1)-Elem(Y,1))*Elem(TH,5))",
+               fixed = TRUE)
+  expect_match(built$text, "Square\\(Extract\\(TH,8,2\\)\\)")
+  expect_equal(tessel:::gp_kernel_with(built$kernel, built$theta * 2)$params$means,
+               2 * rbind(c(1, 2), c(3, 4)))
+  expect_error(tessel_gp(x2, co2_y, kernel = gp_spectral_mixture(1, means = 1), fit = FALSE),
+               "spectral_mixture1 has means for 1 input dimension\\(s\\); expected 2")
+  expect_error(gp_polynomial(power = 1.5), "gp_polynomial: power must be an integer >= 1")
+  expect_error(gp_spectral_mixture(2, weights = 1), "weights must be 2 finite positive")
+  expect_error(gp_spectral_mixture(2, means = matrix(1, 3, 1)), "means must have 2 rows")
+  expect_error(gp_linear(variance = -1), "gp_linear: variance must be")
+})
+
 test_that("a composite kernel's gradient equals finite differences; its fit beats one Matern", {
   fixed <- tessel_gp(co2_x, co2_y, kernel = co2_kernel(), noise = 0.002, fit = FALSE)
   p0 <- c(log(fixed$params0), log(0.002 - fixed$noise_min), 0.1)
   g <- tessel:::gp_objective(fixed, p0)$grad
-  # Fourth-order central differences: the loss turns fast in log(period) (40 seasons in the
-  # data: its fifth derivative ~ (2 pi 40)^5 ~ 1e12), so the error is h^4 1e12 / 30 + eps / h,
-  # about 1e-9 at h = 1e-5.
-  h <- 1e-5
-  loss <- function(p) tessel:::gp_objective(fixed, p)$loss
-  fd <- vapply(seq_along(p0), function(i) {
-    e <- replace(numeric(length(p0)), i, h)
-    (8 * (loss(p0 + e) - loss(p0 - e)) - (loss(p0 + 2 * e) - loss(p0 - 2 * e))) / (12 * h)
-  }, 0)
-  expect_equal(g, fd, tolerance = 1e-6)
+  expect_equal(g, fd_gradient(fixed, p0), tolerance = 1e-6)
   fitted <- tessel_gp(co2_x, co2_y, kernel = co2_kernel(), noise = 0.002, maxit = 400)
   single <- tessel_gp(co2_x, co2_y)
   # The seasonal cycle is what one Matern misses: hundreds of log-likelihood units.
