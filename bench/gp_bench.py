@@ -18,6 +18,8 @@ default), at the same starting hyperparameters for every library:
 - gpytorch-keops-noprec: the same KeOps kernels with GPyTorch's preconditioner turned off
   (gpytorch.settings.max_preconditioner_size(0)), the way they run in GPyTorch 1.11: unpreconditioned
   CG at its tolerance 1, and its log-determinant from the same Lanczos runs;
+- tessel-exact: the same model in float64 with mode="exact" (dense Cholesky in PyTorch, O(n^2)
+  memory): the value the estimates above aim at, where n x n float64 matrices fit;
 - tessel-gpytorch: GPyTorch's step (its preconditioner, CG and Lanczos, at its own tolerances)
   with tessel.gp.GPyTorchKernel: the same Matérn as a tessel.gp kernel, whose products, diagonal
   and rows are tessel reductions (float32), so GPyTorch's preconditioned path runs at any n;
@@ -52,8 +54,8 @@ import sys
 from ot_bench import blas_name, cpu_name  # a sibling in bench/, which a script run there finds
 from tessel.loops.memory import MeasureError, run_isolated
 
-LIBRARIES = ("tessel", "tessel-f64", "gpytorch", "gpytorch-keops", "gpytorch-keops-noprec",
-             "tessel-gpytorch", "sklearn")
+LIBRARIES = ("tessel", "tessel-f64", "tessel-exact", "gpytorch", "gpytorch-keops",
+             "gpytorch-keops-noprec", "tessel-gpytorch", "sklearn")
 
 # GPyTorch's dense Matérn step holds about this many n x n float32 matrices at its peak (the
 # distances, the exponential and polynomial factors, their product, the scaled copy and what
@@ -88,11 +90,11 @@ gp = ExactGP(torch.tensor(X, dtype=torch.{dtype}, device=DEV), torch.tensor(Y, d
 params = list(gp.parameters())
 def step():
     stats = {{}}
-    v = gp.log_marginal_likelihood(mode="bbmm", probes=10, rank={rank}, tol={tol},
+    v = gp.log_marginal_likelihood(mode="{mode}", probes=10, rank={rank}, tol={tol},
                                  stats=stats)
     grads = torch.autograd.grad(v, params)
     sync()
-    return float(v), stats["cg"]["iterations"]
+    return float(v), stats["cg"]["iterations"] if "cg" in stats else None
 """,
     # GPyTorch's own step on its model; {imports} and {kernel} pick the kernel, {init} sets the
     # start (the likelihood's noise for both).
@@ -149,8 +151,9 @@ def model_source(library, d, tol, rank=15):
             kernel="GPyTorchKernel(Scale(Matern(2.5, lengthscale=ELL.tolist()), outputscale=1.0))",
             init="", settings="gpytorch.settings.max_preconditioner_size(15)")
     if library.startswith("tessel"):
-        dtype = "float64" if library == "tessel-f64" else "float32"
-        return _SETUP["tessel"].format(dtype=dtype, tol=tol, rank=rank)
+        dtype = "float32" if library == "tessel" else "float64"
+        mode = "exact" if library == "tessel-exact" else "bbmm"
+        return _SETUP["tessel"].format(dtype=dtype, tol=tol, rank=rank, mode=mode)
     if library.startswith("gpytorch"):
         keops = library.startswith("gpytorch-keops")
         imp = ("from gpytorch.kernels.keops import MaternKernel as Kern" if keops else

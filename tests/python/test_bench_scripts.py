@@ -221,15 +221,16 @@ def test_gp_bench_smoke_and_table():
     # tessel and scikit-learn at a tiny size, each in its fresh process: the same exact-ish
     # log likelihood (BBMM's estimate against the dense one) and a table with the ratio.
     out = subprocess.run([sys.executable, str(BENCH / "gp_bench.py"), "--n", "300", "--d", "3",
-                          "--libraries", "tessel-f64", "sklearn", "--repeats", "1",
-                          "--tol", "1e-6", "--rank", "40", "--table"],
+                          "--libraries", "tessel-f64", "tessel-exact", "sklearn", "--repeats",
+                          "1", "--tol", "1e-6", "--rank", "40", "--table"],
                          capture_output=True, text=True, check=True, timeout=600)
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
-    assert [r["library"] for r in rows] == ["tessel-f64", "sklearn"]
+    assert [r["library"] for r in rows] == ["tessel-f64", "tessel-exact", "sklearn"]
     assert rows[0]["rank"] == 40 and rows[0]["tol"] == 1e-6 and "rank" not in rows[1]
     assert all(r["seconds"] > 0 and r["n"] == 300 for r in rows)
-    ours, theirs = rows[0]["log_likelihood"], rows[1]["log_likelihood"]
+    ours, exact, theirs = (r["log_likelihood"] for r in rows)
     assert abs(ours - theirs) < 0.05 * abs(theirs) + 5, (ours, theirs)
+    assert exact == pytest.approx(theirs, rel=1e-7), (exact, theirs)
     assert "| 300 | sklearn |" in out.stdout
 
 
