@@ -1,7 +1,9 @@
 """pytest setup: the package under test is the one built in <build>/python (see scripts/test.sh)."""
 import atexit
+import importlib
 import os
 import shutil
+import sys
 import tempfile
 
 import pytest
@@ -30,6 +32,26 @@ if not os.environ.get("TESSEL_CACHE_DIR"):
         atexit.register(shutil.rmtree, os.environ["KEOPS_CACHE_FOLDER"], True)
 os.environ.setdefault("KEOPS_CACHE_FOLDER", os.path.join(
     os.path.dirname(os.path.abspath(os.environ["TESSEL_CACHE_DIR"])), "pykeops-cache"))
+
+
+def _pykeops_reference_builds_unoptimised():
+    """pykeops is a reference in many tests, at sizes where its run time is nothing and its
+    compile time (a pybind11 module per formula, about 5 s at its -O3 -flto) is most of theirs.
+    At -O0 without LTO a module compiles in about 3.7 s. The values are the same: pykeops builds
+    without -ffast-math or -march, so the optimiser may not change a floating-point operation.
+    pykeops's configuration is keopscore's, read when a module is built: set here, before any
+    test imports pykeops. Benchmarks run pykeops in processes of their own with its own flags."""
+    try:
+        importlib.import_module("keopscore.config")
+    except Exception:  # noqa: BLE001: no keopscore, nothing to set
+        return
+    config = getattr(sys.modules.get("keopscore.config"), "config", None)
+    flags = getattr(config, "cpp_flags", None)
+    if isinstance(flags, str) and " -O3" in flags:
+        config.cpp_flags = flags.replace(" -O3", " -O0").replace(" -flto=auto", "")
+
+
+_pykeops_reference_builds_unoptimised()
 
 # What decides where kernels go and how they are built: a test that changes one must restore it.
 _WATCHED = ("TESSEL_CACHE_DIR", "TESSEL_SIMD", "TESSEL_CXX", "TESSEL_NUM_THREADS",

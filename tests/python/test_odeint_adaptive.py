@@ -335,8 +335,10 @@ def test_memory_flat_in_the_number_of_accepted_steps(method, tols):
            for rtol in tols]
     (few, peak_few), (many, peak_many) = [(r["result"], r["peak_bytes"] / 2**20) for r in res]
     assert many >= 5 * few, (few, many)
-    # Measured peak rises (MiB): dopri5 9, 20, 51, 130 steps: 20.6, 20.2, 20.5, 22.9 (the
-    # resident-set mark moves by a MiB or two from run to run); reversible Heun 157 -> 1724
-    # steps: 6.2 -> 6.6. Unrolled autograd stores a graph per step: 7 evaluations of f, each
-    # keeping 1024 x 32 activations, over 2 MiB a dopri5 step, so 50 steps would add 100 MiB.
-    assert peak_many - peak_few < 0.25 * peak_few + 2.0, (few, many, peak_few, peak_many)
+    # Measured peak rises (MiB): dopri5 9, 20, 51, 130 steps: 20.6, 20.2, 20.5, 22.9;
+    # reversible Heun 157 -> 1724 steps: 6.2 -> 6.6. The resident-set mark of the short run moves
+    # by several MiB from run to run on a loaded machine (dopri5 9 -> 51 steps once measured
+    # 15.7 -> 22.4). Unrolled autograd stores a graph per step: 7 evaluations of f, each keeping
+    # 1024 x 32 activations, over 2 MiB a dopri5 step, so the 42 more steps would add 80 MiB;
+    # the bound below fails from about 0.4 MiB per step.
+    assert peak_many - peak_few < 0.25 * peak_few + 10.0, (few, many, peak_few, peak_many)
