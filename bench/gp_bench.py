@@ -29,7 +29,9 @@ Each (library, n) runs in a fresh process (tessel.loops.run_isolated): setup bui
 and takes one warm-up step (kernel compilation, pykeops's build; on --warmup-n points where
 given), then --repeats steps are timed; the median is reported with the peak memory of the
 resident set during them. One JSON line per measurement (--table: a Markdown table with each
-library's ratio to tessel's time).
+library's ratio to tessel's time). tessel's BBMM rows give log_likelihood_se, the standard error
+of their log p(y) from the spread of the probes' log-determinant estimates (the last step's);
+the other rows have none (exact values, or GPyTorch, which does not expose its probes).
 
 --device cuda puts the points, the targets and the GPyTorch models on the GPU; peak_mb is then
 PyTorch's peak allocation (what a library allocates through the driver itself is not in it).
@@ -94,7 +96,11 @@ def step():
                                  stats=stats)
     grads = torch.autograd.grad(v, params)
     sync()
-    return float(v), stats["cg"]["iterations"] if "cg" in stats else None
+    # The probes' standard error of log p(y) = -(y'K^-1 y + log det K + n log 2 pi) / 2: the
+    # log-determinant is their mean, the quadratic term has no sampling error.
+    z = np.asarray(stats.get("logdet_samples", []), dtype=np.float64)
+    se = 0.5 * z.std(ddof=1) / np.sqrt(z.size) if z.size > 1 else None
+    return float(v), stats["cg"]["iterations"] if "cg" in stats else None, se
 """,
     # GPyTorch's own step on its model; {imports} and {kernel} pick the kernel, {init} sets the
     # start (the likelihood's noise for both).
@@ -121,7 +127,7 @@ def step():
         v = mll(model(x), y) * x.shape[0]
         grads = torch.autograd.grad(v, params)
     sync()
-    return float(v), None
+    return float(v), None, None
 """,
     "sklearn": """
 from sklearn.gaussian_process import GaussianProcessRegressor, kernels as sk
@@ -129,7 +135,7 @@ kernel = sk.ConstantKernel(1.0) * sk.Matern(ELL, nu=2.5) + sk.WhiteKernel(0.1)
 reg = GaussianProcessRegressor(kernel, optimizer=None).fit(X, Y)
 def step():
     v, grad = reg.log_marginal_likelihood(reg.kernel_.theta, eval_gradient=True)
-    return float(v), None
+    return float(v), None, None
 """,
 }
 
@@ -139,7 +145,7 @@ for _ in range({repeats}):
     t = time.perf_counter()
     out = step()
     times.append(time.perf_counter() - t)
-RESULT = dict(times=times, value=out[0], cg_iterations=out[1],
+RESULT = dict(times=times, value=out[0], cg_iterations=out[1], value_se=out[2],
               gpu=torch.cuda.get_device_name(DEV) if DEV.type == "cuda" else None)
 """
 
@@ -188,6 +194,7 @@ def measure(library, n, d, repeats, tol, timeout, device="cpu", warmup_n=None, r
     row = dict(bench="gp_step", library=library, n=n, d=d, device=device,
                seconds=statistics.median(res["times"]), times=res["times"],
                log_likelihood=res["value"], cg_iterations=res["cg_iterations"],
+               log_likelihood_se=res["value_se"],
                peak_mb=round(r["peak_bytes"] / 2**20, 1),
                peak_of="torch.cuda.max_memory_allocated" if cuda else "resident set",
                cpu=cpu_name(), torch_threads=os.cpu_count(), blas=blas_name())
@@ -231,12 +238,14 @@ def table(rows):
     base = {}
     for library in ("tessel-gpytorch", "tessel"):
         base.update({r["n"]: r["seconds"] for r in rows if r["library"] == library})
-    lines = ["| n | library | seconds per step (median) | × tessel | log p(y) | peak MB |",
+    lines = ["| n | library | seconds per step (median) | × tessel | log p(y) (± probes' standard "
+             "error) | peak MB |",
              "| --- | --- | --- | --- | --- | --- |"]
     for r in sorted(rows, key=lambda r: (r["n"], LIBRARIES.index(r["library"]))):
         ratio = f"{r['seconds'] / base[r['n']]:.1f}" if r["n"] in base else "—"
+        se = f" ± {r['log_likelihood_se']:.2g}" if r.get("log_likelihood_se") else ""
         lines.append(f"| {r['n']} | {r['library']} | {r['seconds']:.3g} | {ratio} | "
-                     f"{r['log_likelihood']:.6g} | {r['peak_mb']} |")
+                     f"{r['log_likelihood']:.6g}{se} | {r['peak_mb']} |")
     return "\n".join(lines)
 
 

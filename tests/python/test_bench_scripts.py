@@ -231,6 +231,12 @@ def test_gp_bench_smoke_and_table():
     ours, exact, theirs = (r["log_likelihood"] for r in rows)
     assert abs(ours - theirs) < 0.05 * abs(theirs) + 5, (ours, theirs)
     assert exact == pytest.approx(theirs, rel=1e-7), (exact, theirs)
+    # The estimate's standard error from its 10 probes (0.25 here, off by 0.19); none for the
+    # exact values.
+    se = rows[0]["log_likelihood_se"]
+    assert 0 < se < 2 and abs(ours - exact) < 3 * se, (ours, exact, se)
+    assert rows[1]["log_likelihood_se"] is None and rows[2]["log_likelihood_se"] is None
+    assert f"| {ours:.6g} ± {se:.2g} |" in out.stdout
     assert "| 300 | sklearn |" in out.stdout
 
 
