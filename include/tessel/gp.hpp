@@ -152,7 +152,9 @@ GpMllResult gp_exact_log_marginal_likelihood(const GpKernel& kern, const ArrayVi
                                              std::span<const ArrayView> grads);
 
 /// Predictive variances k(p, p) - k_p^T K-hat^-1 k_p for the c test points p, by batched solves
-/// of `chunk` columns at a time (no noise added: the latent function's variance).
+/// of `chunk` columns at a time (no noise added: the latent function's variance). The last block
+/// is padded with zero columns to a power of two (at most chunk): each column count compiles its
+/// own product kernel, and any c then needs only a few.
 GpCgReport gp_predictive_variance(const GpKernel& kern, const ArrayView& x,
                                   std::span<const double> noise, const ArrayView& p,
                                   std::span<double> var, const PivotedCholesky* pre,

@@ -140,22 +140,29 @@ GpCgReport gp_predictive_variance(const GpKernel& kern, const ArrayView& x,
   GpCgReport rep;
   for (int64_t s = 0; s < c; s += chunk) {
     const int64_t e = std::min(c, s + chunk), w = e - s;
+    // The solve's product kernel is compiled per column count: a last, partial block is padded
+    // with zero columns (CG leaves them at 0 from the start) to the next power of two, so that
+    // any number of test points compiles at most log2(chunk) + 2 product kernels.
+    int64_t cols = 1;
+    while (cols < w) cols *= 2;
+    cols = std::min(cols, chunk);
     ArrayView part = p;
     part.shape[0] = w;
     part.data = static_cast<char*>(p.data) + s * p.stride(0) * dtype_size(p.dtype);
-    std::vector<double> rows(static_cast<size_t>(w * n)), kp(rows.size()), sol(rows.size());
+    std::vector<double> rows(static_cast<size_t>(w * n)), kp(static_cast<size_t>(cols * n), 0.0),
+        sol(kp.size());
     gp_kernel_cross_rows(kern, part, x, rows);
     for (int64_t q = 0; q < w; ++q)
-      for (int64_t j = 0; j < n; ++j) kp[j * w + q] = rows[q * n + j];
-    const GpCgReport r = gp_solve(kern, x, noise, kp, w, sol, pre, opt);
+      for (int64_t j = 0; j < n; ++j) kp[j * cols + q] = rows[q * n + j];
+    const GpCgReport r = gp_solve(kern, x, noise, kp, cols, sol, pre, opt);
     rep.iterations += r.iterations;
     rep.column_iterations.insert(rep.column_iterations.end(), r.column_iterations.begin(),
-                                 r.column_iterations.end());
-    rep.residuals.insert(rep.residuals.end(), r.residuals.begin(), r.residuals.end());
-    rep.converged.insert(rep.converged.end(), r.converged.begin(), r.converged.end());
+                                 r.column_iterations.begin() + w);
+    rep.residuals.insert(rep.residuals.end(), r.residuals.begin(), r.residuals.begin() + w);
+    rep.converged.insert(rep.converged.end(), r.converged.begin(), r.converged.begin() + w);
     for (int64_t q = 0; q < w; ++q) {
       double s2 = 0;
-      for (int64_t j = 0; j < n; ++j) s2 += kp[j * w + q] * sol[j * w + q];
+      for (int64_t j = 0; j < n; ++j) s2 += kp[j * cols + q] * sol[j * cols + q];
       // Rounding can take a variance that is ~0 below 0; the latent variance is >= 0.
       var[s + q] = std::max(var[s + q] - s2, 0.0);
     }

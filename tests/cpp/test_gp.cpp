@@ -111,17 +111,19 @@ TEST(Gp, KernelProductRowsAndDiagonalMatchDense) {
 
 // Rows go in blocks of one width: any number of rows (the exact mode asks for all n) from the
 // same compiled kernels, the last block's missing columns no harm.
+// The kernels compiled into a kernel cache (0 where the interpreter ran them all).
+int compiled_kernels(const std::filesystem::path& cache) {
+  int count = 0;
+  if (std::filesystem::exists(cache / "kernels"))
+    for (const auto& e : std::filesystem::recursive_directory_iterator(cache / "kernels"))
+      count += e.path().extension() == ".so";
+  return count;
+}
+
 TEST(Gp, ManyRowsInBlocksFromOneKernel) {
-  namespace fs = std::filesystem;
   const test_env::TempDir tmp;
   const test_env::ScopedEnv cache("TESSEL_CACHE_DIR", tmp.path());
-  auto compiled = [&] {
-    int count = 0;
-    if (fs::exists(tmp / "kernels"))
-      for (const auto& e : fs::recursive_directory_iterator(tmp / "kernels"))
-        count += e.path().extension() == ".so";
-    return count;
-  };
+  auto compiled = [&] { return compiled_kernels(tmp.path()); };
   GpProblem pb(90);
   const std::vector<double> k = pb.dense(0);
   int after_first = -1;
@@ -343,6 +345,20 @@ TEST(Gp, MarginalLikelihoodAndGradientMatchDenseOnAverage) {
   EXPECT_NEAR(ex.value, ref.value, 1e-6 * std::abs(ref.value));
 }
 
+// k(t_q, t_q) - k_q^T (K + noise)^-1 k_q by the dense Cholesky l of K + noise.
+double dense_variance(const GpProblem& pb, const std::vector<double>& l, const double* tq) {
+  std::vector<double> kq(pb.n);
+  for (int j = 0; j < pb.n; ++j) {
+    double s2 = 0;
+    for (int c = 0; c < kD; ++c) s2 += std::pow(tq[c] - pb.x[j * kD + c], 2);
+    kq[j] = pb.s * std::exp(-pb.g * s2);
+  }
+  const std::vector<double> w = chol_solve(l, pb.n, kq);
+  double s2 = 0;
+  for (int j = 0; j < pb.n; ++j) s2 += kq[j] * w[j];
+  return pb.s - s2;
+}
+
 TEST(Gp, PredictiveVarianceMatchesDense) {
   GpProblem pb(50);
   const double noise[1] = {0.02};
@@ -356,19 +372,40 @@ TEST(Gp, PredictiveVarianceMatchesDense) {
       gp_predictive_variance(pb.kern, pb.xa.view(), noise, ta.view(), var, &pre, opt, 2);
   EXPECT_EQ(rep.residuals.size(), 5u);
   const std::vector<double> l = chol(pb.dense(0.02), pb.n);
-  for (int q = 0; q < 5; ++q) {
-    std::vector<double> kq(pb.n);
-    for (int j = 0; j < pb.n; ++j) {
-      double s2 = 0;
-      for (int c = 0; c < kD; ++c) s2 += std::pow(t[q * kD + c] - pb.x[j * kD + c], 2);
-      kq[j] = pb.s * std::exp(-pb.g * s2);
-    }
-    const std::vector<double> w = chol_solve(l, pb.n, kq);
-    double s2 = 0;
-    for (int j = 0; j < pb.n; ++j) s2 += kq[j] * w[j];
-    EXPECT_NEAR(var[q], pb.s - s2, 1e-8);
-  }
+  for (int q = 0; q < 5; ++q) EXPECT_NEAR(var[q], dense_variance(pb, l, &t[q * kD]), 1e-8);
   EXPECT_NEAR(var[2], pb.s, 1e-6);  // far from the data: the prior
+}
+
+// A last, partial block of test points is solved padded with zero columns to a power of two: 5,
+// 6, 7 and 13 test points in blocks of 8 share one compiled product kernel, the values and the
+// report (one entry per test point) as without padding.
+TEST(Gp, PredictiveVarianceBlocksShareOneKernelWidth) {
+  const test_env::TempDir tmp;
+  const test_env::ScopedEnv cache("TESSEL_CACHE_DIR", tmp.path());
+  auto compiled = [&] { return compiled_kernels(tmp.path()); };
+  GpProblem pb(60);
+  const double noise[1] = {0.02};
+  const std::vector<double> l = chol(pb.dense(0.02), pb.n);
+  const PivotedCholesky pre(pb.kern, pb.xa.view(), noise, 5);
+  GpCgOptions opt;
+  opt.tol = 1e-10;
+  std::mt19937 gen(3);
+  std::uniform_real_distribution<double> u(-0.2, 1.2);
+  int after_first = -1;
+  for (int c : {5, 6, 7, 13}) {
+    std::vector<double> t(static_cast<size_t>(c) * kD), var(c);
+    for (double& e : t) e = u(gen);
+    const Array ta = Array::from(t, {c, kD});
+    const GpCgReport rep =
+        gp_predictive_variance(pb.kern, pb.xa.view(), noise, ta.view(), var, &pre, opt, 8);
+    EXPECT_EQ(rep.residuals.size(), static_cast<size_t>(c));
+    EXPECT_EQ(rep.converged.size(), static_cast<size_t>(c));
+    EXPECT_TRUE(rep.all_converged()) << rep.str();
+    for (int q = 0; q < c; ++q)
+      EXPECT_NEAR(var[q], dense_variance(pb, l, &t[q * kD]), 1e-8) << c << " points, " << q;
+    if (after_first < 0) after_first = compiled();
+  }
+  if (after_first > 0) EXPECT_EQ(compiled(), after_first);  // 0: the interpreter ran them
 }
 
 // The dense mode: value against the dense Cholesky, gradient in both kernel parameters and in the

@@ -36,9 +36,13 @@ def test_the_pytorch_bbmm_is_exact_with_a_full_rank_preconditioner():
                                               "test")
     with pytest.raises(RuntimeError, match="second derivatives"):
         torch.autograd.grad(lml, gp.raw_noise, create_graph=True)
-    mean, var = _torch_bbmm.predict(gp, _torch_bbmm.Rows(gp), gp.x[:5] + 0.01, gp.y, True, N,
-                                    1e-10, 2, None)
-    want_mean, want_var = gp.predict(gp.x[:5] + 0.01, mode="exact")
+    # 7 test points in blocks of 4: the last block solved padded to 4 columns, reported as 3.
+    stats = {}
+    mean, var = _torch_bbmm.predict(gp, _torch_bbmm.Rows(gp), gp.x[:7] + 0.01, gp.y, True, N,
+                                    1e-10, 4, stats)
+    assert [len(r["converged"]) for r in stats["variance_solves"]] == [4, 3]
+    assert stats["variance_solves"][1]["summary"].startswith("3 columns")
+    want_mean, want_var = gp.predict(gp.x[:7] + 0.01, mode="exact")
     torch.testing.assert_close(mean, want_mean, rtol=1e-7, atol=1e-9)  # zero mean: r = y
     torch.testing.assert_close(var, want_var, rtol=1e-6, atol=1e-9)
 

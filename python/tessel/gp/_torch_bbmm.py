@@ -285,13 +285,27 @@ def variances(model, rows, xt, rank, tol, chunk, stats):
     reports = []
     for s in range(0, xt.shape[0], chunk):
         kp = model.kernel.dense(model.x, xt[s:s + chunk]).detach().to(torch.float64)
-        sol, rep = solve(model, rows, kp, rank, tol)
-        reports.append(rep)
-        var[s:s + chunk] -= (kp * sol).sum(0)
+        # Each column count compiles its own product kernel: a last, partial block goes padded
+        # with zero columns (CG leaves them at 0) to a power of two, as in the core.
+        w = kp.shape[1]
+        cols = min(1 << (w - 1).bit_length(), chunk)
+        sol, rep = solve(model, rows, torch.nn.functional.pad(kp, (0, cols - w)), rank, tol)
+        reports.append(_first_columns(rep, w))
+        var[s:s + chunk] -= (kp * sol[:, :w]).sum(0)
     if stats is not None:
         stats["variance_solves"] = reports
     # Rounding can take a variance that is ~0 below 0; the latent variance is >= 0.
     return var.clamp_min(0)
+
+
+def _first_columns(report, w):
+    """pcg's report for its first w columns (the others padding)."""
+    out = dict(report)
+    for key in ("column_iterations", "residuals", "converged"):
+        out[key] = report[key][:w]
+    out["summary"] = (f"{w} columns, {report['iterations']} iterations, max relative residual "
+                      f"{max(out['residuals']):.3g}")
+    return out
 
 
 @torch.no_grad()

@@ -290,7 +290,9 @@ class ExactGP(GPData):
         tol : float
             BBMM: CG's relative residual.
         chunk : int
-            BBMM: test points per batched solve.
+            BBMM: test points per batched solve. A last, smaller block is solved padded with
+            zero columns to a power of two: a product kernel is compiled per column count, so
+            any number of test points needs only a few.
         stats : dict, optional
             BBMM and LOVE: filled with the CG reports of the mean's solve and the variances'
             solves; LOVE: "love_rank" (Lanczos steps taken) and, with love_check, "love_check"
