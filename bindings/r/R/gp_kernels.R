@@ -217,16 +217,21 @@ gp_kernel_build <- function(kernel, x, who) {
                   ncol(k$params[[p]]), " input dimension(s); expected ", d)
       }
     }
-    at <- length(state$theta)
-    for (p in c("weights", "means", "scales")) add(k$params[[p]], paste0(tag, p))
+    # Where each parameter starts in TH; a matrix's row j (mixture j) at start + (j - 1) d.
+    start <- list()
+    for (p in gp_param_order$spectral_mixture) {
+      start[[p]] <- length(state$theta)
+      add(k$params[[p]], paste0(tag, p))
+    }
     elem <- function(i) sprintf("Elem(TH,%d)", i)
     diff <- if (d == 1) "(X-Y)" else sprintf("(Elem(X,%d)-Elem(Y,%d))", 0:(d - 1), 0:(d - 1))
     terms <- vapply(seq_len(q), function(j) {
-      s_at <- at + q + q * d + (j - 1) * d
-      s <- if (d == 1) elem(s_at) else sprintf("Extract(TH,%d,%d)", s_at, d)
+      row <- (j - 1) * d
+      s <- if (d == 1) elem(start$scales + row) else
+        sprintf("Extract(TH,%d,%d)", start$scales + row, d)
       waves <- sprintf("Cos(%s*%s*%s)", format(2 * pi, digits = 17), diff,
-                       elem(at + q + (j - 1) * d + 0:(d - 1)))
-      sprintf("%s*Exp(-(%s*WeightedSqDist(Square(%s),X,Y)))*%s", elem(at + j - 1),
+                       elem(start$means + row + 0:(d - 1)))
+      sprintf("%s*Exp(-(%s*WeightedSqDist(Square(%s),X,Y)))*%s", elem(start$weights + j - 1),
               format(2 * pi^2, digits = 17), s, paste(waves, collapse = "*"))
     }, "")
     paste(terms, collapse = "+")
