@@ -14,6 +14,8 @@ import torch
 
 from ._problem import refuse_second_order
 
+_BLOCK = 32  # columns per kernel product where a width would otherwise vary with the data
+
 __all__ = ["Rows", "Preconditioner", "pcg", "log_marginal_likelihood", "solve", "predict",
            "variances", "love_root", "love_variances"]
 
@@ -351,7 +353,12 @@ def love_root(model, rows, love_rank, seed):
 
 @torch.no_grad()
 def love_variances(model, rows, xt, root):
-    """k(p, p) - |R^T k_p|^2 at the test points xt: one product with R's columns."""
+    """k(p, p) - |R^T k_p|^2 at the test points xt: products with R's columns in blocks of 32,
+    the last zero-padded, as in the core (R's width is the Lanczos steps taken, and each width
+    would compile a product kernel of its own)."""
     var = model.kernel.diag(xt).detach().to(torch.float64).reshape(-1)
-    kr = rows.product(root, points=xt)
-    return (var - (kr * kr).sum(1)).clamp_min(0)
+    for b in range(0, root.shape[1], _BLOCK):
+        part = root[:, b:b + _BLOCK]
+        kr = rows.product(torch.nn.functional.pad(part, (0, _BLOCK - part.shape[1])), points=xt)
+        var = var - (kr * kr).sum(1)
+    return var.clamp_min(0)
