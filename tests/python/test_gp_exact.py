@@ -95,7 +95,7 @@ def test_bbmm_predictions_match_exact(pair):
     xt, _ = _data(n=50, seed=6)
     stats = {}
     mean_e, var_e = gp.predict(xt, mode="exact")
-    mean_b, var_b = gp.predict(xt, mode="bbmm", tol=1e-10, stats=stats)
+    mean_b, var_b = gp.predict(xt, mode="bbmm", tol=1e-10, rank=100, stats=stats)
     assert all(stats["mean_solve"]["converged"]) and all(stats["variance_solves"]["converged"])
     np.testing.assert_allclose(mean_b, mean_e, rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(var_b, var_e, rtol=1e-6, atol=1e-8)
