@@ -1,6 +1,8 @@
 """pytest setup: the package under test is the one built in <build>/python (see scripts/test.sh)."""
 import atexit
+import contextlib
 import importlib
+import io
 import os
 import shutil
 import sys
@@ -42,7 +44,9 @@ def _pykeops_reference_builds_unoptimised():
     pykeops's configuration is keopscore's, read when a module is built: set here, before any
     test imports pykeops. Benchmarks run pykeops in processes of their own with its own flags."""
     try:
-        importlib.import_module("keopscore.config")
+        # Its import prints a warning when CUDA is absent, which the tests that use it show.
+        with contextlib.redirect_stdout(io.StringIO()):
+            importlib.import_module("keopscore.config")
     except Exception:  # noqa: BLE001: no keopscore, nothing to set
         return
     config = getattr(sys.modules.get("keopscore.config"), "config", None)
