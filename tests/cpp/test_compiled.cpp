@@ -182,12 +182,11 @@ TEST_P(CompiledOp, MatchesInterpreter) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    EveryOp, CompiledOp,
-    ::testing::Combine(::testing::Range(0, (static_cast<int>(OpCode::Count_) -
-                                            static_cast<int>(OpCode::Add) + kOpsPerKernel - 1) /
-                                               kOpsPerKernel),
-                       ::testing::Bool()));
+constexpr int kOpBatches =
+    (static_cast<int>(OpCode::Count_) - static_cast<int>(OpCode::Add) + kOpsPerKernel - 1) /
+    kOpsPerKernel;
+INSTANTIATE_TEST_SUITE_P(EveryOp, CompiledOp,
+                         ::testing::Combine(::testing::Range(0, kOpBatches), ::testing::Bool()));
 
 // exp/log are our own polynomials: check them across the whole range, specials included.
 TEST(CompiledMath, ExpLogEdges) {
