@@ -174,12 +174,15 @@ def outcome(r):
 def draw_run(strip, panel, machine, device, rows):
     """Time against n per library on `panel`, failures as crosses on `strip` above it."""
     order = list(NAMES)
-    libraries = sorted({r["library"] for r in rows},
-                       key=lambda name: (order.index(name) if name in order else len(order), name))
+    # tessel's rows at a preconditioner rank other than GPyTorch's 15 are a line of their own.
+    key = lambda r: (r["library"], r.get("rank") if r.get("rank", 15) != 15 else None)  # noqa: E731
+    libraries = sorted({key(r) for r in rows},
+                       key=lambda lr: (order.index(lr[0]) if lr[0] in order else len(order),
+                                       lr[0], lr[1] or 0))
     failing = []
-    for k, library in enumerate(libraries):
-        mine = sorted((r for r in rows if r["library"] == library), key=lambda r: r["n"])
-        name = NAMES.get(library, library)
+    for k, (library, rank) in enumerate(libraries):
+        mine = sorted((r for r in rows if key(r) == (library, rank)), key=lambda r: r["n"])
+        name = NAMES.get(library, library) + (f", rank {rank}" if rank else "")
         for r in mine:
             print(f"  n = {r['n']:>6,}  {name:<26} {outcome(r)}")
         ran = [r for r in mine if "seconds" in r]
