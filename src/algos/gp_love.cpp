@@ -127,12 +127,11 @@ void gp_love_variance(const GpKernel& kern, const ArrayView& x, const GpLoveRoot
   constexpr int64_t kChunk = 8192;
   std::vector<double> kr, block(static_cast<size_t>(n * kBlock));
   for (int64_t b0 = 0; b0 < k; b0 += kBlock) {
-    const int64_t w = std::min(kBlock, k - b0), cols = kBlock;
+    const int64_t w = std::min(kBlock, k - b0);
     const std::vector<double>* r = &love.root;
     if (k != kBlock) {
       std::fill(block.begin(), block.end(), 0.0);
-      for (int64_t i = 0; i < n; ++i)
-        std::copy_n(&love.root[i * k + b0], w, &block[i * cols]);
+      for (int64_t i = 0; i < n; ++i) std::copy_n(&love.root[i * k + b0], w, &block[i * kBlock]);
       r = &block;
     }
     for (int64_t s = 0; s < c; s += kChunk) {
@@ -140,11 +139,11 @@ void gp_love_variance(const GpKernel& kern, const ArrayView& x, const GpLoveRoot
       ArrayView part = p;
       part.shape[0] = m;
       part.data = static_cast<char*>(p.data) + s * p.stride(0) * dtype_size(p.dtype);
-      kr.assign(static_cast<size_t>(m * cols), 0.0);
-      gp_kernel_product(kern, part, x, *r, cols, kr);
+      kr.assign(static_cast<size_t>(m * kBlock), 0.0);
+      gp_kernel_product(kern, part, x, *r, kBlock, kr);
       for (int64_t q = 0; q < m; ++q) {
         double t = 0;
-        for (int64_t j = 0; j < w; ++j) t += kr[q * cols + j] * kr[q * cols + j];
+        for (int64_t j = 0; j < w; ++j) t += kr[q * kBlock + j] * kr[q * kBlock + j];
         var[s + q] -= t;
       }
     }

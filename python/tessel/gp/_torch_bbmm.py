@@ -187,9 +187,7 @@ def pcg(rows, pre, b, tol, maxiter):
     quads = [log_quadrature(alphas[c], betas[c], float(weight[c])) for c in range(m)]
     converged = (~active).tolist()  # each column's recurrence residual met tol
     report = dict(iterations=it, column_iterations=iters, residuals=rel.tolist(),
-                  converged=converged,
-                  summary=f"{m} columns, {it} iterations, max relative residual "
-                          f"{float(rel.max()):.3g}")
+                  converged=converged, summary=_summary(m, it, rel.tolist()))
     return x, quads, report
 
 
@@ -305,9 +303,13 @@ def _first_columns(report, w):
     out = dict(report)
     for key in ("column_iterations", "residuals", "converged"):
         out[key] = report[key][:w]
-    out["summary"] = (f"{w} columns, {report['iterations']} iterations, max relative residual "
-                      f"{max(out['residuals']):.3g}")
+    out["summary"] = _summary(w, report["iterations"], out["residuals"])
     return out
+
+
+def _summary(columns, iterations, residuals):
+    return (f"{columns} columns, {iterations} iterations, max relative residual "
+            f"{max(residuals):.3g}")
 
 
 @torch.no_grad()
