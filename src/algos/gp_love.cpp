@@ -120,9 +120,8 @@ void gp_love_variance(const GpKernel& kern, const ArrayView& x, const GpLoveRoot
   gp_kernel_diag(kern, p, var);
   // The root's columns in blocks of kBlock, the last zero-padded: the product's kernel is
   // compiled per column count, and the root's rank is the number of Lanczos steps taken, which
-  // changes with the data and hyperparameters (one width, one kernel; a 400-column kernel took
-  // 25 s to compile; at rank 100, four 32-column passes took 1.15x the time of one 100-column
-  // pass). Test points in chunks, so that the product's output stays small.
+  // changes with the data and hyperparameters (one width, one kernel: a 400-column kernel took
+  // 25 s to compile). Test points in chunks, so that the product's output stays small.
   constexpr int64_t kBlock = 32;
   constexpr int64_t kChunk = 8192;
   std::vector<double> kr, block(static_cast<size_t>(n * kBlock));
