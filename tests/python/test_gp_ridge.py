@@ -130,3 +130,108 @@ def test_gcv_prefers_the_right_amount_of_smoothing():
     assert scores[1e-4] < scores[1.0]  # heavy smoothing misses the signal
     with pytest.raises(ValueError, match="probes must be an integer >= 2"):
         NystromRidge(RBF()).gcv(x, y, probes=1)
+
+
+def _dense_gcv(kernel, x, y, c, lam):
+    """The score from the n x n hat matrix, differentiable by autograd (the reference)."""
+    knm = kernel.dense(x.to(torch.float64), c)
+    kmm = kernel.dense(c, c)
+    n = x.shape[0]
+    hat = knm @ torch.linalg.solve(knm.T @ knm + lam * n * kmm, knm.T)
+    resid = y.reshape(n, -1) - hat @ y.reshape(n, -1)
+    return n * (resid ** 2).sum() / (n - torch.trace(hat)) ** 2
+
+
+@pytest.mark.parametrize("outputs,chunk,dtype", [(None, 37, torch.float64),
+                                                 (2, None, torch.float64),
+                                                 (None, 64, torch.float32)])
+def test_exact_gcv_and_its_gradient_equal_the_dense_hat_matrix(outputs, chunk, dtype):
+    from tessel.gp._ridge_gcv import GCVObjective
+    x, y = _data(n=300, outputs=outputs)
+    x = x.to(dtype)
+    kernel = Scale(Matern(2.5, lengthscale=[0.3, 0.5, 0.8]), outputscale=1.5)
+    c = x[::5].to(torch.float64)
+    obj = GCVObjective(kernel, x, y, c, 1e-4, True, chunk, "test")
+    score = obj.score()
+    score.backward()
+    got = {name: p.grad.clone() for name, p in obj.named_parameters()}
+    for p in obj.parameters():
+        p.grad = None
+    want = _dense_gcv(kernel, x, y, c, torch.exp(obj.raw_log_lam))
+    want.backward()
+    # float64 sums of the same terms; the jitter (M * 1e-14, or 1e-7 for float32 points, of
+    # K_MM's mean diagonal) moves the float32 case's score by about that much relatively.
+    tol = 1e-9 if dtype == torch.float64 else 2e-5
+    assert abs(float(score) / float(want) - 1) < tol
+    # The score hardly moves with the output scale (only through lam's weight against it), so
+    # each gradient is compared on the scale of the largest.
+    scale = max(float(p.grad.abs().max()) for p in obj.parameters())
+    for name, p in obj.named_parameters():
+        assert float((got[name] - p.grad).abs().max()) <= 100 * tol * scale, name
+    assert 0 < obj.trace_ < c.shape[0]
+
+
+def test_gcv_gradient_equals_finite_differences():
+    from tessel.gp._ridge_gcv import GCVObjective
+    x, y = _data(n=200)
+    obj = GCVObjective(RBF([0.4, 0.6, 0.9]), x, y, x[::4], 1e-3, True, 50, "test")
+    obj.score().backward()
+    for p in obj.parameters():
+        flat, grad = p.data.reshape(-1), p.grad.reshape(-1)
+        for i in range(flat.numel()):
+            h = 1e-5
+            flat[i] += h
+            up = float(obj.score())
+            flat[i] -= 2 * h
+            down = float(obj.score())
+            flat[i] += h
+            fd = (up - down) / (2 * h)
+            assert abs(fd - float(grad[i])) <= 1e-6 * abs(fd) + 1e-10, (i, fd, float(grad[i]))
+
+
+def test_tune_beats_a_grid_and_predicts_better():
+    x, y = _data(n=500)
+    xt, yt = _data(n=300, seed=3)
+    model = NystromRidge(RBF([2.0, 2.0, 2.0]), centres=60, lam=1e-1)
+    before = float(((model.fit(x, y).predict(xt) - yt) ** 2).mean())
+    model.tune(x, y, max_iter=40)
+    after = float(((model.predict(xt) - yt) ** 2).mean())
+    rows = model.history_
+    assert rows[-1]["loss"] < 0.2 * rows[0]["loss"] and after < 0.2 * before
+    assert set(rows[0]) >= {"iteration", "loss", "grad_norm", "seconds"}
+    assert model.gcv_ == rows[-1]["loss"]
+    # Every point of a grid over lam and one lengthscale scores no better than the descent.
+    for lam in (1e-5, 1e-3, 1e-1):
+        for ls in (0.2, 0.5, 1.0):
+            score = float(_dense_gcv(RBF(ls), x, y, model.centres_, lam).detach())
+            assert model.gcv_ <= score * (1 + 1e-9)
+    # The probes' estimate (core CG) agrees with the exact score within its error.
+    est, se = NystromRidge(model.kernel, centres=60, lam=model.lam, tol=1e-7).gcv(
+        x, y, probes=64)
+    assert abs(est - model.gcv_) <= 4 * se + 1e-6 * model.gcv_
+
+
+def test_tune_keeps_a_fixed_lam_and_copes_with_repeated_centres():
+    x, y = _data(n=200)
+    x = torch.cat([x, x[:50]])  # coincident points, so the drawn centres repeat
+    y = torch.cat([y, y[:50]])
+    model = NystromRidge(RBF(1.0), centres=120, lam=1e-3, seed=1)
+    model.tune(x, y, max_iter=5, learn_lam=False)
+    assert model.lam == 1e-3
+    assert all(np.isfinite(r["loss"]) and np.isfinite(r["grad_norm"]) for r in model.history_)
+
+
+def test_tune_bad_input_and_second_order():
+    from tessel.gp._ridge_gcv import GCVObjective
+    x, y = _data(n=100)
+    model = NystromRidge(RBF(), centres=10)
+    for kw, msg in (({"chunk": 0}, "chunk must be None or an int >= 1"),
+                    ({"learn_lam": "yes"}, "learn_lam must be a bool"),
+                    ({"optimizer": "sgd"}, "optimizer must be one of")):
+        with pytest.raises(ValueError, match=f"NystromRidge.tune: {msg}"):
+            model.tune(x, y, **kw)
+    with pytest.raises(ValueError, match="NystromRidge.tune: y holds a NaN"):
+        model.tune(x, torch.full_like(y, float("nan")))
+    obj = GCVObjective(RBF(), x, y, x[:10], 1e-3, True, None, "NystromRidge.tune")
+    with pytest.raises(RuntimeError, match="NystromRidge.tune: second derivatives"):
+        torch.autograd.grad(obj.score(), [obj.raw_log_lam], create_graph=True)

@@ -6,6 +6,8 @@ import numpy as np
 import torch
 
 from .. import _core
+from ._ridge_gcv import GCVObjective
+from .fit import fit_model
 from .kernels import Kernel
 
 __all__ = ["NystromRidge"]
@@ -95,30 +97,38 @@ class NystromRidge:
         return _core.parse(text, aliases), [np.ascontiguousarray(
             theta.detach().cpu().numpy().astype(np_dtype))]
 
-    def fit(self, x, y):
-        """Solves for the coefficients; returns self."""
-        who = "NystromRidge.fit"
-        x = self._prepare(x, who)
-        y = torch.as_tensor(y, dtype=torch.float64)
-        if y.dim() not in (1, 2) or y.shape[0] != x.shape[0]:
-            raise ValueError(f"{who}: y must be ({x.shape[0]},) or ({x.shape[0]}, k), got shape "
-                             f"{tuple(y.shape)}")
-        if not bool(torch.isfinite(y).all()):
-            raise ValueError(f"{who}: y holds a NaN or an infinity")
+    def _centres(self, x, who):
+        """The centres: M of the points drawn with `seed`, or the given ones, checked."""
         if isinstance(self.centres, (int, np.integer)) and not isinstance(self.centres, bool):
             m = int(self.centres)
             if m < 1:
                 raise ValueError(f"{who}: centres must be >= 1, got {m}")
             g = torch.Generator().manual_seed(self.seed)
             pick = torch.randperm(x.shape[0], generator=g)[:min(m, x.shape[0])]
-            c = x[pick.sort().values]
-        else:
-            c = torch.as_tensor(self.centres).to(x.dtype)
-            if c.dim() != 2 or c.shape[1] != x.shape[1]:
-                raise ValueError(f"{who}: centres must be (M, {x.shape[1]}), got shape "
-                                 f"{tuple(c.shape)}")
-            if not bool(torch.isfinite(c).all()):
-                raise ValueError(f"{who}: centres hold a NaN or an infinity")
+            return x[pick.sort().values]
+        c = torch.as_tensor(self.centres).to(x.dtype)
+        if c.dim() != 2 or c.shape[1] != x.shape[1]:
+            raise ValueError(f"{who}: centres must be (M, {x.shape[1]}), got shape "
+                             f"{tuple(c.shape)}")
+        if not bool(torch.isfinite(c).all()):
+            raise ValueError(f"{who}: centres hold a NaN or an infinity")
+        return c.detach()
+
+    def _targets(self, x, y, who):
+        y = torch.as_tensor(y, dtype=torch.float64)
+        if y.dim() not in (1, 2) or y.shape[0] != x.shape[0]:
+            raise ValueError(f"{who}: y must be ({x.shape[0]},) or ({x.shape[0]}, k), got shape "
+                             f"{tuple(y.shape)}")
+        if not bool(torch.isfinite(y).all()):
+            raise ValueError(f"{who}: y holds a NaN or an infinity")
+        return y
+
+    def fit(self, x, y):
+        """Solves for the coefficients; returns self."""
+        who = "NystromRidge.fit"
+        x = self._prepare(x, who)
+        y = self._targets(x, y, who)
+        c = self._centres(x, who)
         f, params = self._formula(x.shape[1], x.dtype)
         cols = 1 if y.dim() == 1 else y.shape[1]
         xs = np.ascontiguousarray(x.cpu().numpy())
@@ -188,6 +198,69 @@ class NystromRidge:
         score = n * rss / (n - trace) ** 2
         # d score / d trace = 2 score / (n - trace): the trace's error carried to the score.
         return score, 2 * score / (n - trace) * trace_se
+
+    def tune(self, x, y, optimizer="lbfgs", max_iter=50, lr=None, learn_lam=True, chunk=None,
+             gtol=1e-5, ftol=1e-9, progress=None, callback=None):
+        """Learns the kernel's hyperparameters (and lam) by descending the exact generalised
+        cross-validation score, then fits the coefficients with them; returns self.
+
+        The score, n |y - H y|^2 / (n - tr H)^2 summed over the outputs, is computed exactly on
+        the M centres: the whitened features K_XC L^-T (L L^T = K_MM + jitter, the core's
+        jitter) are made one chunk of rows at a time and summed into an M x M matrix, so an
+        evaluation costs O(n M^2) in float64 products and O(M^2 + chunk M) memory, and its
+        gradient in every hyperparameter a second pass over the chunks. The kernel's parameters
+        are updated in place (as a GPyTorch model's are); lam is learned as log lam. The centres
+        stay where they are.
+
+        Parameters
+        ----------
+        x, y : torch.Tensor
+            As for fit (several outputs share the hyperparameters).
+        optimizer, max_iter, lr, gtol, ftol, progress, callback
+            As ExactGP.fit: L-BFGS with a strong Wolfe line search or Adam, progress lines on
+            stderr after a few seconds (or on request), a callback that may stop the fit.
+        learn_lam : bool
+            Learn lam with the kernel's hyperparameters, or keep it.
+        chunk : int, optional
+            Rows per block (default: 2^19 / M).
+
+        Returns
+        -------
+        NystromRidge
+            self, fitted, with `history_` (loss: the score at each iteration, grad_norm,
+            seconds) and `gcv_` (the exact score at the end).
+
+        Raises
+        ------
+        ValueError
+            As fit, for a bad chunk, or when K_MM does not factor or the loss goes non-finite.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from tessel.gp import NystromRidge, RBF
+        >>> x = torch.rand(400, 1, dtype=torch.float64)
+        >>> y = torch.sin(6 * x[:, 0]) + 0.1 * torch.randn(400, dtype=torch.float64)
+        >>> model = NystromRidge(RBF(1.0), centres=40, lam=1e-2).tune(x, y, max_iter=20)
+        >>> model.history_[-1]["loss"] < model.history_[0]["loss"], model.lam < 1e-2
+        (True, True)
+        """
+        who = "NystromRidge.tune"
+        if not (chunk is None or (isinstance(chunk, int) and not isinstance(chunk, bool)
+                                  and chunk >= 1)):
+            raise ValueError(f"{who}: chunk must be None or an int >= 1, got {chunk!r}")
+        if not isinstance(learn_lam, bool):
+            raise ValueError(f"{who}: learn_lam must be a bool, got {learn_lam!r}")
+        x = self._prepare(x, who)
+        y = self._targets(x, y, who)
+        c = self._centres(x, who)
+        objective = GCVObjective(self.kernel, x, y, c, self.lam, learn_lam, chunk, who)
+        history = fit_model(objective, optimizer=optimizer, max_iter=max_iter, lr=lr, gtol=gtol,
+                            ftol=ftol, progress=progress, callback=callback, who=who)
+        if learn_lam:
+            self.lam = float(objective.lam())
+        self.history_, self.gcv_ = history, history[-1]["loss"]
+        return self.fit(x, y)  # the same centres: the same seed's draw, or the given ones
 
     def predict(self, x):
         """f at the points x: (m,) or (m, k) like y."""
