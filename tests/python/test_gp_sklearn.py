@@ -1,21 +1,28 @@
-"""tessel.gp.GaussianProcessRegressor as a scikit-learn estimator: scikit-learn's own estimator
+"""tessel.gp's scikit-learn estimators. GaussianProcessRegressor: scikit-learn's own estimator
 checks, the same predictions, standard deviations, covariances and samples as scikit-learn's
-GaussianProcessRegressor with the same fixed kernel, and use in a pipeline and a grid search."""
+GaussianProcessRegressor with the same fixed kernel, and use in a pipeline and a grid search.
+NystromKernelRidge: the checks, scikit-learn's KernelRidge when every point is a centre, several
+outputs, a grid search, and the hyperparameters learned by GCV."""
 import numpy as np
 import pytest
 import torch
 
 import sklearn.gaussian_process as sklearn_gp
 from sklearn.gaussian_process import kernels as sk
+from sklearn.kernel_ridge import KernelRidge
 from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from tessel.gp import RBF, GaussianProcessRegressor, Matern, Scale
+from tessel.gp import RBF, GaussianProcessRegressor, Matern, NystromKernelRidge, Scale
 
 
-@parametrize_with_checks([GaussianProcessRegressor(max_iter=5)])
+# The default kernels only: joblib's hash of a PyTorch tensor differs from its deep copy's, so
+# scikit-learn's check that fit leaves the parameters alone cannot take a kernel object.
+@parametrize_with_checks([GaussianProcessRegressor(max_iter=5),
+                          NystromKernelRidge(centres=40, max_iter=5),
+                          NystromKernelRidge(optimizer=None)])
 def test_scikit_learn_estimator_checks(estimator, check):
     check(estimator)
 
@@ -116,3 +123,53 @@ def test_return_std_and_cov_together_is_refused():
     with pytest.raises(RuntimeError, match="at most one of return_std or return_cov"):
         reg.predict(x, return_std=True, return_cov=True)
     assert torch.get_default_dtype() == torch.float32  # nothing global was changed
+
+
+def test_every_point_a_centre_is_scikit_learns_kernel_ridge():
+    x, y = _data()
+    xt = _data(n=50, seed=1)[0]
+    lam, ell = 1e-4, 0.7
+    ours = NystromKernelRidge(RBF(ell), lam=lam, centres=10_000, optimizer=None,
+                              tol=1e-10).fit(x, y)
+    ref = KernelRidge(alpha=lam * x.shape[0], kernel="rbf", gamma=0.5 / ell**2).fit(x, y)
+    want = ref.predict(xt)
+    assert np.abs(ours.predict(xt) - want).max() <= 1e-6 * np.abs(want).max()
+
+
+def test_ridge_several_outputs_at_once_equal_one_at_a_time():
+    x, y = _data()
+    ys = np.stack([y, 2 * y + 1], 1)
+    opts = dict(centres=80, lam=1e-5, optimizer=None, tol=1e-9)
+    both = NystromKernelRidge(Matern(2.5), **opts).fit(x, ys)
+    pred = both.predict(x[:20])
+    assert pred.shape == (20, 2)
+    for k in range(2):
+        one = NystromKernelRidge(Matern(2.5), **opts).fit(x, ys[:, k])
+        assert np.abs(one.predict(x[:20]) - pred[:, k]).max() <= 1e-7 * np.abs(pred).max()
+
+
+def test_gcv_learned_hyperparameters_predict_better_and_fit_in_a_grid_search():
+    x, y = _data(n=500)
+    xt, yt = _data(n=300, seed=2)
+    plain = NystromKernelRidge(RBF(3.0), lam=1e-1, centres=60, optimizer=None).fit(x, y)
+    tuned = NystromKernelRidge(RBF(3.0), lam=1e-1, centres=60, max_iter=30).fit(x, y)
+    assert tuned.score(xt, yt) > 0.95 > plain.score(xt, yt)
+    assert tuned.lam_ < 1e-1 and tuned.gcv_ == tuned.history_[-1]["loss"]
+    assert float(tuned.kernel_.lengthscale.reshape(-1)[0]) < 3.0
+    assert float(tuned.kernel.lengthscale.reshape(-1)[0]) == pytest.approx(3.0)  # not touched
+    search = GridSearchCV(make_pipeline(StandardScaler(),
+                                        NystromKernelRidge(centres=60, optimizer=None)),
+                          {"nystromkernelridge__lam": [1e-6, 1e-2]}, cv=3).fit(x, y)
+    assert search.best_params_["nystromkernelridge__lam"] == 1e-6
+
+
+@pytest.mark.parametrize("kw,exc,match", [
+    ({"dtype": "float16"}, ValueError, "dtype must be one of"),
+    ({"kernel": "rbf"}, TypeError, "kernel must be a tessel.gp kernel"),
+    ({"optimizer": "sgd"}, ValueError, "optimizer must be 'lbfgs', 'adam' or None"),
+    ({"centres": 0}, ValueError, "centres must be an int >= 1"),
+    ({"lam": 0.0}, ValueError, "lam must be a finite number > 0")])
+def test_ridge_bad_parameters_are_named_at_fit(kw, exc, match):
+    x, y = _data(n=20)
+    with pytest.raises(exc, match=match):
+        NystromKernelRidge(**kw).fit(x, y)

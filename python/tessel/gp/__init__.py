@@ -15,7 +15,9 @@ test points); `ExactGP.fit`, L-BFGS or Adam with a history, progress lines and c
 O(n M^2) time and O(M^2) memory per step: the model for a million points.
 
 `NystromRidge`: Nyström kernel ridge regression, Falkon-preconditioned CG in the core.
-`GaussianProcessRegressor`: scikit-learn's estimator API (it imports scikit-learn). GPyTorch's
+`NystromRidge.tune` learns its hyperparameters by descending the exact GCV score.
+`GaussianProcessRegressor` and `NystromKernelRidge`: scikit-learn's estimator API (they import
+scikit-learn). GPyTorch's
 KeOps kernels (gpytorch.kernels.keops) run on tessel after tessel.compat.install().
 
 `ExactGP.sample`: posterior samples in O(n) memory by the pathwise update of a random-feature prior
@@ -31,18 +33,18 @@ from .sparse import SparseGP
 
 __all__ = ["Kernel", "RBF", "Matern", "RationalQuadratic", "Periodic", "Linear", "Polynomial",
            "SpectralMixture", "Scale", "ExactGP", "SparseGP", "GaussianProcessRegressor",
-           "NystromRidge", "GPyTorchKernel"]
+           "NystromRidge", "NystromKernelRidge", "GPyTorchKernel"]
 
 
 def __getattr__(name):
     # scikit-learn and GPyTorch are imported only by who asks for their APIs.
-    if name == "GaussianProcessRegressor":
+    if name in ("GaussianProcessRegressor", "NystromKernelRidge"):
         try:
-            from .estimators import GaussianProcessRegressor
+            from . import estimators
         except ImportError as e:
-            raise ImportError("tessel.gp.GaussianProcessRegressor needs scikit-learn (pip "
-                              f"install scikit-learn): {e}") from e
-        return GaussianProcessRegressor
+            raise ImportError(f"tessel.gp.{name} needs scikit-learn (pip install scikit-learn): "
+                              f"{e}") from e
+        return getattr(estimators, name)
     if name == "GPyTorchKernel":
         try:
             from .gpytorch_kernel import GPyTorchKernel

@@ -1,6 +1,7 @@
 """scikit-learn's estimator API over tessel.gp: GaussianProcessRegressor (fit, predict with
-return_std or return_cov, sample_y, score, get_params / set_params), for pipelines, grid searches
-and code written for scikit-learn's own GaussianProcessRegressor."""
+return_std or return_cov, sample_y, score, get_params / set_params) and NystromKernelRidge, for
+pipelines, grid searches and code written for scikit-learn's GaussianProcessRegressor and
+KernelRidge."""
 import copy
 import numbers
 
@@ -12,8 +13,9 @@ from sklearn.utils.validation import check_is_fitted
 
 from .kernels import RBF, Kernel, Scale
 from .model import ExactGP
+from .ridge import NystromRidge
 
-__all__ = ["GaussianProcessRegressor"]
+__all__ = ["GaussianProcessRegressor", "NystromKernelRidge"]
 
 _DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
@@ -21,7 +23,7 @@ _DTYPES = {"float64": torch.float64, "float32": torch.float32}
 _NO_Y = object()
 
 
-def _validate(est, X, y=_NO_Y, reset=True):
+def _validate(est, X, y=_NO_Y, reset=True, multi_output=False):
     """scikit-learn's input validation (its name moved in 1.6); y=None is its "y required"."""
     try:
         from sklearn.utils.validation import validate_data
@@ -30,7 +32,8 @@ def _validate(est, X, y=_NO_Y, reset=True):
             return est._validate_data(*args, **kw)
     if y is _NO_Y:
         return validate_data(est, X, reset=reset, dtype=np.float64)
-    return validate_data(est, X, y, reset=reset, dtype=np.float64, y_numeric=True)
+    return validate_data(est, X, y, reset=reset, dtype=np.float64, y_numeric=True,
+                         multi_output=multi_output)
 
 
 class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
@@ -186,3 +189,118 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         mean, cov = self.predict(X, return_cov=True)
         rng = check_random_state(random_state)
         return rng.multivariate_normal(mean, cov, n_samples).T
+
+
+class NystromKernelRidge(RegressorMixin, BaseEstimator):
+    """Kernel ridge regression on M centres (tessel.gp.NystromRidge) with scikit-learn's
+    estimator API, its hyperparameters optionally learned by generalised cross-validation.
+
+    The kernel's hyperparameters and lam are learned by default (as GaussianProcessRegressor's
+    are), by descending the exact generalised cross-validation score (NystromRidge.tune). With
+    `centres` at least the number of training points and `optimizer=None` it is
+    scikit-learn's KernelRidge with `alpha = lam * n` (and a tessel kernel); with fewer centres
+    it is Falkon's Nyström estimator, O(n M) work per CG iteration and O(n) memory.
+
+    Parameters
+    ----------
+    kernel : tessel.gp.Kernel, optional
+        Copied at fit (`kernel_` is the fitted copy). Default: RBF().
+    lam : float
+        The ridge penalty per point, > 0 (learned when `optimizer` is set).
+    centres : int
+        M, drawn from the training points with `random_state`.
+    optimizer : {"lbfgs", "adam"} or None
+        Learn the kernel's hyperparameters and lam by descending the exact GCV score, or keep
+        them (scikit-learn's KernelRidge keeps them).
+    max_iter : int
+        The optimiser's iterations.
+    tol : float
+        CG's relative residual.
+    random_state : int, RandomState or None
+        Draws the centres.
+    dtype : {"float64", "float32"}
+        The kernel's precision.
+    progress : bool, optional
+        The optimiser's progress lines (None: after 3 s).
+
+    Attributes
+    ----------
+    ridge_ : NystromRidge
+    kernel_ : Kernel
+    lam_ : float
+    history_ : list of dict
+        The optimiser's rows (empty without one).
+    gcv_ : float or None
+        The exact GCV score where the optimiser ended.
+    n_iter_ : int
+        The optimiser's iterations, or CG's without an optimiser.
+    n_features_in_ : int
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tessel.gp import NystromKernelRidge
+    >>> X = np.linspace(0, 1, 200)[:, None]
+    >>> y = np.sin(6 * X[:, 0])
+    >>> reg = NystromKernelRidge(centres=50, max_iter=20).fit(X, y)
+    >>> reg.score(X, y) > 0.99
+    True
+    """
+
+    def __init__(self, kernel=None, *, lam=1e-6, centres=1000, optimizer="lbfgs", max_iter=50,
+                 tol=1e-6, random_state=0, dtype="float64", progress=None):
+        self.kernel = kernel
+        self.lam = lam
+        self.centres = centres
+        self.optimizer = optimizer
+        self.max_iter = max_iter
+        self.tol = tol
+        self.random_state = random_state
+        self.dtype = dtype
+        self.progress = progress
+
+    def fit(self, X, y):
+        """Fits the coefficients (and, with an optimizer, the hyperparameters); returns self."""
+        who = "NystromKernelRidge.fit"
+        X, y = _validate(self, X, y, multi_output=True)
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"{who}: dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
+        if self.kernel is not None and not isinstance(self.kernel, Kernel):
+            raise TypeError(f"{who}: kernel must be a tessel.gp kernel, got "
+                            f"{type(self.kernel).__name__}")
+        if self.optimizer not in ("lbfgs", "adam", None):
+            raise ValueError(f"{who}: optimizer must be 'lbfgs', 'adam' or None, got "
+                             f"{self.optimizer!r}")
+        if isinstance(self.centres, bool) or not isinstance(self.centres, numbers.Integral) \
+                or self.centres < 1:
+            raise ValueError(f"{who}: centres must be an int >= 1, got {self.centres!r}")
+        kernel = copy.deepcopy(self.kernel) if self.kernel is not None else RBF()
+        seed = int(check_random_state(self.random_state).randint(2**31 - 1))
+        self.ridge_ = NystromRidge(kernel, centres=int(self.centres), lam=self.lam, tol=self.tol,
+                                   seed=seed)
+        x, target = torch.tensor(X, dtype=_DTYPES[self.dtype]), torch.tensor(y)
+        self.history_, self.gcv_ = [], None
+        if self.optimizer is not None:
+            self.ridge_.tune(x, target, optimizer=self.optimizer, max_iter=self.max_iter,
+                             progress=self.progress)
+            self.history_, self.gcv_ = self.ridge_.history_, self.ridge_.gcv_
+            self.n_iter_ = max(len(self.history_) - 1, 1)  # the last row is where it ended
+        else:
+            self.ridge_.fit(x, target)
+            self.n_iter_ = max(int(self.ridge_.report_["iterations"]), 1)
+        self.kernel_, self.lam_ = kernel, self.ridge_.lam
+        return self
+
+    def predict(self, X):
+        """f at X: (m,) or (m, k) like the training targets."""
+        check_is_fitted(self)
+        X = _validate(self, X, reset=False)
+        return self.ridge_.predict(torch.tensor(X, dtype=_DTYPES[self.dtype])).numpy()
+
+    def _more_tags(self):  # scikit-learn < 1.6
+        return {"multioutput": True}
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        return tags
