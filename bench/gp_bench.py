@@ -25,6 +25,9 @@ default), at the same starting hyperparameters for every library:
   and rows are tessel reductions (float32), so GPyTorch's preconditioned path runs at any n;
 - sklearn: GaussianProcessRegressor.log_marginal_likelihood(theta, eval_gradient=True), float64
   dense Cholesky (O(n^3)), skipped above --sklearn-max.
+--fit STEPS times a whole fit instead: STEPS Adam steps (--lr, 0.1) on -log p(y) from that start,
+each library's own step (tessel's probes drawn afresh each step, as GPyTorch's are); the row
+gives the fit's seconds and log p(y) at its first and last steps (scikit-learn has no such step).
 Each (library, n) runs in a fresh process (tessel.loops.run_isolated): setup builds the model
 and takes one warm-up step (kernel compilation, pykeops's build; on --warmup-n points where
 given), then --repeats steps are timed; the median is reported with the peak memory of the
@@ -43,7 +46,7 @@ fit the GPU (--dense-gib). A case that cannot run gives a row with "skipped" and
 
 Run: PYTHONPATH=build/python .venv/bin/python bench/gp_bench.py --n 10000 30000
      [--libraries tessel gpytorch gpytorch-keops gpytorch-keops-noprec tessel-gpytorch sklearn]
-     [--repeats 3]
+     [--repeats 3 | --fit 50]
      [--device cuda] [--table]
 """
 import argparse
@@ -82,6 +85,10 @@ X = g.uniform(0, 1, ({n}, {d}))
 Y = np.sin(4 * X[:, 0]) + X[:, 1] ** 2 - 0.5 * X[:, 2] + 0.1 * g.standard_normal({n})
 Y = Y - Y.mean()
 ELL = np.linspace(0.5, 1.5, {d})  # every library starts here, output scale 1, noise 0.1, mean 0
+STEP = [0]  # a fit's step: tessel's probes are drawn afresh each step, as GPyTorch's are
+def keep(params, grads):
+    for p, g in zip(params, grads):  # Adam descends -log p(y)
+        p.grad = -g
 """
 
 _SETUP = {
@@ -93,8 +100,8 @@ params = list(gp.parameters())
 def step():
     stats = {{}}
     v = gp.log_marginal_likelihood(mode="{mode}", probes=10, rank={rank}, tol={tol},
-                                 stats=stats)
-    grads = torch.autograd.grad(v, params)
+                                 stats=stats, seed=STEP[0])
+    keep(params, torch.autograd.grad(v, params))
     sync()
     # The probes' standard error of log p(y) = -(y'K^-1 y + log det K + n log 2 pi) / 2: the
     # log-determinant is their mean, the quadratic term has no sampling error.
@@ -125,7 +132,7 @@ params = list(model.parameters())
 def step():
     with {settings}:
         v = mll(model(x), y) * x.shape[0]
-        grads = torch.autograd.grad(v, params)
+        keep(params, torch.autograd.grad(v, params))
     sync()
     return float(v), None, None
 """,
@@ -138,6 +145,19 @@ def step():
     return float(v), None, None
 """,
 }
+
+# A fit: --fit Adam steps (lr --lr) from the same start, timed as a whole; one value per step.
+_FIT = """
+opt = torch.optim.Adam(params, lr={lr})
+values, t = [], time.perf_counter()
+for it in range({iters}):
+    STEP[0] = it
+    out = step()
+    values.append(out[0])
+    opt.step()
+RESULT = dict(times=[time.perf_counter() - t], value=out[0], cg_iterations=None, value_se=None,
+              values=values, gpu=torch.cuda.get_device_name(DEV) if DEV.type == "cuda" else None)
+"""
 
 _WORK = """
 times, out = [], None
@@ -186,12 +206,14 @@ def setup_source(library, n, d, tol, device="cpu", warmup_n=None, rank=15):
     return part[0] + "step()\n" + "".join(part[1:])
 
 
-def measure(library, n, d, repeats, tol, timeout, device="cpu", warmup_n=None, rank=15):
+def measure(library, n, d, repeats, tol, timeout, device="cpu", warmup_n=None, rank=15,
+            fit=0, lr=0.1):
     cuda = device.startswith("cuda")
-    r = run_isolated(setup_source(library, n, d, tol, device, warmup_n, rank),
-                     _WORK.format(repeats=repeats), cuda=cuda, timeout=timeout)
+    work = _FIT.format(iters=fit, lr=lr) if fit else _WORK.format(repeats=repeats)
+    r = run_isolated(setup_source(library, n, d, tol, device, warmup_n, rank), work, cuda=cuda,
+                     timeout=timeout)
     res = r["result"]
-    row = dict(bench="gp_step", library=library, n=n, d=d, device=device,
+    row = dict(bench="gp_fit" if fit else "gp_step", library=library, n=n, d=d, device=device,
                seconds=statistics.median(res["times"]), times=res["times"],
                log_likelihood=res["value"], cg_iterations=res["cg_iterations"],
                log_likelihood_se=res["value_se"],
@@ -204,6 +226,11 @@ def measure(library, n, d, repeats, tol, timeout, device="cpu", warmup_n=None, r
         row["warmup_n"] = warmup_n
     if library in ("tessel", "tessel-f64"):
         row.update(rank=rank, tol=tol)
+    if fit:
+        # The fit's time is the whole loop's; log p(y) at its first and last steps (the last
+        # before the last update), each the library's own estimate.
+        row.update(iterations=fit, lr=lr, log_likelihood_start=res["values"][0],
+                   cg_iterations=None)
     return row
 
 
@@ -224,6 +251,9 @@ def skip_reason(library, n, args, dense_gib):
     """Why this case cannot run where asked, or None."""
     if args.device.startswith("cuda") and library in NO_CUDA:
         return NO_CUDA[library]
+    if args.fit and library == "sklearn":
+        return ("a fit is Adam on each library's step; scikit-learn's step gives the gradient "
+                "in its own parameters, not in tensors Adam can update")
     if library == "gpytorch" and dense_gib is not None:
         need = _DENSE_MATRICES * 4 * n * n / 2**30
         if need > dense_gib:
@@ -238,8 +268,9 @@ def table(rows):
     base = {}
     for library in ("tessel-gpytorch", "tessel"):
         base.update({r["n"]: r["seconds"] for r in rows if r["library"] == library})
-    lines = ["| n | library | seconds per step (median) | × tessel | log p(y) (± probes' standard "
-             "error) | peak MB |",
+    fit = rows and rows[0]["bench"] == "gp_fit"
+    lines = [f"| n | library | {'seconds per fit' if fit else 'seconds per step (median)'} | "
+             "× tessel | log p(y) (± probes' standard error) | peak MB |",
              "| --- | --- | --- | --- | --- | --- |"]
     for r in sorted(rows, key=lambda r: (r["n"], LIBRARIES.index(r["library"]))):
         ratio = f"{r['seconds'] / base[r['n']]:.1f}" if r["n"] in base else "—"
@@ -268,6 +299,9 @@ def main(argv=None):
     ap.add_argument("--warmup-n", type=int, default=None,
                     help="take the untimed warm-up step on this many points (default: on n; "
                          "above 2000, GPyTorch's preconditioning size, it takes the same path)")
+    ap.add_argument("--fit", type=int, default=0, metavar="STEPS",
+                    help="time a fit instead: this many Adam steps from the same start")
+    ap.add_argument("--lr", type=float, default=0.1, help="Adam's learning rate in --fit")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per case")
     ap.add_argument("--table", action="store_true")
     args = ap.parse_args(argv)
@@ -281,7 +315,8 @@ def main(argv=None):
         for library in args.libraries:
             if library == "sklearn" and n > args.sklearn_max:
                 continue
-            head = dict(bench="gp_step", library=library, n=n, d=args.d, device=args.device)
+            head = dict(bench="gp_fit" if args.fit else "gp_step", library=library, n=n,
+                        d=args.d, device=args.device)
             if args.warmup_n and args.warmup_n != n:
                 head["warmup_n"] = args.warmup_n
             reason = skip_reason(library, n, args, dense_gib)
@@ -290,7 +325,7 @@ def main(argv=None):
                 continue
             try:
                 row = measure(library, n, args.d, args.repeats, args.tol, args.timeout,
-                              args.device, args.warmup_n, args.rank)
+                              args.device, args.warmup_n, args.rank, args.fit, args.lr)
             except MeasureError as e:
                 lines = str(e).splitlines()  # the exit status first, the child's last words
                 row = dict(head, error=" / ".join(dict.fromkeys([lines[0], lines[-1]]))[:300])

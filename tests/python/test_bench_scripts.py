@@ -240,6 +240,21 @@ def test_gp_bench_smoke_and_table():
     assert "| 300 | sklearn |" in out.stdout
 
 
+def test_gp_bench_fit_rows_climb_and_name_what_has_no_fit():
+    # Five Adam steps from the bench's start raise tessel's log p(y) (by about 50 at this size);
+    # scikit-learn's row says why it has no such fit.
+    out = subprocess.run([sys.executable, str(BENCH / "gp_bench.py"), "--n", "300", "--d", "3",
+                          "--libraries", "tessel-f64", "sklearn", "--fit", "5", "--table"],
+                         capture_output=True, text=True, check=True, timeout=600)
+    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    ours, theirs = rows
+    assert ours["bench"] == "gp_fit" and ours["iterations"] == 5 and ours["seconds"] > 0
+    assert ours["log_likelihood"] > ours["log_likelihood_start"] + 10, ours
+    assert "seconds" not in theirs
+    assert "scikit-learn's step gives the gradient" in theirs["skipped"]
+    assert "| seconds per fit |" in out.stdout
+
+
 def test_gp_bench_cuda_rows_name_what_cannot_run_there():
     # Decided before any case's process starts, so no GPU is needed: scikit-learn has no CUDA
     # path, GPyTorch's dense matrices exceed the memory given.
