@@ -157,7 +157,7 @@ def test_exact_gcv_and_its_gradient_equal_the_dense_hat_matrix(outputs, chunk, d
     got = {name: p.grad.clone() for name, p in obj.named_parameters()}
     for p in obj.parameters():
         p.grad = None
-    want = _dense_gcv(kernel, x, y, c, torch.exp(obj.raw_log_lam))
+    want = _dense_gcv(kernel, x, y, c, torch.exp(obj.log_lam))
     want.backward()
     # float64 sums of the same terms; the jitter (M * 1e-14, or 1e-7 for float32 points, of
     # K_MM's mean diagonal) moves the float32 case's score by about that much relatively.
@@ -234,4 +234,4 @@ def test_tune_bad_input_and_second_order():
         model.tune(x, torch.full_like(y, float("nan")))
     obj = GCVObjective(RBF(), x, y, x[:10], 1e-3, True, None, "NystromRidge.tune")
     with pytest.raises(RuntimeError, match="NystromRidge.tune: second derivatives"):
-        torch.autograd.grad(obj.score(), [obj.raw_log_lam], create_graph=True)
+        torch.autograd.grad(obj.score(), [obj.log_lam], create_graph=True)

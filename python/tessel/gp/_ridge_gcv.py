@@ -144,13 +144,13 @@ class GCVObjective(torch.nn.Module):
         self.eps = 1e-7 if x.dtype == torch.float32 else 1e-14
         raw = torch.tensor(math.log(lam), dtype=torch.float64)
         if learn_lam:
-            self.raw_log_lam = torch.nn.Parameter(raw)
+            self.log_lam = torch.nn.Parameter(raw)
         else:
-            self.register_buffer("raw_log_lam", raw)
+            self.register_buffer("log_lam", raw)
         self.trace_ = None
 
     def lam(self):
-        return torch.exp(self.raw_log_lam)
+        return torch.exp(self.log_lam)
 
     def _mode(self, mode, who):
         return "exact"
