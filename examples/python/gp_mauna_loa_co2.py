@@ -161,6 +161,7 @@ for path in sorted((ROOT / "bench" / "results").rglob("*.jsonl")):
         meta = path.parent / "machine.json"
         machine = json.loads(meta.read_text()) if meta.exists() else {}
         for r in rows:
+            r["run"] = path.stem  # one file, one run: times from different days stay apart
             runs.setdefault((path.parent.name, r.get("device", "cpu")), (machine, []))[1].append(r)
 assert runs, "no bench/gp_bench.py results under bench/results"
 
@@ -174,15 +175,21 @@ def outcome(r):
 def draw_run(strip, panel, machine, device, rows):
     """Time against n per library on `panel`, failures as crosses on `strip` above it."""
     order = list(NAMES)
-    # tessel's rows at a preconditioner rank other than GPyTorch's 15 are a line of their own.
-    key = lambda r: (r["library"], r.get("rank") if r.get("rank", 15) != 15 else None)  # noqa: E731
+    # tessel's rows at a preconditioner rank other than GPyTorch's 15 are a line of their own,
+    # and so are one library's rows from different runs (files), named by the file.
+    key = lambda r: (r["library"], r.get("rank") if r.get("rank", 15) != 15 else None,  # noqa
+                     r["run"])
     libraries = sorted({key(r) for r in rows},
                        key=lambda lr: (order.index(lr[0]) if lr[0] in order else len(order),
-                                       lr[0], lr[1] or 0))
+                                       lr[0], lr[1] or 0, lr[2]))
+    runs_of = {}
+    for library, rank, run in libraries:
+        runs_of.setdefault((library, rank), []).append(run)
     failing = []
-    for k, (library, rank) in enumerate(libraries):
-        mine = sorted((r for r in rows if key(r) == (library, rank)), key=lambda r: r["n"])
-        name = NAMES.get(library, library) + (f", rank {rank}" if rank else "")
+    for k, (library, rank, run) in enumerate(libraries):
+        mine = sorted((r for r in rows if key(r) == (library, rank, run)), key=lambda r: r["n"])
+        name = NAMES.get(library, library) + (f", rank {rank}" if rank else "") + \
+            (f" ({run})" if len(runs_of[(library, rank)]) > 1 else "")
         for r in mine:
             print(f"  n = {r['n']:>6,}  {name:<26} {outcome(r)}")
         ran = [r for r in mine if "seconds" in r]
