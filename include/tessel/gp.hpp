@@ -52,7 +52,7 @@ void gp_kernel_diag(const GpKernel& kern, const ArrayView& x, std::span<double> 
 class PivotedCholesky {
  public:
   /// rank 0 gives P = D. Stops early (rank() < the rank asked) once the remaining diagonal's
-  /// trace falls below tol times the kernel's trace or a pivot is not positive.
+  /// trace falls below tol times the kernel's trace or a pivot is not positive, so at most at n.
   PivotedCholesky(const GpKernel& kern, const ArrayView& x, std::span<const double> noise,
                   int64_t rank, double tol = 0);
 
@@ -79,7 +79,7 @@ class PivotedCholesky {
 
 struct GpCgOptions {
   double tol = 1e-4;    // a column stops when |b - A x| <= tol |b| (its recurrence residual)
-  int64_t maxiter = 0;  // 0: min(n, 1000)
+  int64_t maxiter = 0;  // 0: min(max(2 n, 10), 1000); nystrom_krr: min(max(3 M, 100), 1000)
   int64_t miniter = 0;  // iterate at least this often (longer Lanczos tridiagonals)
   bool raise_on_nonconvergence = false;
 };

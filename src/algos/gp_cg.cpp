@@ -151,6 +151,9 @@ GpCgReport gp_solve(const GpKernel& kern, const ArrayView& x, std::span<const do
                     std::vector<LanczosTridiagonal>* tri) {
   const int64_t n = gp_detail::check_points(kWho, kern, x, "x");
   const std::vector<double> dn = gp_detail::noise_diagonal(kWho, noise, n);
+  // Equal points without noise make K + noise singular: CG would stop anywhere on a consistent
+  // b (a covariance from it had negative variances), so every solve refuses them by name.
+  gp_detail::check_duplicates(kWho, x, dn);
   if (m < 1) detail::fail(kWho, "m (the columns of b) must be >= 1, got ", m);
   gp_detail::check_size(kWho, "b", b.size(), n * m);
   gp_detail::check_size(kWho, "out", out.size(), n * m);

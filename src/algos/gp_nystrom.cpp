@@ -139,9 +139,10 @@ NystromResult nystrom_krr(const GpKernel& kern, const ArrayView& x, const ArrayV
   std::vector<double> rhs(static_cast<size_t>(m * k));
   gp_kernel_product(kern, centres, x, y, k, rhs);
   sys.apply_bt(rhs, k);
-  // Batched CG on W beta = rhs, each column stopping on its own.
+  // Batched CG on W beta = rhs, each column stopping on its own. M iterations solve it exactly
+  // only without rounding: at the small lambda a GCV descent picks, a few times M are needed.
   const int64_t maxiter =
-      opt.maxiter > 0 ? opt.maxiter : std::min<int64_t>(std::max<int64_t>(m, 1), 1000);
+      opt.maxiter > 0 ? opt.maxiter : std::min<int64_t>(std::max<int64_t>(3 * m, 100), 1000);
   std::vector<double> beta(rhs.size(), 0.0), r = rhs, p = rhs;
   std::vector<double> rr(static_cast<size_t>(k)), bnorm(static_cast<size_t>(k));
   std::vector<uint8_t> active(static_cast<size_t>(k), 1);

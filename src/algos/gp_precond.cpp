@@ -24,7 +24,8 @@ PivotedCholesky::PivotedCholesky(const GpKernel& kern, const ArrayView& x,
                                  std::span<const double> noise, int64_t rank, double tol) {
   n_ = gp_detail::check_points(kWho, kern, x, "x");
   d_ = gp_detail::noise_diagonal(kWho, noise, n_);
-  if (rank < 0 || rank > n_) detail::fail(kWho, "rank must be in [0, n = ", n_, "], got ", rank);
+  // A rank above n stops at n, as GPyTorch's min(rank, n): the loop below runs out of pivots.
+  if (rank < 0) detail::fail(kWho, "rank must be >= 0, got ", rank);
   if (!(tol >= 0)) detail::fail(kWho, "tol must be >= 0, got ", tol);
   std::vector<double> diag(static_cast<size_t>(n_));
   gp_kernel_diag(kern, x, diag);

@@ -512,11 +512,15 @@ TEST(Gp, BadInputGetsClearErrors) {
   const double zero[1] = {0.0};
   expect_error([&] { gp_log_marginal_likelihood(pb.kern, da.view(), pb.y, zero, {}, {}); },
                {"points 4 and 9 are equal", "noise is 0"});
+  std::vector<double> sol(20);  // a solve alone (samples, covariances) refuses them too
+  expect_error([&] { gp_solve(pb.kern, da.view(), zero, pb.y, 1, sol, nullptr); },
+               {"gp_solve", "points 4 and 9 are equal"});
   const double neg[1] = {-1.0};
   expect_error([&] { gp_log_marginal_likelihood(pb.kern, pb.xa.view(), pb.y, neg, {}, {}); },
                {"noise variance must be finite and >= 0"});
-  expect_error([&] { PivotedCholesky(pb.kern, pb.xa.view(), noise, 21); },
-               {"PivotedCholesky", "rank must be in [0, n = 20]"});
+  expect_error([&] { PivotedCholesky(pb.kern, pb.xa.view(), noise, -1); },
+               {"PivotedCholesky", "rank must be >= 0, got -1"});
+  EXPECT_EQ(PivotedCholesky(pb.kern, pb.xa.view(), noise, 25).rank(), 20);  // stops at n
   const Array x3 = Array::from(std::vector<double>(60, 0.5), {20, 3});
   expect_error([&] { PivotedCholesky(pb.kern, x3.view(), noise, 2); },
                {"x has 3 columns; expected shape (n, 2)"});

@@ -124,8 +124,41 @@ def test_bad_input_gets_clear_errors():
         ExactGP(x, y.to("meta"), RBF())
     with pytest.raises(ValueError, match="mode must be one of"):
         ExactGP(x, y, RBF()).log_marginal_likelihood(mode="dense")
-    with pytest.raises(ValueError, match="rank must be in"):
-        ExactGP(x, y, RBF()).log_marginal_likelihood(mode="bbmm", rank=31)
+    with pytest.raises(ValueError, match="rank must be >= 0"):
+        ExactGP(x, y, RBF()).log_marginal_likelihood(mode="bbmm", rank=-1)
+
+
+def test_fewer_points_than_the_rank_and_empty_test_sets():
+    # GPyTorch's min(rank, n): the default rank 15 on 10 points is a full-rank preconditioner.
+    g = torch.Generator().manual_seed(3)
+    x = torch.rand(10, 1, generator=g, dtype=torch.float64)
+    gp = ExactGP(x, torch.sin(3 * x[:, 0]), Scale(RBF(0.5)), noise=0.01)
+    exact = float(gp.log_marginal_likelihood(mode="exact"))
+    assert float(gp.log_marginal_likelihood(mode="bbmm", tol=1e-10)) == pytest.approx(exact,
+                                                                                      rel=1e-6)
+    mean, var = gp.predict(x[:3], mode="exact")
+    for mode in ("bbmm", "love"):
+        m, v = gp.predict(x[:3], mode=mode)
+        assert torch.allclose(m, mean, atol=1e-6) and torch.allclose(v, var, atol=1e-6), mode
+        m, v = gp.predict(x[:0], mode=mode)
+        assert m.shape == v.shape == (0,)
+    with pytest.raises(ValueError, match=r"ExactGP: x must be \(n, d\) with n >= 1"):
+        ExactGP(x[:0], x[:0, 0], RBF())
+    with pytest.raises(TypeError, match="ExactGP.predict: x_test has dtype torch.float16"):
+        gp.predict(x[:2].half())
+
+
+def test_equal_points_without_noise_are_refused_by_every_solve():
+    g = torch.Generator().manual_seed(4)
+    x = torch.rand(30, 2, generator=g, dtype=torch.float64)
+    x = torch.cat([x, x[:2]])
+    gp = ExactGP(x, torch.sin(4 * x[:, 0]), RBF(0.5), noise=0.0, fixed_noise=True)
+    xt = torch.rand(4, 2, generator=g, dtype=torch.float64)
+    for call in (lambda: gp.sample(xt, mode="bbmm"),
+                 lambda: gp.predict_covariance(xt, mode="bbmm"),
+                 lambda: gp.predict(xt, mode="bbmm")):
+        with pytest.raises(ValueError, match=r"points [01] and 3[01] are equal and the noise is 0"):
+            call()
 
 
 def test_second_derivatives_are_refused_not_missing_terms():

@@ -199,7 +199,7 @@ def test_tune_beats_a_grid_and_predicts_better():
     rows = model.history_
     assert rows[-1]["loss"] < 0.2 * rows[0]["loss"] and after < 0.2 * before
     assert set(rows[0]) >= {"iteration", "loss", "grad_norm", "seconds"}
-    assert model.gcv_ == rows[-1]["loss"]
+    assert model.gcv_ == pytest.approx(rows[-1]["loss"] * float((y * y).mean()), rel=1e-12)
     # Every point of a grid over lam and one lengthscale scores no better than the descent.
     for lam in (1e-5, 1e-3, 1e-1):
         for ls in (0.2, 0.5, 1.0):
@@ -235,3 +235,28 @@ def test_tune_bad_input_and_second_order():
     obj = GCVObjective(RBF(), x, y, x[:10], 1e-3, True, None, "NystromRidge.tune")
     with pytest.raises(RuntimeError, match="NystromRidge.tune: second derivatives"):
         torch.autograd.grad(obj.score(), [obj.log_lam], create_graph=True)
+
+
+def test_tune_does_not_depend_on_the_units_of_y():
+    # The loss is the score over y's mean square: the same descent for y in any units (the
+    # stopping tests are absolute; on the raw score, y * 1e-3 stopped after two iterations).
+    x, y = _data(n=300)
+    runs = [NystromRidge(Scale(RBF(0.5)), centres=40, lam=1e-1).tune(x, y * s, max_iter=30)
+            for s in (1.0, 1e-3, 1e3)]
+    for r, s in zip(runs[1:], (1e-3, 1e3)):
+        assert len(r.history_) == len(runs[0].history_)
+        assert r.lam == pytest.approx(runs[0].lam, rel=1e-6)
+        assert r.gcv_ / s**2 == pytest.approx(runs[0].gcv_, rel=1e-6)
+
+
+def test_lam_any_real_scalar_and_empty_input():
+    x, y = _data(n=100)
+    for lam in (np.float32(1e-3), torch.tensor(1e-3), 1e-3):
+        assert NystromRidge(RBF(), centres=10, lam=lam).lam == pytest.approx(1e-3)
+    model = NystromRidge(RBF(), centres=10, lam=1e-3)
+    with pytest.raises(ValueError, match=r"NystromRidge.tune: x must be \(n, d\) with n >= 1"):
+        model.tune(x[:0], y[:0])
+    assert model.fit(x, y).predict(x[:0]).shape == (0,)
+    # A list of Python floats is float64, as numpy makes it (torch.as_tensor: float32).
+    assert model.fit(x.tolist(), y).centres_.dtype == torch.float64
+

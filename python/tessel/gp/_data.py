@@ -3,6 +3,7 @@ follow the model's device), the kernel, the Gaussian noise (learned, fixed, or k
 a zero or constant mean, with the checks that name bad input."""
 import math
 
+import numpy as np
 import torch
 
 from .kernels import Kernel, _inv_softplus
@@ -10,12 +11,18 @@ from .kernels import Kernel, _inv_softplus
 __all__ = ["GPData"]
 
 
+def _as_tensor(value):
+    """A tensor as it is; anything else through numpy, so that a list of Python floats is
+    float64 (torch.as_tensor would make it float32)."""
+    return value if torch.is_tensor(value) else torch.as_tensor(np.asarray(value))
+
+
 class GPData(torch.nn.Module):
     """The data, kernel, noise and mean of a GP regression model (see ExactGP's parameters)."""
 
     def __init__(self, x, y, kernel, noise, mean, fixed_noise, noise_min, who):
         super().__init__()
-        x, y = torch.as_tensor(x), torch.as_tensor(y)
+        x, y = _as_tensor(x), _as_tensor(y)
         for name, t in (("x", x), ("y", y)):
             if t.dtype in (torch.float16, torch.bfloat16):
                 raise TypeError(f"{who}: {name} has dtype {t.dtype}; expected float32 or float64 "
@@ -24,8 +31,8 @@ class GPData(torch.nn.Module):
                 raise TypeError(f"{who}: {name} has dtype {t.dtype}; expected float32 or float64")
         if y.device != x.device:
             raise ValueError(f"{who}: x is on {x.device} and y on {y.device}; expected one device")
-        if x.dim() != 2:
-            raise ValueError(f"{who}: x must be (n, d), got shape {tuple(x.shape)}")
+        if x.dim() != 2 or x.shape[0] == 0:
+            raise ValueError(f"{who}: x must be (n, d) with n >= 1, got shape {tuple(x.shape)}")
         if y.dim() != 1 or y.shape[0] != x.shape[0]:
             raise ValueError(f"{who}: y must be ({x.shape[0]},) like x's rows, got shape "
                              f"{tuple(y.shape)}")
@@ -96,7 +103,9 @@ class GPData(torch.nn.Module):
         return self.mean_constant
 
     def _test_points(self, x_test, who):
-        xt = torch.as_tensor(x_test)
+        xt = _as_tensor(x_test)
+        if not xt.is_floating_point() or xt.dtype in (torch.float16, torch.bfloat16):
+            raise TypeError(f"{who}: x_test has dtype {xt.dtype}; expected float32 or float64")
         if xt.dim() != 2 or xt.shape[1] != self.x.shape[1]:
             raise ValueError(f"{who}: x_test must be (m, {self.x.shape[1]}), got shape "
                              f"{tuple(xt.shape)}")

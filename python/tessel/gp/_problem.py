@@ -16,6 +16,7 @@ class _Problem:
     def __init__(self, kernel, x):
         text, aliases, theta = kernel.formula(x.shape[1])
         self.formula = _core.parse(text, aliases)
+        self.signature = repr((text, aliases))  # which kernel, beside its parameters' values
         self.theta = theta
         self.dtype = x.dtype
         self.x = np.ascontiguousarray(x.detach().cpu().numpy())

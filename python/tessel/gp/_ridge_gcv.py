@@ -132,8 +132,10 @@ class _GCV(torch.autograd.Function):
 
 class GCVObjective(torch.nn.Module):
     """The score as a model that tessel.gp's fit loop descends: the kernel's parameters and
-    log lam are its parameters, and its 'log marginal likelihood' is -n * score, so that the
-    loop's loss, -lml / n, is the score itself."""
+    log lam are its parameters, and its 'log marginal likelihood' is -n * score / scale, so that
+    the loop's loss, -lml / n, is the score over y's mean square (`scale`): a number without
+    units, so that the loop's absolute stopping tests (gtol, ftol) act alike whatever y's
+    units (the score's minimiser does not depend on them)."""
 
     def __init__(self, kernel, x, y, centres, lam, learn_lam, chunk, who):
         super().__init__()
@@ -141,6 +143,8 @@ class GCVObjective(torch.nn.Module):
         self.x, self.centres = x, centres.to(torch.float64)
         self.y = y.to(torch.float64).reshape(y.shape[0], -1)
         self.n_data = x.shape[0]
+        mean_square = float((self.y * self.y).mean())
+        self.scale = mean_square if mean_square > 0 else 1.0
         self.eps = 1e-7 if x.dtype == torch.float32 else 1e-14
         raw = torch.tensor(math.log(lam), dtype=torch.float64)
         if learn_lam:
@@ -163,5 +167,5 @@ class GCVObjective(torch.nn.Module):
         return _GCV.apply(self, *params)
 
     def log_marginal_likelihood(self, mode="exact", stats=None, seed=0):
-        return -self.n_data * self.score()
+        return -self.n_data * self.score() / self.scale
 

@@ -23,8 +23,10 @@ def _digest(*arrays):
 
 def _key(model, prob, *extra):
     # What the cached vectors depend on, by value (the points too: x shares the caller's storage,
-    # which may be written in place): a fit or an edit makes them anew.
-    return (_digest(prob.params[0], _numpy64(model.noise), prob.x), prob.x.shape) + extra
+    # which may be written in place), and the kernel's formula (a kernel swapped for another
+    # with the same parameter values): a fit or an edit makes them anew.
+    return (_digest(prob.params[0], _numpy64(model.noise), prob.x), prob.x.shape,
+            prob.signature) + extra
 
 
 def cached(model, name, key, make):

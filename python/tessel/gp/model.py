@@ -334,6 +334,9 @@ class ExactGP(GPData):
             raise ValueError(f"{who}: mode must be one of {_MODES + ('love',)}, got {mode!r}")
         love = mode == "love"
         mode = "bbmm" if love else self._mode(mode, who)
+        if xt.shape[0] == 0:  # every mode: nothing to predict (the core refuses empty arrays)
+            empty = torch.zeros(0, dtype=torch.float64, device=self.x.device)
+            return (empty, empty.clone()) if return_var else empty
         c = self._mean().detach()
         r = self.y - c
         if mode == "exact":

@@ -1,11 +1,13 @@
 """Nyström kernel ridge regression (Falkon-style) on tessel's kernel reductions: M centres, CG
 preconditioned by the Cholesky factors of K_MM, several outputs at once, O(n) memory per output."""
+import numbers
 import warnings
 
 import numpy as np
 import torch
 
 from .. import _core
+from ._data import _as_tensor
 from ._ridge_gcv import GCVObjective
 from .fit import fit_model
 from .kernels import Kernel
@@ -36,7 +38,7 @@ class NystromRidge:
         1e-8 when K_MM is ill-conditioned (close centres, small lam), float32 about 1e-3 to 1e-2:
         a warning says when CG stopped short of tol.
     maxiter : int
-        CG's iteration limit (0: min(M, 1000)).
+        CG's iteration limit (0: min(max(3 M, 100), 1000)).
     seed : int
         Draws the centres.
 
@@ -75,17 +77,20 @@ class NystromRidge:
         if not isinstance(kernel, Kernel):
             raise TypeError(f"{who}: kernel must be a tessel.gp kernel, got "
                             f"{type(kernel).__name__}")
-        if not (isinstance(lam, (int, float)) and np.isfinite(lam) and lam > 0):
+        # Any real scalar: a numpy float32 from a grid, a 0-d tensor.
+        scalar = isinstance(lam, numbers.Real) and not isinstance(lam, bool) or \
+            (torch.is_tensor(lam) and lam.numel() == 1)
+        if not (scalar and np.isfinite(float(lam)) and float(lam) > 0):
             raise ValueError(f"{who}: lam must be a finite number > 0, got {lam!r}")
         self.kernel, self.centres, self.lam = kernel, centres, float(lam)
         self.tol, self.maxiter, self.seed = tol, maxiter, seed
 
-    def _prepare(self, x, who):
-        x = torch.as_tensor(x)
+    def _prepare(self, x, who, empty=False):
+        x = _as_tensor(x)
         if x.dtype not in (torch.float32, torch.float64):
             raise TypeError(f"{who}: x must be float32 or float64, got {x.dtype}")
-        if x.dim() != 2:
-            raise ValueError(f"{who}: x must be (n, d), got shape {tuple(x.shape)}")
+        if x.dim() != 2 or (x.shape[0] == 0 and not empty):
+            raise ValueError(f"{who}: x must be (n, d) with n >= 1, got shape {tuple(x.shape)}")
         if not bool(torch.isfinite(x).all()):
             raise ValueError(f"{who}: x holds a NaN or an infinity")
         return x.detach()
@@ -227,8 +232,9 @@ class NystromRidge:
         Returns
         -------
         NystromRidge
-            self, fitted, with `history_` (loss: the score at each iteration, grad_norm,
-            seconds) and `gcv_` (the exact score at the end).
+            self, fitted, with `history_` (loss: the score over y's mean square at each
+            iteration, so that the stopping tests do not depend on y's units; grad_norm,
+            seconds) and `gcv_` (the exact score at the end, in y's units squared).
 
         Raises
         ------
@@ -259,7 +265,7 @@ class NystromRidge:
                             ftol=ftol, progress=progress, callback=callback, who=who)
         if learn_lam:
             self.lam = float(objective.lam())
-        self.history_, self.gcv_ = history, history[-1]["loss"]
+        self.history_, self.gcv_ = history, history[-1]["loss"] * objective.scale
         return self.fit(x, y)  # the same centres: the same seed's draw, or the given ones
 
     def predict(self, x):
@@ -267,12 +273,15 @@ class NystromRidge:
         who = "NystromRidge.predict"
         if not hasattr(self, "alpha_"):
             raise RuntimeError(f"{who}: call fit first")
-        x = self._prepare(x, who).to(self.centres_.dtype)
+        x = self._prepare(x, who, empty=True).to(self.centres_.dtype)
         if x.shape[1] != self.centres_.shape[1]:
             raise ValueError(f"{who}: x must be (m, {self.centres_.shape[1]}), got shape "
                              f"{tuple(x.shape)}")
-        f, params = self._formula(x.shape[1], x.dtype)
         a = self.alpha_.reshape(self.alpha_.shape[0], -1)
+        if x.shape[0] == 0:  # the core refuses empty arrays
+            out = torch.zeros(0, a.shape[1], dtype=torch.float64)
+            return out[:, 0] if self.alpha_.dim() == 1 else out
+        f, params = self._formula(x.shape[1], x.dtype)
         out = _core.gp_kernel_product(f, params, np.ascontiguousarray(x.cpu().numpy()),
                                       np.ascontiguousarray(self.centres_.cpu().numpy()),
                                       np.ascontiguousarray(a.numpy()), a.shape[1])

@@ -286,10 +286,12 @@ class SparseGP(GPData):
                          ftol=ftol, progress=progress, callback=callback, who="SparseGP.fit")
 
     def _posterior(self, who):
-        """(L, L_B, c) at the current hyperparameters, kept until they or the points change."""
+        """(L, L_B, c) at the current hyperparameters, kept until they, the kernel's formula,
+        the points or the targets change."""
         key = (_digest(*[p.detach().cpu().numpy() for p in self.parameters()],
                        self.inducing.detach().cpu().numpy(), self.x.detach().cpu().numpy(),
-                       self.noise.detach().cpu().numpy()), self.x.shape)
+                       self.y.detach().cpu().numpy(), self.noise.detach().cpu().numpy()),
+               self.x.shape, repr(self.kernel.formula(self.x.shape[1])[:2]))
 
         def make():
             s, v, _ = _noise_weights(self)
