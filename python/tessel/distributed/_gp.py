@@ -108,6 +108,8 @@ class ExactGP(_ExactGP):
     >>> dist.destroy_process_group()
     """
 
+    _empty_ok = True  # a rank may hold no rows
+
     def __init__(self, x, y, kernel, noise=0.1, mean="constant", fixed_noise=None,
                  noise_min=1e-4, group=None):
         super().__init__(x, y, kernel, noise=noise, mean=mean, fixed_noise=fixed_noise,

@@ -20,6 +20,8 @@ def _as_tensor(value):
 class GPData(torch.nn.Module):
     """The data, kernel, noise and mean of a GP regression model (see ExactGP's parameters)."""
 
+    _empty_ok = False  # no points: refused, except on a shard of a model spread over processes
+
     def __init__(self, x, y, kernel, noise, mean, fixed_noise, noise_min, who):
         super().__init__()
         x, y = _as_tensor(x), _as_tensor(y)
@@ -31,7 +33,7 @@ class GPData(torch.nn.Module):
                 raise TypeError(f"{who}: {name} has dtype {t.dtype}; expected float32 or float64")
         if y.device != x.device:
             raise ValueError(f"{who}: x is on {x.device} and y on {y.device}; expected one device")
-        if x.dim() != 2 or x.shape[0] == 0:
+        if x.dim() != 2 or (x.shape[0] == 0 and not self._empty_ok):
             raise ValueError(f"{who}: x must be (n, d) with n >= 1, got shape {tuple(x.shape)}")
         if y.dim() != 1 or y.shape[0] != x.shape[0]:
             raise ValueError(f"{who}: y must be ({x.shape[0]},) like x's rows, got shape "
