@@ -74,11 +74,16 @@ def test_the_root_is_kept_until_the_hyperparameters_or_points_change():
     mean, var = gp.predict(xt, mode="exact")
     assert torch.allclose(m, mean, rtol=0, atol=1e-6)
     assert (v - var).min() > -1e-9
-    # Another kernel with the same parameter values: the cached root and mean are not its.
+
+
+def test_another_kernel_with_the_same_parameter_values_is_not_served_the_cache():
+    gp, xt = _model()
+    for mode in ("love", "bbmm"):
+        gp.predict(xt, mode=mode, love_rank=N)
     gp.kernel = Scale(Matern(nu=0.5, lengthscale=[0.3, 0.5]), outputscale=1.3)
+    mean, var = gp.predict(xt, mode="exact")
     for mode in ("love", "bbmm"):
         m, v = gp.predict(xt, mode=mode, love_rank=N)
-        mean, var = gp.predict(xt, mode="exact")
         assert torch.allclose(m, mean, rtol=0, atol=1e-6), mode
         low = -1e-9 if mode == "love" else -1e-6  # LOVE's are bounds, CG's within its tol
         assert (v - var).min() > low and (v - var).max() < 1e-6, mode
