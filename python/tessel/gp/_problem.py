@@ -33,3 +33,11 @@ def refuse_second_order(who):
         raise RuntimeError(f"{who}: second derivatives (create_graph=True) of this likelihood "
                            "are not available: its gradient is computed, not a differentiable "
                            "graph")
+
+
+def row_blocks(n, m, chunk):
+    """Slices of n rows, `chunk` at a time (default 2^19 / m: a 4 MB float64 block of an
+    (n, m) kernel matrix), for the models that make such a block chunk by chunk."""
+    step = chunk or max(1, (1 << 19) // max(1, m))
+    for lo in range(0, n, step):
+        yield slice(lo, min(n, lo + step))

@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from ._problem import refuse_second_order
+from ._problem import refuse_second_order, row_blocks
 
 __all__ = ["GCVObjective"]
 
@@ -30,12 +30,6 @@ def _whitener(kernel, centres, eps, who):
                              f"{jitter:g} times its mean diagonal: the centres repeat, or the "
                              "kernel is degenerate")
         jitter *= 100
-
-
-def _chunks(n, m, chunk):
-    step = chunk or max(1, (1 << 19) // max(1, m))
-    for lo in range(0, n, step):
-        yield slice(lo, min(n, lo + step))
 
 
 def _whitened_rows(kernel, x, centres, chol):
@@ -70,7 +64,7 @@ def _sums(obj):
     m = chol.shape[0]
     gram = torch.zeros(m, m, dtype=chol.dtype, device=chol.device)
     c = torch.zeros(m, obj.y.shape[1], dtype=chol.dtype, device=chol.device)
-    for rows in _chunks(obj.n_data, m, obj.chunk):
+    for rows in row_blocks(obj.n_data, m, obj.chunk):
         w = _whitened_rows(obj.kernel, obj.x[rows], obj.centres, chol)
         gram += w.T @ w
         c += w.T @ obj.y[rows]
@@ -114,7 +108,7 @@ class _GCV(torch.autograd.Function):
             chol = _whitener(obj.kernel, obj.centres, obj.eps, obj.who)
             leaf = chol.detach().requires_grad_()
             g_chol = torch.zeros_like(leaf)
-            for rows in _chunks(obj.n_data, leaf.shape[0], obj.chunk):
+            for rows in row_blocks(obj.n_data, leaf.shape[0], obj.chunk):
                 w = _whitened_rows(obj.kernel, obj.x[rows], obj.centres, leaf)
                 w_bar = w.detach() @ h + obj.y[rows] @ g_c.T
                 part = torch.autograd.grad((w * w_bar).sum(), [leaf] + list(params),

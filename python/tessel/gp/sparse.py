@@ -6,7 +6,7 @@ import math
 import torch
 
 from ._data import GPData
-from ._problem import refuse_second_order
+from ._problem import refuse_second_order, row_blocks
 from .fit import fit_model
 from .love import _digest, cached
 
@@ -29,10 +29,7 @@ def _noise_weights(model):
 
 
 def _chunks(model, chunk):
-    n = model.n_data
-    step = chunk or max(1, (1 << 19) // max(1, model.inducing.shape[0]))
-    for lo in range(0, n, step):
-        yield slice(lo, min(n, lo + step))
+    return row_blocks(model.n_data, model.inducing.shape[0], chunk)
 
 
 def _kxz(model, rows):
